@@ -1,0 +1,72 @@
+"""Decode the frames of several cameras of one episode, one thread per camera.
+
+torchcodec and PyAV release the GIL while decoding, so cameras decode in parallel in one process. Decoders and
+threads belong to the process that made them: after a fork (DataLoader workers) they are recreated, and they are
+dropped when the reader is pickled (spawned workers).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from robostream.errors import RobostreamError
+from robostream.format.metadata import DatasetMetadata
+from robostream.video.cache import VideoDecoderCache
+from robostream.video.lookup import decode_at_timestamps
+
+
+class CameraReader:
+    """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors."""
+
+    def __init__(self, meta: DatasetMetadata, tolerance_s: float, backend: str | None = None, device: str = "cpu",
+                 cache_size: int | None = None) -> None:
+        self.meta = meta
+        self.tolerance_s = tolerance_s
+        self.backend = backend
+        self.device = device
+        # Default: every camera's current file stays open, plus room for the next file of each.
+        self.cache = VideoDecoderCache(cache_size or max(4, 2 * len(meta.video_keys)))
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = -1
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_executor"], state["_executor_pid"] = None, -1
+        state["cache"] = VideoDecoderCache(self.cache.max_size)
+        return state
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None or self._executor_pid != os.getpid():
+            # Threads do not survive a fork: a pool inherited from the parent would never run our work.
+            self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.meta.video_keys)),
+                                                thread_name_prefix="robostream-decode")
+            self._executor_pid = os.getpid()
+        return self._executor
+
+    def decode(self, episode_index: int, key: str, timestamps_s: Sequence[float]) -> torch.Tensor:
+        """One camera: frames at episode-relative times (the mp4 time is from_timestamp + t)."""
+        span = self.meta.episodes.video_span(episode_index, key)
+        relative = self.meta.video_file(episode_index, key)
+        path = self.meta.local(relative, what=f"video of episode {episode_index} camera {key!r}")
+        times = span.from_timestamp + np.asarray(timestamps_s, dtype=np.float64)
+        context = f" (episode {episode_index}, camera {key!r}, episode times {list(np.round(timestamps_s, 6))[:8]})"
+        try:
+            with self.cache.use(str(path), self.backend, self.device) as decoder:
+                return decode_at_timestamps(decoder, times, self.tolerance_s, context)
+        except RobostreamError as exc:
+            if context in str(exc):
+                raise
+            raise type(exc)(f"{exc}{context}") from exc
+
+    def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
+        """Several cameras of one episode in parallel threads."""
+        keys = list(timestamps_by_key)
+        if len(keys) == 1:
+            return {keys[0]: self.decode(episode_index, keys[0], timestamps_by_key[keys[0]])}
+        futures = [self._pool().submit(self.decode, episode_index, k, timestamps_by_key[k]) for k in keys]
+        return {k: f.result() for k, f in zip(keys, futures)}

@@ -1,0 +1,152 @@
+"""`meta/info.json`: the dataset's header (version, fps, features, path templates), read tolerantly.
+
+Unknown keys are kept in `raw` and otherwise ignored, so datasets written by newer or older `lerobot` versions load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from robostream.errors import DatasetFormatError, UnsupportedVersionError
+from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, check_relative
+
+CODEBASE_VERSION = "v3.0"
+DEFAULT_CHUNKS_SIZE = 1000
+DEFAULT_DATA_FILE_MB = 100
+DEFAULT_VIDEO_FILE_MB = 200
+# Columns every LeRobot dataset has, with the dtype lerobot writes them in.
+DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
+    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+    "index": {"dtype": "int64", "shape": [1], "names": None},
+    "task_index": {"dtype": "int64", "shape": [1], "names": None},
+}
+CONVERT_HINT = (
+    "convert it to v3.0 first, e.g. with lerobot's "
+    "`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<repo> --root=<root>`"
+)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """The parsed fields of info.json that robostream uses; `raw` holds the whole document."""
+
+    codebase_version: str
+    fps: int
+    features: dict[str, dict[str, Any]]
+    total_episodes: int
+    total_frames: int
+    total_tasks: int
+    chunks_size: int
+    data_files_size_in_mb: float
+    video_files_size_in_mb: float
+    data_path: str
+    video_path: str | None
+    robot_type: str | None
+    splits: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def video_keys(self) -> list[str]:
+        """Camera features stored as mp4 video, in info.json order."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        """Camera features stored as PNG bytes inside the data parquet."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The info.json document, keeping any unknown keys it was read with."""
+        doc = dict(self.raw)
+        doc.update(
+            codebase_version=self.codebase_version,
+            robot_type=self.robot_type,
+            total_episodes=self.total_episodes,
+            total_frames=self.total_frames,
+            total_tasks=self.total_tasks,
+            chunks_size=self.chunks_size,
+            data_files_size_in_mb=self.data_files_size_in_mb,
+            video_files_size_in_mb=self.video_files_size_in_mb,
+            fps=self.fps,
+            splits=self.splits,
+            data_path=self.data_path,
+            video_path=self.video_path,
+            features=self.features,
+        )
+        return doc
+
+
+def check_version(version: Any, source: str) -> None:
+    """Accept v3.x; point v2.x users at conversion; reject anything else by name."""
+    if isinstance(version, str) and version.startswith("v3."):
+        return
+    if isinstance(version, str) and version.startswith(("v2.", "v1.")):
+        raise UnsupportedVersionError(
+            f"{source}: codebase_version {version!r} is the per-episode-file layout; robostream reads v3.0: "
+            + CONVERT_HINT
+        )
+    raise UnsupportedVersionError(f"{source}: unknown codebase_version {version!r}; expected 'v3.0'")
+
+
+def parse_info(doc: Any, source: str) -> DatasetInfo:
+    """Build a DatasetInfo from a parsed info.json, naming `source` and the key in every error."""
+    if not isinstance(doc, dict):
+        raise DatasetFormatError(f"{source}: expected a JSON object, got {type(doc).__name__}")
+    check_version(doc.get("codebase_version"), source)
+
+    def required(key: str) -> Any:
+        if key not in doc:
+            raise DatasetFormatError(f"{source}: required key {key!r} is missing")
+        return doc[key]
+
+    fps = required("fps")
+    if not isinstance(fps, (int, float)) or fps <= 0:
+        raise DatasetFormatError(f"{source}: 'fps' must be a positive number, got {fps!r}")
+    features = required("features")
+    if not isinstance(features, dict) or not features:
+        raise DatasetFormatError(f"{source}: 'features' must be a non-empty object")
+    for name, feat in features.items():
+        if not isinstance(feat, dict) or "dtype" not in feat or "shape" not in feat:
+            raise DatasetFormatError(f"{source}: feature {name!r} needs 'dtype' and 'shape', got {feat!r}")
+    data_path = check_relative(doc.get("data_path") or DEFAULT_DATA_PATH, what=f"{source} data_path")
+    has_video = any(f.get("dtype") == "video" for f in features.values())
+    video_path = doc.get("video_path")
+    if video_path is None and has_video:
+        video_path = DEFAULT_VIDEO_PATH
+    if video_path is not None:
+        video_path = check_relative(video_path, what=f"{source} video_path")
+    return DatasetInfo(
+        codebase_version=doc["codebase_version"],
+        fps=int(round(fps)) if float(fps).is_integer() else fps,
+        features=features,
+        total_episodes=int(doc.get("total_episodes", 0)),
+        total_frames=int(doc.get("total_frames", 0)),
+        total_tasks=int(doc.get("total_tasks", 0)),
+        chunks_size=int(doc.get("chunks_size", DEFAULT_CHUNKS_SIZE)),
+        data_files_size_in_mb=float(doc.get("data_files_size_in_mb", DEFAULT_DATA_FILE_MB)),
+        video_files_size_in_mb=float(doc.get("video_files_size_in_mb", DEFAULT_VIDEO_FILE_MB)),
+        data_path=data_path,
+        video_path=video_path,
+        robot_type=doc.get("robot_type"),
+        splits=dict(doc.get("splits") or {}),
+        raw=doc,
+    )
+
+
+def loads_info(text: str, source: str) -> DatasetInfo:
+    """Parse info.json text; malformed JSON is reported with the file, line and column."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetFormatError(
+            f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
+    return parse_info(doc, source)

@@ -1,0 +1,77 @@
+"""Per-episode feature statistics and their aggregation into `meta/stats.json`.
+
+Aggregation follows lerobot: count-weighted mean, the parallel (Chan et al.) formula for the variance, element-wise
+min/max, summed counts. Quantiles cannot be merged exactly from summaries; like lerobot they are averaged with count
+weights, which is exact for identical distributions and an approximation otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+
+
+def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats over axis 0 of a (N, ...) array of one episode's values."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:
+        values = values[:, None]
+    stats = {
+        "min": values.min(axis=0),
+        "max": values.max(axis=0),
+        "mean": values.mean(axis=0),
+        "std": values.std(axis=0),
+        "count": np.array([len(values)], dtype=np.int64),
+    }
+    for name, q in QUANTILES.items():
+        stats[name] = np.quantile(values, q, axis=0)
+    return stats
+
+
+def image_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-channel stats of uint8 frames (T, H, W, C), scaled to [0, 1] and shaped (C, 1, 1) like lerobot's."""
+    t, h, w, c = frames_thwc.shape
+    pixels = frames_thwc.reshape(-1, c).astype(np.float64) / 255.0
+    stats = feature_stats(pixels)
+    out = {k: v.reshape(c, 1, 1) for k, v in stats.items() if k != "count"}
+    out["count"] = np.array([t], dtype=np.int64)
+    return out
+
+
+def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
+    """Combine per-episode stats of every feature into dataset stats."""
+    features = sorted({f for ep in per_episode for f in ep})
+    result: dict[str, dict[str, np.ndarray]] = {}
+    for feat in features:
+        parts = [ep[feat] for ep in per_episode if feat in ep]
+        counts = np.array([float(p["count"].reshape(-1)[0]) for p in parts])
+        total = counts.sum()
+        weights = counts / total
+        means = np.stack([p["mean"] for p in parts])
+        wshape = (-1,) + (1,) * (means.ndim - 1)
+        mean = (weights.reshape(wshape) * means).sum(axis=0)
+        variances = np.stack([p["std"] ** 2 for p in parts])
+        var = (weights.reshape(wshape) * (variances + (means - mean) ** 2)).sum(axis=0)
+        agg = {
+            "min": np.min(np.stack([p["min"] for p in parts]), axis=0),
+            "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": np.array([int(total)], dtype=np.int64),
+        }
+        for q in QUANTILES:
+            if all(q in p for p in parts):
+                agg[q] = (weights.reshape(wshape) * np.stack([p[q] for p in parts])).sum(axis=0)
+        result[feat] = agg
+    return result
+
+
+def stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    return {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in stats.items()}
+
+
+def stats_from_json(doc: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    return {f: {k: np.asarray(v) for k, v in s.items()} for f, s in doc.items()}

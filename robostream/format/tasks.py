@@ -1,0 +1,36 @@
+"""`meta/tasks.parquet`: task strings by task_index.
+
+lerobot writes it from a pandas DataFrame whose index is the task string, so the string arrives either as a `task`
+column or as the pandas index column; both are accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from robostream.errors import DatasetFormatError
+
+
+def read_tasks(path: Path) -> dict[int, str]:
+    """Map task_index -> task string."""
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError as exc:
+        raise DatasetFormatError(f"{path}: tasks file not found; a v3.0 dataset needs meta/tasks.parquet") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetFormatError(f"{path}: not a readable parquet file: {exc}") from exc
+    names = table.column_names
+    text_col = "task" if "task" in names else next((n for n in names if n.startswith("__index_level_")), None)
+    if text_col is None or "task_index" not in names:
+        raise DatasetFormatError(f"{path}: expected columns 'task' (or the pandas index) and 'task_index', got {names}")
+    return {int(i): str(t) for i, t in zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist())}
+
+
+def write_tasks(path: Path, tasks: dict[int, str]) -> None:
+    """Write tasks the way lerobot does: a DataFrame indexed by the task string with a task_index column."""
+    frame = pd.DataFrame({"task_index": list(tasks.keys())}, index=pd.Index(list(tasks.values()), name="task"))
+    frame.to_parquet(path)

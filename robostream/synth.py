@@ -1,0 +1,187 @@
+"""Deterministic sample-dataset generator: the embedded default dataset of the demo, the benchmark and the tests.
+
+Frames exercise the codec (a moving disc, a drifting gradient and per-camera noise, so cameras compress to
+different sizes and their files roll over at different episodes) and carry a machine-readable marker: three rows
+of 16 black/white blocks at the top encode (episode_index, frame_index, camera number), so a test can prove which
+frame a loader returned after lossy compression. Episodes are rendered and encoded in parallel processes and
+appended by the v3.0 writer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robostream.format.stats import image_stats
+from robostream.format.writer import DatasetWriter
+from robostream.video.encode import encode_video
+
+MARKER_BITS = 16
+TASKS = (
+    "pick up the red cube and place it in the bin",
+    "open the top drawer",
+    "push the blue block to the goal",
+    "fold the towel in half",
+)
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    episodes: int = 40
+    cameras: int = 3
+    height: int = 256
+    width: int = 256
+    fps: int = 20
+    episode_length: int = 200
+    state_dim: int = 14
+    codec: str = "av1"
+    gop: int = 2
+    crf: int = 30
+    preset: int | None = 12
+    data_file_mb: float = 100
+    video_file_mb: float = 200
+    seed: int = 0
+
+
+def camera_key(camera: int) -> str:
+    return f"observation.images.cam{camera}"
+
+
+def marker_geometry(height: int, width: int) -> tuple[int, int]:
+    """(block height, block width) of the marker grid; blocks span the full width."""
+    if width < MARKER_BITS * 4 or height < 48:
+        raise ValueError(f"frames of {height}x{width} are too small for the frame marker (need >= 48x64)")
+    return max(4, height // 32), width // MARKER_BITS
+
+
+def draw_marker(frame: np.ndarray, values: tuple[int, ...]) -> None:
+    """Paint each value as a row of 16 black/white blocks (most significant bit first) at the top of (H, W, 3)."""
+    bh, bw = marker_geometry(*frame.shape[:2])
+    for row, value in enumerate(values):
+        bits = (int(value) >> np.arange(MARKER_BITS - 1, -1, -1)) & 1
+        band = np.repeat(bits.astype(np.uint8) * 255, bw)
+        frame[row * bh:(row + 1) * bh, :len(band), :] = band[None, :, None]
+
+
+def read_marker(frame: np.ndarray, rows: int = 3) -> tuple[int, ...]:
+    """Decode the marker of a uint8 frame, (H, W, 3) or (3, H, W), as drawn by `draw_marker`."""
+    frame = np.asarray(frame)
+    if frame.ndim == 3 and frame.shape[0] == 3 and frame.shape[-1] != 3:
+        frame = frame.transpose(1, 2, 0)
+    bh, bw = marker_geometry(*frame.shape[:2])
+    luma = frame[..., :3].astype(np.float32).mean(axis=-1)
+    values = []
+    for row in range(rows):
+        cells = luma[row * bh + bh // 4: (row + 1) * bh - bh // 4, : MARKER_BITS * bw]
+        cells = cells.reshape(cells.shape[0], MARKER_BITS, bw)[:, :, bw // 4: bw - bw // 4]
+        bits = cells.mean(axis=(0, 2)) > 127.5
+        values.append(int("".join("1" if b else "0" for b in bits), 2))
+    return tuple(values)
+
+
+def render_camera(episode: int, camera: int, length: int, height: int, width: int, seed: int) -> np.ndarray:
+    """uint8 (T, H, W, 3) frames of one camera of one episode."""
+    rng = np.random.default_rng([seed, episode, camera])
+    t = np.arange(length, dtype=np.float32)[:, None, None]
+    y = np.arange(height, dtype=np.float32)[None, :, None]
+    x = np.arange(width, dtype=np.float32)[None, None, :]
+    phase = rng.uniform(0, 2 * np.pi, size=3).astype(np.float32)
+    gradient = 90 + 60 * np.sin(2 * np.pi * (x / width + y / height) + 0.05 * t + phase[0])
+    cy = height * (0.5 + 0.3 * np.sin(0.07 * t + phase[1]))
+    cx = width * (0.5 + 0.3 * np.cos(0.05 * t + phase[2]))
+    disc = ((y - cy) ** 2 + (x - cx) ** 2) < (0.12 * min(height, width)) ** 2
+    frames = np.empty((length, height, width, 3), dtype=np.uint8)
+    tint = np.array([1.0, 0.8 + 0.1 * camera, 0.6], dtype=np.float32)
+    noise_amplitude = 3 + 5 * camera
+    for i in range(length):
+        base = np.where(disc[i], 220.0, gradient[i])[..., None] * tint
+        noise = rng.normal(0, noise_amplitude, size=(height, width, 1)).astype(np.float32)
+        frames[i] = np.clip(base + noise, 0, 255).astype(np.uint8)
+        draw_marker(frames[i], (episode, i, camera))
+    return frames
+
+
+def episode_lengths(config: SynthConfig) -> list[int]:
+    rng = np.random.default_rng([config.seed, 1_000_003])
+    low, high = int(config.episode_length * 0.75), int(config.episode_length * 1.25)
+    return [int(n) for n in rng.integers(max(low, 2), max(high, 3) + 1, size=config.episodes)]
+
+
+def episode_tasks(episode: int, length: int) -> list[str]:
+    """One task per frame; every fifth episode switches task half-way, so per-frame tasks are exercised."""
+    first = TASKS[episode % len(TASKS)]
+    if episode % 5 == 4:
+        return [first] * (length // 2) + [TASKS[(episode + 1) % len(TASKS)]] * (length - length // 2)
+    return [first] * length
+
+
+def episode_table(episode: int, length: int, state_dim: int, seed: int) -> dict[str, np.ndarray]:
+    """Smooth joint trajectories; the action is the next state."""
+    rng = np.random.default_rng([seed, episode, 99])
+    t = np.arange(length + 1, dtype=np.float64)[:, None]
+    freq = rng.uniform(0.02, 0.1, size=state_dim)
+    phase = rng.uniform(0, 2 * np.pi, size=state_dim)
+    trajectory = np.sin(freq * t + phase) + 0.01 * episode
+    return {"observation.state": trajectory[:-1].astype(np.float32), "action": trajectory[1:].astype(np.float32)}
+
+
+def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, dict]]:
+    """Worker: render and encode every camera of one episode; returns per camera (mp4 path, image stats)."""
+    config_dict, episode, length, tmp = args
+    config = SynthConfig(**config_dict)
+    out = {}
+    for camera in range(config.cameras):
+        frames = render_camera(episode, camera, length, config.height, config.width, config.seed)
+        path = Path(tmp) / f"ep{episode:06d}-cam{camera}.mp4"
+        encode_video(frames, path, config.fps, config.codec, config.gop, config.crf, preset=config.preset)
+        stride = max(1, length // 32)
+        stats = image_stats(frames[::stride, ::4, ::4])
+        stats["count"] = np.array([length], dtype=np.int64)
+        out[camera_key(camera)] = (str(path), stats)
+    return out
+
+
+def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: bool = False,
+             jobs: int | None = None) -> Path:
+    """Write the synthetic dataset to `root` and return it. Same config and seed give the same dataset."""
+    marker_geometry(config.height, config.width)
+    if config.episodes >= 2 ** MARKER_BITS or config.episode_length * 1.25 >= 2 ** MARKER_BITS:
+        raise ValueError("episodes and episode_length must stay below 65536 for the frame marker")
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [config.state_dim],
+                              "names": [f"joint_{i}" for i in range(config.state_dim)]},
+        "action": {"dtype": "float32", "shape": [config.state_dim],
+                   "names": [f"joint_{i}" for i in range(config.state_dim)]},
+    }
+    for camera in range(config.cameras):
+        features[camera_key(camera)] = {"dtype": "video", "shape": [config.height, config.width, 3],
+                                        "names": ["height", "width", "channels"]}
+    lengths = episode_lengths(config)
+    jobs = jobs or os.cpu_count() or 1
+    root = Path(root)
+    writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
+                           gop=config.gop, crf=config.crf, preset=config.preset,
+                           data_files_size_in_mb=config.data_file_mb, video_files_size_in_mb=config.video_file_mb,
+                           overwrite=overwrite)
+    tmp = tempfile.mkdtemp(prefix="robostream-synth-")
+    try:
+        with writer, ProcessPoolExecutor(max_workers=jobs) as pool:
+            work = [(asdict(config), e, n, tmp) for e, n in enumerate(lengths)]
+            for episode, encoded in enumerate(pool.map(_encode_episode, work)):
+                writer.add_episode(
+                    episode_table(episode, lengths[episode], config.state_dim, config.seed),
+                    task=episode_tasks(episode, lengths[episode]),
+                    video_files={k: path for k, (path, _) in encoded.items()},
+                    video_stats={k: stats for k, (_, stats) in encoded.items()},
+                )
+                for path, _ in encoded.values():
+                    os.unlink(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root

@@ -1,0 +1,173 @@
+"""Video decoders behind one small interface: frames by index, with their presentation times.
+
+Backends:
+- "torchcodec" (default): FFmpeg via torchcodec, on the CPU or on the GPU's NVDEC engine (`device="cuda"`).
+- "pyav": PyAV's bundled FFmpeg, CPU only; the fallback when torchcodec or system FFmpeg is unavailable.
+
+A decoder owns an open file and is not thread-safe: use one from one thread at a time (VideoDecoderCache hands
+each caller a lock with it). Never share a decoder across a fork: DataLoader workers open their own.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from robostream.errors import MissingFileError, VideoDecodeError
+
+BACKENDS = ("torchcodec", "pyav")
+
+
+class VideoDecoder(Protocol):
+    """What the datasets need from a decoder."""
+
+    path: str
+    fps: float
+    num_frames: int
+
+    def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
+        """Frames at the given (in-range) indices as uint8 (N, C, H, W) and their pts in seconds (N,)."""
+        ...
+
+
+@functools.cache
+def torchcodec_available() -> bool:
+    """True when torchcodec imports and finds FFmpeg libraries it can load."""
+    try:
+        import torchcodec.decoders  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return True
+
+
+def default_backend() -> str:
+    return "torchcodec" if torchcodec_available() else "pyav"
+
+
+class TorchCodecVideoDecoder:
+    """torchcodec's VideoDecoder in "exact" seek mode (frame index -> pts from a scan of the file's packets)."""
+
+    def __init__(self, path: str, device: str = "cpu", seek_mode: str = "exact") -> None:
+        from torchcodec.decoders import VideoDecoder as _TorchCodecDecoder
+
+        self.path = path
+        try:
+            self._decoder = _TorchCodecDecoder(path, device=device, seek_mode=seek_mode, dimension_order="NCHW")
+        except (RuntimeError, ValueError) as exc:
+            raise VideoDecodeError(f"{path}: torchcodec could not open the video on {device!r}: {exc}") from exc
+        meta = self._decoder.metadata
+        self.num_frames = int(meta.num_frames)
+        self.fps = float(meta.average_fps)
+
+    def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
+        try:
+            batch = self._decoder.get_frames_at(indices=list(indices))
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise VideoDecodeError(f"{self.path}: decoding frames {list(indices)[:8]}... failed: {exc}") from exc
+        return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
+
+
+class PyAVVideoDecoder:
+    """PyAV decoding by forward scan from the nearest earlier keyframe; re-seeks only for backward or far jumps."""
+
+    def __init__(self, path: str, reseek_after_s: float = 1.0) -> None:
+        import av
+
+        self.path = path
+        try:
+            self._container = av.open(path)
+            self._stream = self._container.streams.video[0]
+        except (av.error.FFmpegError, IndexError) as exc:
+            raise VideoDecodeError(f"{path}: PyAV could not open a video stream: {exc}") from exc
+        self._stream.thread_type = "AUTO"
+        rate = self._stream.average_rate or self._stream.guessed_rate
+        if not rate:
+            raise VideoDecodeError(f"{path}: the video stream declares no frame rate")
+        self.fps = float(rate)
+        self._time_base = self._stream.time_base
+        self._begin_s = float((self._stream.start_time or 0) * self._time_base)
+        self.num_frames = int(self._stream.frames) or self._count_packets()
+        self._reseek_after_s = reseek_after_s
+        self._frames = None  # live decode generator, or None when a seek is needed
+        self._pending = None  # the next decoded frame not yet consumed
+        self._last_time = -np.inf  # time of the last frame taken from the generator
+
+    def _count_packets(self) -> int:
+        count = sum(1 for p in self._container.demux(self._stream) if p.size)
+        self._container.seek(0, stream=self._stream)
+        return count
+
+    def _next_frame(self):
+        if self._pending is not None:
+            frame, self._pending = self._pending, None
+            return frame
+        frame = next(self._frames, None)
+        if frame is not None:
+            self._last_time = float(frame.time)
+        return frame
+
+    def _decode_nearest(self, target_s: float):
+        half = 0.5 / self.fps
+        if self._frames is None or target_s < self._last_time - half or target_s - self._last_time > self._reseek_after_s:
+            self._container.seek(max(0, int(round(target_s / self._time_base))), stream=self._stream, backward=True)
+            self._frames = self._container.decode(self._stream)
+            self._pending = None
+            self._last_time = -np.inf
+        previous = None
+        while True:
+            frame = self._next_frame()
+            if frame is None:  # past the end: the last frame is the nearest
+                self._frames = None
+                return previous
+            if float(frame.time) >= target_s - half:
+                self._pending = frame  # it may also be the nearest frame of the next target
+                return frame
+            previous = frame
+
+    def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
+        import av
+
+        unique = sorted(set(int(i) for i in indices))
+        decoded: dict[int, tuple[np.ndarray, float]] = {}
+        try:
+            for index in unique:
+                frame = self._decode_nearest(self._begin_s + index / self.fps)
+                if frame is None:
+                    raise VideoDecodeError(f"{self.path}: no frame decoded near index {index}")
+                decoded[index] = (frame.to_ndarray(format="rgb24"), float(frame.time))
+        except av.error.FFmpegError as exc:
+            self._frames = None
+            raise VideoDecodeError(f"{self.path}: PyAV failed decoding near frame {index}: {exc}") from exc
+        data = torch.from_numpy(np.stack([decoded[i][0] for i in indices])).permute(0, 3, 1, 2)
+        pts = np.array([decoded[i][1] for i in indices], dtype=np.float64)
+        return data, pts
+
+    def close(self) -> None:
+        self._container.close()
+
+
+def open_video_decoder(path: str | Path, backend: str | None = None, device: str = "cpu") -> VideoDecoder:
+    """Open `path` with the named backend (default: torchcodec when available) on `device` ("cpu" or "cuda")."""
+    path = str(path)
+    if not Path(path).is_file():
+        raise MissingFileError(f"{path}: video file not found")
+    backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"video_backend={backend!r}: expected one of {BACKENDS}")
+    if device != "cpu":
+        if backend != "torchcodec":
+            raise ValueError(f"video_decode_device={device!r} needs video_backend='torchcodec' (PyAV decodes on CPU)")
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(
+                f"video_decode_device={device!r}: this torch build has no CUDA device available "
+                f"(torch {torch.__version__}); use 'cpu' or install CUDA builds of torch and torchcodec")
+    if backend == "torchcodec":
+        if not torchcodec_available():
+            raise VideoDecodeError("torchcodec is not importable (missing FFmpeg libraries?); use video_backend='pyav'")
+        return TorchCodecVideoDecoder(path, device=device)
+    return PyAVVideoDecoder(path)

@@ -1,0 +1,116 @@
+"""Encoding helpers for the writer and the sample-dataset generator (PyAV with its bundled FFmpeg).
+
+Each episode is encoded alone; a camera's mp4 file is then built by concatenating episode mp4s with stream copy
+(no re-encode), with `movflags=faststart` so the index sits at the front and remote readers need one range read
+to open a file. This is how lerobot builds v3.0 files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+# SVT-AV1 prints a banner on every encoder open unless told otherwise.
+os.environ.setdefault("SVT_LOG", "1")
+
+CODECS = {"av1": "libsvtav1", "h264": "libx264", "hevc": "libx265"}
+
+
+def encoder_name(codec: str) -> str:
+    """Map a short codec name (av1, h264, hevc) or an FFmpeg encoder name to the encoder PyAV should open."""
+    name = CODECS.get(codec, codec)
+    if name not in av.codecs_available:
+        raise ValueError(f"video codec {codec!r}: encoder {name!r} is not in this PyAV build; use one of {sorted(CODECS)}")
+    return name
+
+
+def encode_video(frames: Iterable[np.ndarray], path: Path, fps: int, codec: str = "av1", gop: int = 2,
+                 crf: int = 30, pix_fmt: str = "yuv420p", preset: int | None = None) -> int:
+    """Encode uint8 RGB frames (H, W, 3) to `path`; returns the number of frames written.
+
+    `gop` is the keyframe interval (lerobot's default is 2, so any frame is at most one frame from a keyframe).
+    """
+    name = encoder_name(codec)
+    count = 0
+    container = av.open(str(path), mode="w", options={"movflags": "faststart"})
+    try:
+        stream = None
+        for frame in frames:
+            if stream is None:
+                height, width = frame.shape[:2]
+                stream = container.add_stream(name, rate=fps)
+                stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+                stream.time_base = Fraction(1, fps)
+                stream.codec_context.gop_size = gop
+                options = {"crf": str(crf)}
+                if name == "libsvtav1" and preset is not None:
+                    options["preset"] = str(preset)
+                if name == "libx264":
+                    options["preset"] = "veryfast" if preset is None else str(preset)
+                stream.options = options
+            video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+            video_frame.pts = count
+            container.mux(stream.encode(video_frame))
+            count += 1
+        if stream is None:
+            raise ValueError(f"{path}: no frames to encode")
+        container.mux(stream.encode(None))
+    finally:
+        container.close()
+    return count
+
+
+def count_frames(path: Path) -> int:
+    """Number of video packets (= frames) in an mp4, read from the index without decoding."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.frames:
+            return int(stream.frames)
+        return sum(1 for p in container.demux(stream) if p.size)
+
+
+def concat_videos(inputs: list[Path], output: Path, fps: int) -> list[float]:
+    """Concatenate mp4s encoded with identical settings into `output` by stream copy.
+
+    Returns each input's duration in seconds (frames / fps), i.e. the spans that become from/to timestamps.
+    The output is written to a temporary name and renamed, so an interrupted call leaves no partial file.
+    """
+    if not inputs:
+        raise ValueError(f"{output}: nothing to concatenate")
+    tmp = output.with_name(output.name + ".partial")
+    durations: list[float] = []
+    out = av.open(str(tmp), mode="w", format="mp4", options={"movflags": "faststart"})
+    try:
+        out_stream = None
+        offset_s = 0.0
+        for src in inputs:
+            with av.open(str(src)) as container:
+                stream = container.streams.video[0]
+                if out_stream is None:
+                    out_stream = out.add_stream_from_template(stream, opaque=True)
+                time_base = stream.time_base
+                shift = round(offset_s / time_base)
+                frames = 0
+                for packet in container.demux(stream):
+                    if packet.dts is None:  # the demuxer's end-of-stream flush packet
+                        continue
+                    packet.pts += shift
+                    packet.dts += shift
+                    packet.stream = out_stream
+                    out.mux(packet)
+                    frames += 1
+            duration = frames / fps
+            durations.append(duration)
+            offset_s += duration
+    except BaseException:
+        out.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    out.close()
+    os.replace(tmp, output)
+    return durations
