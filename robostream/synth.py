@@ -43,7 +43,7 @@ class SynthConfig:
     codec: str = "av1"
     gop: int = 2
     crf: int = 30
-    preset: int | None = 12
+    av1_preset: int = 12  # SVT-AV1's fastest; other codecs use their encoder's default speed
     data_file_mb: float = 100
     video_file_mb: float = 200
     seed: int = 0
@@ -139,7 +139,8 @@ def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, di
     for camera in range(config.cameras):
         frames = render_camera(episode, camera, length, config.height, config.width, config.seed)
         path = Path(tmp) / f"ep{episode:06d}-cam{camera}.mp4"
-        encode_video(frames, path, config.fps, config.codec, config.gop, config.crf, preset=config.preset)
+        encode_video(frames, path, config.fps, config.codec, config.gop, config.crf,
+                     preset=config.av1_preset if config.codec == "av1" else None)
         stride = max(1, length // 32)
         stats = image_stats(frames[::stride, ::4, ::4])
         stats["count"] = np.array([length], dtype=np.int64)
@@ -166,7 +167,7 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     jobs = jobs or os.cpu_count() or 1
     root = Path(root)
     writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
-                           gop=config.gop, crf=config.crf, preset=config.preset,
+                           gop=config.gop, crf=config.crf,
                            data_files_size_in_mb=config.data_file_mb, video_files_size_in_mb=config.video_file_mb,
                            overwrite=overwrite)
     tmp = tempfile.mkdtemp(prefix="robostream-synth-")

@@ -17,6 +17,7 @@ import torch
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.video.cache import VideoDecoderCache
+from robostream.video.decoder import default_backend
 from robostream.video.lookup import decode_at_timestamps
 
 
@@ -27,7 +28,8 @@ class CameraReader:
                  cache_size: int | None = None) -> None:
         self.meta = meta
         self.tolerance_s = tolerance_s
-        self.backend = backend
+        # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
+        self.backend = backend or default_backend()
         self.device = device
         # Default: every camera's current file stays open, plus room for the next file of each.
         self.cache = VideoDecoderCache(cache_size or max(4, 2 * len(meta.video_keys)))

@@ -106,7 +106,7 @@ class DatasetWriter:
 
     def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
                  robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
-                 preset: int | None = None, data_files_size_in_mb: float = 100, video_files_size_in_mb: float = 200,
+                 preset: str | int | None = None, data_files_size_in_mb: float = 100, video_files_size_in_mb: float = 200,
                  chunks_size: int = 1000, overwrite: bool = False) -> None:
         self.root = Path(root)
         if self.root.exists() and not overwrite:

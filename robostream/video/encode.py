@@ -30,10 +30,12 @@ def encoder_name(codec: str) -> str:
 
 
 def encode_video(frames: Iterable[np.ndarray], path: Path, fps: int, codec: str = "av1", gop: int = 2,
-                 crf: int = 30, pix_fmt: str = "yuv420p", preset: int | None = None) -> int:
+                 crf: int = 30, pix_fmt: str = "yuv420p", preset: str | int | None = None) -> int:
     """Encode uint8 RGB frames (H, W, 3) to `path`; returns the number of frames written.
 
     `gop` is the keyframe interval (lerobot's default is 2, so any frame is at most one frame from a keyframe).
+    `preset` is the encoder's own speed preset (SVT-AV1: 0-13, x264: "ultrafast".."placebo"); None keeps the
+    encoder default, except x264 which uses "veryfast".
     """
     name = encoder_name(codec)
     count = 0
@@ -48,10 +50,10 @@ def encode_video(frames: Iterable[np.ndarray], path: Path, fps: int, codec: str 
                 stream.time_base = Fraction(1, fps)
                 stream.codec_context.gop_size = gop
                 options = {"crf": str(crf)}
-                if name == "libsvtav1" and preset is not None:
+                if preset is not None:
                     options["preset"] = str(preset)
-                if name == "libx264":
-                    options["preset"] = "veryfast" if preset is None else str(preset)
+                elif name == "libx264":
+                    options["preset"] = "veryfast"
                 stream.options = options
             video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
             video_frame.pts = count

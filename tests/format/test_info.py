@@ -1,0 +1,45 @@
+import json
+
+import pytest
+
+from robostream.errors import DatasetFormatError, UnsupportedVersionError
+from robostream.format.info import loads_info, parse_info
+
+BASE = {
+    "codebase_version": "v3.0", "fps": 30, "total_episodes": 2, "total_frames": 10, "total_tasks": 1,
+    "features": {"action": {"dtype": "float32", "shape": [2], "names": None},
+                 "observation.images.top": {"dtype": "video", "shape": [48, 64, 3], "names": None}},
+}
+
+
+def test_unknown_and_v2_keys_are_ignored_and_defaults_filled():
+    doc = dict(BASE, total_videos=4, total_chunks=1, some_future_key={"x": 1}, video_files_size_in_mb=500)
+    info = parse_info(doc, "meta/info.json")
+    assert info.video_keys == ["observation.images.top"]
+    assert info.video_files_size_in_mb == 500
+    assert info.data_files_size_in_mb == 100
+    assert info.video_path.startswith("videos/{video_key}")
+    assert info.to_json_dict()["some_future_key"] == {"x": 1}
+
+
+def test_video_path_null_is_fine_without_video():
+    doc = dict(BASE, video_path=None, features={"action": BASE["features"]["action"]})
+    assert parse_info(doc, "info.json").video_path is None
+
+
+def test_v21_points_to_conversion():
+    with pytest.raises(UnsupportedVersionError, match="convert"):
+        parse_info(dict(BASE, codebase_version="v2.1"), "x/meta/info.json")
+
+
+def test_malformed_json_names_file_and_line():
+    text = json.dumps(BASE, indent=1)[:-5]
+    with pytest.raises(DatasetFormatError, match=r"x/meta/info.json: malformed JSON at line \d+"):
+        loads_info(text, "x/meta/info.json")
+
+
+@pytest.mark.parametrize("key", ["fps", "features"])
+def test_missing_required_key_is_named(key):
+    doc = {k: v for k, v in BASE.items() if k != key}
+    with pytest.raises(DatasetFormatError, match=repr(key)):
+        parse_info(doc, "info.json")
