@@ -50,9 +50,15 @@ def default_backend() -> str:
 
 
 class TorchCodecVideoDecoder:
-    """torchcodec's VideoDecoder in "exact" seek mode (frame index -> pts from a scan of the file's packets)."""
+    """torchcodec's VideoDecoder.
 
-    def __init__(self, path: str, device: str = "cpu", seek_mode: str = "exact") -> None:
+    seek_mode "approximate" (lerobot's choice, our default) maps frame index -> pts from the header's frame rate and
+    opens a file without reading it through; right for the constant-frame-rate files LeRobot writes, and a wrong
+    guess cannot pass silently because every frame's pts is checked against the requested time. "exact" scans every
+    packet when the file is opened (the whole file, remotely).
+    """
+
+    def __init__(self, path: str, device: str = "cpu", seek_mode: str = "approximate") -> None:
         from torchcodec.decoders import VideoDecoder as _TorchCodecDecoder
 
         self.path = path

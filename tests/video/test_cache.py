@@ -1,0 +1,66 @@
+import threading
+
+import pytest
+
+from robostream.format.metadata import load_metadata
+from robostream.video.cache import VideoDecoderCache
+
+
+@pytest.fixture()
+def video_files(av1_root):
+    meta = load_metadata(av1_root)
+    files = sorted({str(meta.local(meta.video_file(int(e), k), "t")) for k in meta.video_keys
+                    for e in meta.episodes.episode_index})
+    assert len(files) >= 3
+    return files
+
+
+def test_stats_are_exact_on_a_known_access_pattern(video_files):
+    a, b, c = video_files[:3]
+    cache = VideoDecoderCache(max_size=2)
+    pattern = [a, b, a, c, a, b, b, c]
+    # LRU of 2: a miss, b miss, a hit, c miss (evict b), a hit, b miss (evict c), b hit, c miss (evict a)
+    for path in pattern:
+        with cache.use(path) as decoder:
+            assert decoder.path == path
+    assert cache.stats() == {"hits": 3, "misses": 5, "evictions": 3, "hit_rate": 3 / 8, "size": 2}
+    cache.clear()
+    assert cache.stats() == {"hits": 0, "misses": 0, "evictions": 0, "hit_rate": 0.0, "size": 0}
+
+
+def test_same_decoder_is_returned_and_backends_are_separate_entries(video_files):
+    cache = VideoDecoderCache(max_size=4)
+    with cache.use(video_files[0]) as first:
+        pass
+    with cache.use(video_files[0]) as again:
+        assert again is first
+    with cache.use(video_files[0], backend="pyav") as other:
+        assert other is not first
+    assert cache.stats()["misses"] == 2 and cache.stats()["hits"] == 1
+
+
+def test_concurrent_threads_count_every_lookup(video_files):
+    cache = VideoDecoderCache(max_size=len(video_files))
+    for path in video_files:  # warm: every later lookup is a hit
+        with cache.use(path):
+            pass
+
+    def work():
+        for _ in range(50):
+            for path in video_files:
+                with cache.use(path):
+                    pass
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = cache.stats()
+    assert stats["misses"] == len(video_files) and stats["hits"] == 4 * 50 * len(video_files)
+    assert stats["evictions"] == 0
+
+
+def test_size_must_be_positive():
+    with pytest.raises(ValueError, match="max_size"):
+        VideoDecoderCache(max_size=0)
