@@ -1,0 +1,7 @@
+"""robostream: fast, exact, resumable loading of LeRobot-format robot datasets into PyTorch."""
+
+from robostream.datasets.map_style import LeRobotDataset
+from robostream.video.cache import VideoDecoderCache
+
+__all__ = ["LeRobotDataset", "VideoDecoderCache"]
+__version__ = "0.1.0"
