@@ -8,19 +8,18 @@ squeezed to (C, H, W).
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.frames import FrameTable, load_frame_table
+from robostream.datasets.sample import SampleAssembler
 from robostream.format.metadata import DatasetMetadata, load_metadata
-from robostream.plan.windows import delta_offsets, window_indices
+from robostream.plan.windows import delta_offsets
 from robostream.video.decoder import BACKENDS
 
 
@@ -42,13 +41,6 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     if not chosen:
         raise ValueError("episodes= selects no episode")
     return chosen
-
-
-def _decode_png(cell: Mapping[str, Any]) -> torch.Tensor:
-    from PIL import Image
-
-    image = np.asarray(Image.open(io.BytesIO(cell["bytes"])).convert("RGB"))
-    return torch.from_numpy(image.copy()).permute(2, 0, 1)
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -79,6 +71,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.frames: FrameTable = load_frame_table(self.meta, self.episodes)
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)
+        self.assembler = SampleAssembler(self.meta, self.frames, self.delta_offsets, return_uint8, image_transforms)
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------
     @property
@@ -114,48 +107,8 @@ class LeRobotDataset(torch.utils.data.Dataset):
         if not -n <= position < n:
             raise IndexError(f"index {position} out of range for a dataset of {n} frames")
         row = int(position) % n
-        columns = self.frames.columns
-        episode = int(columns["episode_index"][row])
-        ep_row = self.meta.episodes.row_of(episode)
-        ep_from, ep_to = int(self.meta.episodes.from_index[ep_row]), int(self.meta.episodes.to_index[ep_row])
-        index = int(columns["index"][row])
-        first_row = self.frames.episode_first_row[episode]
-
-        def rows_of(global_indices: np.ndarray) -> np.ndarray:
-            return first_row + (global_indices - ep_from)
-
-        item: dict[str, Any] = {}
-        query_rows: dict[str, np.ndarray] = {}
-        for key, offsets in self.delta_offsets.items():
-            query, is_pad = window_indices(index, ep_from, ep_to, offsets)
-            query_rows[key] = rows_of(query)
-            item[f"{key}_is_pad"] = torch.from_numpy(is_pad)
-        for key, values in columns.items():
-            item[key] = torch.from_numpy(np.array(values[query_rows[key]] if key in query_rows else values[row]))
-        for key, values in self.frames.strings.items():
-            item[key] = values[row]
-        for key, cells in self.frames.images.items():
-            rows = query_rows.get(key, np.array([row]))
-            frames = torch.stack([_decode_png(cells[int(r)].as_py()) for r in rows])
-            item[key] = self._finish_camera(frames, squeeze=key not in query_rows)
-        if self.meta.video_keys:
-            timestamps = columns["timestamp"]
-            wanted = {k: timestamps[query_rows.get(k, np.array([row]))].astype(np.float64) for k in self.meta.video_keys}
-            for key, frames in self.cameras.decode_many(episode, wanted).items():
-                item[key] = self._finish_camera(frames, squeeze=frames.shape[0] == 1)
-        item["task"] = self.meta.task(int(columns["task_index"][row]))
-        return item
-
-    def _finish_camera(self, frames: torch.Tensor, squeeze: bool) -> torch.Tensor:
-        """uint8 (T, C, H, W) -> float in [0, 1] unless return_uint8.
-
-        lerobot squeezes a video window of one frame to (C, H, W) (also a one-element delta list), while parquet
-        images are only unstacked when the key has no deltas; `squeeze` says which applies.
-        """
-        if not self.return_uint8:
-            frames = frames.to(torch.float32) / 255.0
-        if squeeze:
-            frames = frames.squeeze(0)
-        if self.image_transforms is not None:
-            frames = self.image_transforms(frames)
-        return frames
+        windows = self.assembler.query_rows(row)
+        episode = int(self.frames.columns["episode_index"][row])
+        wanted = {k: self.assembler.timestamps(rows) for k, rows in self.assembler.video_rows(row, windows[0]).items()}
+        video = self.cameras.decode_many(episode, wanted) if wanted else {}
+        return self.assembler.assemble(row, video, windows)
