@@ -62,12 +62,24 @@ def samples_per_worker(batches: int, num_workers: int, batch_size: int, quota: i
     return delivered
 
 
+def sequential_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
+    """How many samples each stream gives after `picks` picks that exhaust the streams one after the other."""
+    remaining = np.asarray(remaining, dtype=np.int64)
+    return np.clip(picks - np.concatenate([[0], np.cumsum(remaining)[:-1]]), 0, remaining)
+
+
 def stream_offsets_after(start_offsets: Sequence[int], stream_lengths: Sequence[int], consumers: int,
-                         emitted: Sequence[int]) -> list[int]:
-    """Per-stream offsets once consumer k (of `consumers`) has emitted emitted[k] samples since `start_offsets`."""
+                         emitted: Sequence[int], interleaved: bool = True) -> list[int]:
+    """Per-stream offsets once consumer k (of `consumers`) has emitted emitted[k] samples since `start_offsets`.
+
+    Consumer k owns streams k, k + consumers, ...; `interleaved` says whether it reads them round-robin (shuffled
+    epochs) or one after the other (chronological epochs). Samples emitted beyond the streams' end (padding)
+    do not move the offsets.
+    """
     offsets = np.asarray(start_offsets, dtype=np.int64).copy()
     lengths = np.asarray(stream_lengths, dtype=np.int64)
+    count = round_robin_counts if interleaved else sequential_counts
     for consumer in range(consumers):
         streams = np.arange(consumer, len(offsets), consumers)
-        offsets[streams] += round_robin_counts(lengths[streams] - offsets[streams], emitted[consumer])
+        offsets[streams] += count(lengths[streams] - offsets[streams], emitted[consumer])
     return offsets.tolist()

@@ -1,0 +1,57 @@
+"""StreamingDataLoader: a torch DataLoader that can save and restore the position of a StreamingLeRobotDataset.
+
+Worker processes hold their own copies of the dataset, so the position is not read from them: the loader counts the
+batches the training loop consumed and derives every worker's progress (batch b comes from worker b % num_workers,
+and all workers yield the same number of batches), then every canonical stream's offset. Training loops:
+
+    loader = StreamingDataLoader(dataset, batch_size=32, num_workers=4)
+    loader.load_state_dict(checkpoint["data"])      # optional: resume mid-epoch, any layout dividing C
+    for batch in loader: ...                         # one batch per step on every rank
+        checkpoint["data"] = loader.state_dict()     # JSON-serialisable; rank 0's describes the whole job
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.plan.resume import samples_per_worker
+
+
+class StreamingDataLoader(DataLoader):
+    """DataLoader over a StreamingLeRobotDataset with `state_dict()` / `load_state_dict()`."""
+
+    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 1, num_workers: int = 0,
+                 **kwargs: Any) -> None:
+        if not isinstance(dataset, StreamingLeRobotDataset):
+            raise TypeError("StreamingDataLoader needs a StreamingLeRobotDataset")
+        if kwargs.get("persistent_workers"):
+            raise ValueError("persistent_workers=True would keep workers on a stale epoch/resume state; leave it off")
+        if kwargs.get("in_order") is False:
+            raise ValueError("in_order=False makes the batch order (and so the resume position) nondeterministic")
+        if batch_size is None:
+            raise ValueError("StreamingDataLoader needs a batch_size (the resume arithmetic counts batches)")
+        super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
+        self._batches = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self._batches = 0
+        for batch in super().__iter__():
+            self._batches += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset position after the batches consumed so far in the current pass."""
+        dataset: StreamingLeRobotDataset = self.dataset
+        workers = max(1, self.num_workers)
+        consumer = dataset.consumer(num_workers=workers, worker=0)
+        _, _, _, quota = dataset.epoch_plan(consumer.count)
+        per_worker = samples_per_worker(self._batches, workers, self.batch_size, quota)
+        return dataset.state_dict(emitted_per_consumer=per_worker * consumer.world_size, num_workers=workers)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state)
+        self._batches = 0

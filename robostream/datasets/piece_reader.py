@@ -1,0 +1,66 @@
+"""Decoded frames of one live piece, kept exactly as long as a later sample of the piece still needs them.
+
+A piece's samples are emitted in a known order (see plan/schedule.py), so for every frame the last sample that
+uses it is known in advance: frames are decoded in small look-ahead batches (one decoder call per camera for the
+next `decode_ahead` samples' missing frames) and dropped right after their last use. Overlapping windows therefore
+decode each frame about once, and memory per live piece stays at the window's working set plus the look-ahead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+
+Decode = Callable[[int, Mapping[str, np.ndarray]], dict[str, torch.Tensor]]  # (episode, rows by key) -> frames
+
+
+class PieceReader:
+    """Frames of one piece of one episode, for samples taken in `sample_rows` order."""
+
+    def __init__(self, episode: int, sample_rows: np.ndarray, needed_rows: Mapping[str, np.ndarray],
+                 decode: Decode, decode_ahead: int) -> None:
+        """needed_rows[key] is (len(sample_rows), T): the rows each sample needs from camera `key`."""
+        self.episode = episode
+        self.sample_rows = sample_rows
+        self.needed = dict(needed_rows)
+        self._decode = decode
+        self.decode_ahead = max(1, decode_ahead)
+        self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
+        self._last_use: dict[str, dict[int, int]] = {}
+        for key, rows in self.needed.items():
+            positions = np.repeat(np.arange(len(rows)), rows.shape[1])
+            flat = rows.reshape(-1)
+            # The last position wins when a dict is built from pairs in increasing position order.
+            self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
+        self.decoded = 0  # frames returned by the decoder for this piece
+        self.resident_peak = 0  # most frames held at once, all cameras
+
+    def frames_for(self, position: int) -> dict[str, torch.Tensor]:
+        """uint8 (T, C, H, W) per camera for the sample at `position`, then forget frames no longer needed."""
+        missing = {k: [r for r in np.unique(rows[position]).tolist() if r not in self.frames[k]]
+                   for k, rows in self.needed.items()}
+        if any(missing.values()):
+            self._fill(position)
+        out = {k: torch.stack([self.frames[k][r] for r in rows[position].tolist()]) for k, rows in self.needed.items()}
+        self.resident_peak = max(self.resident_peak, sum(len(f) for f in self.frames.values()))
+        for key, rows in self.needed.items():
+            last_use, store = self._last_use[key], self.frames[key]
+            for row in np.unique(rows[position]).tolist():
+                if last_use[row] <= position:
+                    store.pop(row, None)
+        return out
+
+    def _fill(self, position: int) -> None:
+        ahead = slice(position, min(position + self.decode_ahead, len(self.sample_rows)))
+        wanted = {}
+        for key, rows in self.needed.items():
+            candidates = np.unique(rows[ahead])
+            todo = [r for r in candidates.tolist() if r not in self.frames[key]]
+            if todo:
+                wanted[key] = np.asarray(todo, dtype=np.int64)
+        for key, frames in self._decode(self.episode, wanted).items():
+            for row, frame in zip(wanted[key].tolist(), frames):
+                self.frames[key][row] = frame
+            self.decoded += len(wanted[key])
