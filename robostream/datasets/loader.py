@@ -47,10 +47,15 @@ class StreamingDataLoader(DataLoader):
         """The dataset position after the batches consumed so far in the current pass."""
         dataset: StreamingLeRobotDataset = self.dataset
         workers = max(1, self.num_workers)
-        consumer = dataset.consumer(num_workers=workers, worker=0)
-        _, _, _, quota = dataset.epoch_plan(consumer.count)
-        per_worker = samples_per_worker(self._batches, workers, self.batch_size, quota)
-        return dataset.state_dict(emitted_per_consumer=per_worker * consumer.world_size, num_workers=workers)
+        world = dataset.consumer(num_workers=workers, worker=0).world_size
+        plan = dataset.epoch_plan(world, workers)
+        emitted = [0] * (world * workers)
+        for rank in range(world):  # ranks consume in lockstep: every rank's workers delivered alike
+            roles = [rank * workers + (j + plan.rotation) % workers for j in range(workers)]
+            delivered = samples_per_worker(self._batches, [plan.quotas[r] for r in roles], self.batch_size)
+            for r, n in zip(roles, delivered):
+                emitted[r] = n
+        return dataset.state_dict(emitted_by_role=emitted, num_workers=workers, batches=self._batches)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)

@@ -22,7 +22,9 @@ Memory and randomness knobs:
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,16 @@ from robostream.video.decoder import BACKENDS
 
 STATE_VERSION = 1
 PARTITIONS = ("contiguous", "files")
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    pieces: list[list[Piece]]  # per canonical stream
+    natural: list[int]  # samples each stream holds
+    start: list[int]  # per stream: samples already consumed
+    quotas: list[int]  # per consumer role: samples it still yields
+    repeats_done: list[int]  # per consumer role: padding samples already yielded
+    rotation: int  # worker role shift after a same-layout resume
 
 
 class StreamingLeRobotDataset(IterableDataset):
@@ -92,7 +104,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self.stride = window_stride([offsets[k] for k in self.meta.video_keys if k in offsets]) if shuffle else 1
         self.lengths = np.array([self.assembler.episode_rows(e)[1] for e in self.episodes], dtype=np.int64)
         self.epoch = 0
-        self._start_offsets: list[int] | None = None  # offsets to resume from at the next __iter__
+        self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
         self._emitted = 0  # samples this process emitted in its current pass (in-process iteration)
         self.frames_decoded = 0
         self.frames_delivered = 0
@@ -123,45 +135,60 @@ class StreamingLeRobotDataset(IterableDataset):
                 f"partition='files': episodes sharing files form {len(groups)} groups, fewer than the "
                 f"{canonical} canonical streams (files of different cameras roll over at different episodes); "
                 f"use partition='contiguous' or fewer canonical streams")
-        rank_of = {g: i for i, g in enumerate(order)}  # groups are visited in the epoch's episode order
+        order_rank = {int(p): i for i, p in enumerate(order)}  # a stream visits its groups in epoch order
         bins = partition_episodes([int(self.lengths[g].sum()) for g in groups], canonical)
-        return [[(p, 0, int(self.lengths[p])) for gi in sorted(b, key=lambda gi: rank_of[groups[gi][0]])
+        return [[(p, 0, int(self.lengths[p])) for gi in sorted(b, key=lambda gi: order_rank[groups[gi][0]])
                  for p in groups[gi]] for b in bins]
 
-    def epoch_plan(self, consumers: int) -> tuple[list[list[Piece]], list[int], list[int], int]:
-        """(pieces per stream, stream lengths, start offsets, per-consumer quota) of the coming iteration."""
+    def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan:
+        """Streams, their progress and every consumer role's quota for the coming iteration."""
+        consumers = world_size * num_workers
         canonical = self.resolved_canonical_streams(consumers)
         owned_streams(0, consumers, canonical)  # validates the layout against the canonical count
         pieces = self.stream_pieces(canonical)
-        lengths = [sum(stop - first for _, first, stop in stream) for stream in pieces]
-        start = self._start_offsets or [0] * canonical
+        natural = [sum(stop - first for _, first, stop in stream) for stream in pieces]
+        resume = self._resume or {}
+        start = resume.get("stream_offsets") or [0] * canonical
         if len(start) != canonical:
             raise ValueError(f"resume state has {len(start)} stream offsets for {canonical} canonical streams")
-        quota = consumer_quota([n - o for n, o in zip(lengths, start)], consumers, self.uneven)
-        return pieces, lengths, list(start), quota
+        if resume.get("layout") == [world_size, num_workers]:
+            # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
+            return EpochPlan(pieces, natural, start, list(resume["quota_left"]), list(resume["repeats_done"]),
+                             int(resume["worker_rotation"]))
+        # Fresh epoch or new layout: equal quotas, so ranks get equal batch counts (pad repeats, drop cuts).
+        quota = consumer_quota([n - o for n, o in zip(natural, start)], consumers, self.uneven)
+        return EpochPlan(pieces, natural, start, [quota] * consumers, [0] * consumers, 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration produces (clears a resume state of another epoch)."""
         if epoch != self.epoch:
-            self._start_offsets = None
+            self._resume = None
         self.epoch = epoch
 
     # -- resume ----------------------------------------------------------------------------------------------
-    def state_dict(self, emitted_per_consumer: Sequence[int] | None = None, num_workers: int = 1) -> dict[str, Any]:
-        """A small JSON-serialisable state: epoch, seed, canonical stream count and each stream's offset.
+    def state_dict(self, emitted_by_role: Sequence[int] | None = None, num_workers: int = 1,
+                   batches: int = 0) -> dict[str, Any]:
+        """A small JSON-serialisable state: each canonical stream's offset plus what the layout still owes.
 
-        Without arguments it describes in-process iteration (no DataLoader workers). StreamingDataLoader passes
-        what every consumer delivered, computed from the batches the training loop consumed.
+        Without arguments it describes in-process iteration (no DataLoader workers); StreamingDataLoader passes
+        what every consumer role delivered, derived from the `batches` the training loop consumed.
         """
-        consumer = self.consumer(num_workers=num_workers, worker=0)
-        _, lengths, start, _ = self.epoch_plan(consumer.count)
+        _, world = self._rank_world or resolve_rank_world()
+        plan = self.epoch_plan(world, num_workers)
+        consumers = world * num_workers
         # Ranks consume in lockstep, so in-process iteration on this rank stands for every consumer.
-        emitted = list(emitted_per_consumer) if emitted_per_consumer is not None else [self._emitted] * consumer.count
-        offsets = stream_offsets_after(start, lengths, consumer.count, emitted, interleaved=self.shuffle)
-        canonical = len(lengths)
+        emitted = list(emitted_by_role) if emitted_by_role is not None else [self._emitted] * consumers
+        offsets = stream_offsets_after(plan.start, plan.natural, consumers, emitted, interleaved=self.shuffle)
+        repeats = []
+        for role in range(consumers):
+            left = sum(plan.natural[s] - plan.start[s] for s in owned_streams(role, consumers, len(plan.start)))
+            repeats.append(plan.repeats_done[role] + max(0, emitted[role] - left))
         return {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
-                "canonical_streams": canonical, "num_episodes": len(self.episodes),
-                "stream_offsets": [int(o) for o in offsets]}
+                "num_episodes": len(self.episodes), "canonical_streams": len(plan.start),
+                "stream_offsets": [int(o) for o in offsets], "layout": [world, num_workers],
+                "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
+                "repeats_done": [int(r) for r in repeats],
+                "worker_rotation": int((plan.rotation + batches) % num_workers)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from `state` at the next iteration (on any layout whose consumer count divides C)."""
@@ -176,48 +203,56 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError("resume state: stream_offsets must have one entry per canonical stream")
         self.epoch = int(state["epoch"])
         self.canonical_streams = int(state["canonical_streams"])
-        self._start_offsets = [int(o) for o in state["stream_offsets"]]
+        self._resume = {k: state[k] for k in ("stream_offsets", "layout", "quota_left", "repeats_done",
+                                              "worker_rotation")}
 
     # -- iteration -------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         consumer = self.consumer()
-        pieces, _, start, quota = self.epoch_plan(consumer.count)
-        streams = owned_streams(consumer.index, consumer.count, len(pieces))
+        plan = self.epoch_plan(consumer.world_size, consumer.num_workers)
+        # After a same-layout resume, worker j plays the role of the worker whose batch comes next.
+        role = consumer.rank * consumer.num_workers + (consumer.worker + plan.rotation) % consumer.num_workers
+        streams = owned_streams(role, consumer.count, len(plan.pieces))
+        # A consumer owed more than its streams hold (uneven="pad") repeats its epoch's samples from the start.
+        repeats = itertools.islice(self._repeat_picks(plan, streams), plan.repeats_done[role], None)
+        picks = itertools.chain(self._consumer_picks(plan, streams, plan.start), repeats)
         self._emitted = 0
-        picks = self._consumer_picks(pieces, streams, start)
-        if self.uneven == "pad":  # then repeat the epoch's samples of these streams until the quota is met
-            picks = itertools.chain(picks, self._padding_picks(pieces, streams))
         readers: dict[tuple[int, int], PieceReader] = {}
         try:
-            for pick in itertools.islice(picks, quota):
-                yield self._sample(pieces, pick, readers)
-                self._emitted += 1
+            for pick in itertools.islice(picks, plan.quotas[role]):
+                sample = self._sample(plan.pieces, pick, readers)
+                self._emitted += 1  # counted before the yield: a consumer may never ask for the next one
+                yield sample
         finally:
             self.frames_decoded += sum(r.decoded for r in readers.values())
 
-    def _padding_picks(self, pieces: list[list[Piece]], streams: list[int]) -> Iterator[tuple[int, int, int]]:
+    def _repeat_picks(self, plan: EpochPlan, streams: list[int]) -> Iterator[tuple[int, int, int]]:
         while True:
-            yield from self._consumer_picks(pieces, streams, [0] * len(pieces))
+            yield from self._consumer_picks(plan, streams, [0] * len(plan.pieces))
 
-    def _consumer_picks(self, pieces: list[list[Piece]], streams: list[int], start: Sequence[int]
+    def _consumer_picks(self, plan: EpochPlan, streams: list[int], start: Sequence[int]
                         ) -> Iterator[tuple[int, int, int]]:
-        """(stream, piece, position) picks of one consumer: its streams round-robin (sequential if not shuffling)."""
-        iterators = [self._stream_picks(pieces, s, start[s]) for s in streams]
+        """(stream, piece, position) picks of one consumer: always from its unfinished stream with the lowest
+        offset (a round-robin from equal offsets; see plan.resume.level_fill_counts), or one stream after the
+        other when not shuffling."""
         if not self.shuffle:
-            yield from itertools.chain.from_iterable(iterators)
+            for s in streams:
+                yield from self._stream_picks(plan, s, start[s])
             return
-        active = list(iterators)
-        while active:
-            for it in list(active):
-                pick = next(it, None)
-                if pick is None:
-                    active.remove(it)
-                else:
-                    yield pick
+        heap = [(start[s], s, self._stream_picks(plan, s, start[s])) for s in streams if start[s] < plan.natural[s]]
+        heapq.heapify(heap)
+        while heap:
+            offset, s, picks = heap[0]
+            yield next(picks)
+            if offset + 1 < plan.natural[s]:
+                heapq.heapreplace(heap, (offset + 1, s, picks))
+            else:
+                heapq.heappop(heap)
 
-    def _stream_picks(self, pieces: list[list[Piece]], stream: int, skip: int) -> Iterator[tuple[int, int, int]]:
+    def _stream_picks(self, plan: EpochPlan, stream: int, skip: int) -> Iterator[tuple[int, int, int]]:
+        """Picks of one stream from `skip` on: its pool schedule (vectorised skipping)."""
         rng = rng_for(self.seed, self.epoch, PURPOSE_POOL, stream) if self.shuffle else None
-        lengths = [stop - first for _, first, stop in pieces[stream]]
+        lengths = [stop - first for _, first, stop in plan.pieces[stream]]
         for piece_ids, positions in take(pool_schedule(lengths, self.pool_size, rng), skip, None):
             for piece, position in zip(piece_ids.tolist(), positions.tolist()):
                 yield stream, piece, position

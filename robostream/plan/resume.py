@@ -30,15 +30,6 @@ def round_robin_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
     return taken
 
 
-def round_robin_order(remaining: Sequence[int]) -> np.ndarray:
-    """The stream (by position) of each pick of a round-robin over streams with these remaining counts."""
-    remaining = np.asarray(remaining, dtype=np.int64)
-    order = []
-    for level in range(int(remaining.max(initial=0))):
-        order.extend(np.flatnonzero(remaining > level).tolist())
-    return np.asarray(order, dtype=np.int64)
-
-
 def consumer_quota(stream_remaining: Sequence[int], consumers: int, uneven: str) -> int:
     """Samples every consumer emits so that all emit the same number (equal batch counts on every rank).
 
@@ -53,13 +44,39 @@ def consumer_quota(stream_remaining: Sequence[int], consumers: int, uneven: str)
     raise ValueError(f"uneven={uneven!r}: expected 'pad' or 'drop'")
 
 
-def samples_per_worker(batches: int, num_workers: int, batch_size: int, quota: int) -> list[int]:
-    """Samples each DataLoader worker of a rank has delivered after the rank consumed `batches` batches."""
-    delivered = []
-    for worker in range(num_workers):
-        worker_batches = len(range(worker, batches, num_workers))
-        delivered.append(min(quota, worker_batches * batch_size))
-    return delivered
+def samples_per_worker(batches: int, quotas: Sequence[int], batch_size: int) -> list[int]:
+    """Samples each DataLoader worker of a rank delivered once the rank consumed `batches` batches.
+
+    A DataLoader takes batches from its workers cyclically and skips a worker that has run out.
+    """
+    totals = [-(-q // batch_size) for q in quotas]
+    taken = round_robin_counts(totals, batches)
+    return [min(q, int(b) * batch_size) for q, b in zip(quotas, taken)]
+
+
+def level_fill_counts(offsets: Sequence[int], lengths: Sequence[int], picks: int) -> np.ndarray:
+    """Samples each stream gives to `picks` picks that always take the unfinished stream with the lowest offset
+    (ties: lowest index).
+
+    From equal offsets this is a round-robin over the streams; from unequal ones (after an elastic resume) the
+    streams that are behind catch up first. It depends only on the offsets, so a resume continues it exactly.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    capacity = np.asarray(lengths, dtype=np.int64) - offsets
+    picks = int(min(picks, capacity.sum()))
+    if picks <= 0:
+        return np.zeros(len(offsets), dtype=np.int64)
+    lo, hi = int(offsets.min()), int((offsets + capacity).max())
+    while lo < hi:  # the highest level every unfinished stream can be raised to within `picks`
+        mid = (lo + hi + 1) // 2
+        if np.clip(mid - offsets, 0, capacity).sum() <= picks:
+            lo = mid
+        else:
+            hi = mid - 1
+    taken = np.clip(lo - offsets, 0, capacity)
+    at_level = np.flatnonzero((offsets + taken == lo) & (taken < capacity))
+    taken[at_level[: picks - int(taken.sum())]] += 1
+    return taken
 
 
 def sequential_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
@@ -72,14 +89,16 @@ def stream_offsets_after(start_offsets: Sequence[int], stream_lengths: Sequence[
                          emitted: Sequence[int], interleaved: bool = True) -> list[int]:
     """Per-stream offsets once consumer k (of `consumers`) has emitted emitted[k] samples since `start_offsets`.
 
-    Consumer k owns streams k, k + consumers, ...; `interleaved` says whether it reads them round-robin (shuffled
-    epochs) or one after the other (chronological epochs). Samples emitted beyond the streams' end (padding)
-    do not move the offsets.
+    Consumer k owns streams k, k + consumers, ...; `interleaved` says whether it reads them by level filling
+    (shuffled epochs, see `level_fill_counts`) or one after the other (chronological epochs). Samples emitted
+    beyond the streams' end (padding) do not move the offsets.
     """
     offsets = np.asarray(start_offsets, dtype=np.int64).copy()
     lengths = np.asarray(stream_lengths, dtype=np.int64)
-    count = round_robin_counts if interleaved else sequential_counts
     for consumer in range(consumers):
         streams = np.arange(consumer, len(offsets), consumers)
-        offsets[streams] += count(lengths[streams] - offsets[streams], emitted[consumer])
+        if interleaved:
+            offsets[streams] += level_fill_counts(offsets[streams], lengths[streams], emitted[consumer])
+        else:
+            offsets[streams] += sequential_counts(lengths[streams] - offsets[streams], emitted[consumer])
     return offsets.tolist()

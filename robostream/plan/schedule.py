@@ -52,8 +52,12 @@ def pool_schedule(piece_lengths: Sequence[int], pool_size: int, rng: np.random.G
                 positions = np.arange(start, min(int(length), start + chunk), dtype=np.int64)
                 yield np.full(len(positions), piece, dtype=np.int64), positions
         return
-    live = [p for p in range(min(pool_size, len(lengths))) if lengths[p] > 0]
-    next_piece = len(live)
+    live: list[int] = []
+    next_piece = 0
+    while len(live) < pool_size and next_piece < len(lengths):
+        if lengths[next_piece] > 0:
+            live.append(next_piece)
+        next_piece += 1
     progress = {p: 0 for p in live}
     while live:
         draws = rng.random(chunk)

@@ -1,0 +1,163 @@
+import itertools
+import json
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset
+from robostream.format.metadata import load_metadata
+from robostream.synth import SynthConfig, generate, read_marker
+
+
+def _ids(samples):
+    return [int(s["index"]) for s in samples]
+
+
+def _batch_ids(batches):
+    return [i for b in batches for i in b["index"].tolist()]
+
+
+@pytest.mark.parametrize("deltas", [None, "windows"])
+def test_streaming_samples_equal_map_style_samples(av1_root, deltas):
+    meta = load_metadata(av1_root)
+    if deltas:
+        fps = meta.fps
+        deltas = {meta.video_keys[0]: [-10 / fps, -5 / fps, 0.0], meta.video_keys[1]: [0.0, 1 / fps],
+                  "action": [k / fps for k in range(-3, 120)]}
+    stream = StreamingLeRobotDataset(root=av1_root, delta_timestamps=deltas, return_uint8=True, seed=7)
+    reference = LeRobotDataset(root=av1_root, delta_timestamps=deltas, return_uint8=True)
+    seen = []
+    for sample in stream:
+        expected = reference[int(sample["index"])]
+        assert sample.keys() == expected.keys()
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
+            else:
+                assert value == sample[key]
+        frame = sample[meta.video_keys[1]][0] if deltas else sample[meta.video_keys[1]]
+        assert read_marker(frame.numpy()) == (int(sample["episode_index"]), int(sample["frame_index"]), 1)
+        seen.append(int(sample["index"]))
+    assert set(seen) == set(range(len(reference)))
+    assert len(seen) - len(reference) < 12  # uneven="pad": at most one repeat per canonical stream
+    assert seen != sorted(seen)
+
+
+def test_epoch_order_is_deterministic_and_changes_with_set_epoch(av1_root):
+    a = StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True)
+    first = _ids(a)
+    assert _ids(StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True)) == first
+    a.set_epoch(1)
+    second = _ids(a)
+    assert set(second) == set(first) and second != first
+
+
+def test_unshuffled_single_consumer_is_chronological(av1_root):
+    dataset = StreamingLeRobotDataset(root=av1_root, shuffle=False, episodes=[1, 4, 5])
+    meta = dataset.meta
+    expected = [i for e in (1, 4, 5) for i in range(int(meta.episodes.from_index[e]), int(meta.episodes.to_index[e]))]
+    assert _ids(dataset) == expected
+
+
+@pytest.mark.parametrize("uneven", ["pad", "drop"])
+def test_ranks_and_workers_split_the_epoch(av1_root, uneven):
+    """2 ranks x 2 real worker processes: disjoint, complete (pad) and equal per rank."""
+    per_rank = []
+    for rank in range(2):
+        dataset = StreamingLeRobotDataset(root=av1_root, rank=rank, world_size=2, uneven=uneven, return_uint8=True)
+        loader = DataLoader(dataset, batch_size=5, num_workers=2)
+        per_rank.append(_batch_ids(loader))
+    total = len(LeRobotDataset(root=av1_root))
+    assert len(per_rank[0]) == len(per_rank[1])
+    union = per_rank[0] + per_rank[1]
+    if uneven == "drop":
+        assert len(set(union)) == len(union) and total - len(union) < 12  # at most one sample per stream dropped
+    else:
+        assert set(union) == set(range(total)) and len(union) - total < 12  # at most one repeat per stream
+
+
+def _run(dataset_kwargs, root, batches=None, state=None, num_workers=2, batch_size=4, rank=0, world=1):
+    dataset = StreamingLeRobotDataset(root=root, rank=rank, world_size=world, return_uint8=True, **dataset_kwargs)
+    loader = StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+    if state is not None:
+        loader.load_state_dict(json.loads(json.dumps(state)))
+    out = []
+    for batch in itertools.islice(loader, batches):
+        out.append(batch)
+    return _batch_ids(out), loader.state_dict()
+
+
+def test_exact_resume_through_worker_processes(av1_root):
+    kwargs = {"seed": 11, "pool_size": 3}
+    full, _ = _run(kwargs, av1_root)
+    head, state = _run(kwargs, av1_root, batches=7)
+    assert len(json.dumps(state)) < 400
+    tail, _ = _run(kwargs, av1_root, state=state)
+    assert head == full[:len(head)]
+    assert head + tail == full
+
+
+def test_resume_in_process_without_workers(av1_root):
+    dataset = StreamingLeRobotDataset(root=av1_root, seed=5)
+    full = _ids(dataset)
+    dataset = StreamingLeRobotDataset(root=av1_root, seed=5)
+    head = _ids(itertools.islice(iter(dataset), 23))
+    state = dataset.state_dict()
+    resumed = StreamingLeRobotDataset(root=av1_root, seed=5)
+    resumed.load_state_dict(state)
+    assert head + _ids(resumed) == full
+
+
+@pytest.mark.parametrize("before,after", [((2, 2), (1, 2)), ((1, 2), (1, 3)), ((2, 2), (1, 3))])
+def test_elastic_resume_repeats_and_skips_nothing(av1_root, before, after):
+    """(world, workers) before -> after: the union of what ran before and after is the epoch, once each."""
+    (world, workers), (new_world, new_workers) = before, after
+    kwargs = {"seed": 2, "uneven": "drop"}
+    consumed, states = [], []
+    for rank in range(world):
+        ids, state = _run(kwargs, av1_root, batches=3, num_workers=workers, rank=rank, world=world)
+        consumed += ids
+        states.append(state)
+    assert all(s == states[0] for s in states)  # any rank's state describes the whole job
+    for rank in range(new_world):
+        ids, _ = _run(kwargs, av1_root, state=states[0], num_workers=new_workers, rank=rank, world=new_world)
+        consumed += ids
+    total = len(LeRobotDataset(root=av1_root))
+    assert len(consumed) == len(set(consumed)), "a sample was repeated"
+    assert total - len(consumed) < 12 * 2, "more than the tail of each stream was dropped"
+
+
+def test_bad_resume_states_are_refused(av1_root):
+    dataset = StreamingLeRobotDataset(root=av1_root, seed=1)
+    state = dataset.state_dict()
+    with pytest.raises(ValueError, match="seed=1 .* seed=2"):
+        StreamingLeRobotDataset(root=av1_root, seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="version"):
+        dataset.load_state_dict(dict(state, version=99))
+    dataset.load_state_dict(dict(state, canonical_streams=12))
+    with pytest.raises(ValueError, match="5 consumers"):
+        StreamingDataLoader(StreamingLeRobotDataset(root=av1_root, seed=1, canonical_streams=12, rank=0,
+                                                    world_size=5)).state_dict()
+
+
+@pytest.fixture(scope="module")
+def long_episodes(tmp_path_factory):
+    """Episodes of ~200 frames at 20 fps like the sample dataset, one small camera (sarm spans 7 s)."""
+    config = SynthConfig(episodes=6, cameras=1, height=48, width=64, fps=20, episode_length=200, state_dim=4,
+                         video_file_mb=0.2, seed=9)
+    return generate(tmp_path_factory.mktemp("long") / "ds", config)
+
+
+@pytest.mark.parametrize("mode,limit", [("single", 1.1), ("sarm", 0.2)])
+def test_each_frame_is_decoded_about_once(long_episodes, mode, limit):
+    from robostream.bench.modes import mode_delta_timestamps
+
+    deltas = mode_delta_timestamps(mode, ["observation.images.cam0"], state_key=None)
+    dataset = StreamingLeRobotDataset(root=long_episodes, delta_timestamps=deltas, return_uint8=True,
+                                      canonical_streams=2)
+    count = sum(1 for _ in dataset)
+    stats = dataset.frame_counts()
+    window = len(deltas["observation.images.cam0"]) if deltas else 1
+    assert stats["frames_delivered"] == count * window
+    assert stats["frames_decoded"] / stats["frames_delivered"] <= limit, stats
