@@ -88,14 +88,27 @@ def _run(dataset_kwargs, root, batches=None, state=None, num_workers=2, batch_si
     return _batch_ids(out), loader.state_dict()
 
 
-def test_exact_resume_through_worker_processes(av1_root):
-    kwargs = {"seed": 11, "pool_size": 3}
+@pytest.mark.parametrize("uneven", ["pad", "drop"])
+def test_exact_resume_through_worker_processes(av1_root, uneven):
+    kwargs = {"seed": 11, "pool_size": 3, "uneven": uneven}
     full, _ = _run(kwargs, av1_root)
-    head, state = _run(kwargs, av1_root, batches=7)
-    assert len(json.dumps(state)) < 400
-    tail, _ = _run(kwargs, av1_root, state=state)
-    assert head == full[:len(head)]
-    assert head + tail == full
+    for stop in (1, 7, 12):
+        head, state = _run(kwargs, av1_root, batches=stop)
+        assert len(json.dumps(state)) < 600
+        tail, _ = _run(kwargs, av1_root, state=state)
+        assert head + tail == full, f"resume after {stop} batches"
+
+
+def test_chained_resumes_are_exact(av1_root):
+    kwargs = {"seed": 12, "pool_size": 2}
+    full, _ = _run(kwargs, av1_root, num_workers=2, batch_size=3)
+    seen, state = [], None
+    for _ in range(3):
+        ids, state = _run(kwargs, av1_root, batches=5, state=state, num_workers=2, batch_size=3)
+        seen += ids
+    rest, final = _run(kwargs, av1_root, state=state, num_workers=2, batch_size=3)
+    assert seen + rest == full
+    assert sum(final["quota_left"]) == 0
 
 
 def test_resume_in_process_without_workers(av1_root):
