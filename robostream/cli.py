@@ -38,16 +38,22 @@ def _bench(args: argparse.Namespace) -> int:
 
     from robostream.bench.throughput import run_throughput
 
-    results = [run_throughput(args.root, mode=mode, batch_size=args.batch_size, num_workers=args.num_workers,
-                              num_batches=args.num_batches, seed=args.seed, video_backend=args.video_backend)
-               for mode in args.mode]
-    table = Table(title=f"robostream read throughput: {args.root}")
-    for column in ("mode", "loader", "batch", "workers", "samples/s", "frames/s", "first batch (s)", "batches"):
+    results = [run_throughput(args.root, mode=mode, loader=loader, batch_size=args.batch_size,
+                              num_workers=args.num_workers, num_batches=args.num_batches, seed=args.seed,
+                              video_backend=args.video_backend, pool_size=args.pool_size)
+               for mode in args.mode for loader in args.loader]
+    table = Table(title=f"robostream read throughput: {args.root} (batch {args.batch_size}, "
+                        f"{args.num_workers} workers, uint8)")
+    for column in ("mode", "loader", "samples/s", "frames/s", "first batch s", "decoded/delivered",
+                   "MiB/live piece", "batch diversity (uniform)"):
         table.add_column(column, justify="right")
     for r in results:
-        table.add_row(r.mode, r.loader, str(r.batch_size), str(r.num_workers), f"{r.samples_per_s:.1f}",
-                      f"{r.frames_per_s:.1f}", f"{r.first_batch_latency_s:.2f}", str(r.batches))
-    Console().print(table)
+        table.add_row(r.mode, r.loader, f"{r.samples_per_s:.1f}", f"{r.frames_per_s:.1f}",
+                      f"{r.first_batch_latency_s:.2f}",
+                      "-" if r.decoded_per_delivered is None else f"{r.decoded_per_delivered:.3f}",
+                      "-" if r.live_piece_mib is None else f"{r.live_piece_mib:.1f}",
+                      f"{r.batch_diversity:.2f} ({r.uniform_batch_diversity:.2f})")
+    Console(width=140).print(table)
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump([r.as_dict() for r in results], fh, indent=2)
@@ -80,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="read-throughput benchmark through a torch DataLoader")
     bench.add_argument("root")
     bench.add_argument("--mode", nargs="+", choices=["single", "sarm"], default=["single", "sarm"])
+    bench.add_argument("--loader", nargs="+", choices=["stream", "map"], default=["stream", "map"])
+    bench.add_argument("--pool-size", dest="pool_size", type=int, default=8)
     bench.add_argument("--batch-size", dest="batch_size", type=int, default=32)
     bench.add_argument("--num-workers", dest="num_workers", type=int, default=2)
     bench.add_argument("--num-batches", dest="num_batches", type=int, default=30)

@@ -34,8 +34,6 @@ class PieceReader:
             flat = rows.reshape(-1)
             # The last position wins when a dict is built from pairs in increasing position order.
             self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
-        self.decoded = 0  # frames returned by the decoder for this piece
-        self.resident_peak = 0  # most frames held at once, all cameras
 
     def frames_for(self, position: int) -> dict[str, torch.Tensor]:
         """uint8 (T, C, H, W) per camera for the sample at `position`, then forget frames no longer needed."""
@@ -44,7 +42,6 @@ class PieceReader:
         if any(missing.values()):
             self._fill(position)
         out = {k: torch.stack([self.frames[k][r] for r in rows[position].tolist()]) for k, rows in self.needed.items()}
-        self.resident_peak = max(self.resident_peak, sum(len(f) for f in self.frames.values()))
         for key, rows in self.needed.items():
             last_use, store = self._last_use[key], self.frames[key]
             for row in np.unique(rows[position]).tolist():
@@ -63,4 +60,7 @@ class PieceReader:
         for key, frames in self._decode(self.episode, wanted).items():
             for row, frame in zip(wanted[key].tolist(), frames):
                 self.frames[key][row] = frame
-            self.decoded += len(wanted[key])
+
+    def resident(self) -> int:
+        """Decoded frames held now, all cameras."""
+        return sum(len(f) for f in self.frames.values())

@@ -34,6 +34,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from robostream.datasets.cameras import CameraReader
+from robostream.datasets.counters import FrameCounters
 from robostream.datasets.frames import load_frame_table
 from robostream.datasets.map_style import default_root, resolve_episodes
 from robostream.datasets.piece_reader import PieceReader
@@ -106,8 +107,8 @@ class StreamingLeRobotDataset(IterableDataset):
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
         self._emitted = 0  # samples this process emitted in its current pass (in-process iteration)
-        self.frames_decoded = 0
-        self.frames_delivered = 0
+        self._worker = 0
+        self.counters = FrameCounters()
 
     # -- layout and plan ---------------------------------------------------------------------------------------
     def consumer(self, num_workers: int | None = None, worker: int | None = None) -> Consumer:
@@ -217,14 +218,12 @@ class StreamingLeRobotDataset(IterableDataset):
         repeats = itertools.islice(self._repeat_picks(plan, streams), plan.repeats_done[role], None)
         picks = itertools.chain(self._consumer_picks(plan, streams, plan.start), repeats)
         self._emitted = 0
+        self._worker = consumer.worker
         readers: dict[tuple[int, int], PieceReader] = {}
-        try:
-            for pick in itertools.islice(picks, plan.quotas[role]):
-                sample = self._sample(plan.pieces, pick, readers)
-                self._emitted += 1  # counted before the yield: a consumer may never ask for the next one
-                yield sample
-        finally:
-            self.frames_decoded += sum(r.decoded for r in readers.values())
+        for pick in itertools.islice(picks, plan.quotas[role]):
+            sample = self._sample(plan.pieces, pick, readers)
+            self._emitted += 1  # counted before the yield: a consumer may never ask for the next one
+            yield sample
 
     def _repeat_picks(self, plan: EpochPlan, streams: list[int]) -> Iterator[tuple[int, int, int]]:
         while True:
@@ -266,10 +265,14 @@ class StreamingLeRobotDataset(IterableDataset):
             reader = readers[key] = self._piece_reader(*pieces[stream][piece])
         row = int(reader.sample_rows[position])
         video = reader.frames_for(position) if self.meta.video_keys else {}
+        if self.meta.video_keys:
+            live = [r.resident() for r in readers.values()]
+            self.counters.peak(self._worker, "peak_piece_frames", max(live))
+            self.counters.peak(self._worker, "peak_live_frames", sum(live))
+            self.counters.peak(self._worker, "peak_live_pieces", len(live))
+            self.counters.add(self._worker, "frames_delivered", sum(len(v) for v in video.values()))
         if position == len(reader.sample_rows) - 1:
-            self.frames_decoded += reader.decoded
             del readers[key]
-        self.frames_delivered += sum(len(v) for v in video.values())
         return self.assembler.assemble(row, video)
 
     def _piece_reader(self, episode_position: int, first: int, stop: int) -> PieceReader:
@@ -284,9 +287,11 @@ class StreamingLeRobotDataset(IterableDataset):
                            self.decode_ahead)
 
     def _decode(self, episode: int, rows_by_key: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        self.counters.add(self._worker, "frames_decoded", sum(len(r) for r in rows_by_key.values()))
         return self.cameras.decode_many(episode, {k: self.assembler.timestamps(r) for k, r in rows_by_key.items()})
 
     def frame_counts(self) -> dict[str, int]:
-        """Frames decoded (finished pieces) and delivered in samples by this process."""
-        return {"frames_decoded": self.frames_decoded, "frames_delivered": self.frames_delivered}
+        """Frames decoded and delivered over this process and its DataLoader workers, and the peak decoded-frame
+        working set: of one live piece, of all live pieces of a worker, and the most pieces live at once."""
+        return self.counters.totals()
 

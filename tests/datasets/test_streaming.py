@@ -174,3 +174,14 @@ def test_each_frame_is_decoded_about_once(long_episodes, mode, limit):
     window = len(deltas["observation.images.cam0"]) if deltas else 1
     assert stats["frames_delivered"] == count * window
     assert stats["frames_decoded"] / stats["frames_delivered"] <= limit, stats
+
+
+def test_frame_counters_add_up_over_worker_processes(av1_root):
+    meta = load_metadata(av1_root)
+    deltas = {meta.video_keys[0]: [-0.1, 0.0]}
+    dataset = StreamingLeRobotDataset(root=av1_root, delta_timestamps=deltas, return_uint8=True)
+    samples = sum(len(b["index"]) for b in DataLoader(dataset, batch_size=6, num_workers=2))
+    counts = dataset.frame_counts()
+    assert counts["frames_delivered"] == samples * (2 + 1)
+    assert samples * 2 <= counts["frames_decoded"] < counts["frames_delivered"]
+    assert 0 < counts["peak_piece_frames"] <= counts["peak_live_frames"]

@@ -1,0 +1,38 @@
+"""Frame counters shared by a dataset and its DataLoader worker processes.
+
+A small int64 tensor in shared memory, one row per worker (so no two processes write the same cell), created with
+the dataset and inherited by forked workers (torch.multiprocessing shares it with spawned ones). The main process
+sums the rows to report frames decoded vs delivered and the decoded-frame working set of live pieces.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MAX_WORKERS = 256
+FIELDS = ("frames_decoded", "frames_delivered", "peak_piece_frames", "peak_live_frames", "peak_live_pieces")
+_SUMMED = {"frames_decoded", "frames_delivered"}
+
+
+class FrameCounters:
+    def __init__(self) -> None:
+        self._table = torch.zeros((MAX_WORKERS, len(FIELDS)), dtype=torch.int64).share_memory_()
+
+    def add(self, worker: int, field: str, amount: int) -> None:
+        self._table[worker % MAX_WORKERS, FIELDS.index(field)] += amount
+
+    def peak(self, worker: int, field: str, value: int) -> None:
+        row, col = worker % MAX_WORKERS, FIELDS.index(field)
+        if value > int(self._table[row, col]):
+            self._table[row, col] = value
+
+    def totals(self) -> dict[str, int]:
+        """Decoded and delivered frames summed over workers; peaks as the largest of any worker."""
+        out = {}
+        for col, name in enumerate(FIELDS):
+            column = self._table[:, col]
+            out[name] = int(column.sum() if name in _SUMMED else column.max())
+        return out
+
+    def reset(self) -> None:
+        self._table.zero_()
