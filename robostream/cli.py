@@ -25,7 +25,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from robostream.inspect import describe, render
+    from robostream.summary import describe, render
 
     summary = describe(args.root)
     print(json.dumps(summary, indent=2) if args.json else render(summary))

@@ -5,8 +5,9 @@ How an epoch is produced (all of it a pure function of metadata, seed, epoch and
 1. Episodes are permuted by (seed, epoch) and divided into C canonical streams (plan/partition.py).
 2. Each stream interleaves a pool of `pool_size` live pieces at random (plan/schedule.py); each piece is read
    forward, its frames decoded in small batches and kept only while a later sample needs them (piece_reader.py).
-3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... and emits them round-robin; every consumer
-   emits the same number of samples (pad by repeating, or drop, see `uneven`), so ranks get equal batch counts.
+3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... and emits them round-robin; worker w of
+   every rank emits the same number of samples (pad by repeating, or drop, see `uneven`), so ranks get equal
+   batch counts; a single rank emits every sample once.
 4. A resume state holds the offset reached in every canonical stream. Any layout whose consumer count divides C
    continues from it: exactly the same samples next when the layout is unchanged, and no sample repeated or
    skipped when it changed.
@@ -43,7 +44,7 @@ from robostream.format.metadata import load_metadata
 from robostream.plan.layout import Consumer, auto_canonical_streams, owned_streams, resolve_rank_world
 from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
-from robostream.plan.resume import consumer_quota, stream_offsets_after
+from robostream.plan.resume import consumer_quotas, stream_offsets_after
 from robostream.plan.schedule import piece_sample_order, pool_schedule, take, window_stride
 from robostream.plan.windows import delta_offsets
 from robostream.video.decoder import BACKENDS
@@ -156,9 +157,9 @@ class StreamingLeRobotDataset(IterableDataset):
             # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
             return EpochPlan(pieces, natural, start, list(resume["quota_left"]), list(resume["repeats_done"]),
                              int(resume["worker_rotation"]))
-        # Fresh epoch or new layout: equal quotas, so ranks get equal batch counts (pad repeats, drop cuts).
-        quota = consumer_quota([n - o for n, o in zip(natural, start)], consumers, self.uneven)
-        return EpochPlan(pieces, natural, start, [quota] * consumers, [0] * consumers, 0)
+        # Fresh epoch or new layout: quotas that give every rank the same batches (pad repeats, drop cuts).
+        quotas = consumer_quotas([n - o for n, o in zip(natural, start)], world_size, num_workers, self.uneven)
+        return EpochPlan(pieces, natural, start, quotas, [0] * consumers, 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration produces (clears a resume state of another epoch)."""

@@ -30,18 +30,21 @@ def round_robin_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
     return taken
 
 
-def consumer_quota(stream_remaining: Sequence[int], consumers: int, uneven: str) -> int:
-    """Samples every consumer emits so that all emit the same number (equal batch counts on every rank).
+def consumer_quotas(stream_remaining: Sequence[int], world_size: int, num_workers: int, uneven: str) -> list[int]:
+    """Samples each consumer role (rank * num_workers + worker) yields, so that every rank yields the same batches.
 
-    uneven="pad": the largest remaining count (shorter consumers repeat samples); "drop": the smallest.
+    Ranks must agree on the number of steps; workers of one rank need not. So worker w of every rank gets the same
+    quota: the largest of their remaining counts (uneven="pad": the others repeat samples) or the smallest
+    ("drop": the others stop early). A single rank yields every remaining sample, once.
     """
+    if uneven not in ("pad", "drop"):
+        raise ValueError(f"uneven={uneven!r}: expected 'pad' or 'drop'")
     remaining = np.asarray(stream_remaining, dtype=np.int64)
-    per_consumer = [int(remaining[c::consumers].sum()) for c in range(consumers)]
-    if uneven == "pad":
-        return max(per_consumer)
-    if uneven == "drop":
-        return min(per_consumer)
-    raise ValueError(f"uneven={uneven!r}: expected 'pad' or 'drop'")
+    consumers = world_size * num_workers
+    per_role = [int(remaining[k::consumers].sum()) for k in range(consumers)]
+    pick = max if uneven == "pad" else min
+    per_worker = [pick(per_role[r * num_workers + w] for r in range(world_size)) for w in range(num_workers)]
+    return [per_worker[k % num_workers] for k in range(consumers)]
 
 
 def samples_per_worker(batches: int, quotas: Sequence[int], batch_size: int) -> list[int]:

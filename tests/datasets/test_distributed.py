@@ -1,5 +1,6 @@
 """Real multi-process runs: `torchrun --nproc_per_node 2` with the gloo backend and DataLoader workers."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -10,16 +11,29 @@ import pytest
 from torch.utils.data import DataLoader
 
 from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset
+from robostream.format.metadata import load_metadata
 
 SCRIPT = Path(__file__).with_name("torchrun_epoch.py")
 
 
 @pytest.fixture(scope="module")
-def torchrun_results(av1_root, tmp_path_factory):
+def episodes(av1_root):
+    """An episode subset whose frame count divides into the 12 canonical streams of 4 consumers, so the split
+    needs neither padding nor dropping and the epoch must come out complete and disjoint."""
+    lengths = load_metadata(av1_root).episodes.length.tolist()
+    for size in range(len(lengths), 0, -1):
+        for subset in itertools.combinations(range(len(lengths)), size):
+            if sum(lengths[e] for e in subset) % 12 == 0:
+                return list(subset)
+    pytest.fail("no episode subset with a frame count divisible by 12")
+
+
+@pytest.fixture(scope="module")
+def torchrun_results(av1_root, episodes, tmp_path_factory):
     out = tmp_path_factory.mktemp("torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(SCRIPT),
-           str(av1_root), str(out)]
+           str(av1_root), str(out), json.dumps(episodes)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
     started = sorted(out.glob("started-*"))
     if len(started) < 2:
@@ -29,27 +43,28 @@ def torchrun_results(av1_root, tmp_path_factory):
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
 
 
-def test_two_ranks_split_the_epoch_disjointly_with_equal_counts(torchrun_results, av1_root):
+def test_two_ranks_split_the_epoch_disjointly_with_equal_counts(torchrun_results, av1_root, episodes):
     r0, r1 = torchrun_results
     assert (r0["world"], r1["world"]) == (2, 2)
     assert r0["steps"] == r1["steps"] and len(r0["epoch0"]) == len(r1["epoch0"])
     union = r0["epoch0"] + r1["epoch0"]
     assert len(union) == len(set(union)), "ranks overlap"
-    total = len(LeRobotDataset(root=av1_root))
-    # uneven="drop": the epoch is complete except the tail that keeps 4 consumers equal (< 1 sample per stream).
-    assert total - len(union) < 12
+    assert sorted(union) == sorted(int(i) for i in LeRobotDataset(root=av1_root, episodes=episodes).frames.columns[
+        "index"]), "the union over ranks is not the whole epoch"
 
 
-def test_resume_from_two_ranks_on_one_rank_with_three_workers(torchrun_results, av1_root):
+def test_resume_from_two_ranks_on_one_rank_with_three_workers(torchrun_results, av1_root, episodes):
     r0, r1 = torchrun_results
     assert r0["state"] == r1["state"]
-    dataset = StreamingLeRobotDataset(root=av1_root, seed=4, uneven="drop", return_uint8=True, rank=0, world_size=1)
+    dataset = StreamingLeRobotDataset(root=av1_root, episodes=episodes, seed=4, uneven="drop", return_uint8=True,
+                                      rank=0, world_size=1)
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=3)
     loader.load_state_dict(r0["state"])
     rest = [i for batch in loader for i in batch["index"].tolist()]
     seen = r0["epoch1_head"] + r1["epoch1_head"] + rest
     assert len(seen) == len(set(seen)), "a sample was repeated after the resume"
-    assert len(LeRobotDataset(root=av1_root)) - len(seen) < 12 * 2
+    assert sorted(seen) == sorted(int(i) for i in LeRobotDataset(root=av1_root, episodes=episodes).frames.columns[
+        "index"]), "a sample was skipped after the resume"
 
 
 def test_env_rank_and_world_size_are_honoured(av1_root, monkeypatch):

@@ -15,11 +15,12 @@ import torch.distributed as dist
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 
 
-def main(root: str, out: str) -> None:
+def main(root: str, out: str, episodes: str) -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     Path(out, f"started-{rank}").write_text(str(world))
-    dataset = StreamingLeRobotDataset(root=root, seed=4, uneven="drop", return_uint8=True)  # rank from dist
+    dataset = StreamingLeRobotDataset(root=root, episodes=json.loads(episodes), seed=4, uneven="drop",
+                                      return_uint8=True)  # rank and world size come from torch.distributed
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=2)
     epoch_ids, steps = [], 0
     for batch in loader:
@@ -41,4 +42,4 @@ def main(root: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robostream.plan.layout import auto_canonical_streams, owned_streams
-from robostream.plan.resume import (consumer_quota, level_fill_counts, round_robin_counts, samples_per_worker,
+from robostream.plan.resume import (consumer_quotas, level_fill_counts, round_robin_counts, samples_per_worker,
                                     sequential_counts, stream_offsets_after)
 
 
@@ -51,12 +51,17 @@ def test_sequential_counts():
     assert sequential_counts([3, 2, 4], 100).tolist() == [3, 2, 4]
 
 
-def test_quota_pads_or_drops_to_equal_counts():
-    remaining = [5, 4, 5, 3]  # consumer 0: streams 0, 2 -> 10; consumer 1: streams 1, 3 -> 7
-    assert consumer_quota(remaining, 2, "pad") == 10
-    assert consumer_quota(remaining, 2, "drop") == 7
+def test_quotas_equalise_ranks_not_workers():
+    remaining = [5, 4, 5, 3]  # 2 ranks x 1 worker: rank 0 owns streams 0, 2 (10), rank 1 streams 1, 3 (7)
+    assert consumer_quotas(remaining, 2, 1, "pad") == [10, 10]
+    assert consumer_quotas(remaining, 2, 1, "drop") == [7, 7]
+    # 1 rank x 2 workers: nothing to equalise, every sample once
+    assert consumer_quotas(remaining, 1, 2, "drop") == [10, 7]
+    # 2 ranks x 2 workers: roles 0, 1 (rank 0) and 2, 3 (rank 1); worker w gets the same quota on both ranks
+    assert consumer_quotas([5, 4, 6, 3, 1, 1, 1, 1], 2, 2, "drop") == [6, 4, 6, 4]
+    assert consumer_quotas([5, 4, 6, 3, 1, 1, 1, 1], 2, 2, "pad") == [7, 5, 7, 5]
     with pytest.raises(ValueError, match="uneven"):
-        consumer_quota(remaining, 2, "sometimes")
+        consumer_quotas(remaining, 2, 1, "sometimes")
 
 
 def test_samples_per_worker_counts_round_robin_batches():
