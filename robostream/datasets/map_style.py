@@ -8,7 +8,6 @@ squeezed to (C, H, W).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,29 +17,8 @@ import torch
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.frames import FrameTable, load_frame_table
 from robostream.datasets.sample import SampleAssembler
-from robostream.format.metadata import DatasetMetadata, load_metadata
+from robostream.datasets.source import open_dataset, resolve_episodes
 from robostream.plan.windows import delta_offsets
-from robostream.video.decoder import BACKENDS
-
-
-def default_root(repo_id: str) -> Path:
-    """Where lerobot keeps a downloaded dataset: $HF_LEROBOT_HOME/<repo_id> (default ~/.cache/huggingface/lerobot)."""
-    home = os.environ.get("HF_LEROBOT_HOME") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "lerobot"
-    return Path(home).expanduser() / repo_id
-
-
-def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> list[int]:
-    """The selected episode indices, sorted and checked against the dataset."""
-    available = meta.episodes.episode_index
-    if episodes is None:
-        return [int(e) for e in available]
-    chosen = sorted({int(e) for e in episodes})
-    unknown = [e for e in chosen if e not in set(available.tolist())]
-    if unknown:
-        raise ValueError(f"episodes={unknown[:10]} not in {meta.root} (it has episodes 0..{len(available) - 1})")
-    if not chosen:
-        raise ValueError("episodes= selects no episode")
-    return chosen
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -52,14 +30,8 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: str | None = None, video_decode_device: str = "cpu",
                  video_decoder_cache_size: int | None = None) -> None:
-        if root is None:
-            if repo_id is None:
-                raise ValueError("LeRobotDataset needs root= (a local dataset folder) or repo_id=")
-            root = default_root(repo_id)
-        if video_backend not in (None, *BACKENDS):
-            raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
         self.repo_id = repo_id
-        self.meta = load_metadata(root)
+        self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset")
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

@@ -37,17 +37,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.frames import load_frame_table
-from robostream.datasets.map_style import default_root, resolve_episodes
 from robostream.datasets.piece_reader import PieceReader
 from robostream.datasets.sample import SampleAssembler
-from robostream.format.metadata import load_metadata
+from robostream.datasets.source import open_dataset, resolve_episodes
 from robostream.plan.layout import Consumer, auto_canonical_streams, owned_streams, resolve_rank_world
 from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
 from robostream.plan.resume import consumer_quotas, stream_offsets_after
 from robostream.plan.schedule import piece_sample_order, pool_schedule, take, window_stride
 from robostream.plan.windows import delta_offsets
-from robostream.video.decoder import BACKENDS
 
 STATE_VERSION = 1
 PARTITIONS = ("contiguous", "files")
@@ -75,12 +73,6 @@ class StreamingLeRobotDataset(IterableDataset):
                  canonical_streams: int | None = None, uneven: str = "pad", partition: str = "contiguous",
                  decode_ahead: int = 4, video_decoder_cache_size: int | None = None,
                  rank: int | None = None, world_size: int | None = None) -> None:
-        if root is None:
-            if repo_id is None:
-                raise ValueError("StreamingLeRobotDataset needs root= (a local dataset folder) or repo_id=")
-            root = default_root(repo_id)
-        if video_backend not in (None, *BACKENDS):
-            raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
         if partition not in PARTITIONS:
@@ -89,7 +81,7 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"pool_size ({pool_size}) and decode_ahead ({decode_ahead}) must be >= 1")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
-        self.meta = load_metadata(root)
+        self.meta = open_dataset(repo_id, root, video_backend, "StreamingLeRobotDataset")
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.shuffle, self.seed = shuffle, seed
