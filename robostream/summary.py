@@ -13,10 +13,11 @@ from robostream.format.metadata import DatasetMetadata, load_metadata
 GOP_PROBE_PACKETS = 300
 
 
-def probe_video(path: Path) -> dict[str, Any]:
+def probe_video(source: Any, name: str) -> dict[str, Any]:
     """Codec, resolution, pixel format, frame count and GOP (largest keyframe distance in the first packets)."""
+    path = name
     try:
-        with av.open(str(path)) as container:
+        with av.open(source) as container:
             stream = container.streams.video[0]
             keyframes = []
             for i, packet in enumerate(container.demux(stream)):
@@ -49,7 +50,7 @@ def describe(root: str | Path) -> dict[str, Any]:
     }
     for key in meta.video_keys:
         files = sorted({meta.video_file(int(e), key) for e in episodes.episode_index})
-        info = probe_video(meta.local(files[0], what=f"video of camera {key!r}"))
+        info = probe_video(meta.open(files[0], what=f"video of camera {key!r}"), meta.describe(files[0]))
         info.update(files=len(files), bytes=sum(_size(meta, f, f"video of camera {key!r}") for f in files))
         summary["cameras"][key] = info
     for key in meta.info.image_keys:
@@ -59,10 +60,10 @@ def describe(root: str | Path) -> dict[str, Any]:
 
 
 def _size(meta: DatasetMetadata, relative: str, what: str) -> int:
-    path = meta.local(relative, what=what)
-    if not path.is_file():
-        raise MissingFileError(f"{path}: {what} listed in the episode table is missing")
-    return path.stat().st_size
+    try:
+        return meta.data_storage.size(relative, what=what)
+    except FileNotFoundError as exc:
+        raise MissingFileError(f"{meta.describe(relative)}: {what} listed in the episode table is missing") from exc
 
 
 def render(summary: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ import torch
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.video.cache import VideoDecoderCache
-from robostream.video.decoder import default_backend
+from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
 from robostream.video.lookup import decode_at_timestamps
 
 
@@ -32,15 +32,25 @@ class CameraReader:
         self.backend = backend or default_backend()
         self.device = device
         # Default: every camera's current file stays open, plus room for the next file of each.
-        self.cache = VideoDecoderCache(cache_size or max(4, 2 * len(meta.video_keys)))
+        self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
+        self.cache = VideoDecoderCache(self.cache_size, opener=self._open)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = -1
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_executor"], state["_executor_pid"] = None, -1
-        state["cache"] = VideoDecoderCache(self.cache.max_size)
+        state["cache"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.cache = VideoDecoderCache(self.cache_size, opener=self._open)
+
+    def _open(self, relative: str, backend: str | None, device: str) -> VideoDecoder:
+        """Open a video file of the dataset (local path, or ranged remote reads) as a decoder."""
+        source = self.meta.open(relative, what="video file")
+        return open_video_decoder(source, backend, device, name=self.meta.describe(relative))
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None or self._executor_pid != os.getpid():
@@ -54,11 +64,10 @@ class CameraReader:
         """One camera: frames at episode-relative times (the mp4 time is from_timestamp + t)."""
         span = self.meta.episodes.video_span(episode_index, key)
         relative = self.meta.video_file(episode_index, key)
-        path = self.meta.local(relative, what=f"video of episode {episode_index} camera {key!r}")
         times = span.from_timestamp + np.asarray(timestamps_s, dtype=np.float64)
         context = f" (episode {episode_index}, camera {key!r}, episode times {list(np.round(timestamps_s, 6))[:8]})"
         try:
-            with self.cache.use(str(path), self.backend, self.device) as decoder:
+            with self.cache.use(relative, self.backend, self.device) as decoder:
                 return decode_at_timestamps(decoder, times, self.tolerance_s, context)
         except RobostreamError as exc:
             if context in str(exc):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from robostream.errors import DatasetFormatError, MissingFileError
+from robostream.errors import DatasetFormatError
 from robostream.format.metadata import DatasetMetadata
 
 
@@ -57,18 +56,18 @@ def load_frame_table(meta: DatasetMetadata, episodes: list[int]) -> FrameTable:
     wanted = [k for k, f in meta.info.features.items() if f["dtype"] != "video"]
     tables = []
     for relative, eps in sorted(by_file.items(), key=lambda kv: kv[1][0]):
-        path: Path = meta.local(relative, what="data file")
-        if not path.is_file():
-            raise MissingFileError(f"{path}: data file of episode(s) {eps[:5]} not found")
+        name = meta.describe(relative)
+        source = meta.open(relative, what=f"data file of episode(s) {eps[:5]}")
         try:
-            names = pq.read_schema(path).names
-            missing = [k for k in wanted if k not in names]
+            parquet = pq.ParquetFile(source)
+            missing = [k for k in wanted if k not in parquet.schema_arrow.names]
             if missing:
-                raise DatasetFormatError(f"{path}: data file lacks column(s) {missing} declared in info.json")
-            table = pq.read_table(path, columns=wanted, filters=[("episode_index", "in", eps)])
+                raise DatasetFormatError(f"{name}: data file lacks column(s) {missing} declared in info.json")
+            # Row groups whose statistics exclude these episodes are never read (remote: never fetched).
+            table = pq.read_table(source, columns=wanted, filters=[("episode_index", "in", eps)])
         except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(f"{path}: not a readable parquet file: {exc}") from exc
-        tables.append((path, table))
+            raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+        tables.append((name, table))
     table = pa.concat_tables([t for _, t in tables]) if tables else None
     if table is None or table.num_rows == 0:
         raise DatasetFormatError(f"{meta.root}: no data rows for episodes {episodes[:5]}")
@@ -93,7 +92,7 @@ def load_frame_table(meta: DatasetMetadata, episodes: list[int]) -> FrameTable:
 
 
 def _check_episodes(meta: DatasetMetadata, episodes: list[int], columns: dict[str, np.ndarray],
-                    tables: list[tuple[Path, pa.Table]]) -> dict[int, int]:
+                    tables: list[tuple[str, pa.Table]]) -> dict[int, int]:
     """Every selected episode must own exactly its [from, to) index range, in order, with no gap."""
     episode_col, index_col = columns["episode_index"], columns["index"]
     boundaries = np.flatnonzero(np.diff(episode_col)) + 1
@@ -105,7 +104,7 @@ def _check_episodes(meta: DatasetMetadata, episodes: list[int], columns: dict[st
         lo, hi = int(meta.episodes.from_index[row]), int(meta.episodes.to_index[row])
         if end - start != hi - lo or index_col[start] != lo or index_col[end - 1] != hi - 1:
             raise DatasetFormatError(
-                f"{meta.local(meta.data_file(int(ep)), 'data file')}: episode {int(ep)} has {end - start} rows with "
+                f"{meta.describe(meta.data_file(int(ep)))}: episode {int(ep)} has {end - start} rows with "
                 f"index {int(index_col[start])}..{int(index_col[end - 1])}, but the episode table says [{lo}, {hi})")
         first_row[int(ep)] = int(start)
     missing = sorted(set(episodes) - set(first_row))

@@ -7,7 +7,7 @@ arrays so lookups are cheap and the table can be shared copy-on-write with DataL
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,21 +62,23 @@ class EpisodeTable:
                          float(self.video_from_ts[video_key][row]), float(self.video_to_ts[video_key][row]))
 
 
-def read_episode_table(files: list[Path], video_keys: list[str]) -> EpisodeTable:
-    """Read and concatenate the episode metadata files, validating the columns each needs."""
+def read_episode_table(files: list[tuple[Any, str]], video_keys: list[str]) -> EpisodeTable:
+    """Read and concatenate the episode metadata files ((path or file object, name) pairs), validating the columns
+    each needs and reading only those."""
     if not files:
         raise DatasetFormatError("meta/episodes/: no episode metadata parquet files found")
     wanted = list(BASE_COLUMNS) + ["tasks"] + [f"videos/{k}/{s}" for k in video_keys for s in VIDEO_COLUMN_SUFFIXES]
     tables = []
-    for path in files:
+    for source, name in files:
         try:
-            schema = pq.read_schema(path)
+            parquet = pq.ParquetFile(source)
+            names = parquet.schema_arrow.names
+            missing = [c for c in wanted if c not in names and c != "tasks"]
+            if missing:
+                raise DatasetFormatError(f"{name}: episode metadata lacks column(s) {missing}")
+            tables.append(parquet.read(columns=[c for c in wanted if c in names]))
         except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(f"{path}: not a readable parquet file: {exc}") from exc
-        missing = [c for c in wanted if c not in schema.names and c != "tasks"]
-        if missing:
-            raise DatasetFormatError(f"{path}: episode metadata lacks column(s) {missing}")
-        tables.append(pq.read_table(path, columns=[c for c in wanted if c in schema.names]))
+            raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
     table = pa.concat_tables(tables, promote_options="default").combine_chunks()
     order = np.argsort(table.column("episode_index").to_numpy(), kind="stable")
     table = table.take(pa.array(order))
@@ -86,14 +88,14 @@ def read_episode_table(files: list[Path], video_keys: list[str]) -> EpisodeTable
 
     episodes = col("episode_index", np.int64)
     if len(np.unique(episodes)) != len(episodes):
-        raise DatasetFormatError(f"{files[0].parent}: episode metadata lists an episode_index more than once")
+        raise DatasetFormatError(f"{files[0][1]}: episode metadata lists an episode_index more than once")
     from_index, to_index, length = col("dataset_from_index", np.int64), col("dataset_to_index", np.int64), col(
         "length", np.int64)
     bad = np.nonzero(to_index - from_index != length)[0]
     if len(bad):
         e = int(episodes[bad[0]])
         raise DatasetFormatError(
-            f"{files[0].parent}: episode {e} has length {int(length[bad[0]])} but dataset index range "
+            f"{files[0][1]}: episode {e} has length {int(length[bad[0]])} but dataset index range "
             f"[{int(from_index[bad[0]])}, {int(to_index[bad[0]])})")
     tasks = table.column("tasks").to_pylist() if "tasks" in table.column_names else [[] for _ in episodes]
     return EpisodeTable(

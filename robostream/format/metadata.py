@@ -1,4 +1,8 @@
-"""A dataset's metadata as one object: info.json + episodes table + tasks + stats, and the file each episode uses."""
+"""A dataset's metadata as one object: info.json + episodes table + tasks + stats, and the file each episode uses.
+
+Metadata is read from `root` (a local folder or an fsspec URL) once per process; data and video files may live
+elsewhere (`data_files_root`, e.g. a storage bucket beside a Hub repo holding the metadata).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from robostream.errors import DatasetFormatError, UnsupportedVersionError
+from robostream.errors import DatasetFormatError, MissingFileError, UnsupportedVersionError
 from robostream.format.episodes import EpisodeTable, read_episode_table
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
-from robostream.format.paths import local_path, render_template
+from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
 from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
+from robostream.storage.retry import RetryPolicy
+from robostream.storage.source import Storage
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -26,11 +32,16 @@ EPISODES_DIR = "meta/episodes"
 class DatasetMetadata:
     """Everything about a dataset except the frames themselves."""
 
-    root: Path
+    storage: Storage  # where the metadata came from
+    data_storage: Storage  # where data and video files are read from
     info: DatasetInfo
     episodes: EpisodeTable
     tasks: dict[int, str]
     stats: dict[str, dict[str, np.ndarray]]
+
+    @property
+    def root(self) -> str:
+        return self.storage.url
 
     @property
     def fps(self) -> int:
@@ -56,7 +67,8 @@ class DatasetMetadata:
     def video_file(self, episode_index: int, video_key: str) -> str:
         """Relative path of the mp4 holding one camera of an episode."""
         if self.info.video_path is None:
-            raise DatasetFormatError(f"{self.root / INFO_PATH}: video_path is null but {video_key!r} is a video")
+            raise DatasetFormatError(f"{self.storage.describe(INFO_PATH)}: video_path is null but {video_key!r} "
+                                     "is a video feature")
         span = self.episodes.video_span(episode_index, video_key)
         return render_template(
             self.info.video_path, what=f"video_path of episode {episode_index} camera {video_key!r}",
@@ -64,44 +76,71 @@ class DatasetMetadata:
             episode_chunk=span.chunk_index, episode_index=episode_index,
         )
 
+    def open(self, relative: str, what: str):
+        """A data or video file: a local path string, or a ranged remote reader."""
+        return self.data_storage.open(relative, what=what)
+
+    def describe(self, relative: str) -> str:
+        return self.data_storage.describe(relative)
+
     def local(self, relative: str, what: str) -> Path:
-        return local_path(self.root, relative, what=what)
+        """The local path of a data or video file (local datasets only)."""
+        return self.data_storage.local_path(relative, what=what)
 
     def task(self, task_index: int) -> str:
         try:
             return self.tasks[int(task_index)]
         except KeyError:
             raise DatasetFormatError(
-                f"{self.root / TASKS_PATH}: task_index {task_index} is used by the data but not defined"
+                f"{self.storage.describe(TASKS_PATH)}: task_index {task_index} is used by the data but not defined"
             ) from None
 
 
-def read_info(root: Path) -> DatasetInfo:
-    path = root / INFO_PATH
-    if not path.is_file():
-        if (root / "meta" / "episodes.jsonl").is_file():
-            raise UnsupportedVersionError(f"{root}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}")
+def read_info(storage: Storage) -> DatasetInfo:
+    where = storage.describe(INFO_PATH)
+    if not storage.exists(INFO_PATH):
+        if storage.exists("meta/episodes.jsonl"):
+            raise UnsupportedVersionError(f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}")
         raise DatasetFormatError(
-            f"{path}: not found; is {root} a LeRobot dataset root (it should contain meta/info.json)?")
-    return loads_info(path.read_text(encoding="utf-8"), str(path))
+            f"{where}: not found; is {storage.url} a LeRobot dataset root (it should contain meta/info.json)?")
+    return loads_info(storage.read_bytes(INFO_PATH).decode("utf-8"), where)
 
 
-def load_metadata(root: str | Path) -> DatasetMetadata:
-    """Read a local v3.0 dataset's metadata; every error names the file at fault."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
+def episode_files(storage: Storage, chunks_size: int) -> list[str]:
+    """The episode-metadata parquet files: listed where the filesystem can list, else probed in rollover order
+    (file index up to chunks_size, then the next chunk) until the first one missing (plain HTTP)."""
+    if storage.can_list():
+        return storage.glob(f"{EPISODES_DIR}/chunk-*/file-*.parquet")
+    files, chunk, file = [], 0, 0
+    while True:
+        relative = render_template(DEFAULT_EPISODES_PATH, what="episodes path", chunk_index=chunk, file_index=file)
+        if not storage.exists(relative):
+            return files
+        files.append(relative)
+        chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
+
+
+def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
+                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None) -> DatasetMetadata:
+    """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault."""
+    storage = Storage(root, storage_options, retry)
+    if storage.is_local and not Path(storage.root).is_dir():
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
-    info = read_info(root)
-    episode_files = sorted((root / EPISODES_DIR).glob("chunk-*/file-*.parquet"))
-    if not episode_files:
-        raise DatasetFormatError(f"{root / EPISODES_DIR}: no chunk-*/file-*.parquet episode metadata found")
-    episodes = read_episode_table(episode_files, info.video_keys)
-    tasks = read_tasks(root / TASKS_PATH)
+    data_storage = storage if data_files_root is None else Storage(data_files_root, storage_options, retry)
+    info = read_info(storage)
+    files = episode_files(storage, info.chunks_size)
+    if not files:
+        raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
+    episodes = read_episode_table([(storage.open(f), storage.describe(f)) for f in files], info.video_keys)
+    if not storage.exists(TASKS_PATH):
+        raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it")
+    tasks = read_tasks(storage.open(TASKS_PATH), storage.describe(TASKS_PATH))
     stats: dict[str, Any] = {}
-    stats_path = root / STATS_PATH
-    if stats_path.is_file():
+    if storage.exists(STATS_PATH):
         try:
-            stats = stats_from_json(json.loads(stats_path.read_text(encoding="utf-8")))
+            stats = stats_from_json(json.loads(storage.read_bytes(STATS_PATH)))
         except json.JSONDecodeError as exc:
-            raise DatasetFormatError(f"{stats_path}: malformed JSON at line {exc.lineno}: {exc.msg}") from exc
-    return DatasetMetadata(root=root, info=info, episodes=episodes, tasks=tasks, stats=stats)
+            raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: "
+                                     f"{exc.msg}") from exc
+    return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes, tasks=tasks,
+                           stats=stats)

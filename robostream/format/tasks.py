@@ -7,6 +7,7 @@ column or as the pandas index column; both are accepted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -15,12 +16,11 @@ import pyarrow.parquet as pq
 from robostream.errors import DatasetFormatError
 
 
-def read_tasks(path: Path) -> dict[int, str]:
-    """Map task_index -> task string."""
+def read_tasks(source: Any, name: str) -> dict[int, str]:
+    """Map task_index -> task string, from a path or file object (`name` is used in errors)."""
+    path = name
     try:
-        table = pq.read_table(path)
-    except FileNotFoundError as exc:
-        raise DatasetFormatError(f"{path}: tasks file not found; a v3.0 dataset needs meta/tasks.parquet") from exc
+        table = pq.ParquetFile(source).read()
     except (OSError, pa.ArrowException) as exc:
         raise DatasetFormatError(f"{path}: not a readable parquet file: {exc}") from exc
     names = table.column_names

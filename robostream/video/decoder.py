@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import numpy as np
 import torch
@@ -58,12 +58,14 @@ class TorchCodecVideoDecoder:
     packet when the file is opened (the whole file, remotely).
     """
 
-    def __init__(self, path: str, device: str = "cpu", seek_mode: str = "approximate") -> None:
+    def __init__(self, source: str | BinaryIO, device: str = "cpu", seek_mode: str = "approximate",
+                 name: str | None = None) -> None:
         from torchcodec.decoders import VideoDecoder as _TorchCodecDecoder
 
-        self.path = path
+        self.path = name or str(source)
+        path = self.path
         try:
-            self._decoder = _TorchCodecDecoder(path, device=device, seek_mode=seek_mode, dimension_order="NCHW")
+            self._decoder = _TorchCodecDecoder(source, device=device, seek_mode=seek_mode, dimension_order="NCHW")
         except (RuntimeError, ValueError) as exc:
             raise VideoDecodeError(f"{path}: torchcodec could not open the video on {device!r}: {exc}") from exc
         meta = self._decoder.metadata
@@ -81,12 +83,13 @@ class TorchCodecVideoDecoder:
 class PyAVVideoDecoder:
     """PyAV decoding by forward scan from the nearest earlier keyframe; re-seeks only for backward or far jumps."""
 
-    def __init__(self, path: str, reseek_after_s: float = 1.0) -> None:
+    def __init__(self, source: str | BinaryIO, reseek_after_s: float = 1.0, name: str | None = None) -> None:
         import av
 
-        self.path = path
+        self.path = name or str(source)
+        path = self.path
         try:
-            self._container = av.open(path)
+            self._container = av.open(source)
             self._stream = self._container.streams.video[0]
         except (av.error.FFmpegError, IndexError) as exc:
             raise VideoDecodeError(f"{path}: PyAV could not open a video stream: {exc}") from exc
@@ -157,11 +160,14 @@ class PyAVVideoDecoder:
         self._container.close()
 
 
-def open_video_decoder(path: str | Path, backend: str | None = None, device: str = "cpu") -> VideoDecoder:
-    """Open `path` with the named backend (default: torchcodec when available) on `device` ("cpu" or "cuda")."""
-    path = str(path)
-    if not Path(path).is_file():
-        raise MissingFileError(f"{path}: video file not found")
+def open_video_decoder(source: str | Path | BinaryIO, backend: str | None = None, device: str = "cpu",
+                       name: str | None = None) -> VideoDecoder:
+    """Open a video (a path, or a seekable binary file object such as a ranged remote reader) with the named
+    backend (default: torchcodec when available) on `device` ("cpu" or "cuda"); `name` is used in errors."""
+    if isinstance(source, (str, Path)):
+        source = str(source)
+        if not Path(source).is_file():
+            raise MissingFileError(f"{source}: video file not found")
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"video_backend={backend!r}: expected one of {BACKENDS}")
@@ -175,5 +181,5 @@ def open_video_decoder(path: str | Path, backend: str | None = None, device: str
     if backend == "torchcodec":
         if not torchcodec_available():
             raise VideoDecodeError("torchcodec is not importable (missing FFmpeg libraries?); use video_backend='pyav'")
-        return TorchCodecVideoDecoder(path, device=device)
-    return PyAVVideoDecoder(path)
+        return TorchCodecVideoDecoder(source, device=device, name=name)
+    return PyAVVideoDecoder(source, name=name)

@@ -1,0 +1,96 @@
+"""Retries with exponential backoff and jitter for remote reads.
+
+Transient failures (connection resets, timeouts, HTTP 5xx, 408 and 429 with Retry-After) are retried up to a
+bound; anything else (404, 403, a malformed request) fails at once. After the bound, the error names what was being
+read and how many attempts were made: never a hang, never a silently short read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from robostream.errors import RobostreamError
+
+T = TypeVar("T")
+PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
+
+
+class RemoteReadError(RobostreamError, OSError):
+    """A remote read kept failing after every retry, or failed in a way retrying cannot fix."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """max_attempts: tries per request (first included); delays grow base_delay_s * 2**k up to max_delay_s, with
+    full jitter; timeout_s bounds each request (applied by the storage layer to the client)."""
+
+    max_attempts: int = 6
+    base_delay_s: float = 0.25
+    max_delay_s: float = 8.0
+    timeout_s: float = 30.0
+
+    def delay(self, attempt: int, retry_after_s: float | None, rng: random.Random) -> float:
+        backoff = rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** attempt))
+        return max(backoff, min(retry_after_s or 0.0, self.max_delay_s * 4))
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status carried by an aiohttp, requests or botocore error, if any."""
+    for attr in ("status", "status_code", "code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return int(status) if status else None
+    status = getattr(response, "status_code", None) or getattr(response, "status", None)
+    return int(status) if isinstance(status, int) else None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After") if hasattr(headers, "get") else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    status = http_status(exc)
+    if status is not None:
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, PERMANENT):
+        return False
+    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError, EOFError, OSError)):
+        return True
+    name = type(exc).__name__
+    return any(word in name for word in ("Timeout", "Connection", "Disconnected", "Payload", "IncompleteRead",
+                                          "ChunkedEncoding", "ProtocolError", "EndpointConnection"))
+
+
+def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng: random.Random | None = None,
+                      sleep: Callable[[float], None] = time.sleep) -> T:
+    """Run `read`, retrying transient failures; `what` names the URL and byte range for the final error."""
+    rng = rng or random.Random()
+    for attempt in range(policy.max_attempts):
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001 - classified below, re-raised with context
+            if not is_transient(exc):
+                if isinstance(exc, FileNotFoundError):
+                    raise FileNotFoundError(f"{what}: not found ({exc})") from exc
+                raise RemoteReadError(f"{what}: failed and is not retryable: {type(exc).__name__}: {exc}") from exc
+            if attempt + 1 == policy.max_attempts:
+                raise RemoteReadError(
+                    f"{what}: still failing after {policy.max_attempts} attempts "
+                    f"(last error {type(exc).__name__}: {exc}); check the server or raise RetryPolicy.max_attempts"
+                ) from exc
+            sleep(policy.delay(attempt, retry_after(exc), rng))
+    raise AssertionError("unreachable")

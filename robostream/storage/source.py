@@ -1,0 +1,203 @@
+"""Where a dataset's bytes come from: a local folder or an fsspec URL (hf://, s3://, http(s)://, file://).
+
+`Storage` reads small files whole and hands out `RangedReader`s, seekable file objects that fetch only the byte
+ranges a reader asks for (parquet footers and row groups, mp4 index and frame spans), in blocks, with retries,
+and count the bytes they fetch. Local roots keep the plain-path fast path.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from robostream.errors import MissingFileError
+from robostream.format.paths import check_relative, local_path
+from robostream.storage.retry import RetryPolicy, call_with_retries
+
+BLOCK_SIZE = 1 << 20  # bytes fetched per range request
+MAX_BLOCKS = 8  # blocks a RangedReader keeps (bounded memory per open file)
+
+
+def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
+    """Per-request timeouts, and client-side retries off: RetryPolicy is the one place that retries."""
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=policy.timeout_s)}}
+    if protocol in ("s3", "s3a"):
+        return {"config_kwargs": {"connect_timeout": policy.timeout_s, "read_timeout": policy.timeout_s,
+                                  "retries": {"max_attempts": 1}}}
+    return {}
+
+
+def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    for key, value in given.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class ByteCounter:
+    """Bytes and requests fetched from remote storage by this process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.requests = 0
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes += nbytes
+            self.requests += 1
+
+
+class Storage:
+    """A dataset root on some filesystem; every path handed to it is relative and checked for safety."""
+
+    def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None) -> None:
+        self.retry = retry or RetryPolicy()
+        root = str(root)
+        protocol = root.split("://", 1)[0] if "://" in root else "file"
+        self.protocol = protocol
+        self.is_local = protocol in ("file", "local")
+        if self.is_local:
+            self.root = str(Path(root.removeprefix("file://")).expanduser())
+            self.fs = fsspec.filesystem("file")
+        else:
+            options = _merge(_default_options(protocol, self.retry), dict(storage_options or {}))
+            self.fs, path = fsspec.core.url_to_fs(root, **options)
+            self.root = path.rstrip("/")
+        self.url = root
+        self.counter = ByteCounter()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["counter"] = ByteCounter()  # each process counts its own reads
+        return state
+
+    def describe(self, relative: str) -> str:
+        """The full location of a file, for messages."""
+        return posixpath.join(self.url.rstrip("/"), relative) if not self.is_local else str(Path(self.root) / relative)
+
+    def _path(self, relative: str, what: str) -> str:
+        check_relative(relative, what=what)
+        if self.is_local:
+            return str(local_path(self.root, relative, what=what))
+        return f"{self.root}/{relative}"
+
+    def local_path(self, relative: str, what: str) -> Path:
+        """The local file of `relative` (local roots only)."""
+        if not self.is_local:
+            raise ValueError(f"{self.describe(relative)}: not a local file")
+        return Path(self._path(relative, what))
+
+    def exists(self, relative: str, what: str = "file") -> bool:
+        path = self._path(relative, what)
+        return call_with_retries(lambda: self.fs.exists(path), f"{self.describe(relative)} (exists)", self.retry)
+
+    def size(self, relative: str, what: str = "file") -> int:
+        path = self._path(relative, what)
+        return int(call_with_retries(lambda: self.fs.size(path), f"{self.describe(relative)} (size)", self.retry))
+
+    def read_bytes(self, relative: str, what: str = "file") -> bytes:
+        """A whole (small) file."""
+        path = self._path(relative, what)
+        data = call_with_retries(lambda: self.fs.cat_file(path), self.describe(relative), self.retry)
+        if not self.is_local:
+            self.counter.add(len(data))
+        return data
+
+    def glob(self, pattern: str) -> list[str]:
+        """Relative paths matching a glob under the root (filesystems that can list)."""
+        base = self.root.rstrip("/") + "/"
+        found = call_with_retries(lambda: self.fs.glob(base + pattern), f"{self.describe(pattern)} (listing)",
+                                  self.retry)
+        return sorted(str(p)[len(base):] if str(p).startswith(base) else str(p) for p in found)
+
+    def can_list(self) -> bool:
+        return self.protocol not in ("http", "https")
+
+    def open(self, relative: str, what: str = "file") -> io.RawIOBase | str:
+        """A path string for local files, else a RangedReader fetching byte ranges on demand."""
+        path = self._path(relative, what)
+        if self.is_local:
+            if not Path(path).is_file():
+                raise MissingFileError(f"{path}: {what} not found")
+            return path
+        try:
+            size = self.size(relative, what)
+        except FileNotFoundError as exc:
+            raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
+        return RangedReader(self, path, self.describe(relative), size)
+
+
+class RangedReader(io.RawIOBase):
+    """A read-only, seekable view of a remote file that fetches aligned blocks on demand (LRU of MAX_BLOCKS)."""
+
+    def __init__(self, storage: Storage, path: str, name: str, size: int, block_size: int = BLOCK_SIZE) -> None:
+        super().__init__()
+        self._storage, self._path, self.name, self._size = storage, path, name, size
+        self._block_size = block_size
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def _block(self, index: int) -> bytes:
+        block = self._blocks.get(index)
+        if block is not None:
+            self._blocks.move_to_end(index)
+            return block
+        start = index * self._block_size
+        end = min(self._size, start + self._block_size)
+
+        def fetch() -> bytes:
+            data = self._storage.fs.cat_file(self._path, start=start, end=end)
+            if len(data) != end - start:  # a short body must never pass as the file's content
+                raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
+            return data
+
+        block = call_with_retries(fetch, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
+        self._storage.counter.add(len(block))
+        self._blocks[index] = block
+        while len(self._blocks) > MAX_BLOCKS:
+            self._blocks.popitem(last=False)
+        return block
+
+    def read(self, size: int = -1) -> bytes:
+        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        parts = []
+        while self._pos < end:
+            index, offset = divmod(self._pos, self._block_size)
+            block = self._block(index)
+            chunk = block[offset: offset + (end - self._pos)]
+            parts.append(chunk)
+            self._pos += len(chunk)
+        return b"".join(parts)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
