@@ -29,9 +29,12 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: str | None = None, video_decode_device: str = "cpu",
-                 video_decoder_cache_size: int | None = None) -> None:
+                 video_decoder_cache_size: int | None = None,
+                 revision: str | None = None, storage_options: dict[str, Any] | None = None,
+                 data_files_root: str | Path | None = None) -> None:
         self.repo_id = repo_id
-        self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset")
+        self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset", revision,
+                                 storage_options, data_files_root)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 from robostream.format.metadata import DatasetMetadata, load_metadata
@@ -31,12 +32,29 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     return chosen
 
 
-def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: str | None, who: str) -> DatasetMetadata:
-    """Check the arguments every dataset class shares and load the metadata."""
-    if root is None:
-        if repo_id is None:
-            raise ValueError(f"{who} needs root= (a local dataset folder) or repo_id=")
-        root = default_root(repo_id)
+def hub_root(repo_id: str, revision: str | None) -> str:
+    """hf:// URL of a Hub dataset pinned to one commit, so tables and videos always come from the same revision."""
+    from huggingface_hub import HfApi
+
+    sha = HfApi().dataset_info(repo_id, revision=revision or "main").sha
+    return f"hf://datasets/{repo_id}@{sha}"
+
+
+def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: str | None, who: str,
+                 revision: str | None = None, storage_options: dict[str, Any] | None = None,
+                 data_files_root: str | Path | None = None) -> DatasetMetadata:
+    """Check the arguments every dataset class shares and load the metadata.
+
+    root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
+    file://). Without root, repo_id names a dataset: lerobot's local copy when there is one (and no revision was
+    asked for), else the Hub, pinned to the commit `revision` resolves to. data_files_root: where data and video
+    files are read from, when not beside the metadata.
+    """
     if video_backend not in (None, *BACKENDS):
         raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
-    return load_metadata(root)
+    if root is None:
+        if repo_id is None:
+            raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
+        local = default_root(repo_id)
+        root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
+    return load_metadata(root, storage_options=storage_options, data_files_root=data_files_root)

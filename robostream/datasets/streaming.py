@@ -72,6 +72,8 @@ class StreamingLeRobotDataset(IterableDataset):
                  video_backend: str | None = None, video_decode_device: str = "cpu", pool_size: int = 8,
                  canonical_streams: int | None = None, uneven: str = "pad", partition: str = "contiguous",
                  decode_ahead: int = 4, video_decoder_cache_size: int | None = None,
+                 revision: str | None = None, storage_options: dict[str, Any] | None = None,
+                 data_files_root: str | Path | None = None,
                  rank: int | None = None, world_size: int | None = None) -> None:
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
@@ -81,7 +83,8 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"pool_size ({pool_size}) and decode_ahead ({decode_ahead}) must be >= 1")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
-        self.meta = open_dataset(repo_id, root, video_backend, "StreamingLeRobotDataset")
+        self.meta = open_dataset(repo_id, root, video_backend, "StreamingLeRobotDataset", revision,
+                                 storage_options, data_files_root)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.shuffle, self.seed = shuffle, seed
