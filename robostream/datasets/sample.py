@@ -56,6 +56,13 @@ class SampleAssembler:
         query_rows = self.query_rows(row)[0] if query_rows is None else query_rows
         return {k: query_rows.get(k, np.array([row])) for k in self.meta.video_keys}
 
+    def camera_window_rows(self, episode: int, frames: np.ndarray) -> dict[str, np.ndarray]:
+        """Vectorised `video_rows` for many frames of one episode: per camera an (N, T) array of rows."""
+        first_row, length = self.episode_rows(episode)
+        frames = np.asarray(frames, dtype=np.int64)[:, None]
+        return {k: first_row + np.clip(frames + self.delta_offsets.get(k, np.zeros(1, dtype=np.int64))[None, :],
+                                       0, length - 1) for k in self.meta.video_keys}
+
     def timestamps(self, rows: np.ndarray) -> np.ndarray:
         return self.frames.columns["timestamp"][rows].astype(np.float64)
 

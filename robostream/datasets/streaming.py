@@ -273,14 +273,10 @@ class StreamingLeRobotDataset(IterableDataset):
 
     def _piece_reader(self, episode_position: int, first: int, stop: int) -> PieceReader:
         episode = self.episodes[episode_position]
+        frames = piece_sample_order(first, stop, self.stride)
         first_row, _ = self.assembler.episode_rows(episode)
-        rows = first_row + piece_sample_order(first, stop, self.stride)
-        needed: dict[str, list[np.ndarray]] = {k: [] for k in self.meta.video_keys}
-        for row in rows.tolist():
-            for k, r in self.assembler.video_rows(row).items():
-                needed[k].append(r)
-        return PieceReader(episode, rows, {k: np.stack(v) for k, v in needed.items()}, self._decode,
-                           self.decode_ahead)
+        return PieceReader(episode, first_row + frames, self.assembler.camera_window_rows(episode, frames),
+                           self._decode, self.decode_ahead)
 
     def _decode(self, episode: int, rows_by_key: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
         self.counters.add(self._worker, "frames_decoded", sum(len(r) for r in rows_by_key.values()))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
@@ -49,17 +50,17 @@ class DatasetInfo:
     splits: dict[str, str] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
+    @cached_property
     def video_keys(self) -> list[str]:
         """Camera features stored as mp4 video, in info.json order."""
         return [k for k, f in self.features.items() if f.get("dtype") == "video"]
 
-    @property
+    @cached_property
     def image_keys(self) -> list[str]:
         """Camera features stored as PNG bytes inside the data parquet."""
         return [k for k, f in self.features.items() if f.get("dtype") == "image"]
 
-    @property
+    @cached_property
     def camera_keys(self) -> list[str]:
         return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
 

@@ -8,6 +8,7 @@ and count the bytes they fetch. Local roots keep the plain-path fast path.
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import threading
 from collections import OrderedDict
@@ -68,8 +69,9 @@ class Storage:
         self.protocol = protocol
         self.is_local = protocol in ("file", "local")
         if self.is_local:
-            self.root = str(Path(root.removeprefix("file://")).expanduser())
             self.fs = fsspec.filesystem("file")
+            # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
+            self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
         else:
             options = _merge(_default_options(protocol, self.retry), dict(storage_options or {}))
             self.fs, path = fsspec.core.url_to_fs(root, **options)

@@ -63,3 +63,8 @@ def test_data_files_root_reads_files_from_elsewhere(memory_copy, av1_root):
     assert dataset.meta.data_storage.url == memory_copy and dataset.meta.storage.is_local
     assert int(dataset[3]["index"]) == 3
     assert dataset.meta.data_storage.counter.bytes > 0
+
+
+def test_relative_local_roots_work(av1_root, monkeypatch):
+    monkeypatch.chdir(av1_root.parent)
+    assert len(LeRobotDataset(root=av1_root.name)) == len(LeRobotDataset(root=av1_root))
