@@ -19,6 +19,7 @@ from robostream.datasets.frames import FrameTable, load_frame_table
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import open_dataset, resolve_episodes
 from robostream.plan.windows import delta_offsets
+from robostream.storage.retry import RetryPolicy
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -31,10 +32,10 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  video_backend: str | None = None, video_decode_device: str = "cpu",
                  video_decoder_cache_size: int | None = None,
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
-                 data_files_root: str | Path | None = None) -> None:
+                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None) -> None:
         self.repo_id = repo_id
         self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset", revision,
-                                 storage_options, data_files_root)
+                                 storage_options, data_files_root, retry)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,28 @@ from robostream.datasets.frames import load_frame_table
 from robostream.datasets.piece_reader import PieceReader
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import open_dataset, resolve_episodes
-from robostream.plan.layout import Consumer, auto_canonical_streams, owned_streams, resolve_rank_world
+from robostream.plan.layout import (
+    Consumer,
+    auto_canonical_streams,
+    owned_streams,
+    resolve_rank_world,
+)
 from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
-from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
+from robostream.plan.partition import (
+    Piece,
+    group_episodes_by_files,
+    partition_episodes,
+    split_contiguous,
+)
 from robostream.plan.resume import consumer_quotas, stream_offsets_after
-from robostream.plan.schedule import piece_sample_order, pool_schedule, take, window_stride
+from robostream.plan.schedule import (
+    piece_sample_order,
+    pool_schedule,
+    take,
+    window_stride,
+)
 from robostream.plan.windows import delta_offsets
+from robostream.storage.retry import RetryPolicy
 
 STATE_VERSION = 1
 PARTITIONS = ("contiguous", "files")
@@ -73,7 +89,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  canonical_streams: int | None = None, uneven: str = "pad", partition: str = "contiguous",
                  decode_ahead: int = 4, video_decoder_cache_size: int | None = None,
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
-                 data_files_root: str | Path | None = None,
+                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                  rank: int | None = None, world_size: int | None = None) -> None:
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
@@ -84,7 +100,7 @@ class StreamingLeRobotDataset(IterableDataset):
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
         self.meta = open_dataset(repo_id, root, video_backend, "StreamingLeRobotDataset", revision,
-                                 storage_options, data_files_root)
+                                 storage_options, data_files_root, retry)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.shuffle, self.seed = shuffle, seed

@@ -13,7 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from robostream.errors import DatasetFormatError, MissingFileError, UnsupportedVersionError
+from robostream.errors import (
+    DatasetFormatError,
+    MissingFileError,
+    UnsupportedVersionError,
+)
 from robostream.format.episodes import EpisodeTable, read_episode_table
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
 from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template

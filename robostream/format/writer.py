@@ -27,8 +27,18 @@ import pyarrow.parquet as pq
 
 from robostream.format.info import CODEBASE_VERSION, DEFAULT_FEATURES, DatasetInfo
 from robostream.format.metadata import INFO_PATH, STATS_PATH, TASKS_PATH
-from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH, render_template
-from robostream.format.stats import aggregate_stats, feature_stats, image_stats, stats_to_json
+from robostream.format.paths import (
+    DEFAULT_DATA_PATH,
+    DEFAULT_EPISODES_PATH,
+    DEFAULT_VIDEO_PATH,
+    render_template,
+)
+from robostream.format.stats import (
+    aggregate_stats,
+    feature_stats,
+    image_stats,
+    stats_to_json,
+)
 from robostream.format.tasks import write_tasks
 from robostream.video.encode import concat_videos, encode_video
 

@@ -11,6 +11,8 @@ import io
 import os
 import posixpath
 import threading
+import urllib.error
+import urllib.request
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -32,8 +34,9 @@ def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
 
         return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=policy.timeout_s)}}
     if protocol in ("s3", "s3a"):
+        # botocore's "max_attempts" counts retries; "total_max_attempts" counts the first try too.
         return {"config_kwargs": {"connect_timeout": policy.timeout_s, "read_timeout": policy.timeout_s,
-                                  "retries": {"max_attempts": 1}}}
+                                  "retries": {"total_max_attempts": 1, "mode": "standard"}}}
     return {}
 
 
@@ -42,6 +45,21 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     for key, value in given.items():
         out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
+
+
+def _http_size(url: str, timeout_s: float, headers: dict[str, str]) -> int:
+    """Content-Length from a HEAD request; 404/410 -> FileNotFoundError, other failures keep their status."""
+    request = urllib.request.Request(url, method="HEAD", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            length = response.headers.get("Content-Length")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 410):
+            raise FileNotFoundError(url) from exc
+        raise
+    if length is None:
+        raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
+    return int(length)
 
 
 class ByteCounter:
@@ -68,6 +86,7 @@ class Storage:
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         self.protocol = protocol
         self.is_local = protocol in ("file", "local")
+        self._headers = dict((storage_options or {}).get("headers") or {})
         if self.is_local:
             self.fs = fsspec.filesystem("file")
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
@@ -75,6 +94,8 @@ class Storage:
         else:
             options = _merge(_default_options(protocol, self.retry), dict(storage_options or {}))
             self.fs, path = fsspec.core.url_to_fs(root, **options)
+            if hasattr(self.fs, "retries"):  # s3fs retries on its own too (5 by default)
+                self.fs.retries = 1
             self.root = path.rstrip("/")
         self.url = root
         self.counter = ByteCounter()
@@ -101,12 +122,21 @@ class Storage:
         return Path(self._path(relative, what))
 
     def exists(self, relative: str, what: str = "file") -> bool:
-        path = self._path(relative, what)
-        return call_with_retries(lambda: self.fs.exists(path), f"{self.describe(relative)} (exists)", self.retry)
+        try:
+            self.size(relative, what)
+        except FileNotFoundError:
+            return False
+        return True
 
     def size(self, relative: str, what: str = "file") -> int:
+        """Size in bytes; FileNotFoundError when the file is missing."""
         path = self._path(relative, what)
-        return int(call_with_retries(lambda: self.fs.size(path), f"{self.describe(relative)} (size)", self.retry))
+        if self.is_local:
+            return os.path.getsize(path)
+        # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
+        read = (lambda: _http_size(path, self.retry.timeout_s, self._headers)) if self.protocol in ("http", "https") \
+            else (lambda: self.fs.size(path))
+        return int(call_with_retries(read, f"{self.describe(relative)} (size)", self.retry))
 
     def read_bytes(self, relative: str, what: str = "file") -> bytes:
         """A whole (small) file."""
