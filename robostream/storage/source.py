@@ -207,7 +207,10 @@ class RangedReader(io.RawIOBase):
 
         def fetch() -> bytes:
             data = self._storage.fs.cat_file(self._path, start=start, end=end)
-            if len(data) != end - start:  # a short body must never pass as the file's content
+            if len(data) > end - start:  # fsspec does not check for 206: a server ignoring Range sends everything
+                raise ValueError(f"the server ignored the byte range and sent {len(data)} bytes; ranged reads "
+                                 "need a server that supports HTTP Range requests")
+            if len(data) < end - start:  # a short body must never pass as the file's content
                 raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
             return data
 

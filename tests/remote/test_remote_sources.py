@@ -74,3 +74,29 @@ def test_faults_outlasting_the_bound_give_a_clear_error(http_dataset, av1_root, 
     with pytest.raises(RemoteReadError, match=r"videos/observation\.images\.cam\d/chunk-000/file-00\d\.mp4.*"
                                               r"(bytes \d+-\d+|size|exists).*3 attempts"):
         next(iter(remote))
+
+
+def test_a_server_without_range_support_is_refused_clearly(tmp_path):
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from robostream.storage.source import Storage
+
+    class Quiet(SimpleHTTPRequestHandler):  # the stdlib handler ignores Range headers
+        def log_message(self, *args):
+            pass
+
+    (tmp_path / "big.bin").write_bytes(bytes(range(256)) * (3 * 4096))  # 3 MiB: several ranged blocks
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        reader = Storage(f"http://127.0.0.1:{server.server_port}", retry=FAST_RETRY).open("big.bin")
+        reader.seek(2 << 20)
+        with pytest.raises(RemoteReadError, match="ignored the byte range"):
+            reader.read(10)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
