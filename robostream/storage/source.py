@@ -87,21 +87,35 @@ class Storage:
         self.protocol = protocol
         self.is_local = protocol in ("file", "local")
         self._headers = dict((storage_options or {}).get("headers") or {})
+        self.url = root
+        self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry),
+                                                         dict(storage_options or {}))
+        self._fs: fsspec.AbstractFileSystem | None = None
+        self._fs_pid = -1
         if self.is_local:
-            self.fs = fsspec.filesystem("file")
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
             self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
         else:
-            options = _merge(_default_options(protocol, self.retry), dict(storage_options or {}))
-            self.fs, path = fsspec.core.url_to_fs(root, **options)
-            if hasattr(self.fs, "retries"):  # s3fs retries on its own too (5 by default)
-                self.fs.retries = 1
-            self.root = path.rstrip("/")
-        self.url = root
+            self.root = fsspec.core.url_to_fs(root, **self._options)[1].rstrip("/")
         self.counter = ByteCounter()
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """This process's filesystem instance: fsspec's async filesystems (HTTP, S3) are not fork-safe, so a
+        DataLoader worker makes its own instead of using the parent's."""
+        if self._fs is None or self._fs_pid != os.getpid():
+            if self.is_local:
+                self._fs = fsspec.filesystem("file")
+            else:
+                self._fs = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self._options)[0]
+                if hasattr(self._fs, "retries"):  # s3fs retries on its own too (5 by default)
+                    self._fs.retries = 1
+            self._fs_pid = os.getpid()
+        return self._fs
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        state["_fs"], state["_fs_pid"] = None, -1
         state["counter"] = ByteCounter()  # each process counts its own reads
         return state
 

@@ -100,3 +100,17 @@ def test_a_server_without_range_support_is_refused_clearly(tmp_path):
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.mark.parametrize("source", ["http", "s3"])
+def test_remote_streaming_through_dataloader_worker_processes(source, http_dataset, s3_dataset, av1_root):
+    """fsspec's async filesystems were used in the parent (metadata); forked workers must get working ones."""
+    from torch.utils.data import DataLoader
+
+    if source == "http":
+        kwargs = {"root": http_dataset.url}
+    else:
+        kwargs = {"root": s3_dataset[0], "storage_options": s3_dataset[1]}
+    dataset = StreamingLeRobotDataset(seed=1, return_uint8=True, retry=FAST_RETRY, **kwargs)
+    ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
+    assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
