@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from robostream.format.metadata import DatasetMetadata, load_metadata
+from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy
 from robostream.video.decoder import BACKENDS
 
@@ -43,14 +44,20 @@ def hub_root(repo_id: str, revision: str | None) -> str:
 
 def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: str | None, who: str,
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
-                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None) -> DatasetMetadata:
+                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
+                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None) -> DatasetMetadata:
     """Check the arguments every dataset class shares and load the metadata.
 
     root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
     file://). Without root, repo_id names a dataset: lerobot's local copy when there is one (and no revision was
     asked for), else the Hub, pinned to the commit `revision` resolves to. data_files_root: where data and video
     files are read from, when not beside the metadata. retry: timeouts and retries of remote reads.
+    cache_dir + cache_limit (bytes or e.g. "20gb"): keep whole remote data/video files on local disk, shared by
+    all processes of the node, least recently used evicted first.
     """
+    if (cache_dir is None) != (cache_limit is None):
+        raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
+    cache = DiskCache(cache_dir, cache_limit) if cache_dir is not None else None
     if video_backend not in (None, *BACKENDS):
         raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
     if root is None:
@@ -58,4 +65,5 @@ def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: st
             raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
-    return load_metadata(root, storage_options=storage_options, data_files_root=data_files_root, retry=retry)
+    return load_metadata(root, storage_options=storage_options, data_files_root=data_files_root, retry=retry,
+                         cache=cache)

@@ -23,6 +23,7 @@ from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
 from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
 from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
+from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.source import Storage
 
@@ -125,12 +126,17 @@ def episode_files(storage: Storage, chunks_size: int) -> list[str]:
 
 
 def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
-                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None) -> DatasetMetadata:
-    """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault."""
+                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
+                  cache: DiskCache | None = None) -> DatasetMetadata:
+    """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
+
+    cache: keep the remote data and video files whole on local disk (metadata is always read directly).
+    """
     storage = Storage(root, storage_options, retry)
     if storage.is_local and not Path(storage.root).is_dir():
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
-    data_storage = storage if data_files_root is None else Storage(data_files_root, storage_options, retry)
+    data_source = root if data_files_root is None else data_files_root
+    data_storage = Storage(data_source, storage_options, retry, cache) if (cache or data_files_root) else storage
     info = read_info(storage)
     files = episode_files(storage, info.chunks_size)
     if not files:

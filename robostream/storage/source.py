@@ -21,6 +21,7 @@ import fsspec
 
 from robostream.errors import MissingFileError
 from robostream.format.paths import check_relative, local_path
+from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy, call_with_retries
 
 BLOCK_SIZE = 1 << 20  # bytes fetched per range request
@@ -80,8 +81,10 @@ class Storage:
     """A dataset root on some filesystem; every path handed to it is relative and checked for safety."""
 
     def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None, cache: DiskCache | None = None) -> None:
+        """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read."""
         self.retry = retry or RetryPolicy()
+        self.cache = cache
         root = str(root)
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         self.protocol = protocol
@@ -181,7 +184,10 @@ class Storage:
             size = self.size(relative, what)
         except FileNotFoundError as exc:
             raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
-        return RangedReader(self, path, self.describe(relative), size)
+        reader = RangedReader(self, path, self.describe(relative), size)
+        if self.cache is None:
+            return reader
+        return self.cache.fetch(self.describe(relative), size, reader.download)
 
 
 class RangedReader(io.RawIOBase):
@@ -245,6 +251,13 @@ class RangedReader(io.RawIOBase):
             parts.append(chunk)
             self._pos += len(chunk)
         return b"".join(parts)
+
+    def download(self, target: Path) -> None:
+        """Copy the whole file to `target`, block by block (each block retried), without keeping it in memory."""
+        with open(target, "wb") as out:
+            for index in range(-(-self._size // self._block_size)):
+                out.write(self._block(index))
+                self._blocks.pop(index, None)
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))

@@ -63,6 +63,7 @@ class TorchCodecVideoDecoder:
         from torchcodec.decoders import VideoDecoder as _TorchCodecDecoder
 
         self.path = name or str(source)
+        self._source = source  # keeps a file object (or a cache pin) alive as long as the decoder
         path = self.path
         try:
             self._decoder = _TorchCodecDecoder(source, device=device, seek_mode=seek_mode, dimension_order="NCHW")
@@ -87,6 +88,7 @@ class PyAVVideoDecoder:
         import av
 
         self.path = name or str(source)
+        self._source = source  # keeps a file object (or a cache pin) alive as long as the decoder
         path = self.path
         try:
             self._container = av.open(source)

@@ -114,3 +114,19 @@ def test_remote_streaming_through_dataloader_worker_processes(source, http_datas
     dataset = StreamingLeRobotDataset(seed=1, return_uint8=True, retry=FAST_RETRY, **kwargs)
     ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
+
+
+def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_root, tmp_path):
+    kwargs = {"root": http_dataset.url, "seed": 4, "return_uint8": True, "retry": FAST_RETRY,
+              "cache_dir": tmp_path / "cache", "cache_limit": "50mb"}
+    _assert_same(StreamingLeRobotDataset(**kwargs), StreamingLeRobotDataset(root=av1_root, seed=4, return_uint8=True))
+    video_bytes = lambda: sum(s["bytes"] for p, s in http_dataset.stats().items() if "/videos/" in p)  # noqa: E731
+    first = video_bytes()
+    assert first > 0
+    again = StreamingLeRobotDataset(**kwargs)
+    assert len(list(again)) > 0
+    assert video_bytes() == first  # every video came from the cache
+    cached = [p for p in (tmp_path / "cache" / "objects").rglob("*.mp4")]
+    assert len(cached) == len(list(av1_root.rglob("*.mp4")))
+    with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
+        list(StreamingLeRobotDataset(**{**kwargs, "cache_dir": tmp_path / "tiny", "cache_limit": 1000}))

@@ -1,0 +1,131 @@
+"""An optional disk cache of whole remote files, shared by every process on a node.
+
+- Files are downloaded to a temporary name and renamed into place, so readers never see a partial file and
+  concurrent writers of the same file are harmless (the last rename wins; the contents are identical).
+- A reader pins a file with a shared `flock` on its pin file for as long as it uses it; eviction (least recently
+  used first, by access time) takes an exclusive non-blocking lock and skips pinned files, so a file another
+  DataLoader worker is decoding is never removed.
+- `limit_bytes` bounds the cache. A file larger than the limit is an immediate error naming both sizes. When all
+  the space is taken by pinned files the cache overshoots its limit rather than wait (waiting could deadlock
+  workers that pin each other's files); the overshoot is at most the files in use.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+UNITS = {"b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+         "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an int or a string like "20gb", "512 MiB"."""
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in UNITS | {"": 1}:
+        raise ValueError(f"cache_limit={value!r}: expected bytes or a size like '20gb' or '512MiB'")
+    return int(float(match.group(1)) * UNITS.get(match.group(2).lower(), 1))
+
+
+class CachedPath(str):
+    """A cached file's path that keeps the file pinned while this object is referenced."""
+
+    pin: object
+
+    def __new__(cls, path: str, pin: object) -> CachedPath:
+        obj = super().__new__(cls, path)
+        obj.pin = pin
+        return obj
+
+
+class DiskCache:
+    """Whole-file cache under `directory` holding at most `limit` bytes (see the module docstring)."""
+
+    def __init__(self, directory: str | Path, limit: int | str) -> None:
+        self.directory = Path(directory).expanduser()
+        self.limit = parse_size(limit)
+        if self.limit <= 0:
+            raise ValueError(f"cache_limit must be positive, got {limit!r}")
+        (self.directory / "objects").mkdir(parents=True, exist_ok=True)
+        self._lock_path = self.directory / ".lock"
+
+    def _object(self, key: str) -> Path:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        suffix = Path(key).suffix if len(Path(key).suffix) <= 10 else ""
+        return self.directory / "objects" / digest[:2] / f"{digest}{suffix}"
+
+    def _pin(self, path: Path) -> object:
+        handle = open(path.with_name(path.name + ".pin"), "a+b")  # noqa: SIM115 - lives as long as the pin
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        return handle
+
+    def fetch(self, key: str, size: int, download: Callable[[Path], None]) -> CachedPath:
+        """The cached local copy of `key` (e.g. a URL) of `size` bytes, downloading it with `download(tmp_path)`."""
+        if size > self.limit:
+            raise ValueError(f"{key}: {size} bytes do not fit cache_limit={self.limit} bytes; raise cache_limit "
+                             "above the largest data or video file, or turn the disk cache off")
+        target = self._object(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            if target.is_file() and target.stat().st_size == size:
+                os.utime(target)
+                return CachedPath(str(target), self._pin(target))
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
+        os.close(fd)
+        try:
+            download(Path(tmp))
+            got = os.path.getsize(tmp)
+            if got != size:
+                raise OSError(f"{key}: downloaded {got} bytes, expected {size}")
+            with self._locked():
+                self._evict(size, keep=target)
+                os.replace(tmp, target)
+                return CachedPath(str(target), self._pin(target))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The cache-wide lock (across processes) around lookups, admissions and evictions."""
+        with open(self._lock_path, "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def usage(self) -> int:
+        return sum(p.stat().st_size for p in self._objects())
+
+    def _objects(self) -> list[Path]:
+        return [p for p in (self.directory / "objects").glob("*/*") if not p.name.endswith(".pin")
+                and not p.name.startswith(".partial-")]
+
+    def _evict(self, incoming: int, keep: Path) -> None:
+        """Remove least recently used, unpinned files until `incoming` more bytes fit (lock held by the caller)."""
+        objects = sorted(self._objects(), key=lambda p: p.stat().st_mtime_ns)  # fetch() touches on every hit
+        used = sum(p.stat().st_size for p in objects)
+        for path in objects:
+            if used + incoming <= self.limit:
+                return
+            if path == keep:
+                continue
+            pin_path = path.with_name(path.name + ".pin")
+            with open(pin_path, "a+b") as pin:
+                try:
+                    fcntl.flock(pin, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # in use by a reader: never evicted
+                size = path.stat().st_size
+                path.unlink()
+                pin_path.unlink()
+                used -= size
