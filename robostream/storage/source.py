@@ -13,7 +13,6 @@ import posixpath
 import threading
 import urllib.error
 import urllib.request
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,12 @@ import fsspec
 
 from robostream.errors import MissingFileError
 from robostream.format.paths import check_relative, local_path
+from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy, call_with_retries
 
 BLOCK_SIZE = 1 << 20  # bytes fetched per range request
-MAX_BLOCKS = 8  # blocks a RangedReader keeps (bounded memory per open file)
+DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + prefetch)
 
 
 def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
@@ -81,10 +81,13 @@ class Storage:
     """A dataset root on some filesystem; every path handed to it is relative and checked for safety."""
 
     def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None, cache: DiskCache | None = None) -> None:
-        """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read."""
+                 retry: RetryPolicy | None = None, cache: DiskCache | None = None,
+                 block_budget: int = DEFAULT_BLOCK_BUDGET) -> None:
+        """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read.
+        block_budget: bytes of fetched blocks kept in memory per process, prefetched ones included."""
         self.retry = retry or RetryPolicy()
         self.cache = cache
+        self.block_budget = block_budget
         root = str(root)
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         self.protocol = protocol
@@ -94,32 +97,47 @@ class Storage:
         self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry),
                                                          dict(storage_options or {}))
         self._fs: fsspec.AbstractFileSystem | None = None
-        self._fs_pid = -1
+        self._blocks = BlockCache(block_budget)
+        self._counter = ByteCounter()
+        self._pid = os.getpid()
         if self.is_local:
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
             self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
         else:
             self.root = fsspec.core.url_to_fs(root, **self._options)[1].rstrip("/")
-        self.counter = ByteCounter()
+
+    def _own_process(self) -> None:
+        """Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
+        not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child."""
+        if self._pid != os.getpid():
+            self._fs, self._blocks, self._counter = None, BlockCache(self.block_budget), ByteCounter()
+            self._pid = os.getpid()
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        """This process's filesystem instance: fsspec's async filesystems (HTTP, S3) are not fork-safe, so a
-        DataLoader worker makes its own instead of using the parent's."""
-        if self._fs is None or self._fs_pid != os.getpid():
+        self._own_process()
+        if self._fs is None:
             if self.is_local:
                 self._fs = fsspec.filesystem("file")
             else:
                 self._fs = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self._options)[0]
                 if hasattr(self._fs, "retries"):  # s3fs retries on its own too (5 by default)
                     self._fs.retries = 1
-            self._fs_pid = os.getpid()
         return self._fs
+
+    @property
+    def blocks(self) -> BlockCache:
+        self._own_process()
+        return self._blocks
+
+    @property
+    def counter(self) -> ByteCounter:
+        self._own_process()
+        return self._counter
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_fs"], state["_fs_pid"] = None, -1
-        state["counter"] = ByteCounter()  # each process counts its own reads
+        state.update(_fs=None, _blocks=None, _counter=None, _pid=-1)  # rebuilt by the receiving process
         return state
 
     def describe(self, relative: str) -> str:
@@ -191,14 +209,15 @@ class Storage:
 
 
 class RangedReader(io.RawIOBase):
-    """A read-only, seekable view of a remote file that fetches aligned blocks on demand (LRU of MAX_BLOCKS)."""
+    """A read-only, seekable view of a remote file that fetches aligned blocks on demand, through the storage's
+    shared BlockCache (so prefetched blocks serve the decoders)."""
 
     def __init__(self, storage: Storage, path: str, name: str, size: int, block_size: int = BLOCK_SIZE) -> None:
         super().__init__()
         self._storage, self._path, self.name, self._size = storage, path, name, size
         self._block_size = block_size
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self._pos = 0
+        self.prefetching = False  # reads by the prefetcher do not count as waiting
 
     def readable(self) -> bool:
         return True
@@ -218,28 +237,24 @@ class RangedReader(io.RawIOBase):
         return self._size
 
     def _block(self, index: int) -> bytes:
-        block = self._blocks.get(index)
-        if block is not None:
-            self._blocks.move_to_end(index)
-            return block
         start = index * self._block_size
         end = min(self._size, start + self._block_size)
 
         def fetch() -> bytes:
-            data = self._storage.fs.cat_file(self._path, start=start, end=end)
-            if len(data) > end - start:  # fsspec does not check for 206: a server ignoring Range sends everything
-                raise ValueError(f"the server ignored the byte range and sent {len(data)} bytes; ranged reads "
-                                 "need a server that supports HTTP Range requests")
-            if len(data) < end - start:  # a short body must never pass as the file's content
-                raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
+            def once() -> bytes:
+                data = self._storage.fs.cat_file(self._path, start=start, end=end)
+                if len(data) > end - start:  # fsspec does not check for 206: a server ignoring Range sends all
+                    raise ValueError(f"the server ignored the byte range and sent {len(data)} bytes; ranged reads "
+                                     "need a server that supports HTTP Range requests")
+                if len(data) < end - start:  # a short body must never pass as the file's content
+                    raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
+                return data
+
+            data = call_with_retries(once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
+            self._storage.counter.add(len(data))
             return data
 
-        block = call_with_retries(fetch, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
-        self._storage.counter.add(len(block))
-        self._blocks[index] = block
-        while len(self._blocks) > MAX_BLOCKS:
-            self._blocks.popitem(last=False)
-        return block
+        return self._storage.blocks.get((self._path, index), fetch, reader=not self.prefetching)
 
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
@@ -253,11 +268,10 @@ class RangedReader(io.RawIOBase):
         return b"".join(parts)
 
     def download(self, target: Path) -> None:
-        """Copy the whole file to `target`, block by block (each block retried), without keeping it in memory."""
+        """Copy the whole file to `target`, block by block (each block retried)."""
         with open(target, "wb") as out:
             for index in range(-(-self._size // self._block_size)):
                 out.write(self._block(index))
-                self._blocks.pop(index, None)
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
