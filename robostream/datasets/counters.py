@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 
 MAX_WORKERS = 256
-FIELDS = ("frames_decoded", "frames_delivered", "peak_piece_frames", "peak_live_frames", "peak_live_pieces")
-_SUMMED = {"frames_decoded", "frames_delivered"}
+FIELDS = ("frames_decoded", "frames_delivered", "peak_piece_frames", "peak_live_frames", "peak_live_pieces",
+          "bytes_read", "read_wait_us", "block_bytes_peak")
+_SUMMED = {"frames_decoded", "frames_delivered", "bytes_read", "read_wait_us"}
 
 
 class FrameCounters:
@@ -20,6 +21,10 @@ class FrameCounters:
 
     def add(self, worker: int, field: str, amount: int) -> None:
         self._table[worker % MAX_WORKERS, FIELDS.index(field)] += amount
+
+    def set(self, worker: int, field: str, value: int) -> None:
+        """Record a worker's running total (its own row only)."""
+        self._table[worker % MAX_WORKERS, FIELDS.index(field)] = value
 
     def peak(self, worker: int, field: str, value: int) -> None:
         row, col = worker % MAX_WORKERS, FIELDS.index(field)

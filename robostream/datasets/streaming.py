@@ -19,6 +19,8 @@ Memory and randomness knobs:
   min(batch_size, pool_size x C/K) episodes; report `batch_diversity` to compare with a uniform sampler.
 - canonical_streams: more streams spread an epoch over more consumers but cut more episodes in two.
 - decode_ahead (default 4): samples of a piece whose missing frames are decoded in one call.
+- prefetch_pieces (default 2, remote data only): the next pieces of each stream whose video bytes are fetched in
+  background threads, within the storage's block budget (Storage.block_budget, 128 MiB per process).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.frames import load_frame_table
 from robostream.datasets.piece_reader import PieceReader
+from robostream.datasets.prefetch import Prefetcher
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import open_dataset, resolve_episodes
 from robostream.plan.layout import (
@@ -87,7 +90,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: str | None = None, video_decode_device: str = "cpu", pool_size: int = 8,
                  canonical_streams: int | None = None, uneven: str = "pad", partition: str = "contiguous",
-                 decode_ahead: int = 4, video_decoder_cache_size: int | None = None,
+                 decode_ahead: int = 4, prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                  cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
@@ -115,6 +118,8 @@ class StreamingLeRobotDataset(IterableDataset):
         self.assembler = SampleAssembler(self.meta, self.frames, offsets, return_uint8, image_transforms)
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)
+        self.prefetch_pieces = prefetch_pieces
+        self.prefetcher = Prefetcher(self.meta, threads=2 if prefetch_pieces > 0 else 0)
         self.stride = window_stride([offsets[k] for k in self.meta.video_keys if k in offsets]) if shuffle else 1
         self.lengths = np.array([self.assembler.episode_rows(e)[1] for e in self.episodes], dtype=np.int64)
         self.epoch = 0
@@ -276,6 +281,8 @@ class StreamingLeRobotDataset(IterableDataset):
         reader = readers.get(key)
         if reader is None:
             reader = readers[key] = self._piece_reader(*pieces[stream][piece])
+            for episode_position, first, stop in pieces[stream][piece + 1: piece + 1 + self.prefetch_pieces]:
+                self.prefetcher.piece(self.episodes[episode_position], first, stop)  # next pieces to go live
         row = int(reader.sample_rows[position])
         video = reader.frames_for(position) if self.meta.video_keys else {}
         if self.meta.video_keys:
@@ -284,6 +291,11 @@ class StreamingLeRobotDataset(IterableDataset):
             self.counters.peak(self._worker, "peak_live_frames", sum(live))
             self.counters.peak(self._worker, "peak_live_pieces", len(live))
             self.counters.add(self._worker, "frames_delivered", sum(len(v) for v in video.values()))
+        storage = self.meta.data_storage
+        if not storage.is_local:
+            self.counters.set(self._worker, "bytes_read", storage.counter.bytes)
+            self.counters.set(self._worker, "read_wait_us", int(storage.blocks.wait_s * 1e6))
+            self.counters.set(self._worker, "block_bytes_peak", storage.blocks.peak_bytes)
         if position == len(reader.sample_rows) - 1:
             del readers[key]
         return self.assembler.assemble(row, video)
@@ -300,7 +312,9 @@ class StreamingLeRobotDataset(IterableDataset):
         return self.cameras.decode_many(episode, {k: self.assembler.timestamps(r) for k, r in rows_by_key.items()})
 
     def frame_counts(self) -> dict[str, int]:
-        """Frames decoded and delivered over this process and its DataLoader workers, and the peak decoded-frame
-        working set: of one live piece, of all live pieces of a worker, and the most pieces live at once."""
+        """Frames decoded and delivered over this process and its DataLoader workers, the peak decoded-frame
+        working set (of one live piece, of all live pieces of a worker, the most pieces live at once), and for
+        remote data the bytes read, the time readers waited for them (us) and the peak bytes of fetched blocks
+        held by a worker."""
         return self.counters.totals()
 

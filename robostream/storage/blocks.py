@@ -23,6 +23,7 @@ class BlockCache:
         self._done: OrderedDict[BlockKey, bytes] = OrderedDict()
         self._inflight: dict[BlockKey, Future] = {}
         self._bytes = 0
+        self.peak_bytes = 0  # most bytes held at once
         self.wait_s = 0.0  # time readers (not prefetch) spent waiting for blocks
         self.hits = self.misses = 0
 
@@ -66,6 +67,7 @@ class BlockCache:
                 return
             self._done[key] = block
             self._bytes += len(block)
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
             while self._bytes > self.budget_bytes and len(self._done) > 1:
                 _, old = self._done.popitem(last=False)
                 self._bytes -= len(old)
