@@ -33,10 +33,12 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  video_decoder_cache_size: int | None = None,
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None) -> None:
+                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
+                 read_buffer: int | str = 128 << 20) -> None:
         self.repo_id = repo_id
         self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset", revision,
-                                 storage_options, data_files_root, retry, cache_dir, cache_limit)
+                                 storage_options, data_files_root, retry, cache_dir, cache_limit,
+                                 read_buffer)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from robostream.format.metadata import DatasetMetadata, load_metadata
-from robostream.storage.cache import DiskCache
+from robostream.storage.cache import DiskCache, parse_size
 from robostream.storage.retry import RetryPolicy
+from robostream.storage.source import DEFAULT_BLOCK_BUDGET
 from robostream.video.decoder import BACKENDS
 
 
@@ -45,7 +46,8 @@ def hub_root(repo_id: str, revision: str | None) -> str:
 def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: str | None, who: str,
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None) -> DatasetMetadata:
+                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
+                 read_buffer: int | str = DEFAULT_BLOCK_BUDGET) -> DatasetMetadata:
     """Check the arguments every dataset class shares and load the metadata.
 
     root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
@@ -53,7 +55,8 @@ def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: st
     asked for), else the Hub, pinned to the commit `revision` resolves to. data_files_root: where data and video
     files are read from, when not beside the metadata. retry: timeouts and retries of remote reads.
     cache_dir + cache_limit (bytes or e.g. "20gb"): keep whole remote data/video files on local disk, shared by
-    all processes of the node, least recently used evicted first.
+    all processes of the node, least recently used evicted first. read_buffer (bytes or e.g. "128mb"): fetched
+    remote blocks kept in memory per process, prefetched ones included (bounds remote-read memory).
     """
     if (cache_dir is None) != (cache_limit is None):
         raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
@@ -66,4 +69,4 @@ def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: st
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
     return load_metadata(root, storage_options=storage_options, data_files_root=data_files_root, retry=retry,
-                         cache=cache)
+                         cache=cache, read_buffer_bytes=parse_size(read_buffer))

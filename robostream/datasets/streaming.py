@@ -94,6 +94,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                  cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
+                 read_buffer: int | str = 128 << 20,
                  rank: int | None = None, world_size: int | None = None) -> None:
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
@@ -104,7 +105,8 @@ class StreamingLeRobotDataset(IterableDataset):
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
         self.meta = open_dataset(repo_id, root, video_backend, "StreamingLeRobotDataset", revision,
-                                 storage_options, data_files_root, retry, cache_dir, cache_limit)
+                                 storage_options, data_files_root, retry, cache_dir, cache_limit,
+                                 read_buffer)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.shuffle, self.seed = shuffle, seed

@@ -25,7 +25,7 @@ from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
 from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy
-from robostream.storage.source import Storage
+from robostream.storage.source import DEFAULT_BLOCK_BUDGET, Storage
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -127,16 +127,17 @@ def episode_files(storage: Storage, chunks_size: int) -> list[str]:
 
 def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
                   data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                  cache: DiskCache | None = None) -> DatasetMetadata:
+                  cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
     cache: keep the remote data and video files whole on local disk (metadata is always read directly).
+    read_buffer_bytes: fetched remote blocks kept in memory per process (reads and prefetch).
     """
     storage = Storage(root, storage_options, retry)
     if storage.is_local and not Path(storage.root).is_dir():
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
     data_source = root if data_files_root is None else data_files_root
-    data_storage = Storage(data_source, storage_options, retry, cache) if (cache or data_files_root) else storage
+    data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes)
     info = read_info(storage)
     files = episode_files(storage, info.chunks_size)
     if not files:

@@ -24,7 +24,8 @@ from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy, call_with_retries
 
-BLOCK_SIZE = 1 << 20  # bytes fetched per range request
+BLOCK_SIZE = 1 << 20  # bytes fetched per range request (at most)
+MIN_BLOCK_SIZE = 16 << 10
 DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + prefetch)
 
 
@@ -88,6 +89,8 @@ class Storage:
         self.retry = retry or RetryPolicy()
         self.cache = cache
         self.block_budget = block_budget
+        # Blocks small enough that the budget holds several (decoders of every camera plus prefetch share it).
+        self.block_size = min(BLOCK_SIZE, max(MIN_BLOCK_SIZE, block_budget // 8))
         root = str(root)
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         self.protocol = protocol
@@ -202,7 +205,7 @@ class Storage:
             size = self.size(relative, what)
         except FileNotFoundError as exc:
             raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
-        reader = RangedReader(self, path, self.describe(relative), size)
+        reader = RangedReader(self, path, self.describe(relative), size, self.block_size)
         if self.cache is None:
             return reader
         return self.cache.fetch(self.describe(relative), size, reader.download)

@@ -130,3 +130,24 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
     assert len(cached) == len(list(av1_root.rglob("*.mp4")))
     with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
         list(StreamingLeRobotDataset(**{**kwargs, "cache_dir": tmp_path / "tiny", "cache_limit": 1000}))
+
+
+@pytest.mark.parametrize("read_buffer", [64 << 10, "128mb"])
+def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_buffer):
+    """With a buffer several times smaller than the dataset, fetched blocks held never exceed it (plus the block
+    being stored) and the epoch is still exact; with an adequate buffer the bytes fetched per epoch are close to
+    the size of the video files (a tiny buffer re-fetches evicted blocks: the price of the bound)."""
+    from torch.utils.data import DataLoader
+
+    videos = sum(p.stat().st_size for p in av1_root.rglob("*.mp4"))
+    dataset = StreamingLeRobotDataset(root=http_dataset.url, seed=6, return_uint8=True, retry=FAST_RETRY,
+                                      read_buffer=read_buffer)
+    ids = [i for b in DataLoader(dataset, batch_size=8, num_workers=2) for i in b["index"].tolist()]
+    assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
+    counts = dataset.frame_counts()
+    storage = dataset.meta.data_storage
+    assert 0 < counts["block_bytes_peak"] <= storage.block_budget + storage.block_size
+    if storage.block_budget > 4 * videos:
+        # The workers read only videos (the data rows came with the parent's table): each file about once per
+        # worker that decodes from it.
+        assert counts["bytes_read"] <= 2 * videos, (counts["bytes_read"], videos)
