@@ -2,8 +2,8 @@
 
 For a remote dataset, a few threads demux the upcoming pieces' time spans (so exactly their packets' byte ranges
 are read, in blocks) into the storage's shared BlockCache, where the decoders find them; with the disk cache on, the
-whole file is downloaded ahead instead. Prefetch stops as soon as the block budget is full, which bounds the bytes
-in flight and in memory. It is best effort: a failure is counted and the decoder's own read retries and reports.
+whole file is downloaded ahead instead. Prefetch only fills the free half of the block budget, which bounds the
+bytes in flight and in memory and never evicts blocks in use. It is best effort: a failure is counted and the decoder's own read retries and reports.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Prefetcher:
 
     def _fetch(self, episode: int, key: str, first: int, stop: int) -> None:
         storage = self.meta.data_storage
-        if storage.blocks.full():
+        if not storage.blocks.has_room_for_prefetch():
             return
         try:
             source = self.meta.open(self.meta.video_file(episode, key), what="video file")
@@ -66,7 +66,7 @@ class Prefetcher:
                 for packet in container.demux(stream):
                     if packet.pts is not None and float(packet.pts * stream.time_base) >= end_s:
                         break
-                    if storage.blocks.full():
+                    if not storage.blocks.has_room_for_prefetch():
                         break
         except Exception:  # noqa: BLE001 - best effort; the decoder's read retries and reports for real
             self.errors += 1

@@ -72,10 +72,10 @@ class BlockCache:
                 _, old = self._done.popitem(last=False)
                 self._bytes -= len(old)
 
-    def full(self) -> bool:
-        """True when the budget is used up: prefetching further would only evict what was fetched ahead."""
+    def has_room_for_prefetch(self) -> bool:
+        """Prefetch only into the free half of the budget, so fetching ahead never evicts blocks in use."""
         with self._lock:
-            return self._bytes >= self.budget_bytes
+            return self._bytes < self.budget_bytes // 2
 
     @property
     def resident_bytes(self) -> int:

@@ -24,7 +24,10 @@ from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy, call_with_retries
 
-BLOCK_SIZE = 1 << 20  # bytes fetched per range request (at most)
+# Bytes fetched per range request (at most). Live pieces read scattered spans of their files, so each live piece
+# and camera keeps about one block busy: small blocks keep that working set small; 256 KiB still holds a few
+# look-ahead frames of a 256x256 AV1 camera (~15 KiB each) per request.
+BLOCK_SIZE = 256 << 10
 MIN_BLOCK_SIZE = 16 << 10
 DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + prefetch)
 
@@ -90,7 +93,7 @@ class Storage:
         self.cache = cache
         self.block_budget = block_budget
         # Blocks small enough that the budget holds several (decoders of every camera plus prefetch share it).
-        self.block_size = min(BLOCK_SIZE, max(MIN_BLOCK_SIZE, block_budget // 8))
+        self.block_size = min(BLOCK_SIZE, max(MIN_BLOCK_SIZE, block_budget // 64))
         root = str(root)
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         self.protocol = protocol
