@@ -20,6 +20,7 @@ from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import open_dataset, resolve_episodes
 from robostream.plan.windows import delta_offsets
 from robostream.storage.retry import RetryPolicy
+from robostream.storage.source import DEFAULT_BLOCK_BUDGET
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -34,7 +35,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                  cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
-                 read_buffer: int | str = 128 << 20) -> None:
+                 read_buffer: int | str = DEFAULT_BLOCK_BUDGET) -> None:
         self.repo_id = repo_id
         self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset", revision,
                                  storage_options, data_files_root, retry, cache_dir, cache_limit,

@@ -65,6 +65,7 @@ from robostream.plan.schedule import (
 )
 from robostream.plan.windows import delta_offsets
 from robostream.storage.retry import RetryPolicy
+from robostream.storage.source import DEFAULT_BLOCK_BUDGET
 
 STATE_VERSION = 1
 PARTITIONS = ("contiguous", "files")
@@ -94,7 +95,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  revision: str | None = None, storage_options: dict[str, Any] | None = None,
                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                  cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
-                 read_buffer: int | str = 128 << 20,
+                 read_buffer: int | str = DEFAULT_BLOCK_BUDGET,
                  rank: int | None = None, world_size: int | None = None) -> None:
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
