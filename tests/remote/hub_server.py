@@ -1,0 +1,310 @@
+"""A tiny Hugging Face Hub emulator on 127.0.0.1, serving dataset repos from local folders.
+
+It implements exactly the endpoints that huggingface_hub's ``HfApi.dataset_info`` / ``repo_info`` and
+``HfFileSystem`` (listing, info, ranged and streamed reads) use:
+
+- ``GET /api/datasets/{repo_id}`` and ``GET /api/datasets/{repo_id}/revision/{revision}``: repo info (``id``,
+  ``sha``, ``siblings``, ...). Unknown repo -> 404 ``X-Error-Code: RepoNotFound``; unknown revision -> 404
+  ``X-Error-Code: RevisionNotFound`` (the codes huggingface_hub maps to its typed errors).
+- ``GET /api/datasets/{repo_id}/tree/{revision}[/{path}]?recursive=&expand=&cursor=``: a JSON list of
+  ``{"type": "file"|"directory", "path", "oid", "size"}``, paginated with a ``Link: <...>; rel="next"`` header
+  (``page_size`` entries per page). The path may be percent-encoded as a whole (``meta%2Fepisodes``), as
+  huggingface_hub sends it. A path that is not a folder -> 404 ``EntryNotFound``.
+- ``POST /api/datasets/{repo_id}/paths-info/{revision}``: form body ``paths=...&paths=...&expand=...``; the
+  entries that exist.
+- ``GET``/``HEAD /datasets/{repo_id}/resolve/{revision}/{path}``: the file, with ``Range`` support (206,
+  ``Content-Range``, 416 past the end), ``ETag``, ``X-Repo-Commit``, ``Accept-Ranges``. Files whose suffix is in
+  ``lfs_suffixes`` are, like LFS/Xet files on the real Hub, answered with a 302 to ``/cdn/...`` on this server
+  (carrying ``X-Linked-Size`` / ``X-Linked-ETag``), which serves the bytes with the same Range support.
+
+Revisions: the branch ``main`` and the repo's fixed fake commit sha (40 hex characters) are both accepted.
+Every request is recorded (method, path, status, bytes sent) so tests can check what was asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
+DEFAULT_SHA = "0123456789abcdef0123456789abcdef01234567"
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+class _Repo:
+    def __init__(self, repo_id: str, folder: Path, sha: str) -> None:
+        self.repo_id, self.folder, self.sha = repo_id, Path(folder).resolve(), sha
+        self.files: dict[str, Path] = {}
+        for path in sorted(self.folder.rglob("*")):
+            if path.is_file():
+                self.files[path.relative_to(self.folder).as_posix()] = path
+        self.dirs: set[str] = {""}
+        for name in self.files:
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                self.dirs.add("/".join(parts[:i]))
+        self._oids: dict[str, str] = {}
+
+    def revision_ok(self, revision: str) -> bool:
+        return revision in ("main", self.sha)
+
+    def oid(self, name: str) -> str:
+        """git blob sha1 of a file (or a stable fake id for a folder)."""
+        if name not in self._oids:
+            if name in self.files:
+                data = self.files[name].read_bytes()
+                self._oids[name] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            else:
+                self._oids[name] = hashlib.sha1(f"tree {name}".encode()).hexdigest()
+        return self._oids[name]
+
+    def entry(self, name: str) -> dict[str, Any]:
+        if name in self.files:
+            return {"type": "file", "oid": self.oid(name), "size": self.files[name].stat().st_size, "path": name}
+        return {"type": "directory", "oid": self.oid(name), "size": 0, "path": name}
+
+    def children(self, folder: str) -> list[str]:
+        prefix = folder + "/" if folder else ""
+        names = {n for n in (*self.dirs, *self.files) if n and n.startswith(prefix) and "/" not in n[len(prefix):]}
+        # folders first, then files (the Hub's "tree first" order), each sorted
+        return sorted(names, key=lambda n: (n in self.files, n))
+
+    def listing(self, folder: str, recursive: bool) -> list[str]:
+        out: list[str] = []
+        for name in self.children(folder):
+            out.append(name)
+            if recursive and name in self.dirs:
+                out.extend(self.listing(name, True))
+        return out
+
+
+class HubServer:
+    """``with HubServer({"local/av1": folder}) as hub: hub.endpoint`` -> ``http://127.0.0.1:<port>``."""
+
+    def __init__(self, repos: dict[str, Path], sha: str = DEFAULT_SHA, page_size: int = 1000,
+                 lfs_suffixes: tuple[str, ...] = (".parquet", ".mp4")) -> None:
+        self.repos = {repo_id: _Repo(repo_id, folder, sha) for repo_id, folder in repos.items()}
+        self.sha = sha
+        self.page_size = page_size
+        self.lfs_suffixes = lfs_suffixes
+        self._lock = threading.Lock()
+        self.requests: list[tuple[str, str, int, int]] = []  # (method, path with query, status, body bytes)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "server not started"
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def start(self) -> Self:
+        hub = self
+
+        class Handler(_HubHandler):
+            server_hub = hub
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="hub-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- stats -------------------------------------------------------------------------------------------------
+    def record(self, method: str, path: str, status: int, nbytes: int) -> None:
+        with self._lock:
+            self.requests.append((method, path, status, nbytes))
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def log(self) -> list[tuple[str, str, int, int]]:
+        with self._lock:
+            return list(self.requests)
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    server_hub: HubServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
+              content_type: str = "application/json", head: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        if "Content-Length" not in (headers or {}):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head and body:
+            self.wfile.write(body)
+        self.server_hub.record(self.command, self.path, status, 0 if head else len(body))
+
+    def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(data).encode(), headers)
+
+    def _error(self, status: int, code: str, message: str, head: bool = False) -> None:
+        self._send(status, json.dumps({"error": message}).encode(),
+                   {"X-Error-Code": code, "X-Error-Message": message}, head=head)
+
+    def _repo(self, segments: list[str]) -> tuple[_Repo | None, list[str]]:
+        """The repo named by the first two segments (owner/name) and the remaining segments."""
+        if len(segments) < 2:
+            return None, segments
+        return self.server_hub.repos.get(f"{unquote(segments[0])}/{unquote(segments[1])}"), segments[2:]
+
+    # -- routing -----------------------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        self._route(head=False)
+
+    def do_HEAD(self) -> None:
+        self._route(head=True)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        split = urlsplit(self.path)
+        segments = split.path.strip("/").split("/")
+        if segments[:2] == ["api", "datasets"]:
+            repo, rest = self._repo(segments[2:])
+            if len(rest) >= 2 and rest[0] == "paths-info":
+                return self._paths_info(repo, unquote("/".join(rest[1:])), body)
+        self._error(404, "NotFound", f"no route for POST {split.path}")
+
+    def _route(self, head: bool) -> None:
+        split = urlsplit(self.path)
+        query = parse_qs(split.query)
+        segments = split.path.strip("/").split("/")
+        if segments[:2] == ["api", "datasets"]:
+            repo, rest = self._repo(segments[2:])
+            if repo is None:
+                return self._error(404, "RepoNotFound", "Repository not found", head)
+            if not rest:
+                return self._info(repo, "main", head)
+            if rest[0] == "revision" and len(rest) >= 2:
+                return self._info(repo, unquote("/".join(rest[1:])), head)
+            if rest[0] == "tree" and len(rest) >= 2:
+                return self._tree(repo, unquote(rest[1]), unquote("/".join(rest[2:])), query, head)
+        elif segments[:1] == ["datasets"] and len(segments) >= 6 and segments[3] == "resolve":
+            repo, rest = self._repo(segments[1:])
+            return self._resolve(repo, unquote(rest[1]), unquote("/".join(rest[2:])), head)
+        elif segments[:1] == ["cdn"] and len(segments) >= 5:
+            repo, rest = self._repo(segments[1:])
+            if repo is not None and rest[0] == repo.sha:
+                return self._file(repo, unquote("/".join(rest[1:])), head, {})
+        self._error(404, "NotFound", f"no route for {self.command} {split.path}", head)
+
+    # -- endpoints ---------------------------------------------------------------------------------------------
+    def _info(self, repo: _Repo, revision: str, head: bool) -> None:
+        if not repo.revision_ok(revision):
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+        self._json(200, {
+            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
+            "id": repo.repo_id,
+            "author": repo.repo_id.split("/")[0],
+            "sha": repo.sha,
+            "lastModified": "2024-01-01T00:00:00.000Z",
+            "createdAt": "2024-01-01T00:00:00.000Z",
+            "private": False,
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": ["LeRobot"],
+            "siblings": [{"rfilename": name} for name in repo.files],
+        })
+
+    def _tree(self, repo: _Repo, revision: str, path: str, query: dict[str, list[str]], head: bool) -> None:
+        if not repo.revision_ok(revision):
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+        path = path.strip("/")
+        if path not in repo.dirs:
+            return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head)
+        recursive = (query.get("recursive") or ["False"])[0].lower() in ("1", "true")
+        names = repo.listing(path, recursive)
+        cursor = int((query.get("cursor") or ["0"])[0])
+        page = names[cursor: cursor + self.server_hub.page_size]
+        headers = {}
+        if cursor + self.server_hub.page_size < len(names):
+            params = {k: v[0] for k, v in query.items() if k != "cursor"}
+            params["cursor"] = str(cursor + self.server_hub.page_size)
+            encoded = "/" + quote(path, safe="") if path else ""
+            url = f"{self.server_hub.endpoint}/api/datasets/{repo.repo_id}/tree/{quote(revision, safe='')}" \
+                  f"{encoded}?{urlencode(params)}"
+            headers["Link"] = f'<{url}>; rel="next"'
+        self._json(200, [repo.entry(n) for n in page], headers)
+
+    def _paths_info(self, repo: _Repo | None, revision: str, body: bytes) -> None:
+        if repo is None:
+            return self._error(404, "RepoNotFound", "Repository not found")
+        if not repo.revision_ok(revision):
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        form = parse_qs(body.decode("utf-8"))
+        paths = [p.strip("/") for p in form.get("paths", [])]
+        self._json(200, [repo.entry(p) for p in paths if p in repo.files or (p and p in repo.dirs)])
+
+    def _resolve(self, repo: _Repo | None, revision: str, path: str, head: bool) -> None:
+        if repo is None:
+            return self._error(404, "RepoNotFound", "Repository not found", head)
+        if not repo.revision_ok(revision):
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
+        if path not in repo.files:
+            return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head)
+        common = {"X-Repo-Commit": repo.sha, "ETag": f'"{repo.oid(path)}"'}
+        if path.endswith(self.server_hub.lfs_suffixes):
+            # LFS/Xet files on the Hub: a redirect to the storage host, metadata on the redirect itself
+            location = f"/cdn/{repo.repo_id}/{repo.sha}/{quote(path)}"
+            size = repo.files[path].stat().st_size
+            return self._send(302, b"", {**common, "Location": location, "X-Linked-Size": str(size),
+                                         "X-Linked-ETag": f'"{repo.oid(path)}"'}, head=head)
+        self._file(repo, path, head, common)
+
+    def _file(self, repo: _Repo, path: str, head: bool, headers: dict[str, str]) -> None:
+        file = repo.files.get(path)
+        if file is None:
+            return self._error(404, "EntryNotFound", f"{path} not found", head)
+        data = file.read_bytes()
+        size = len(data)
+        headers = {**headers, "Accept-Ranges": "bytes", "ETag": f'"{repo.oid(path)}"'}
+        spec = self.headers.get("Range")
+        if spec:
+            match = _RANGE.match(spec.strip())
+            if match is None:
+                return self._send(416, b"", {**headers, "Content-Range": f"bytes */{size}"}, head=head)
+            first, last = match.groups()
+            if first == "":  # suffix range: the last N bytes
+                start, end = max(0, size - int(last or 0)), size - 1
+            else:
+                start, end = int(first), (int(last) if last else size - 1)
+            end = min(end, size - 1)
+            if start >= size or start > end:
+                return self._send(416, b"", {**headers, "Content-Range": f"bytes */{size}"}, head=head)
+            body = data[start: end + 1]
+            return self._send(206, body, {**headers, "Content-Range": f"bytes {start}-{end}/{size}"},
+                              content_type="application/octet-stream", head=head)
+        self._send(200, data, headers, content_type="application/octet-stream", head=head)

@@ -1,0 +1,183 @@
+"""hf:// against a real local HTTP server emulating the Hugging Face Hub API (tests/remote/hub_server.py).
+
+huggingface_hub reads HF_ENDPOINT once, at import, into `constants.ENDPOINT` (and the resolve-URL template
+`constants.HUGGINGFACE_CO_URL_TEMPLATE`); HfApi/HfFileSystem read those constants when they are created. So the
+module fixture sets the environment AND patches the constants, and a socket guard refuses any connection (or name
+lookup) that is not 127.0.0.1 for the duration of the module: no traffic can leave the machine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from robostream import LeRobotDataset, StreamingLeRobotDataset
+from robostream.errors import RobostreamError
+from robostream.storage.retry import RetryPolicy
+
+from .hub_server import HubServer
+from .test_remote_sources import _assert_same
+
+FAST_RETRY = RetryPolicy(max_attempts=6, base_delay_s=0.01, max_delay_s=0.05, timeout_s=5.0)
+REPO = "local/av1"
+pytestmark = pytest.mark.timeout(120)
+
+
+def _is_loopback(host: object) -> bool:
+    if host in ("localhost", None):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def hub(av1_root, tmp_path_factory) -> Iterator[HubServer]:
+    """The emulator serving av1_root as dataset `local/av1` (small tree pages, so listings paginate), with
+    huggingface_hub pointed at it and every non-loopback connection refused."""
+    from huggingface_hub import constants
+
+    home = tmp_path_factory.mktemp("hf_home")
+    with HubServer({REPO: av1_root}, page_size=5) as server, pytest.MonkeyPatch.context() as mp:
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_HUB_ENABLE_HF_TRANSFER"):
+            mp.delenv(name, raising=False)
+        mp.setenv("HF_ENDPOINT", server.endpoint)
+        mp.setenv("HF_HUB_OFFLINE", "0")
+        mp.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        mp.setenv("HF_HOME", str(home))
+        mp.setenv("HF_TOKEN", "hf_fake_local_token")
+        mp.setattr(constants, "ENDPOINT", server.endpoint)
+        mp.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        mp.setattr(constants, "HF_HUB_OFFLINE", False)
+        mp.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+
+        connect, connect_ex, getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+        def _check(sock: socket.socket, address: object) -> None:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):  # type: ignore[index]
+                raise ConnectionRefusedError(f"test guard: connection to {address} refused (only 127.0.0.1)")
+
+        def guarded_connect(sock, address):
+            _check(sock, address)
+            return connect(sock, address)
+
+        def guarded_connect_ex(sock, address):
+            _check(sock, address)
+            return connect_ex(sock, address)
+
+        def guarded_getaddrinfo(host, *args, **kwargs):
+            if not _is_loopback(host.decode() if isinstance(host, bytes) else host):
+                raise socket.gaierror(f"test guard: lookup of {host!r} refused (only 127.0.0.1)")
+            return getaddrinfo(host, *args, **kwargs)
+
+        mp.setattr(socket.socket, "connect", guarded_connect)
+        mp.setattr(socket.socket, "connect_ex", guarded_connect_ex)
+        mp.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+        yield server
+
+
+def _resolve_requests(server: HubServer) -> list[tuple[str, str, int, int]]:
+    return [r for r in server.log() if "/resolve/" in r[1] or r[1].startswith("/cdn/")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("revision", ["main", "sha"])
+def test_hf_root_stream_equals_local(hub, av1_root, revision):
+    hub.reset_stats()
+    rev = hub.sha if revision == "sha" else "main"
+    remote = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{rev}", seed=5, return_uint8=True,
+                                     retry=FAST_RETRY)
+    _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
+    log = hub.log()
+    assert remote.meta.storage.counter.bytes > 0
+    assert any(status == 206 for _, path, status, _ in log if path.startswith("/cdn/")), "no ranged reads"
+    assert any(status == 302 for _, _, status, _ in _resolve_requests(hub)), "LFS redirects not followed"
+    assert any("/tree/" in path and "cursor=" in path for _, path, _, _ in log), "tree pagination not exercised"
+    assert all(status < 400 for _, _, status, _ in _resolve_requests(hub))
+
+
+@pytest.mark.timeout(120)
+def test_repo_id_with_revision_pins_the_commit(hub, av1_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "empty_lerobot_home"))
+    hub.reset_stats()
+    remote = StreamingLeRobotDataset(repo_id=REPO, revision="main", seed=3, return_uint8=True, retry=FAST_RETRY)
+    assert hub.sha in str(remote.meta.root)
+    _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True))
+    log = hub.log()
+    assert ("GET", f"/api/datasets/{REPO}/revision/main", 200) in [(m, p, s) for m, p, s, _ in log]
+    # every file read after the resolution names the pinned commit, never the branch
+    reads = _resolve_requests(hub)
+    assert reads and all(hub.sha in path and "/main/" not in path for _, path, _, _ in reads)
+
+
+@pytest.mark.timeout(120)
+def test_hf_root_map_style_equals_local(hub, av1_root):
+    mapped = LeRobotDataset(root=f"hf://datasets/{REPO}", return_uint8=True, retry=FAST_RETRY)
+    local = LeRobotDataset(root=av1_root, return_uint8=True)
+    assert len(mapped) == len(local)
+    for i in (0, 17, len(local) // 2, len(local) - 1):
+        a, b = mapped[i], local[i]
+        assert a.keys() == b.keys()
+        for key, value in b.items():
+            assert torch.equal(a[key], value) if isinstance(value, torch.Tensor) else a[key] == value, (i, key)
+
+
+@pytest.mark.timeout(60)
+def test_missing_repo_and_revision_are_clear(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "empty_lerobot_home"))
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    with pytest.raises(RepositoryNotFoundError):
+        StreamingLeRobotDataset(repo_id="local/nope", revision="main", retry=FAST_RETRY)
+    with pytest.raises(RevisionNotFoundError):
+        StreamingLeRobotDataset(repo_id=REPO, revision="v9.9", retry=FAST_RETRY)
+    with pytest.raises(RobostreamError, match="v9.9"):  # a revision in the URL that does not exist
+        StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@v9.9", retry=FAST_RETRY)
+
+
+@pytest.mark.timeout(120)
+def test_hf_stream_through_dataloader_worker_processes(hub, av1_root):
+    """HfFileSystem (httpx client, thread pools) was used in the parent for the metadata; forked workers read
+    the videos."""
+    from torch.utils.data import DataLoader
+
+    dataset = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{hub.sha}", seed=1, return_uint8=True,
+                                      retry=FAST_RETRY)
+    ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
+    assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
+
+
+@pytest.mark.timeout(60)
+def test_emulator_endpoints_used_by_huggingface_hub(hub, av1_root):
+    """The endpoints the dataset flow above does not reach: paths-info (HfFileSystem.info with refresh), HEAD and
+    suffix ranges on resolve, and typed 404s."""
+    import httpx2
+    from huggingface_hub import HfApi, HfFileSystem
+    from huggingface_hub.errors import EntryNotFoundError
+
+    fs = HfFileSystem(skip_instance_cache=True)
+    name = "meta/info.json"
+    info = fs.info(f"datasets/{REPO}@{hub.sha}/{name}", refresh=True)
+    assert info["type"] == "file" and info["size"] == (av1_root / name).stat().st_size
+    assert any(m == "POST" and "/paths-info/" in p for m, p, _, _ in hub.log())
+    assert fs.cat_file(f"datasets/{REPO}/{name}") == (av1_root / name).read_bytes()
+    assert not fs.exists(f"datasets/{REPO}/meta/nope.json")
+    [folder] = HfApi().get_paths_info(REPO, "meta", repo_type="dataset", revision="main")
+    assert folder.path == "meta" and not hasattr(folder, "size")  # a RepoFolder
+    with pytest.raises(EntryNotFoundError):  # listing a file (or a missing path) is a typed 404
+        list(HfApi().list_repo_tree(REPO, "meta/info.json", repo_type="dataset"))
+    video = next(p for p in sorted(av1_root.rglob("*.mp4")))
+    rel = video.relative_to(av1_root).as_posix()
+    url = fs.url(f"datasets/{REPO}@main/{rel}")
+    head = httpx2.head(url)
+    assert head.status_code == 302 and int(head.headers["X-Linked-Size"]) == video.stat().st_size
+    assert head.headers["X-Repo-Commit"] == hub.sha
+    tail = httpx2.get(url, headers={"Range": "bytes=-100"}, follow_redirects=True)
+    assert tail.status_code == 206 and tail.content == video.read_bytes()[-100:]
+    past = httpx2.get(url, headers={"Range": f"bytes={video.stat().st_size}-"}, follow_redirects=True)
+    assert past.status_code == 416
