@@ -103,11 +103,17 @@ class DatasetMetadata:
 
 def read_info(storage: Storage) -> DatasetInfo:
     where = storage.describe(INFO_PATH)
-    if not storage.exists(INFO_PATH):
+    try:
+        storage.size(INFO_PATH)
+    except FileNotFoundError as exc:
         if storage.exists("meta/episodes.jsonl"):
             raise UnsupportedVersionError(f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}")
-        raise DatasetFormatError(
-            f"{where}: not found; is {storage.url} a LeRobot dataset root (it should contain meta/info.json)?")
+        # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
+        reason = next((e for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
+                       if e is not None and not isinstance(e, FileNotFoundError)), None)
+        detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
+        raise DatasetFormatError(f"{where}: not found{detail}; is {storage.url} a LeRobot dataset root (it should "
+                                 "contain meta/info.json)?") from exc
     return loads_info(storage.read_bytes(INFO_PATH).decode("utf-8"), where)
 
 
