@@ -14,6 +14,7 @@ import torch
 
 from robostream.datasets.frames import FrameTable
 from robostream.format.metadata import DatasetMetadata
+from robostream.plan.windows import window_indices
 
 
 def _decode_png(cell: Mapping[str, Any]) -> torch.Tensor:
@@ -46,9 +47,8 @@ class SampleAssembler:
         frame = row - first_row
         rows, pads = {}, {}
         for key, offsets in self.delta_offsets.items():
-            query = frame + offsets
-            pads[key] = (query < 0) | (query >= length)
-            rows[key] = first_row + np.clip(query, 0, length - 1)
+            frames, pads[key] = window_indices(frame, 0, length, offsets)
+            rows[key] = first_row + frames
         return rows, pads
 
     def video_rows(self, row: int, query_rows: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -60,8 +60,9 @@ class SampleAssembler:
         """Vectorised `video_rows` for many frames of one episode: per camera an (N, T) array of rows."""
         first_row, length = self.episode_rows(episode)
         frames = np.asarray(frames, dtype=np.int64)[:, None]
-        return {k: first_row + np.clip(frames + self.delta_offsets.get(k, np.zeros(1, dtype=np.int64))[None, :],
-                                       0, length - 1) for k in self.meta.video_keys}
+        no_window = np.zeros(1, dtype=np.int64)
+        return {k: first_row + window_indices(frames, 0, length, self.delta_offsets.get(k, no_window)[None, :])[0]
+                for k in self.meta.video_keys}
 
     def timestamps(self, rows: np.ndarray) -> np.ndarray:
         return self.frames.columns["timestamp"][rows].astype(np.float64)

@@ -34,8 +34,13 @@ def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
     return offsets
 
 
-def window_indices(index: int, episode_from: int, episode_to: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Global indices to read for a window around `index` in episode [from, to), and which are padding."""
+def window_indices(index: int | np.ndarray, episode_from: int, episode_to: int, offsets: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Indices to read for a window around `index` in episode [from, to), and which are padding.
+
+    Works in any index space (global, or frame within the episode with from=0) and broadcasts: an (N, 1) array of
+    indices with (1, T) offsets gives (N, T) windows.
+    """
     query = index + offsets
     is_pad = (query < episode_from) | (query >= episode_to)
     return np.clip(query, episode_from, episode_to - 1), is_pad
