@@ -37,9 +37,7 @@ class PieceReader:
 
     def frames_for(self, position: int) -> dict[str, torch.Tensor]:
         """uint8 (T, C, H, W) per camera for the sample at `position`, then forget frames no longer needed."""
-        missing = {k: [r for r in np.unique(rows[position]).tolist() if r not in self.frames[k]]
-                   for k, rows in self.needed.items()}
-        if any(missing.values()):
+        if any(r not in self.frames[k] for k, rows in self.needed.items() for r in rows[position].tolist()):
             self._fill(position)
         out = {k: torch.stack([self.frames[k][r] for r in rows[position].tolist()]) for k, rows in self.needed.items()}
         for key, rows in self.needed.items():

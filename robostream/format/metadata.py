@@ -107,7 +107,8 @@ def read_info(storage: Storage) -> DatasetInfo:
         storage.size(INFO_PATH)
     except FileNotFoundError as exc:
         if storage.exists("meta/episodes.jsonl"):
-            raise UnsupportedVersionError(f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}")
+            raise UnsupportedVersionError(
+                f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}") from exc
         # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
         reason = next((e for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
                        if e is not None and not isinstance(e, FileNotFoundError)), None)

@@ -123,7 +123,7 @@ class DatasetWriter:
             raise FileExistsError(f"{self.root}: already exists; pass overwrite=True to replace it")
         self.fps = int(fps)
         self.features = {**{k: dict(v) for k, v in features.items()}, **DEFAULT_FEATURES}
-        for name, feat in self.features.items():
+        for feat in self.features.values():
             if feat["dtype"] not in ("video", "image", "string"):
                 feat.setdefault("fps", self.fps)
         self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
