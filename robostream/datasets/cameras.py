@@ -65,7 +65,8 @@ class CameraReader:
         span = self.meta.episodes.video_span(episode_index, key)
         relative = self.meta.video_file(episode_index, key)
         times = span.from_timestamp + np.asarray(timestamps_s, dtype=np.float64)
-        context = f" (episode {episode_index}, camera {key!r}, episode times {np.round(np.asarray(timestamps_s, dtype=np.float64), 6)[:8].tolist()})"
+        shown = np.round(np.asarray(timestamps_s, dtype=np.float64), 6)[:8].tolist()
+        context = f" (episode {episode_index}, camera {key!r}, episode times {shown})"
         try:
             with self.cache.use(relative, self.backend, self.device) as decoder:
                 return decode_at_timestamps(decoder, times, self.tolerance_s, context)
