@@ -1,4 +1,4 @@
-"""The `robostream` command: synth, inspect, bench."""
+"""The `robostream` command: synth, inspect, bench, bench-report."""
 
 from __future__ import annotations
 
@@ -32,36 +32,6 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from robostream.bench.throughput import run_throughput
-    from robostream.video.decoder import default_backend
-
-    default_backend()  # import the decoder once up front, so the first configuration's latency is not inflated
-    results = [run_throughput(args.root, mode=mode, loader=loader, batch_size=args.batch_size,
-                              num_workers=args.num_workers, num_batches=args.num_batches, seed=args.seed,
-                              video_backend=args.video_backend, pool_size=args.pool_size)
-               for mode in args.mode for loader in args.loader]
-    table = Table(title=f"robostream read throughput: {args.root} (batch {args.batch_size}, "
-                        f"{args.num_workers} workers, uint8)")
-    for column in ("mode", "loader", "samples/s", "frames/s", "first batch s", "decoded/delivered",
-                   "MiB/live piece", "batch diversity (uniform)"):
-        table.add_column(column, justify="right")
-    for r in results:
-        table.add_row(r.mode, r.loader, f"{r.samples_per_s:.1f}", f"{r.frames_per_s:.1f}",
-                      f"{r.first_batch_latency_s:.2f}",
-                      "-" if r.decoded_per_delivered is None else f"{r.decoded_per_delivered:.3f}",
-                      "-" if r.live_piece_mib is None else f"{r.live_piece_mib:.1f}",
-                      f"{r.batch_diversity:.2f} ({r.uniform_batch_diversity:.2f})")
-    Console(width=140).print(table)
-    if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump([r.as_dict() for r in results], fh, indent=2)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     from robostream.synth import SynthConfig
 
@@ -85,18 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(run=_inspect)
 
-    bench = sub.add_parser("bench", help="read-throughput benchmark through a torch DataLoader")
-    bench.add_argument("root")
-    bench.add_argument("--mode", nargs="+", choices=["single", "sarm"], default=["single", "sarm"])
-    bench.add_argument("--loader", nargs="+", choices=["stream", "map"], default=["stream", "map"])
-    bench.add_argument("--pool-size", dest="pool_size", type=int, default=8)
-    bench.add_argument("--batch-size", dest="batch_size", type=int, default=32)
-    bench.add_argument("--num-workers", dest="num_workers", type=int, default=2)
-    bench.add_argument("--num-batches", dest="num_batches", type=int, default=30)
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--video-backend", dest="video_backend", choices=["torchcodec", "pyav"], default=None)
-    bench.add_argument("--json-out", dest="json_out", default=None)
-    bench.set_defaults(run=_bench)
+    from robostream.bench.command import add_bench_arguments, add_report_arguments, run_bench, run_report
+
+    bench = sub.add_parser("bench", help="dataloading benchmark (dummy consumer): throughput, latency, memory, "
+                                         "randomness, against lerobot and the raw-decode limit")
+    add_bench_arguments(bench)
+    bench.set_defaults(run=run_bench)
+    report = sub.add_parser("bench-report", help="markdown table and PNG plots from `bench --out` results")
+    add_report_arguments(report)
+    report.set_defaults(run=run_report)
     return parser
 
 
@@ -104,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (RobostreamError, FileExistsError, ValueError) as exc:
+    except (RobostreamError, FileExistsError, FileNotFoundError, ValueError) as exc:
         print(f"robostream {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

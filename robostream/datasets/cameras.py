@@ -8,6 +8,7 @@ dropped when the reader is pickled (spawned workers).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,9 +34,10 @@ class CameraReader:
         self.device = device
         # Default: every camera's current file stays open, plus room for the next file of each.
         self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
-        self.cache = VideoDecoderCache(self.cache_size, opener=self._open)
+        self.cache = VideoDecoderCache(self.cache_size, opener=self.open_decoder)
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = -1
+        self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -45,9 +47,9 @@ class CameraReader:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.cache = VideoDecoderCache(self.cache_size, opener=self._open)
+        self.cache = VideoDecoderCache(self.cache_size, opener=self.open_decoder)
 
-    def _open(self, relative: str, backend: str | None, device: str) -> VideoDecoder:
+    def open_decoder(self, relative: str, backend: str | None, device: str) -> VideoDecoder:
         """Open a video file of the dataset (local path, or ranged remote reads) as a decoder."""
         source = self.meta.open(relative, what="video file")
         return open_video_decoder(source, backend, device, name=self.meta.describe(relative))
@@ -77,8 +79,12 @@ class CameraReader:
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
         """Several cameras of one episode in parallel threads."""
+        started = time.perf_counter()
         keys = list(timestamps_by_key)
         if len(keys) == 1:
-            return {keys[0]: self.decode(episode_index, keys[0], timestamps_by_key[keys[0]])}
-        futures = [self._pool().submit(self.decode, episode_index, k, timestamps_by_key[k]) for k in keys]
-        return {k: f.result() for k, f in zip(keys, futures)}
+            frames = {keys[0]: self.decode(episode_index, keys[0], timestamps_by_key[keys[0]])}
+        else:
+            futures = [self._pool().submit(self.decode, episode_index, k, timestamps_by_key[k]) for k in keys]
+            frames = {k: f.result() for k, f in zip(keys, futures)}
+        self.decode_seconds += time.perf_counter() - started
+        return frames

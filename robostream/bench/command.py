@@ -1,0 +1,137 @@
+"""`robostream bench` and `robostream bench-report`: arguments, the run matrix, progress and the summary table.
+
+Options take both spellings (`--batch_size` and `--batch-size`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from robostream.bench.report import REFERENCE, markdown, render, write_csv, write_json
+from robostream.bench.runner import (
+    PEERS,
+    BenchError,
+    RunConfig,
+    barrier,
+    dataset_metadata,
+    export_launch,
+    gatherer,
+    resolve_launch,
+    run_config,
+)
+
+LOADERS = ("stream", "map")
+MODES = ("single", "sarm")
+
+
+def _option(parser: argparse.ArgumentParser, name: str, **kwargs) -> None:
+    spellings = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+    parser.add_argument(*spellings, dest=name, **kwargs)
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root_arg", nargs="?", metavar="ROOT", help="dataset folder or URL (same as --root)")
+    _option(parser, "root", default=None, help="dataset folder or URL (hf://, s3://, http(s)://)")
+    _option(parser, "repo_id", default=None, help="Hub dataset id (instead of --root)")
+    _option(parser, "revision", default=None)
+    _option(parser, "data_files_root", default=None, help="read data and video files from here (e.g. a bucket)")
+    _option(parser, "source", default=None, help="a label for result files and tables (default: local/remote)")
+    _option(parser, "mode", nargs="+", choices=MODES, default=None,
+            help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)")
+    _option(parser, "delta_timestamps", default=None, help="custom windows as JSON (replaces --mode)")
+    _option(parser, "loader", nargs="+", choices=LOADERS, default=["stream", "map"])
+    _option(parser, "peer", nargs="*", choices=PEERS, default=[], help="the same runs with another package")
+    _option(parser, "peer_python", default=None, help="interpreter with the peer package installed")
+    _option(parser, "batch_size", type=int, default=32)
+    _option(parser, "num_workers", type=int, default=2)
+    _option(parser, "prefetch_factor", type=int, default=2)
+    _option(parser, "num_batches", type=int, default=40, help="timed batches (after the warm-up)")
+    _option(parser, "duration_s", type=float, default=None, help="stop the timed part after this many seconds")
+    _option(parser, "warmup_batches", type=int, default=2)
+    _option(parser, "seed", type=int, default=0)
+    _option(parser, "pool_size", type=int, default=8, help="live pieces per canonical stream (streaming)")
+    _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)
+    _option(parser, "video_decoder_cache_size", type=int, default=None)
+    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default="cpu")
+    _option(parser, "device", default="cpu", help="where the dummy consumer moves each batch (cpu, cuda)")
+    _option(parser, "split_samples", type=int, default=64, help="samples of the single-process fetch/decode probe")
+    _option(parser, "reference", nargs="*", choices=["decode"], default=[],
+            help="also measure raw sequential decode throughput of the same files on all cores")
+    _option(parser, "reference_frames", type=int, default=12_000)
+    _option(parser, "out", default="out/bench", help="folder for JSON/CSV results")
+
+
+def configs(args: argparse.Namespace) -> list[RunConfig]:
+    """The run matrix: modes x (robostream loaders + peers)."""
+    root = args.root or args.root_arg
+    if root is None and args.repo_id is None:
+        raise BenchError("robostream bench needs a dataset: ROOT / --root PATH_OR_URL, or --repo_id")
+    deltas = json.loads(args.delta_timestamps) if args.delta_timestamps else None
+    if deltas is not None and args.mode:
+        raise BenchError("give either --mode or --delta_timestamps, not both")
+    modes = ["custom"] if deltas is not None else (args.mode or list(MODES))
+    source = args.source or ("local" if root is not None and "://" not in str(root) else "remote")
+    common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
+                  source=source, delta_timestamps=deltas, batch_size=args.batch_size, num_workers=args.num_workers,
+                  prefetch_factor=args.prefetch_factor, num_batches=args.num_batches, duration_s=args.duration_s,
+                  warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,
+                  video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,
+                  video_decode_device=args.video_decode_device, device=args.device, split_samples=args.split_samples,
+                  peer_python=args.peer_python)
+    if args.warmup_batches < 1:
+        raise BenchError("--warmup_batches must be >= 1: the first batch is start-up latency, never throughput")
+    return [RunConfig(loader=loader, mode=mode, **common) for mode in modes for loader in [*args.loader, *args.peer]]
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from robostream.bench.reference import decode_reference
+    from robostream.video.decoder import default_backend
+
+    console = Console(width=160, stderr=True)
+    launch = resolve_launch()
+    export_launch(launch)
+    gather = gatherer(launch)
+    out = Path(args.out)
+    plan = configs(args)
+    default_backend()  # import the decoder once, so no configuration pays for it
+    jobs = []
+    if "decode" in args.reference and launch.rank == 0:
+        meta = dataset_metadata(plan[0])
+        console.print(f"[bold]reference[/]: raw sequential decode of {meta.root}")
+        reference = decode_reference(str(meta.root), args.video_backend, args.video_decode_device,
+                                     max_frames=args.reference_frames)
+        write_json(out / REFERENCE, reference)
+    for i, config in enumerate(plan, 1):
+        if launch.rank == 0:
+            console.print(f"[bold][{i}/{len(plan)}][/] {config.name()} (world size {launch.world_size})")
+        barrier(launch)
+        mine, job = run_config(config, launch, gather)
+        if launch.world_size > 1:
+            write_json(out / f"{config.name(launch.rank)}.json", mine)
+        if job is not None:
+            write_json(out / f"{config.name()}.json", job)
+            jobs.append(job)
+    if launch.rank == 0:
+        from robostream.bench.report import load_results
+
+        results, reference = load_results(out)
+        names = {json.dumps(j["config"], sort_keys=True) for j in jobs}
+        this_run = [r for r in results if json.dumps(r["config"], sort_keys=True) in names]
+        write_csv(out, results)
+        console.print(markdown(this_run, reference), markup=False)
+        console.print(f"results: {out}/ (JSON per run, results.csv); plots: robostream bench-report {out}")
+    return 0
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="a `robostream bench --out` folder")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    print(render(Path(args.folder)), end="")
+    print(f"wrote {args.folder}/report.md, throughput.png, latency_cdf.png")
+    return 0

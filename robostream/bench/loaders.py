@@ -1,0 +1,106 @@
+"""robostream's loaders as benchmark factories (see probe.py): the streaming and the map-style dataset behind a
+torch DataLoader, set up as a training job would set them up.
+
+`build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
+data_files_root, episodes, delta_timestamps, batch_size, num_workers, prefetch_factor, seed, pool_size,
+video_backend, video_decode_device, video_decoder_cache_size, pin_memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from robostream.bench.probe import TimedIterable, TimedMapDataset
+from robostream.datasets.map_style import LeRobotDataset
+from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.plan.layout import resolve_rank_world
+
+LOADERS = ("stream", "map")
+_SOURCE_KEYS = ("root", "repo_id", "revision", "data_files_root", "episodes")
+
+
+def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset:
+    common = {k: params.get(k) for k in _SOURCE_KEYS}
+    common.update(delta_timestamps=params.get("delta_timestamps"), return_uint8=True,
+                  video_backend=params.get("video_backend"),
+                  video_decode_device=params.get("video_decode_device") or "cpu",
+                  video_decoder_cache_size=params.get("video_decoder_cache_size"))
+    if params["loader"] == "stream":
+        return StreamingLeRobotDataset(**common, seed=params.get("seed", 0), pool_size=params.get("pool_size", 8))
+    if params["loader"] == "map":
+        return LeRobotDataset(**common)
+    raise ValueError(f"loader={params['loader']!r}: expected one of {LOADERS}")
+
+
+def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
+    workers = int(params.get("num_workers", 0))
+    options: dict[str, Any] = {"batch_size": int(params["batch_size"]), "num_workers": workers,
+                               "pin_memory": bool(params.get("pin_memory"))}
+    if workers:
+        options["prefetch_factor"] = int(params.get("prefetch_factor") or 2)
+        if (params.get("video_decode_device") or "cpu").startswith("cuda"):
+            options["multiprocessing_context"] = "spawn"  # CUDA cannot be used in forked workers
+    return options
+
+
+def frames_per_sample(dataset: LeRobotDataset | StreamingLeRobotDataset) -> int:
+    """Camera frames in one sample: each camera's window length (1 without a window)."""
+    deltas = dataset.delta_timestamps
+    return sum(len(deltas.get(key, [0.0])) for key in dataset.meta.video_keys)
+
+
+def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
+    """One process, no workers: where a sample's time goes (decode vs everything else, i.e. fetch and assembly).
+
+    Remote reads happen inside the decoders' file reads, so the time readers waited for bytes moves from decode
+    to fetch.
+    """
+    dataset = _dataset(params)
+    if isinstance(dataset, StreamingLeRobotDataset):
+        produced = iter(dataset)
+        pull = lambda _: next(produced)  # noqa: E731
+    else:
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params.get("seed", 0)))
+        pull = lambda i: dataset[int(order[i % len(order)])]  # noqa: E731
+    storage = dataset.meta.data_storage
+    wait_before = 0.0 if storage.is_local else storage.blocks.wait_s
+    start = time.perf_counter()
+    done = 0
+    for i in range(samples):
+        try:
+            pull(i)
+        except StopIteration:
+            break
+        done += 1
+    seconds = time.perf_counter() - start
+    wait = 0.0 if storage.is_local else storage.blocks.wait_s - wait_before
+    decode = dataset.cameras.decode_seconds - wait
+    return {"samples": done, "seconds": seconds, "decode_s": decode, "fetch_s": seconds - decode,
+            "samples_per_s": done / seconds if seconds else 0.0}
+
+
+def build(params: dict[str, Any]) -> dict[str, Any]:
+    """The probe bundle of a robostream loader (see probe.py)."""
+    dataset = _dataset(params)
+    stats = dataset.cameras.cache.stats
+    options = _loader_options(params)
+    if isinstance(dataset, StreamingLeRobotDataset):
+        loader = DataLoader(TimedIterable(dataset, stats), **options)
+        counts = dataset.frame_counts
+    else:
+        rank, world = resolve_rank_world()
+        generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
+        sampler = (DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params.get("seed", 0)))
+                   if world > 1 else torch.utils.data.RandomSampler(dataset, generator=generator))
+        loader = DataLoader(TimedMapDataset(dataset, stats), sampler=sampler, **options)
+        counts = None
+    return {"loader": loader, "frames_per_sample": frames_per_sample(dataset), "counts": counts,
+            "split": lambda samples: _split(params, samples),
+            "info": {"loader": params["loader"], "decoder": dataset.cameras.backend,
+                     "video_decode_device": dataset.cameras.device, "uint8": True, "torch_version": torch.__version__,
+                     "pid": os.getpid()}}

@@ -1,0 +1,136 @@
+"""Benchmark figures from a probe trace (pure: lists and numpy in, a flat dict of numbers out).
+
+Definitions (the same for every loader, robostream's and lerobot's):
+- The first `warmup_batches` batches are start-up; throughput is measured from the arrival of the last warm-up batch
+  to the arrival of the last batch. `first_batch_latency_s` is from dataset construction to the first batch.
+- frames_per_s: camera frames delivered per second (samples x frames per sample); per node, the sum over the
+  node's ranks (see `aggregate`).
+- sample latency: the time a worker spent producing one sample (read, decode, assemble), p50/p95/p99 in ms.
+- data_wait_frac: the share of the timed wall clock the consumer spent blocked waiting for the next batch.
+- shuffle_randomness_frac: distinct episodes per batch / batch size, averaged over all batches; compare it with
+  `uniform_randomness_frac`, the same figure for batches drawn uniformly at random from the same samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+PERCENTILES = (50, 95, 99)
+CDF_POINTS = 101  # latency quantiles kept in a result for the CDF plot
+
+
+def uniform_randomness(episode_lengths: Sequence[int], batch_size: int, batches: int = 200, seed: int = 0) -> float:
+    """Mean distinct episodes per batch / batch size for batches drawn uniformly without replacement."""
+    episode_of_sample = np.repeat(np.arange(len(episode_lengths)), np.asarray(episode_lengths, dtype=np.int64))
+    size = min(batch_size, len(episode_of_sample))
+    if size == 0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    distinct = [len(np.unique(rng.choice(episode_of_sample, size=size, replace=False))) for _ in range(batches)]
+    return float(np.mean(distinct) / size)
+
+
+def randomness(batch_episodes: Sequence[Sequence[int]]) -> float:
+    """Mean distinct episodes per batch / batch size."""
+    fractions = [len(set(b)) / len(b) for b in batch_episodes if len(b)]
+    return float(np.mean(fractions)) if fractions else 0.0
+
+
+def cache_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """Decoder-cache counters summed over workers (each worker's last report), hit rate recomputed."""
+    last: dict[str, list[float]] = {}
+    for record in records:
+        last.update(record.get("worker_stats") or {})
+    if not last:
+        return None
+    hits, misses, evictions, size = (float(sum(v[i] for v in last.values())) for i in range(4))
+    lookups = hits + misses
+    return {"hits": hits, "misses": misses, "evictions": evictions, "size": size,
+            "hit_rate": hits / lookups if lookups else 0.0}
+
+
+def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
+    """Per-rank figures of one run (see the module docstring for definitions)."""
+    records = trace["records"]
+    if len(records) <= warmup_batches:
+        raise ValueError(f"the run delivered {len(records)} batches, not more than warmup_batches={warmup_batches}: "
+                         "nothing was timed; use fewer warm-up batches, more data or a smaller batch size")
+    timed = records[warmup_batches:]
+    start = records[warmup_batches - 1]["arrival_s"] if warmup_batches else 0.0
+    elapsed = timed[-1]["arrival_s"] - start
+    samples = sum(len(r["episodes"]) for r in timed)
+    frames = samples * trace["frames_per_sample"]
+    latencies_ms = np.array([s for r in timed for s in r["sample_s"]], dtype=np.float64) * 1e3
+    out: dict[str, Any] = {
+        "batches": len(timed), "samples": samples, "frames_delivered": frames, "wallclock_s": elapsed,
+        "total_wallclock_s": records[-1]["arrival_s"],
+        "samples_per_s": samples / elapsed, "frames_per_s": frames / elapsed,
+        "first_batch_latency_s": records[0]["arrival_s"],
+        "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
+        "shuffle_randomness_frac": randomness([r["episodes"] for r in records]),
+        "peak_rss_mib": trace["peak_rss_bytes"] / 2 ** 20,
+        "baseline_rss_mib": trace["baseline_rss_bytes"] / 2 ** 20,
+        "latency_cdf_ms": np.percentile(latencies_ms, np.linspace(0, 100, CDF_POINTS)).tolist(),
+    }
+    for p in PERCENTILES:
+        out[f"p{p}_sample_latency_ms"] = float(np.percentile(latencies_ms, p))
+    counts = trace.get("counts") or {}
+    if counts.get("frames_delivered"):
+        out["decoded_per_delivered"] = counts["frames_decoded"] / counts["frames_delivered"]
+        out["decoded_frames_per_s"] = out["frames_per_s"] * out["decoded_per_delivered"]
+    if counts.get("bytes_read"):
+        out["bytes_read"] = counts["bytes_read"]
+    cache = cache_totals(records)
+    if cache is not None:
+        out["video_decoder_cache"] = cache
+    split = trace.get("split")
+    if split:
+        out["single_process_samples_per_s"] = split["samples_per_s"]
+        per_sample = 1e3 / max(1, split["samples"])
+        out["fetch_ms_per_sample"] = split["fetch_s"] * per_sample
+        out["decode_ms_per_sample"] = split["decode_s"] * per_sample
+    return out
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, percentiles: Sequence[float]) -> np.ndarray:
+    """Percentiles of `values` where each value stands for `weight` observations."""
+    order = np.argsort(values, kind="stable")
+    sorted_values, cumulative = np.asarray(values)[order], np.cumsum(np.asarray(weights, dtype=np.float64)[order])
+    positions = (cumulative - 0.5 * np.asarray(weights, dtype=np.float64)[order]) / cumulative[-1] * 100
+    return np.interp(np.asarray(percentiles, dtype=np.float64), positions, sorted_values)
+
+
+def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, Any]:
+    """Job-wide figures from every rank's summary: throughput summed (and per node), latency and memory worst-case.
+
+    Latency percentiles of the job are taken from the ranks' pooled CDFs (each rank's quantiles weigh by its
+    samples), so a slow rank shows in p99.
+    """
+    if not per_rank:
+        raise ValueError("no rank reported a result")
+    total = {key: float(sum(r[key] for r in per_rank)) for key in ("samples_per_s", "frames_per_s", "samples",
+                                                                   "frames_delivered")}
+    out: dict[str, Any] = dict(per_rank[0])
+    out.update(total)
+    out.update({
+        "ranks": len(per_rank), "nodes": nodes,
+        "frames_per_s_node": total["frames_per_s"] / nodes, "samples_per_s_node": total["samples_per_s"] / nodes,
+        "first_batch_latency_s": max(r["first_batch_latency_s"] for r in per_rank),
+        "wallclock_s": max(r["wallclock_s"] for r in per_rank),
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in per_rank),
+        "peak_rss_mib_node_sum": sum(r["peak_rss_mib"] for r in per_rank) / nodes,
+        "data_wait_frac": float(np.mean([r["data_wait_frac"] for r in per_rank])),
+        "shuffle_randomness_frac": float(np.mean([r["shuffle_randomness_frac"] for r in per_rank])),
+    })
+    values = np.concatenate([r["latency_cdf_ms"] for r in per_rank])
+    weights = np.concatenate([np.full(len(r["latency_cdf_ms"]), max(1, r["samples"])) for r in per_rank])
+    out["latency_cdf_ms"] = weighted_percentiles(values, weights, np.linspace(0, 100, CDF_POINTS)).tolist()
+    for p in PERCENTILES:
+        out[f"p{p}_sample_latency_ms"] = float(weighted_percentiles(values, weights, [p])[0])
+    for key in ("decoded_frames_per_s", "bytes_read"):
+        if all(key in r for r in per_rank):
+            out[key] = float(sum(r[key] for r in per_rank))
+    return out

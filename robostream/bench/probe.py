@@ -1,0 +1,215 @@
+"""One benchmark run in its own process: build a DataLoader, consume it like a training loop would, write a trace.
+
+Every configuration (robostream's loaders and the `lerobot` peer alike) runs through this file in a fresh
+interpreter, so all are measured the same way and the process-tree memory of one run does not leak into the next.
+It imports only the standard library, numpy, torch and psutil (never robostream), because the peer runs it under
+lerobot's own interpreter and torch:
+
+    python probe.py SPEC.json TRACE.json
+
+SPEC names a factory `"module:function"` or `"/path/file.py:function"` and its parameters. The factory returns a
+dict with `loader` (an iterable of batches), `frames_per_sample` (camera frames in one sample) and optional
+callables `counts()` (frames decoded/delivered, bytes read: whole-run totals) and `split(n)` (a single-process
+pass over n samples that separates fetch from decode time). It wraps its dataset in `TimedMapDataset` or
+`TimedIterable` so that every sample carries how long its worker took to produce it and the worker's
+decoder-cache counters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import psutil
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+SAMPLE_SECONDS = "bench_sample_s"
+WORKER_ID = "bench_worker"
+WORKER_STATS = "bench_worker_stats"
+# Decoder-cache counters a worker attaches to each sample (cumulative in that worker).
+CACHE_FIELDS = ("hits", "misses", "evictions", "size")
+RSS_INTERVAL_S = 0.05
+
+WorkerStats = Callable[[], Mapping[str, float]] | None
+
+
+def _instrument(sample: dict[str, Any], seconds: float, worker_stats: WorkerStats) -> dict[str, Any]:
+    info = get_worker_info()
+    sample[SAMPLE_SECONDS] = torch.tensor(seconds, dtype=torch.float64)
+    sample[WORKER_ID] = torch.tensor(info.id if info is not None else -1)
+    if worker_stats is not None:
+        stats = worker_stats()
+        sample[WORKER_STATS] = torch.tensor([float(stats.get(k, 0)) for k in CACHE_FIELDS], dtype=torch.float64)
+    return sample
+
+
+class TimedMapDataset(Dataset):
+    """A map-style dataset whose samples also carry their production time and the worker's cache counters."""
+
+    def __init__(self, inner: Dataset, worker_stats: WorkerStats = None) -> None:
+        self.inner, self.worker_stats = inner, worker_stats
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        sample = self.inner[index]
+        return _instrument(sample, time.perf_counter() - start, self.worker_stats)
+
+
+class TimedIterable(IterableDataset):
+    """An iterable dataset whose samples carry the time since the worker's previous sample (its production time)."""
+
+    def __init__(self, inner: IterableDataset, worker_stats: WorkerStats = None) -> None:
+        self.inner, self.worker_stats = inner, worker_stats
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        start = time.perf_counter()
+        for sample in self.inner:
+            now = time.perf_counter()
+            yield _instrument(sample, now - start, self.worker_stats)
+            start = time.perf_counter()  # the consumer's time between two pulls is not the worker's work
+
+
+class RssSampler:
+    """Peak resident memory of this process and all its descendants (DataLoader workers), sampled in a thread.
+
+    RSS is summed over processes, so pages shared by forked workers (libraries, the parent's heap) count once per
+    process: the figure is an upper bound, and the same bound for every loader measured this way.
+    """
+
+    def __init__(self, interval_s: float = RSS_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.peak = self.baseline = self.tree_rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
+
+    @staticmethod
+    def tree_rss() -> int:
+        root = psutil.Process(os.getpid())
+        total = 0
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:  # a worker that exited between listing and reading
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, self.tree_rss())
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.tree_rss())
+
+
+def load_factory(spec: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """`package.module:function` or `/path/to/file.py:function`."""
+    target, _, name = spec.rpartition(":")
+    if target.endswith(".py"):
+        module_spec = importlib.util.spec_from_file_location(f"bench_factory_{abs(hash(target))}", target)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, name)
+
+
+def _to_device(batch: Mapping[str, Any], device: torch.device) -> None:
+    moved = [v.to(device, non_blocking=True) for v in batch.values() if isinstance(v, torch.Tensor)]
+    if device.type == "cuda" and moved:
+        torch.cuda.synchronize(device)
+
+
+def _progress(total: int | None) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="batch", desc="bench", file=sys.stderr, disable=None, leave=False)
+
+
+def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_batches: int,
+            duration_s: float | None, device: str) -> list[dict[str, Any]]:
+    """Pull batches until `warmup_batches + num_batches` arrived or `duration_s` passed after the warm-up.
+
+    Each record: arrival time (s since `started`, i.e. since dataset construction began), time the consumer waited
+    for it, its samples' episodes and production times, and the latest cache counters of the worker(s) it came from.
+    """
+    target = torch.device(device)
+    records: list[dict[str, Any]] = []
+    progress = _progress(warmup_batches + num_batches if duration_s is None else None)
+    batches = iter(bundle["loader"])
+    timed_from = None
+    while len(records) < warmup_batches + num_batches:
+        asked = time.perf_counter()
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        arrived = time.perf_counter()
+        _to_device(batch, target)
+        record = {"arrival_s": arrived - started, "wait_s": arrived - asked,
+                  "episodes": batch["episode_index"].tolist(), "sample_s": batch[SAMPLE_SECONDS].tolist()}
+        if WORKER_STATS in batch:
+            workers = batch[WORKER_ID].tolist()
+            stats = batch[WORKER_STATS].tolist()
+            record["worker_stats"] = {str(w): s for w, s in zip(workers, stats)}  # last sample of each worker
+        records.append(record)
+        if progress is not None:
+            progress.update(1)
+        if len(records) == warmup_batches:
+            timed_from = arrived
+        if duration_s is not None and timed_from is not None and arrived - timed_from >= duration_s:
+            break
+    del batches  # shuts the workers down before the memory sampler stops
+    if progress is not None:
+        progress.close()
+    return records
+
+
+def run(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Build the loader named by `spec`, consume it, and return the trace (JSON-serialisable)."""
+    factory = load_factory(spec["factory"])
+    with RssSampler() as rss:
+        started = time.perf_counter()
+        bundle = factory(dict(spec["params"]))
+        records = consume(bundle, started, int(spec["num_batches"]), int(spec["warmup_batches"]),
+                          spec.get("duration_s"), spec.get("device", "cpu"))
+        counts = bundle["counts"]() if bundle.get("counts") else None
+    split = bundle["split"](int(spec["split_samples"])) if bundle.get("split") and spec.get("split_samples") else None
+    return {"records": records, "frames_per_sample": bundle["frames_per_sample"], "counts": counts, "split": split,
+            "peak_rss_bytes": rss.peak, "baseline_rss_bytes": rss.baseline, "info": bundle.get("info", {})}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python probe.py SPEC.json TRACE.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as fh:
+        spec = json.load(fh)
+    trace = run(spec)
+    tmp = f"{argv[1]}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(trace, fh)
+    os.replace(tmp, argv[1])  # a crashed run leaves no trace file that looks complete
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,70 @@
+"""The physical limit a loader is compared against: raw sequential decode throughput of the dataset's own mp4 files,
+with the same decoder, on all cores, with nothing else (no tables, no shuffling, no sample assembly, no transport).
+
+The files' frames are cut into segments that processes decode front to back (one seek per segment); the figure is
+decoded frames per second of wall clock over all processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from robostream.datasets.cameras import CameraReader
+from robostream.format.metadata import DatasetMetadata, load_metadata
+
+SEGMENT_FRAMES = 512
+DECODE_BATCH = 64
+
+
+def plan_segments(frame_counts: dict[str, int], max_frames: int, segment: int = SEGMENT_FRAMES
+                  ) -> list[tuple[str, int, int]]:
+    """(file, first frame, stop frame) segments covering up to `max_frames` frames, spread over all files:
+    the same share of every file, so every camera and codec setting is represented."""
+    total = sum(frame_counts.values())
+    share = min(1.0, max_frames / total) if total else 0.0
+    segments = []
+    for path, count in sorted(frame_counts.items()):
+        take = max(1, int(count * share)) if count else 0
+        segments.extend((path, first, min(take, first + segment)) for first in range(0, take, segment))
+    return segments
+
+
+@functools.cache
+def _reader(root: str, backend: str | None, device: str) -> CameraReader:
+    return CameraReader(load_metadata(root), tolerance_s=1e-4, backend=backend, device=device)
+
+
+def _decode_segment(root: str, backend: str | None, device: str, segment: tuple[str, int, int]) -> int:
+    relative, first, stop = segment
+    decoder = _reader(root, backend, device).open_decoder(relative, backend, device)
+    for start in range(first, stop, DECODE_BATCH):
+        decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
+    return stop - first
+
+
+def _frame_counts(meta: DatasetMetadata, backend: str | None, device: str) -> dict[str, int]:
+    files = sorted({meta.video_file(int(e), key) for e in meta.episodes.episode_index for key in meta.video_keys})
+    reader = _reader(str(meta.root), backend, device)
+    return {f: reader.open_decoder(f, backend, device).num_frames for f in files}
+
+
+def decode_reference(root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None,
+                     max_frames: int = 12_000) -> dict[str, Any]:
+    """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores)."""
+    meta = load_metadata(root)
+    if not meta.video_keys:
+        raise ValueError(f"{root}: the dataset has no video features, there is nothing to decode")
+    processes = processes or os.cpu_count() or 1
+    backend = _reader(str(meta.root), backend, device).backend
+    segments = plan_segments(_frame_counts(meta, backend, device), max_frames)
+    work = functools.partial(_decode_segment, str(meta.root), backend, device)
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        frames = sum(pool.map(work, segments))
+    seconds = time.perf_counter() - start
+    return {"reference": "decode", "decoder": backend, "video_decode_device": device, "processes": processes,
+            "frames": frames, "seconds": seconds, "frames_per_s": frames / seconds}

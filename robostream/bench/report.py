@@ -1,0 +1,172 @@
+"""Benchmark results on disk and for people: one JSON per run, a CSV of all runs, a markdown table and PNG plots.
+
+Result files in an output folder: `<name>.json` (job-wide; `<name>_rank<r>.json` for each rank of a multi-rank job),
+`reference_decode.json` (raw decode throughput), `results.csv`, and from `render` `report.md`, `throughput.png`,
+`latency_cdf.png`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+REFERENCE = "reference_decode.json"
+# (column title, metric key, format) of the summary table.
+COLUMNS = (
+    ("frames/s/node", "frames_per_s_node", "{:.0f}"),
+    ("samples/s", "samples_per_s", "{:.1f}"),
+    ("first batch s", "first_batch_latency_s", "{:.2f}"),
+    ("p50 ms", "p50_sample_latency_ms", "{:.1f}"),
+    ("p95 ms", "p95_sample_latency_ms", "{:.1f}"),
+    ("p99 ms", "p99_sample_latency_ms", "{:.1f}"),
+    ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
+    ("randomness (uniform)", None, None),
+    ("decoded/delivered", "decoded_per_delivered", "{:.3f}"),
+    ("data wait", "data_wait_frac", "{:.2f}"),
+    ("fetch/decode ms", None, None),
+    ("cache hit rate", None, None),
+)
+
+
+def write_json(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write atomically: an interrupted run never leaves a truncated result that looks complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    os.replace(tmp, path)
+
+
+def load_results(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Job-wide run results (rank files skipped) and the decode reference, if any."""
+    runs, reference = [], None
+    for path in sorted(Path(folder).glob("*.json")):
+        if path.name == REFERENCE:
+            reference = json.loads(path.read_text())
+        elif "_rank" not in path.stem:
+            payload = json.loads(path.read_text())
+            if "metrics" in payload and "config" in payload:
+                runs.append(payload)
+    return runs, reference
+
+
+def flat_row(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One CSV row: config fields, then scalar metrics (nested dicts flattened as `outer.inner`)."""
+    row: dict[str, Any] = {}
+    for key, value in result["config"].items():
+        row[key] = json.dumps(value) if isinstance(value, (dict, list)) else value
+    for key, value in result["metrics"].items():
+        if isinstance(value, dict):
+            row.update({f"{key}.{k}": v for k, v in value.items()})
+        elif not isinstance(value, list):
+            row[key] = value
+    return row
+
+
+def write_csv(folder: Path, results: Iterable[Mapping[str, Any]]) -> Path:
+    rows = [flat_row(r) for r in results]
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    path = Path(folder) / "results.csv"
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def label(result: Mapping[str, Any]) -> str:
+    config = result["config"]
+    who = "lerobot" if config["loader"] == "lerobot" else f"robostream {config['loader']}"
+    return f"{who} / {config['mode']}"
+
+
+def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) -> list[str]:
+    m = result["metrics"]
+    cells = []
+    for _, key, fmt in COLUMNS:
+        if key is not None:
+            value = m.get(key, m.get("frames_per_s") if key == "frames_per_s_node" else None)
+            cells.append("-" if value is None else fmt.format(value))
+        elif _ == "randomness (uniform)":
+            cells.append(f"{m['shuffle_randomness_frac']:.2f} ({m['uniform_randomness_frac']:.2f})")
+        elif _ == "fetch/decode ms":
+            cells.append(f"{m['fetch_ms_per_sample']:.1f} / {m['decode_ms_per_sample']:.1f}"
+                         if "fetch_ms_per_sample" in m else "-")
+        else:
+            cache = m.get("video_decoder_cache")
+            cells.append(f"{cache['hit_rate']:.3f} ({cache['misses']:.0f} misses, {cache['evictions']:.0f} evicted)"
+                         if cache else "-")
+    if reference:
+        cells.append(f"{m['frames_per_s'] / reference['frames_per_s']:.2f}")
+    return cells
+
+
+def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None) -> str:
+    """A markdown table of the runs, with each run's share of the raw-decode reference when there is one."""
+    headers = ["run", *[c[0] for c in COLUMNS]] + (["x raw decode"] if reference else [])
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for result in results:
+        lines.append("| " + " | ".join([label(result), *table_cells(result, reference)]) + " |")
+    if reference:
+        lines.append("")
+        lines.append(f"Raw decode reference ({reference['decoder']}, {reference['processes']} processes, "
+                     f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s.")
+    return "\n".join(lines) + "\n"
+
+
+def plots(folder: Path, results: list[dict[str, Any]], reference: Mapping[str, Any] | None) -> list[Path]:
+    """throughput.png (frames/s per run, raw decode as a line) and latency_cdf.png (sample latency CDFs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    names = [label(r) for r in results]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(results)), 4))
+    ax.bar(names, [r["metrics"].get("frames_per_s_node", r["metrics"]["frames_per_s"]) for r in results],
+           color=["tab:gray" if r["config"]["loader"] == "lerobot" else "tab:blue" for r in results])
+    if reference:
+        ax.axhline(reference["frames_per_s"], color="tab:red", linestyle="--", label="raw decode (all cores)")
+        ax.legend()
+    ax.set_ylabel("camera frames / s / node")
+    ax.set_title("Delivered frames per second")
+    ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    throughput = folder / "throughput.png"
+    fig.savefig(throughput, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, result in zip(names, results):
+        cdf = result["metrics"]["latency_cdf_ms"]
+        ax.plot(cdf, [i / (len(cdf) - 1) for i in range(len(cdf))], label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("sample latency (ms, worker time per sample)")
+    ax.set_ylabel("fraction of samples")
+    ax.set_title("Sample latency CDF")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    latency = folder / "latency_cdf.png"
+    fig.savefig(latency, dpi=110)
+    plt.close(fig)
+    return [throughput, latency]
+
+
+def render(folder: Path) -> str:
+    """report.md and the plots from the result files in `folder`; returns the markdown."""
+    results, reference = load_results(folder)
+    if not results:
+        raise FileNotFoundError(f"{folder}: no benchmark result files (*.json with config and metrics) found; "
+                                "run `robostream bench --out DIR` first")
+    text = markdown(results, reference)
+    (Path(folder) / "report.md").write_text(text)
+    plots(folder, results, reference)
+    return text

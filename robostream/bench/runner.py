@@ -1,0 +1,214 @@
+"""Run benchmark configurations: each in a fresh probe process (ours or the lerobot peer's interpreter), figures from
+its trace, and under torchrun / accelerate launch / SLURM the ranks' figures gathered into a job-wide result.
+
+Ranks run every configuration together (a barrier before each), each probe process reads its rank's share (the
+streaming dataset splits by RANK/WORLD_SIZE, the map-style loaders use a DistributedSampler), and rank 0 aggregates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from robostream.bench.metrics import aggregate, summarize, uniform_randomness
+from robostream.bench.modes import mode_delta_timestamps
+from robostream.datasets.source import open_dataset
+from robostream.errors import RobostreamError
+from robostream.format.metadata import DatasetMetadata
+
+HERE = Path(__file__).resolve().parent
+PEERS = ("lerobot",)
+
+
+class BenchError(RobostreamError):
+    """A benchmark run failed or was configured wrongly."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One benchmark configuration: which loader reads which data how, and how long it is measured."""
+
+    loader: str  # "stream" | "map" (robostream) or "lerobot" (the peer's map-style LeRobotDataset)
+    mode: str  # "single" | "sarm" | "custom"
+    root: str | None = None
+    repo_id: str | None = None
+    revision: str | None = None
+    data_files_root: str | None = None
+    source: str = "local"  # a label for result files and tables
+    delta_timestamps: dict[str, list[float]] | None = None  # mode "custom"
+    batch_size: int = 32
+    num_workers: int = 2
+    prefetch_factor: int = 2
+    num_batches: int = 40
+    duration_s: float | None = None
+    warmup_batches: int = 2
+    seed: int = 0
+    pool_size: int = 8
+    video_backend: str | None = None
+    video_decoder_cache_size: int | None = None
+    video_decode_device: str = "cpu"
+    device: str = "cpu"
+    split_samples: int = 64  # single-process fetch/decode probe (0: skip)
+    peer_python: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def name(self, rank: int | None = None) -> str:
+        """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job)."""
+        stem = (f"{self.source}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
+                f"{self.video_decode_device.split(':')[0]}")
+        return stem if rank is None else f"{stem}_rank{rank}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process's place in a multi-process job (one process per GPU or per node share)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+def resolve_launch(environ: Mapping[str, str] | None = None) -> Launch:
+    """From torchrun / accelerate launch (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE) or SLURM tasks (SLURM_PROCID, ...)."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env:
+        world = int(env.get("WORLD_SIZE", 1))
+        return Launch(int(env["RANK"]), world, int(env.get("LOCAL_WORLD_SIZE", world)))
+    if int(env.get("SLURM_NTASKS", 1)) > 1:
+        world = int(env["SLURM_NTASKS"])
+        per_node = int(env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] or world // int(env.get("SLURM_NNODES", 1)))
+        return Launch(int(env["SLURM_PROCID"]), world, per_node)
+    return Launch()
+
+
+def export_launch(launch: Launch) -> None:
+    """Make a SLURM-resolved layout visible as RANK/WORLD_SIZE to the probe processes and torch.distributed."""
+    if launch.world_size > 1 and "RANK" not in os.environ:
+        if "MASTER_ADDR" not in os.environ:
+            raise BenchError("a multi-task SLURM job without torchrun needs MASTER_ADDR and MASTER_PORT (the first "
+                             "node's host name and a free port); or launch with torchrun (benchmarks/slurm/)")
+        os.environ.update(RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size),
+                          LOCAL_WORLD_SIZE=str(launch.local_world_size))
+
+
+def dataset_metadata(config: RunConfig) -> DatasetMetadata:
+    """The benchmarked dataset's metadata (root, or repo_id pinned to its revision)."""
+    return open_dataset(config.repo_id, config.root, config.video_backend, "robostream bench", config.revision,
+                        data_files_root=config.data_files_root)
+
+
+def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[float]] | None:
+    """The config's delta_timestamps: from the mode, or given (mode "custom")."""
+    if config.mode == "custom":
+        if not config.delta_timestamps:
+            raise BenchError("mode 'custom' needs --delta_timestamps '{\"key\": [seconds, ...]}'")
+        return config.delta_timestamps
+    state = "observation.state" if "observation.state" in meta.info.features else None
+    return mode_delta_timestamps(config.mode, meta.video_keys, state)
+
+
+def probe_command(config: RunConfig, spec_path: str, trace_path: str) -> list[str]:
+    """The probe process: robostream's loaders under this interpreter, the peer under its own."""
+    if config.loader in PEERS:
+        if not config.peer_python:
+            raise BenchError(f"--peer {config.loader} needs --peer_python: an interpreter with {config.loader} "
+                             "installed (it needs its own torch, so it lives in its own environment)")
+        return [config.peer_python, str(HERE / "probe.py"), spec_path, trace_path]
+    return [sys.executable, "-m", "robostream.bench.probe", spec_path, trace_path]
+
+
+def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
+    factory = f"{HERE / 'lerobot_peer.py'}:build" if config.loader in PEERS else "robostream.bench.loaders:build"
+    params = {"loader": config.loader, "root": config.root, "repo_id": config.repo_id, "revision": config.revision,
+              "data_files_root": config.data_files_root, "episodes": None, "delta_timestamps": deltas,
+              "batch_size": config.batch_size, "num_workers": config.num_workers,
+              "prefetch_factor": config.prefetch_factor, "seed": config.seed, "pool_size": config.pool_size,
+              "video_backend": config.video_backend, "video_decoder_cache_size": config.video_decoder_cache_size,
+              "video_decode_device": config.video_decode_device,
+              # pinned host memory only helps a CPU-decoded batch on its way to a GPU
+              "pin_memory": config.device.startswith("cuda") and config.video_decode_device == "cpu"}
+    return {"factory": factory, "params": params, "num_batches": config.num_batches,
+            "warmup_batches": config.warmup_batches, "duration_s": config.duration_s, "device": config.device,
+            "split_samples": config.split_samples}
+
+
+def run_probe(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
+    """Run one configuration in a fresh process and return its trace."""
+    with tempfile.TemporaryDirectory(prefix="robostream-bench-") as tmp:
+        spec_path, trace_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "trace.json")
+        with open(spec_path, "w") as fh:
+            json.dump(probe_spec(config, deltas), fh)
+        command = probe_command(config, spec_path, trace_path)
+        done = subprocess.run(command, stdin=subprocess.DEVNULL)
+        if done.returncode != 0 or not os.path.exists(trace_path):
+            raise BenchError(f"benchmark run {config.name()} failed (exit code {done.returncode} from "
+                             f"{' '.join(command[:3])} ...); its error is printed above")
+        with open(trace_path) as fh:
+            return json.load(fh)
+
+
+def gatherer(launch: Launch) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    """Collects every rank's result (torch.distributed over gloo: CPU only, works beside any GPU backend)."""
+    if launch.world_size == 1:
+        return lambda mine: [mine]
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=launch.rank, world_size=launch.world_size)
+
+    def gather(mine: dict[str, Any]) -> list[dict[str, Any]]:
+        everyone: list[Any] = [None] * launch.world_size
+        dist.all_gather_object(everyone, mine)
+        return everyone
+
+    return gather
+
+
+def barrier(launch: Launch) -> None:
+    """Start a configuration on all ranks together."""
+    if launch.world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def host_info() -> dict[str, Any]:
+    return {"hostname": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def run_config(config: RunConfig, launch: Launch, gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
+               ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """This rank's result and, on rank 0, the job-wide one (None elsewhere)."""
+    meta = dataset_metadata(config)
+    deltas = resolve_deltas(config, meta)
+    trace = run_probe(config, deltas)
+    summary = summarize(trace, config.warmup_batches)
+    lengths = [int(n) for n in meta.episodes.length]
+    summary["uniform_randomness_frac"] = uniform_randomness(lengths, config.batch_size, seed=config.seed)
+    config_dict = asdict(replace(config, delta_timestamps=deltas))
+    mine = {"config": config_dict, "rank": launch.rank, "metrics": summary, "info": trace.get("info", {}),
+            "host": host_info()}
+    everyone = gather(mine)
+    if launch.rank != 0:
+        return mine, None
+    job = aggregate([r["metrics"] for r in everyone], launch.nodes)
+    job["uniform_randomness_frac"] = summary["uniform_randomness_frac"]
+    return mine, {"config": config_dict, "world_size": launch.world_size, "nodes": launch.nodes, "metrics": job,
+                  "per_rank": [{"rank": r["rank"], "host": r["host"]["hostname"],
+                                **{k: v for k, v in r["metrics"].items() if k != "latency_cdf_ms"}}
+                               for r in everyone],
+                  "info": trace.get("info", {}), "host": host_info()}
