@@ -83,11 +83,7 @@ def load_matrix(path: Path) -> dict:
 
 def plan(matrix: Mapping) -> list[Job]:
     """The ordered jobs of a matrix: scenarios in file order, each expanded to the product of its list values."""
-    if not isinstance(matrix, Mapping):
-        raise MatrixError(f"the matrix must be a table, got {type(matrix).__name__}")
-    unknown = set(matrix) - {"defaults", "scenario"}
-    if unknown:
-        raise MatrixError(f"unknown top-level key(s) {sorted(unknown)}: expected 'defaults' and 'scenario'")
+    matrix = _table(matrix, "the matrix", frozenset({"defaults", "scenario"}))
     defaults = _table(matrix.get("defaults", {}), "defaults", DEFAULT_KEYS)
     default_args = _string_list(defaults.get("sbatch_args", []), "defaults.sbatch_args")
     default_env = _env_axes(defaults.get("env", {}), "defaults.env")
