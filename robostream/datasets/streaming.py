@@ -3,8 +3,9 @@ buffer, splits the epoch over ranks and DataLoader workers, and resumes exactly 
 
 How an epoch is produced (all of it a pure function of metadata, seed, epoch and the canonical stream count):
 1. Episodes are permuted by (seed, epoch) and divided into C canonical streams (plan/partition.py).
-2. Each stream interleaves a pool of `pool_size` live pieces at random (plan/schedule.py); each piece is read
-   forward, its frames decoded in small batches and kept only while a later sample needs them (piece_reader.py).
+2. Each stream interleaves a pool of up to `pool_size` live pieces, each spread evenly (with random jitter) over
+   the whole stream so that all end together (plan/schedule.py); each piece is read forward, its frames decoded
+   in small batches and kept only while a later sample needs them (piece_reader.py).
 3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... and emits them round-robin; worker w of
    every rank emits the same number of samples (pad by repeating, or drop, see `uneven`), so ranks get equal
    batch counts; a single rank emits every sample once.
