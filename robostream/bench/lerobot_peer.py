@@ -12,6 +12,9 @@ lerobot/datasets/factory.py):
     of (seed, epoch)), not from `shuffle=True` with a generator; `drop_n_last_frames` is policy-dependent, 0 here.
   * `DataLoader(batch_size, num_workers, sampler, pin_memory, drop_last=False, prefetch_factor,
     persistent_workers=True, multiprocessing_context="spawn")`; the worker-only options are dropped without workers.
+    Spawned workers re-import torch and lerobot (tens of seconds before the first batch on a small machine); the
+    optional parameter `multiprocessing_context` overrides it, like lerobot-train's
+    `--dataloader_multiprocessing_context=fork`.
   * with several processes (WORLD_SIZE > 1) lerobot does NOT use a DistributedSampler: `accelerator.prepare` wraps
     the batch sampler in accelerate's `BatchSamplerShard`, so every rank draws the same permutation and takes every
     WORLD_SIZE-th batch starting at its RANK. `RankBatches` does the same (accelerate is not a dependency of
