@@ -177,7 +177,9 @@ def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_
             timed_from = arrived
         if duration_s is not None and timed_from is not None and arrived - timed_from >= duration_s:
             break
-    del batches  # shuts the workers down before the memory sampler stops
+    del batches  # shuts the workers down before the memory sampler stops...
+    if getattr(bundle["loader"], "_iterator", None) is not None:
+        bundle["loader"]._iterator = None  # ...also persistent ones, which the DataLoader itself keeps alive
     if progress is not None:
         progress.close()
     return records

@@ -130,6 +130,12 @@ def probe_command(config: RunConfig, spec_path: str, trace_path: str) -> list[st
     return [sys.executable, "-m", "robostream.bench.probe", spec_path, trace_path]
 
 
+def local_device(device: str, environ: Mapping[str, str] | None = None) -> str:
+    """`cuda` means this process's GPU: cuda:LOCAL_RANK under torchrun / accelerate launch (one GPU per process)."""
+    env = os.environ if environ is None else environ
+    return f"cuda:{env.get('LOCAL_RANK', 0)}" if device == "cuda" else device
+
+
 def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
     factory = f"{HERE / 'lerobot_peer.py'}:build" if config.loader in PEERS else "robostream.bench.loaders:build"
     params = {"loader": config.loader, "root": config.root, "repo_id": config.repo_id, "revision": config.revision,
@@ -137,12 +143,26 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
               "batch_size": config.batch_size, "num_workers": config.num_workers,
               "prefetch_factor": config.prefetch_factor, "seed": config.seed, "pool_size": config.pool_size,
               "video_backend": config.video_backend, "video_decoder_cache_size": config.video_decoder_cache_size,
-              "video_decode_device": config.video_decode_device,
+              "video_decode_device": local_device(config.video_decode_device),
               # pinned host memory only helps a CPU-decoded batch on its way to a GPU
               "pin_memory": config.device.startswith("cuda") and config.video_decode_device == "cpu"}
     return {"factory": factory, "params": params, "num_batches": config.num_batches,
-            "warmup_batches": config.warmup_batches, "duration_s": config.duration_s, "device": config.device,
+            "warmup_batches": config.warmup_batches, "duration_s": config.duration_s,
+            "device": local_device(config.device),
             "split_samples": config.split_samples}
+
+
+def run_echoing_stderr(command: list[str], keep: int = 8192) -> tuple[int, str]:
+    """Run `command`, passing its stderr (progress bar, errors) through live, and return the exit code and the
+    stderr's last `keep` characters (to name the failure in our own error)."""
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tail = b""
+    while chunk := os.read(process.stderr.fileno(), 65536):
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.flush()
+        tail = (tail + chunk)[-keep:]
+    process.stderr.close()
+    return process.wait(), tail.decode(errors="replace")
 
 
 def run_probe(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
@@ -152,10 +172,11 @@ def run_probe(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[
         with open(spec_path, "w") as fh:
             json.dump(probe_spec(config, deltas), fh)
         command = probe_command(config, spec_path, trace_path)
-        done = subprocess.run(command, stdin=subprocess.DEVNULL)
-        if done.returncode != 0 or not os.path.exists(trace_path):
-            raise BenchError(f"benchmark run {config.name()} failed (exit code {done.returncode} from "
-                             f"{' '.join(command[:3])} ...); its error is printed above")
+        returncode, tail = run_echoing_stderr(command)
+        if returncode != 0 or not os.path.exists(trace_path):
+            last = tail.strip().splitlines()[-1] if tail.strip() else "no error output"
+            raise BenchError(f"benchmark run {config.name()} failed (exit code {returncode} from "
+                             f"{' '.join(command[:3])} ...): {last}")
         with open(trace_path) as fh:
             return json.load(fh)
 

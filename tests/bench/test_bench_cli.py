@@ -1,0 +1,100 @@
+"""`robostream bench` end to end: real probe processes, DataLoader workers, result files, the report and plots, and
+a real 2-process torchrun job whose ranks' figures are gathered over gloo."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robostream.cli import main
+
+REPO = Path(__file__).parents[2]
+ARGS = ["--batch_size", "4", "--num_workers", "1", "--num_batches", "3", "--split_samples", "8"]
+
+
+@pytest.fixture(scope="module")
+def bench_out(av1_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    assert main(["bench", "--root", str(av1_root), "--mode", "single", "sarm", "--loader", "stream", "map", *ARGS,
+                 "--reference", "decode", "--reference_frames", "60", "--out", str(out)]) == 0
+    return out
+
+
+def test_every_run_writes_its_figures(bench_out):
+    names = sorted(p.name for p in bench_out.glob("*.json"))
+    assert names == ["local_map_sarm_b4_w1_cpu.json", "local_map_single_b4_w1_cpu.json",
+                     "local_stream_sarm_b4_w1_cpu.json", "local_stream_single_b4_w1_cpu.json",
+                     "reference_decode.json"]
+    for name in names[:-1]:
+        result = json.loads((bench_out / name).read_text())
+        m, config = result["metrics"], result["config"]
+        window = 8 if config["mode"] == "sarm" else 1
+        assert m["batches"] == 3 and m["samples"] == 12 and m["frames_delivered"] == 12 * window * 2  # 2 cameras
+        assert m["frames_per_s"] > 0 and m["first_batch_latency_s"] > 0
+        assert 0 < m["p50_sample_latency_ms"] <= m["p95_sample_latency_ms"] <= m["p99_sample_latency_ms"]
+        assert m["peak_rss_mib"] > m["baseline_rss_mib"] > 0  # workers were counted
+        assert 0 < m["shuffle_randomness_frac"] <= 1 and 0 < m["uniform_randomness_frac"] <= 1
+        assert 0 <= m["data_wait_frac"] <= 1
+        assert m["fetch_ms_per_sample"] > 0 and m["decode_ms_per_sample"] > 0
+        cache = m["video_decoder_cache"]
+        assert cache["misses"] >= 1 and cache["hits"] + cache["misses"] > 0 and 0 <= cache["hit_rate"] <= 1
+        assert result["info"]["decoder"] == "torchcodec"
+        if config["loader"] == "stream":  # short runs include the look-ahead of live pieces: no tight bound here
+            assert m["decoded_per_delivered"] > 0
+    reference = json.loads((bench_out / "reference_decode.json").read_text())
+    assert 0 < reference["frames"] <= 60 and reference["frames_per_s"] > 0  # the same share of every file
+
+
+def test_csv_holds_one_row_per_run(bench_out):
+    with open(bench_out / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((r["loader"], r["mode"]) for r in rows) == [("map", "sarm"), ("map", "single"),
+                                                              ("stream", "sarm"), ("stream", "single")]
+    assert all(float(r["frames_per_s"]) > 0 and "video_decoder_cache.hit_rate" in r for r in rows)
+
+
+def test_report_renders_table_and_plots(bench_out, capsys):
+    assert main(["bench-report", str(bench_out)]) == 0
+    text = (bench_out / "report.md").read_text()
+    assert text.count("robostream stream") == 2 and "x raw decode" in text
+    for png in ("throughput.png", "latency_cdf.png"):
+        assert (bench_out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments_fail_clearly(av1_root, tmp_path, capsys):
+    assert main(["bench", "--out", str(tmp_path)]) == 2
+    assert "needs a dataset" in capsys.readouterr().err
+    assert main(["bench", str(av1_root), "--peer", "lerobot", "--loader", "stream", "--mode", "single",
+                 "--out", str(tmp_path)]) == 2
+    assert "--peer_python" in capsys.readouterr().err
+    assert main(["bench", str(av1_root), "--delta_timestamps", '{"observation.images.cam0": [0.013]}',
+                 *ARGS, "--out", str(tmp_path)]) == 2
+    assert "0.013" in capsys.readouterr().err  # not a multiple of 1/fps
+    assert main(["bench-report", str(tmp_path / "empty")]) == 2
+    assert "no benchmark result files" in capsys.readouterr().err
+
+
+def test_torchrun_gathers_both_ranks(av1_root, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "robostream.bench", str(av1_root), "--mode", "single", "--loader", "stream", "map", *ARGS,
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    rank_files = sorted(tmp_path.glob("*_rank*.json"))
+    if not rank_files:
+        pytest.skip(f"torchrun started no benchmark rank (exit {proc.returncode}), nothing distributed ran:\n"
+                    f"{proc.stderr[-2000:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(rank_files) == 4, [p.name for p in rank_files]  # 2 loaders x 2 ranks
+    for loader in ("stream", "map"):
+        job = json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu.json").read_text())
+        ranks = [json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu_rank{r}.json").read_text())
+                 for r in (0, 1)]
+        assert job["world_size"] == 2 and [r["rank"] for r in job["per_rank"]] == [0, 1]
+        assert job["metrics"]["samples"] == sum(r["metrics"]["samples"] for r in ranks) == 24
+        assert job["metrics"]["frames_per_s"] == pytest.approx(sum(r["metrics"]["frames_per_s"] for r in ranks))
+        assert job["metrics"]["frames_per_s_node"] == pytest.approx(job["metrics"]["frames_per_s"])  # one node

@@ -1,0 +1,83 @@
+"""Benchmark figures from hand-made traces: every definition pinned to numbers worked out by hand."""
+
+import numpy as np
+import pytest
+
+from robostream.bench.metrics import (
+    aggregate,
+    cache_totals,
+    randomness,
+    summarize,
+    uniform_randomness,
+    weighted_percentiles,
+)
+
+
+def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample=3):
+    n = len(arrivals)
+    episodes = episodes or [[0, 1, 2, 3]] * n
+    return {"records": [{"arrival_s": a, "wait_s": (waits or [0.0] * n)[i], "episodes": episodes[i],
+                         "sample_s": (sample_s or [[0.01] * len(episodes[i])] * n)[i]}
+                        for i, a in enumerate(arrivals)],
+            "frames_per_sample": frames_per_sample, "peak_rss_bytes": 3 * 2 ** 20, "baseline_rss_bytes": 2 ** 20}
+
+
+def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
+    trace = _trace([1.5, 2.0, 2.5, 3.0, 4.0], waits=[1.5, 0.5, 0.25, 0.25, 0.5])
+    m = summarize(trace, warmup_batches=2)
+    assert m["first_batch_latency_s"] == 1.5
+    assert m["batches"] == 3 and m["samples"] == 12 and m["wallclock_s"] == 2.0  # from 2.0 (2nd arrival) to 4.0
+    assert m["samples_per_s"] == 6.0 and m["frames_per_s"] == 18.0
+    assert m["data_wait_frac"] == pytest.approx(1.0 / 2.0)
+    assert m["peak_rss_mib"] == 3.0 and m["baseline_rss_mib"] == 1.0
+
+
+def test_latency_percentiles_and_cdf_come_from_timed_samples_only():
+    sample_s = [[5.0] * 4] + [[i / 1000 for i in range(1, 5)]] * 2
+    m = summarize(_trace([1.0, 2.0, 3.0], sample_s=sample_s), warmup_batches=1)
+    assert m["p50_sample_latency_ms"] == pytest.approx(2.5)
+    assert m["p99_sample_latency_ms"] == pytest.approx(np.percentile([1, 2, 3, 4] * 2, 99))
+    assert m["latency_cdf_ms"][0] == pytest.approx(1.0) and m["latency_cdf_ms"][-1] == pytest.approx(4.0)
+
+
+def test_nothing_timed_is_an_error_not_a_zero():
+    with pytest.raises(ValueError, match="warmup_batches=2"):
+        summarize(_trace([1.0, 2.0]), warmup_batches=2)
+
+
+def test_decoded_per_delivered_cache_and_split():
+    trace = _trace([1.0, 2.0])
+    trace["counts"] = {"frames_decoded": 30, "frames_delivered": 120, "bytes_read": 0}
+    trace["records"][0]["worker_stats"] = {"0": [1, 2, 0, 2], "1": [0, 3, 1, 2]}
+    trace["records"][1]["worker_stats"] = {"0": [5, 2, 0, 2]}  # later report of worker 0 replaces its first
+    trace["split"] = {"samples": 10, "seconds": 1.0, "decode_s": 0.6, "fetch_s": 0.4, "samples_per_s": 10.0}
+    m = summarize(trace, warmup_batches=1)
+    assert m["decoded_per_delivered"] == 0.25 and m["decoded_frames_per_s"] == pytest.approx(m["frames_per_s"] / 4)
+    assert m["video_decoder_cache"] == {"hits": 5, "misses": 5, "evictions": 1, "size": 4, "hit_rate": 0.5}
+    assert m["fetch_ms_per_sample"] == pytest.approx(40.0) and m["decode_ms_per_sample"] == pytest.approx(60.0)
+    assert "bytes_read" not in m
+    assert cache_totals([{"episodes": []}]) is None
+
+
+def test_randomness_against_a_uniform_sampler():
+    assert randomness([[1, 1, 2, 3], [4, 4, 4, 4]]) == pytest.approx((3 / 4 + 1 / 4) / 2)
+    assert uniform_randomness([1000] * 1000, 32) > 0.95  # many episodes: nearly all distinct
+    assert uniform_randomness([100], 32) == pytest.approx(1 / 32)  # one episode
+    # 20 equal episodes, 32 draws without replacement: about 20 x (1 - (19/20)^32) / 32 distinct
+    assert uniform_randomness([200] * 20, 32, batches=500) == pytest.approx(20 * (1 - (19 / 20) ** 32) / 32, abs=0.02)
+
+
+def test_aggregate_sums_throughput_per_node_and_pools_latency():
+    ranks = [summarize(_trace([1.0, 2.0, 3.0], sample_s=[[s / 1000] * 4] * 3), 1) for s in (1.0, 9.0)]
+    job = aggregate(ranks, nodes=2)
+    assert job["samples_per_s"] == pytest.approx(8.0) and job["frames_per_s_node"] == pytest.approx(12.0)
+    assert job["ranks"] == 2 and job["first_batch_latency_s"] == 1.0
+    assert 1.0 <= job["p50_sample_latency_ms"] <= 9.0 and job["p99_sample_latency_ms"] == pytest.approx(9.0)
+    with pytest.raises(ValueError, match="no rank"):
+        aggregate([], 1)
+
+
+def test_weighted_percentiles_weigh_values():
+    values = np.array([1.0, 10.0])
+    assert weighted_percentiles(values, np.array([99, 1]), [50])[0] == pytest.approx(1.0, abs=0.1)
+    assert weighted_percentiles(values, np.array([1, 99]), [50])[0] == pytest.approx(10.0, abs=0.1)
