@@ -1,0 +1,143 @@
+"""examples/train_streaming.py under a real `accelerate launch` with 2 CPU processes (gloo), no mocks.
+
+Run A trains 24 steps straight through (checkpoints at 8, 16, 24). Run B is the same job, SIGKILLed on every rank
+while it writes checkpoint 16 (--debug_kill_at_step: a deterministic point between the model/optimizer files and
+the commit, the worst moment for a preemption); run C continues B's output_dir with --resume, which must take
+checkpoint 8. Each run records every step's batch `index` values per rank, so "exact resume" is checked sample by
+sample: B's steps up to 8, then C's steps 9..24, must be A's steps, rank by rank, and C's final weights must equal
+A's. An epoch of the fixture is 22 steps per rank, so C resumes mid-epoch 0 and crosses into epoch 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("accelerate", reason="the training example needs `accelerate` (pip install robostream[train])")
+from safetensors.torch import load_file  # noqa: E402  (accelerate depends on safetensors)
+
+from robostream.format.metadata import load_metadata  # noqa: E402
+
+REPO = Path(__file__).parents[2]
+SCRIPT = REPO / "examples" / "train_streaming.py"
+STEPS, SAVE_EVERY, KILL_AT = 24, 8, 16
+COMMON = ["--batch_size", "4", "--num_workers", "1", "--steps", str(STEPS), "--save_every", str(SAVE_EVERY),
+          "--log_every", "8", "--seed", "1", "--pool_size", "2"]
+LAUNCH_TIMEOUT_S = 240
+
+
+def offline_env(home: Path) -> dict[str, str]:
+    """No network, no telemetry, no user Accelerate config, one torch thread per process, nothing inherited from
+    an outer distributed job."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1", HF_HOME=str(home), PYTHONPATH=str(REPO))
+    return env
+
+
+def launch(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    """2 processes through torchrun's launcher: `accelerate launch --cpu` would start only one (without mpirun),
+    so --multi_gpu with ACCELERATE_USE_CPU=true gives 2 CPU ranks on gloo."""
+    cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
+           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", "0", str(SCRIPT), *args]
+    env = dict(offline_env(home), ACCELERATE_USE_CPU="true")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
+
+
+def read_records(path: Path) -> dict[int, list[dict]]:
+    """rank -> its recorded steps, from <stem>.rank<r>.jsonl files."""
+    return {int(p.stem.rsplit(".rank", 1)[1]): [json.loads(line) for line in p.read_text().splitlines()]
+            for p in path.parent.glob(f"{path.stem}.rank*{path.suffix}")}
+
+
+def require_two_ranks(name: str, proc: subprocess.CompletedProcess, records: dict[int, list[dict]]) -> None:
+    """Fail (or skip, when no rank could start at all) unless 2 ranks really ran: never pass on one process."""
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    if not records and proc.returncode != 0:
+        pytest.skip(f"run {name}: accelerate could not start 2 CPU processes here (rc {proc.returncode}): {tail}")
+    assert sorted(records) == [0, 1], f"run {name}: ranks {sorted(records)} recorded samples, expected 0 and 1: {tail}"
+    assert all(r["world"] == 2 for lines in records.values() for r in lines), f"run {name}: world size is not 2"
+
+
+@pytest.fixture(scope="module")
+def runs(av1_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("train_streaming")
+    root = ["--root", str(av1_root)]
+    a = launch([*root, *COMMON, "--output_dir", str(tmp / "a"), "--record_samples", str(tmp / "a.jsonl")], tmp)
+    records_a = read_records(tmp / "a.jsonl")
+    require_two_ranks("A", a, records_a)
+    assert a.returncode == 0, a.stderr[-4000:]
+
+    b = launch([*root, *COMMON, "--output_dir", str(tmp / "bc"), "--record_samples", str(tmp / "b.jsonl"),
+                "--debug_kill_at_step", str(KILL_AT)], tmp)
+    records_b = read_records(tmp / "b.jsonl")
+    require_two_ranks("B", b, records_b)
+    assert b.returncode != 0, "run B should have died from SIGKILL while saving"
+    after_kill = sorted(p.name for p in (tmp / "bc").iterdir())
+
+    c = launch([*root, *COMMON, "--output_dir", str(tmp / "bc"), "--record_samples", str(tmp / "c.jsonl"),
+                "--resume"], tmp)
+    records_c = read_records(tmp / "c.jsonl")
+    require_two_ranks("C", c, records_c)
+    assert c.returncode == 0, c.stderr[-4000:]
+    return {"tmp": tmp, "a": records_a, "b": records_b, "c": records_c, "after_kill": after_kill, "c_out": c.stdout}
+
+
+def test_the_kill_mid_save_leaves_the_previous_checkpoint(runs):
+    assert runs["after_kill"] == [f".tmp-checkpoint-{KILL_AT}", "checkpoint-8"], runs["after_kill"]
+    assert all(lines[-1]["step"] == KILL_AT for lines in runs["b"].values()), "B did not reach the kill step"
+    assert f"resumed from {runs['tmp'] / 'bc' / 'checkpoint-8'} at step 8" in runs["c_out"], runs["c_out"][-2000:]
+
+
+def test_killed_and_resumed_run_sees_exactly_the_uninterrupted_samples(runs):
+    for rank in (0, 1):
+        a, b, c = runs["a"][rank], runs["b"][rank], runs["c"][rank]
+        assert [r["step"] for r in a] == list(range(1, STEPS + 1))
+        assert [r["step"] for r in c] == list(range(SAVE_EVERY + 1, STEPS + 1)), "C did not resume after step 8"
+        resumed = [r for r in b if r["step"] <= SAVE_EVERY] + c
+        assert resumed == a, f"rank {rank}: the resumed run's samples differ from the uninterrupted run's"
+        assert {r["epoch"] for r in c} == {0, 1}, "the resumed run should cross into epoch 1"
+
+
+
+def test_the_two_ranks_split_the_epoch(runs, av1_root):
+    """Epoch 0 of run A: the ranks' samples are disjoint and together every frame (uneven="pad" repeats a rank's
+    own samples, never the other rank's)."""
+    frames = int(load_metadata(av1_root).episodes.length.sum())
+    per_rank = [{i for r in runs["a"][rank] if r["epoch"] == 0 for i in r["index"]} for rank in (0, 1)]
+    assert not per_rank[0] & per_rank[1], "the ranks read the same samples"
+    assert len(per_rank[0] | per_rank[1]) == frames
+
+
+def test_checkpoints_exist_and_resumed_weights_match(runs):
+    a_dir, bc_dir = runs["tmp"] / "a", runs["tmp"] / "bc"
+    assert sorted(p.name for p in a_dir.iterdir()) == ["checkpoint-16", "checkpoint-24", "checkpoint-8"]
+    assert sorted(p.name for p in bc_dir.iterdir()) == ["checkpoint-16", "checkpoint-24", "checkpoint-8"]
+    final = bc_dir / "checkpoint-24"
+    for name in ("model.safetensors", "optimizer.bin", "random_states_0.pkl", "random_states_1.pkl"):
+        assert (final / name).is_file(), name
+    state = json.loads((final / "trainer_state.json").read_text())
+    assert (state["step"], state["epoch"], state["world_size"]) == (STEPS, 1, 2)
+    a_weights = load_file(a_dir / "checkpoint-24" / "model.safetensors")
+    c_weights = load_file(final / "model.safetensors")
+    assert a_weights.keys() == c_weights.keys()
+    for key in a_weights:  # same data, same optimizer state, deterministic CPU kernels: identical training
+        assert a_weights[key].equal(c_weights[key]), key
+
+
+def test_dummy_run_reports_throughput(av1_root, tmp_path):
+    """The data path alone, one process without a launcher."""
+    cmd = [sys.executable, str(SCRIPT), "--root", str(av1_root), "--dummy", "--steps", "20", "--batch_size", "8",
+           "--num_workers", "1", "--log_every", "10", "--output_dir", str(tmp_path / "unused")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=offline_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    done = [line for line in proc.stdout.splitlines() if line.startswith("done:")]
+    assert done and "samples/s" in done[0] and "frames/s" in done[0] and "data-wait fraction" in done[0], proc.stdout
+    assert "160 samples per rank" in done[0]
+    assert not (tmp_path / "unused").exists(), "a --dummy run writes no checkpoint"
