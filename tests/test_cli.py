@@ -4,7 +4,7 @@ from robostream.cli import main
 from robostream.synth import read_marker
 
 
-def test_synth_inspect_and_bench_end_to_end(tmp_path, capsys):
+def test_synth_and_inspect_end_to_end(tmp_path, capsys):
     root = tmp_path / "ds"
     assert main(["synth", str(root), "--episodes", "3", "--cameras", "2", "--height", "48", "--width", "64",
                  "--episode-length", "12", "--codec", "h264", "--gop", "30", "--video-file-mb", "0.002"]) == 0
@@ -14,12 +14,6 @@ def test_synth_inspect_and_bench_end_to_end(tmp_path, capsys):
     assert main(["inspect", str(root), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["cameras"]["observation.images.cam1"]["files"] >= 2
-    out = tmp_path / "bench.json"
-    assert main(["bench", str(root), "--mode", "sarm", "--loader", "stream", "map", "--batch-size", "4",
-                 "--num-workers", "1", "--num-batches", "2", "--json-out", str(out)]) == 0
-    results = json.loads(out.read_text())
-    assert [r["loader"] for r in results] == ["stream", "map"]
-    assert all(r["samples"] == 8 and r["frames_delivered"] == 8 * 8 * 2 for r in results)
 
 
 def test_synth_is_deterministic(tmp_path):
