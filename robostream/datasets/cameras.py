@@ -1,6 +1,6 @@
-"""Decode the frames of several cameras of one episode, one thread per camera.
+"""Decode the frames of several cameras of one episode, one thread per camera when the process has cores to spare.
 
-torchcodec and PyAV release the GIL while decoding, so cameras decode in parallel in one process. Decoders and
+torchcodec and PyAV release the GIL for most of the decoding, so cameras decode in parallel in one process. Decoders and
 threads belong to the process that made them: after a fork (DataLoader workers) they are recreated, and they are
 dropped when the reader is pickled (spawned workers).
 """
@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
@@ -54,11 +55,13 @@ class CameraReader:
         source = self.meta.open(relative, what="video file")
         return open_video_decoder(source, backend, device, name=self.meta.describe(relative))
 
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None or self._executor_pid != os.getpid():
+    def _pool(self) -> ThreadPoolExecutor | None:
+        """This process's decode threads, or None when it has no core to spare for them."""
+        if self._executor_pid != os.getpid():
             # Threads do not survive a fork: a pool inherited from the parent would never run our work.
-            self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.meta.video_keys)),
-                                                thread_name_prefix="robostream-decode")
+            threads = decode_threads(len(self.meta.video_keys))
+            self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="robostream-decode") \
+                if threads > 1 else None
             self._executor_pid = os.getpid()
         return self._executor
 
@@ -78,13 +81,26 @@ class CameraReader:
             raise type(exc)(f"{exc}{context}") from exc
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
-        """Several cameras of one episode in parallel threads."""
+        """Several cameras of one episode, in parallel threads when the process has cores to spare."""
         started = time.perf_counter()
         keys = list(timestamps_by_key)
-        if len(keys) == 1:
-            frames = {keys[0]: self.decode(episode_index, keys[0], timestamps_by_key[keys[0]])}
+        pool = self._pool() if len(keys) > 1 else None
+        if pool is None:
+            frames = {k: self.decode(episode_index, k, timestamps_by_key[k]) for k in keys}
         else:
-            futures = [self._pool().submit(self.decode, episode_index, k, timestamps_by_key[k]) for k in keys]
+            futures = [pool.submit(self.decode, episode_index, k, timestamps_by_key[k]) for k in keys]
             frames = {k: f.result() for k, f in zip(keys, futures)}
         self.decode_seconds += time.perf_counter() - started
         return frames
+
+
+def decode_threads(cameras: int) -> int:
+    """Threads that decode a sample's cameras in parallel: one per camera while this process has cores to spare.
+
+    DataLoader workers already run in parallel; when they occupy every core, threads inside a worker only add
+    hand-off costs (and torchcodec holds the GIL for part of each call), so a worker then decodes its cameras in turn.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    info = get_worker_info()
+    processes = info.num_workers if info is not None else 1
+    return max(1, min(cameras, cores // processes))

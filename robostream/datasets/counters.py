@@ -7,11 +7,13 @@ sums the rows to report frames decoded vs delivered and the decoded-frame workin
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 MAX_WORKERS = 256
 FIELDS = ("frames_decoded", "frames_delivered", "peak_piece_frames", "peak_live_frames", "peak_live_pieces",
           "bytes_read", "read_wait_us", "block_bytes_peak")
+_COLUMN = {name: col for col, name in enumerate(FIELDS)}
 _SUMMED = {"frames_decoded", "frames_delivered", "bytes_read", "read_wait_us"}
 
 
@@ -19,17 +21,22 @@ class FrameCounters:
     def __init__(self) -> None:
         self._table = torch.zeros((MAX_WORKERS, len(FIELDS)), dtype=torch.int64).share_memory_()
 
+    @property
+    def _cells(self) -> np.ndarray:
+        """A numpy view of the shared table: element updates in the per-sample path cost ~1 us, not ~10 us."""
+        return self._table.numpy()
+
     def add(self, worker: int, field: str, amount: int) -> None:
-        self._table[worker % MAX_WORKERS, FIELDS.index(field)] += amount
+        self._cells[worker % MAX_WORKERS, _COLUMN[field]] += amount
 
     def set(self, worker: int, field: str, value: int) -> None:
         """Record a worker's running total (its own row only)."""
-        self._table[worker % MAX_WORKERS, FIELDS.index(field)] = value
+        self._cells[worker % MAX_WORKERS, _COLUMN[field]] = value
 
     def peak(self, worker: int, field: str, value: int) -> None:
-        row, col = worker % MAX_WORKERS, FIELDS.index(field)
-        if value > int(self._table[row, col]):
-            self._table[row, col] = value
+        cells, row, col = self._cells, worker % MAX_WORKERS, _COLUMN[field]
+        if value > cells[row, col]:
+            cells[row, col] = value
 
     def totals(self) -> dict[str, int]:
         """Decoded and delivered frames summed over workers; peaks as the largest of any worker."""

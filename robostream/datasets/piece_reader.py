@@ -28,6 +28,7 @@ class PieceReader:
         self._decode = decode
         self.decode_ahead = max(1, decode_ahead)
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
+        self.resident = 0  # decoded frames held now, all cameras
         self._last_use: dict[str, dict[int, int]] = {}
         for key, rows in self.needed.items():
             positions = np.repeat(np.arange(len(rows)), rows.shape[1])
@@ -43,8 +44,8 @@ class PieceReader:
         for key, rows in self.needed.items():
             last_use, store = self._last_use[key], self.frames[key]
             for row in np.unique(rows[position]).tolist():
-                if last_use[row] <= position:
-                    store.pop(row, None)
+                if last_use[row] <= position and store.pop(row, None) is not None:
+                    self.resident -= 1
         return out
 
     def _fill(self, position: int) -> None:
@@ -58,7 +59,4 @@ class PieceReader:
         for key, frames in self._decode(self.episode, wanted).items():
             for row, frame in zip(wanted[key].tolist(), frames):
                 self.frames[key][row] = frame
-
-    def resident(self) -> int:
-        """Decoded frames held now, all cameras."""
-        return sum(len(f) for f in self.frames.values())
+            self.resident += len(wanted[key])

@@ -130,6 +130,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
         self._emitted = 0  # samples this process emitted in its current pass (in-process iteration)
         self._worker = 0
+        self._live_frames = 0  # decoded frames held by this process's live pieces
         self.counters = FrameCounters()
 
     # -- layout and plan ---------------------------------------------------------------------------------------
@@ -241,6 +242,7 @@ class StreamingLeRobotDataset(IterableDataset):
         picks = itertools.chain(self._consumer_picks(plan, streams, plan.start), repeats)
         self._emitted = 0
         self._worker = consumer.worker
+        self._live_frames = 0
         readers: dict[tuple[int, int], PieceReader] = {}
         for pick in itertools.islice(picks, plan.quotas[role]):
             sample = self._sample(plan.pieces, pick, readers)
@@ -288,12 +290,14 @@ class StreamingLeRobotDataset(IterableDataset):
             for episode_position, first, stop in pieces[stream][piece + 1: piece + 1 + self.prefetch_pieces]:
                 self.prefetcher.piece(self.episodes[episode_position], first, stop)  # next pieces to go live
         row = int(reader.sample_rows[position])
-        video = reader.frames_for(position) if self.meta.video_keys else {}
+        video = {}
         if self.meta.video_keys:
-            live = [r.resident() for r in readers.values()]
-            self.counters.peak(self._worker, "peak_piece_frames", max(live))
-            self.counters.peak(self._worker, "peak_live_frames", sum(live))
-            self.counters.peak(self._worker, "peak_live_pieces", len(live))
+            held = reader.resident
+            video = reader.frames_for(position)
+            self._live_frames += reader.resident - held  # a running total: only this reader's count changed
+            self.counters.peak(self._worker, "peak_piece_frames", reader.resident)
+            self.counters.peak(self._worker, "peak_live_frames", self._live_frames)
+            self.counters.peak(self._worker, "peak_live_pieces", len(readers))
             self.counters.add(self._worker, "frames_delivered", sum(len(v) for v in video.values()))
         storage = self.meta.data_storage
         if not storage.is_local:
@@ -301,6 +305,7 @@ class StreamingLeRobotDataset(IterableDataset):
             self.counters.set(self._worker, "read_wait_us", int(storage.blocks.wait_s * 1e6))
             self.counters.set(self._worker, "block_bytes_peak", storage.blocks.peak_bytes)
         if position == len(reader.sample_rows) - 1:
+            self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
             del readers[key]
         return self.assembler.assemble(row, video)
 
