@@ -40,7 +40,7 @@ class PieceReader:
         """uint8 (T, C, H, W) per camera for the sample at `position`, then forget frames no longer needed."""
         if any(r not in self.frames[k] for k, rows in self.needed.items() for r in rows[position].tolist()):
             self._fill(position)
-        out = {k: torch.stack([self.frames[k][r] for r in rows[position].tolist()]) for k, rows in self.needed.items()}
+        out = {k: _window([self.frames[k][r] for r in rows[position].tolist()]) for k, rows in self.needed.items()}
         for key, rows in self.needed.items():
             last_use, store = self._last_use[key], self.frames[key]
             for row in np.unique(rows[position]).tolist():
@@ -60,3 +60,8 @@ class PieceReader:
             for row, frame in zip(wanted[key].tolist(), frames):
                 self.frames[key][row] = frame
             self.resident += len(wanted[key])
+
+
+def _window(frames: list[torch.Tensor]) -> torch.Tensor:
+    """(T, C, H, W) from T decoded frames; one frame stays a view (the DataLoader's collate copies it anyway)."""
+    return frames[0].unsqueeze(0) if len(frames) == 1 else torch.stack(frames)
