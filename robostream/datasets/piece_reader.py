@@ -57,6 +57,10 @@ class PieceReader:
             if todo:
                 wanted[key] = np.asarray(todo, dtype=np.int64)
         for key, frames in self._decode(self.episode, wanted).items():
+            if self.needed[key].shape[1] > 1:
+                # Decoders hand out channels-last views; a frame shared by several windows is laid out as CHW
+                # once here, so each window's stack is a plain copy instead of a transposing one.
+                frames = frames.contiguous()
             for row, frame in zip(wanted[key].tolist(), frames):
                 self.frames[key][row] = frame
             self.resident += len(wanted[key])
