@@ -7,11 +7,13 @@ with two tasks, and frames that carry a readable (episode, frame, camera) marker
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from robostream.synth import SynthConfig, generate
+from tests.lerobot_env import ENV_VAR, skip_reason
 
 AV1_CONFIG = SynthConfig(episodes=7, cameras=2, height=64, width=64, fps=20, episode_length=24, state_dim=6,
                          codec="av1", gop=2, data_file_mb=0.008, video_file_mb=0.03, seed=3)
@@ -42,3 +44,18 @@ def copy_dataset(src: Path, dst: Path) -> Path:
 
     shutil.copytree(src, dst)
     return dst
+
+
+@pytest.fixture(scope="session")
+def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private, offline HF_HOME for the lerobot subprocesses."""
+    return tmp_path_factory.mktemp("hf_home")
+
+
+@pytest.fixture(scope="session")
+def lerobot_python(hf_home: Path) -> str:
+    """The interpreter with lerobot installed (opt-in: ROBOSTREAM_LEROBOT_PYTHON); skips when there is none."""
+    reason = skip_reason(hf_home)
+    if reason:
+        pytest.skip(reason)
+    return os.environ[ENV_VAR]

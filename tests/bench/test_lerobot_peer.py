@@ -11,11 +11,8 @@ offline (HF_HUB_OFFLINE=1) with HF_HOME in a pytest temp dir.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +20,11 @@ import pytest
 
 from robostream.synth import episode_lengths
 from tests.conftest import AV1_CONFIG
+from tests.lerobot_env import run, skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "robostream" / "bench" / "probe.py"
 PEER = REPO / "robostream" / "bench" / "lerobot_peer.py"
-ENV_VAR = "ROBOSTREAM_LEROBOT_PYTHON"
-SUBPROCESS_TIMEOUT_S = 300
 BATCH_SIZE, NUM_BATCHES, WARMUP_BATCHES, SPLIT_SAMPLES = 4, 3, 2, 16
 # The av1_root fixture is 20 fps: a window of the current frame and the two before it (0.05 s apart).
 STEP_S = 1 / AV1_CONFIG.fps
@@ -38,51 +34,13 @@ WINDOW_DELTA = {**{camera: WINDOW for camera in CAMERAS}, "observation.state": W
 WINDOW_EPISODES = [1, 4, 6]
 
 
-def _offline_env(hf_home: Path, **extra: str) -> dict[str, str]:
-    """The caller's environment without robostream's Python paths, offline, with a private HF cache."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env.update(HF_HOME=str(hf_home), HF_LEROBOT_HOME=str(hf_home / "lerobot"),
-               HF_DATASETS_CACHE=str(hf_home / "datasets"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", PYTHONNOUSERSITE="1", **extra)
-    return env
-
-
-@functools.cache
-def _skip_reason(hf_home: Path) -> str | None:
-    python = os.environ.get(ENV_VAR)
-    if not python:
-        return f"lerobot peer tests are opt-in: set {ENV_VAR} to a Python interpreter that has lerobot"
-    try:
-        proc = subprocess.run([python, "-c", "import lerobot, psutil"], capture_output=True, text=True,
-                              timeout=120, env=_offline_env(hf_home))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{ENV_VAR}={python!r} cannot be run: {exc}"
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return f"{ENV_VAR}={python!r} cannot `import lerobot, psutil`: {tail}"
-    return None
-
-
 @pytest.fixture(scope="session")
-def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hf_home")
-
-
-@pytest.fixture(scope="session")
-def lerobot_python(hf_home: Path) -> str:
-    reason = _skip_reason(hf_home)
+def peer_python(lerobot_python: str, hf_home: Path) -> str:
+    """lerobot's interpreter, which also needs psutil: the probe samples memory with it."""
+    reason = skip_reason(hf_home, ("lerobot", "psutil"))
     if reason:
         pytest.skip(reason)
-    return os.environ[ENV_VAR]
-
-
-def _run(python: str, hf_home: Path, args: list[str], **env: str) -> str:
-    proc = subprocess.run([python, *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
-                          env=_offline_env(hf_home, **env))
-    if proc.returncode != 0:
-        pytest.fail(f"{python} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                    f"{proc.stderr[-3000:]}")
-    return proc.stdout
+    return lerobot_python
 
 
 def _params(root: Path, delta: dict[str, list[float]] | None, num_workers: int,
@@ -96,7 +54,7 @@ def _probe_trace(python: str, hf_home: Path, tmp: Path, params: dict[str, Any]) 
     spec = {"factory": f"{PEER}:build", "params": params, "num_batches": NUM_BATCHES,
             "warmup_batches": WARMUP_BATCHES, "duration_s": None, "device": "cpu", "split_samples": SPLIT_SAMPLES}
     (tmp / "spec.json").write_text(json.dumps(spec))
-    _run(python, hf_home, [str(PROBE), str(tmp / "spec.json"), str(tmp / "trace.json")])
+    run(python, hf_home, [str(PROBE), str(tmp / "spec.json"), str(tmp / "trace.json")])
     return json.loads((tmp / "trace.json").read_text())
 
 
@@ -121,18 +79,18 @@ def _check_trace(trace: dict[str, Any], episodes: set[int], frames_per_sample: i
     assert info["peer"] == "lerobot" and info["uint8"] is True and info["lerobot_version"]
 
 
-def test_single_frame_with_spawned_workers(lerobot_python: str, hf_home: Path, av1_root: Path,
+def test_single_frame_with_spawned_workers(peer_python: str, hf_home: Path, av1_root: Path,
                                            tmp_path: Path) -> None:
     """Current frame of every camera, two spawned workers (lerobot-train's multiprocessing context)."""
-    trace = _probe_trace(lerobot_python, hf_home, tmp_path, _params(av1_root, None, 2, None))
+    trace = _probe_trace(peer_python, hf_home, tmp_path, _params(av1_root, None, 2, None))
     _check_trace(trace, set(range(AV1_CONFIG.episodes)), frames_per_sample=len(CAMERAS))
     assert trace["info"]["multiprocessing_context"] == "spawn"
 
 
-def test_window_in_process_on_selected_episodes(lerobot_python: str, hf_home: Path, av1_root: Path,
+def test_window_in_process_on_selected_episodes(peer_python: str, hf_home: Path, av1_root: Path,
                                                 tmp_path: Path) -> None:
     """A 3-frame window per camera and on the state, no workers, a subset of episodes."""
-    trace = _probe_trace(lerobot_python, hf_home, tmp_path, _params(av1_root, WINDOW_DELTA, 0, WINDOW_EPISODES))
+    trace = _probe_trace(peer_python, hf_home, tmp_path, _params(av1_root, WINDOW_DELTA, 0, WINDOW_EPISODES))
     _check_trace(trace, set(WINDOW_EPISODES), frames_per_sample=len(CAMERAS) * len(WINDOW))
     assert "multiprocessing_context" not in trace["info"]
 
@@ -151,11 +109,11 @@ print(json.dumps(out))
 """
 
 
-def test_ranks_take_alternate_batches_of_one_permutation(lerobot_python: str, hf_home: Path,
+def test_ranks_take_alternate_batches_of_one_permutation(peer_python: str, hf_home: Path,
                                                          av1_root: Path) -> None:
     """WORLD_SIZE > 1: like accelerate's batch sharding, rank r gets batches r, r + W, ... of the same order."""
     params = json.dumps(_params(av1_root, None, 0, None))
-    out = json.loads(_run(lerobot_python, hf_home, ["-c", BATCHES_SCRIPT, str(PEER), params]).splitlines()[-1])
+    out = json.loads(run(peer_python, hf_home, ["-c", BATCHES_SCRIPT, str(PEER), params]).splitlines()[-1])
     whole = out["0/1"]
     order = [position for batch in whole for position in batch]
     assert sorted(order) == list(range(sum(episode_lengths(AV1_CONFIG)))), "one epoch covers every frame once"

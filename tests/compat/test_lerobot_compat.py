@@ -14,10 +14,8 @@ offline (HF_HUB_OFFLINE=1) with HF_HOME in a pytest temp dir.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +24,9 @@ import numpy as np
 import pytest
 import torch
 
+from tests.lerobot_env import run
+
 HERE = Path(__file__).resolve().parent
-ENV_VAR = "ROBOSTREAM_LEROBOT_PYTHON"
-SUBPROCESS_TIMEOUT_S = 300
 # Tolerance on decoded frames ONLY when one side does not decode with torchcodec (then decoders may differ).
 NON_TORCHCODEC_ATOL = 2 / 255
 
@@ -48,51 +46,9 @@ SYNTH_DELTA = {
 }
 
 
-# -- interpreter discovery / skipping ----------------------------------------------------------------------------
-def _offline_env(hf_home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env.update(HF_HOME=str(hf_home), HF_LEROBOT_HOME=str(hf_home / "lerobot"),
-               HF_DATASETS_CACHE=str(hf_home / "datasets"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", PYTHONNOUSERSITE="1")
-    return env
-
-
-@functools.cache
-def _lerobot_skip_reason(hf_home: Path) -> str | None:
-    python = os.environ.get(ENV_VAR)
-    if not python:
-        return f"lerobot compatibility tests are opt-in: set {ENV_VAR} to a Python interpreter that has lerobot"
-    try:
-        proc = subprocess.run([python, "-c", "import lerobot"], capture_output=True, text=True, timeout=120,
-                              env=_offline_env(hf_home))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{ENV_VAR}={python!r} cannot be run: {exc}"
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return f"{ENV_VAR}={python!r} cannot `import lerobot`: {tail}"
-    return None
-
-
-@pytest.fixture(scope="session")
-def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hf_home")
-
-
-@pytest.fixture(scope="session")
-def lerobot_python(hf_home: Path) -> str:
-    reason = _lerobot_skip_reason(hf_home)
-    if reason:
-        pytest.skip(reason)
-    return os.environ[ENV_VAR]
-
-
+# -- the lerobot interpreter (fixtures hf_home and lerobot_python: tests/conftest.py) ------------------------------
 def _run_lerobot(python: str, hf_home: Path, script: str, *args: str) -> str:
-    cmd = [python, str(HERE / script), *args, "--hf-home", str(hf_home)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
-                          env=_offline_env(hf_home))
-    if proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc.stdout
+    return run(python, hf_home, [str(HERE / script), *args, "--hf-home", str(hf_home)])
 
 
 # -- positions and configurations ----------------------------------------------------------------------------
