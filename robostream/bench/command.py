@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from robostream.bench.report import REFERENCE, markdown, render, write_csv, write_json
+from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
     PEERS,
     BenchError,
@@ -116,8 +116,6 @@ def run_bench(args: argparse.Namespace) -> int:
             write_json(out / f"{config.name()}.json", job)
             jobs.append(job)
     if launch.rank == 0:
-        from robostream.bench.report import load_results
-
         results, reference = load_results(out)
         names = {json.dumps(j["config"], sort_keys=True) for j in jobs}
         this_run = [r for r in results if json.dumps(r["config"], sort_keys=True) in names]

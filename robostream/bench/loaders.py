@@ -8,6 +8,7 @@ video_backend, video_decode_device, video_decoder_cache_size, pin_memory.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any
@@ -66,21 +67,14 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
     """
     dataset = _dataset(params)
     if isinstance(dataset, StreamingLeRobotDataset):
-        produced = iter(dataset)
-        pull = lambda _: next(produced)  # noqa: E731
+        produced = itertools.islice(dataset, samples)
     else:
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params.get("seed", 0)))
-        pull = lambda i: dataset[int(order[i % len(order)])]  # noqa: E731
+        produced = (dataset[int(i)] for i in order[:samples])
     storage = dataset.meta.data_storage
     wait_before = 0.0 if storage.is_local else storage.blocks.wait_s
     start = time.perf_counter()
-    done = 0
-    for i in range(samples):
-        try:
-            pull(i)
-        except StopIteration:
-            break
-        done += 1
+    done = sum(1 for _ in produced)
     seconds = time.perf_counter() - start
     wait = 0.0 if storage.is_local else storage.blocks.wait_s - wait_before
     decode = dataset.cameras.decode_seconds - wait

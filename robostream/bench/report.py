@@ -90,13 +90,13 @@ def label(result: Mapping[str, Any]) -> str:
 def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) -> list[str]:
     m = result["metrics"]
     cells = []
-    for _, key, fmt in COLUMNS:
+    for title, key, fmt in COLUMNS:
         if key is not None:
             value = m.get(key, m.get("frames_per_s") if key == "frames_per_s_node" else None)
             cells.append("-" if value is None else fmt.format(value))
-        elif _ == "randomness (uniform)":
+        elif title == "randomness (uniform)":
             cells.append(f"{m['shuffle_randomness_frac']:.2f} ({m['uniform_randomness_frac']:.2f})")
-        elif _ == "fetch/decode ms":
+        elif title == "fetch/decode ms":
             cells.append(f"{m['fetch_ms_per_sample']:.1f} / {m['decode_ms_per_sample']:.1f}"
                          if "fetch_ms_per_sample" in m else "-")
         else:

@@ -17,7 +17,8 @@ Memory and randomness knobs:
 - pool_size (per canonical stream, default 8): live pieces per stream. A consumer holds pool_size x C/K pieces;
   each costs its decoded working set, about (window span / window stride + 1 + decode_ahead) frames per camera
   (single mode, 256x256x3 uint8, 3 cameras: ~5 frames x 3 x 192 KiB = 2.9 MiB). A batch mixes samples of up to
-  min(batch_size, pool_size x C/K) episodes; report `batch_diversity` to compare with a uniform sampler.
+  min(batch_size, pool_size x C/K) episodes (`robostream bench` reports shuffle_randomness_frac, distinct episodes
+  per batch / batch size, next to a uniform sampler's).
 - canonical_streams: more streams spread an epoch over more consumers but cut more episodes in two.
 - decode_ahead (default 4): samples of a piece whose missing frames are decoded in one call.
 - prefetch_pieces (default 2, remote data only): the next pieces of each stream whose video bytes are fetched in
