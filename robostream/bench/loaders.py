@@ -11,12 +11,14 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from robostream.bench.probe import TimedIterable, TimedMapDataset
+from robostream.datasets.batch_buffers import BatchBuffers
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.plan.layout import resolve_rank_world
@@ -82,14 +84,31 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
             "samples_per_s": done / seconds if seconds else 0.0}
 
 
+class Adopting:
+    """Iterates a DataLoader as StreamingDataLoader does: each batch adopted by the batch buffers (if any)."""
+
+    def __init__(self, loader: DataLoader, buffers: BatchBuffers | None) -> None:
+        self.loader, self.buffers = loader, buffers
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader) if self.buffers is None else self.buffers.adopting(self.loader)
+
+
 def build(params: dict[str, Any]) -> dict[str, Any]:
     """The probe bundle of a robostream loader (see probe.py)."""
     dataset = _dataset(params)
     stats = dataset.cameras.cache.stats
     options = _loader_options(params)
     if isinstance(dataset, StreamingLeRobotDataset):
-        loader = DataLoader(TimedIterable(dataset, stats), **options)
-        counts = dataset.frame_counts
+        # StreamingDataLoader's batch path (reused shared-memory batch buffers) around the timed dataset; the
+        # resume bookkeeping it adds is a counter per batch.
+        buffers = BatchBuffers.for_loader(options.get("prefetch_factor")) if options["num_workers"] else None
+        if buffers is not None:
+            options["collate_fn"] = buffers.collate
+        loader = Adopting(DataLoader(TimedIterable(dataset, stats), **options), buffers)
+
+        def counts() -> dict[str, int]:
+            return {**dataset.frame_counts(), **(buffers.stats() if buffers is not None else {})}
     else:
         rank, world = resolve_rank_world()
         generator = torch.Generator().manual_seed(int(params.get("seed", 0)))

@@ -81,8 +81,9 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     if counts.get("frames_delivered"):
         out["decoded_per_delivered"] = counts["frames_decoded"] / counts["frames_delivered"]
         out["decoded_frames_per_s"] = out["frames_per_s"] * out["decoded_per_delivered"]
-    if counts.get("bytes_read"):
-        out["bytes_read"] = counts["bytes_read"]
+    for key in ("bytes_read", "pooled_batches", "fresh_batches"):  # remote bytes; reused vs new batch buffers
+        if key in counts:
+            out[key] = counts[key]
     cache = cache_totals(records)
     if cache is not None:
         out["video_decoder_cache"] = cache

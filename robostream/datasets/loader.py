@@ -17,6 +17,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from robostream.datasets.batch_buffers import BatchBuffers
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.plan.resume import samples_per_worker
 
@@ -25,7 +26,10 @@ class StreamingDataLoader(DataLoader):
     """DataLoader over a StreamingLeRobotDataset with `state_dict()` / `load_state_dict()`."""
 
     def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 1, num_workers: int = 0,
-                 **kwargs: Any) -> None:
+                 batch_buffers: BatchBuffers | bool = True, **kwargs: Any) -> None:
+        """kwargs go to torch's DataLoader. batch_buffers: workers collate the large tensors of a batch (cameras)
+        into reused shared memory (True: default slots; a BatchBuffers to choose; False: torch's default collate).
+        A passed collate_fn replaces it."""
         if not isinstance(dataset, StreamingLeRobotDataset):
             raise TypeError("StreamingDataLoader needs a StreamingLeRobotDataset")
         if kwargs.get("persistent_workers"):
@@ -34,12 +38,20 @@ class StreamingDataLoader(DataLoader):
             raise ValueError("in_order=False makes the batch order (and so the resume position) nondeterministic")
         if batch_size is None:
             raise ValueError("StreamingDataLoader needs a batch_size (the resume arithmetic counts batches)")
+        # Workers collate camera batches into reused shared memory unless the caller brings its own collate_fn.
+        if batch_buffers is True:
+            batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
+        self.batch_buffers = batch_buffers if batch_buffers and num_workers and kwargs.get("collate_fn") is None \
+            else None
+        if self.batch_buffers is not None:
+            kwargs["collate_fn"] = self.batch_buffers.collate
         super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
         self._batches = 0
 
     def __iter__(self) -> Iterator[Any]:
         self._batches = 0
-        for batch in super().__iter__():
+        batches = super().__iter__()
+        for batch in batches if self.batch_buffers is None else self.batch_buffers.adopting(batches):
             self._batches += 1
             yield batch
 

@@ -55,7 +55,7 @@ def test_decoded_per_delivered_cache_and_split():
     assert m["decoded_per_delivered"] == 0.25 and m["decoded_frames_per_s"] == pytest.approx(m["frames_per_s"] / 4)
     assert m["video_decoder_cache"] == {"hits": 5, "misses": 5, "evictions": 1, "size": 4, "hit_rate": 0.5}
     assert m["fetch_ms_per_sample"] == pytest.approx(40.0) and m["decode_ms_per_sample"] == pytest.approx(60.0)
-    assert "bytes_read" not in m
+    assert m["bytes_read"] == 0
     assert cache_totals([{"episodes": []}]) is None
 
 

@@ -1,0 +1,134 @@
+"""Shared-memory batch buffers that DataLoader workers reuse instead of allocating for every batch.
+
+torch's default collate puts every batch of a worker into freshly created shared memory; for camera batches
+(tens to hundreds of MiB) creating and first touching those pages costs about as much as copying the frames twice.
+Here each worker keeps a few shared-memory slots and collates the large tensors of a batch into a free one.
+
+A slot is reused only after the main process has dropped every tensor and view of the batch that used it: the main
+process attaches a finalizer to the slot's storage when the batch arrives (`adopt`), and the finalizer marks the
+slot free in a small table in shared memory. When no slot is free (the training loop still holds older batches, or
+a batch was handed to yet another process), the worker allocates a fresh one like torch's collate does, so it never
+waits. Small tensors, strings and everything else go through torch's `default_collate` unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate, get_worker_info
+
+SLOT_KEY = "_robostream_batch_slot"  # (worker, slot, pooled key) travelling with a pooled batch; removed by adopt
+POOLED_MIN_BYTES = 1 << 20  # tensors of a batch at least this large are collated into a slot
+ALIGN = 64
+MAX_WORKERS = 256
+
+
+class BatchBuffers:
+    """Per-worker shared-memory slots for the large tensors of batches (see the module docstring)."""
+
+    def __init__(self, slots: int = 4, min_bytes: int = POOLED_MIN_BYTES) -> None:
+        """slots: reusable buffers per worker (a worker has up to prefetch_factor batches in flight, the training
+        loop holds one or two more). min_bytes: a key is pooled when its stacked batch tensor is at least this big."""
+        if slots < 1:
+            raise ValueError(f"BatchBuffers needs at least one slot per worker, got {slots}")
+        self.slots, self.min_bytes = slots, min_bytes
+        # free[w, s]: 1 when slot s of worker w may be written; counts[w]: batches collated into a slot / fresh.
+        self._free = torch.ones((MAX_WORKERS, slots), dtype=torch.uint8).share_memory_()
+        self._counts = torch.zeros((MAX_WORKERS, 2), dtype=torch.int64).share_memory_()
+        self._storages: dict[int, torch.UntypedStorage] = {}
+        self._pid = os.getpid()
+
+    @classmethod
+    def for_loader(cls, prefetch_factor: int | None) -> BatchBuffers:
+        """Enough slots for what a worker has in flight (prefetch_factor batches) plus what a training loop holds."""
+        return cls(slots=(prefetch_factor or 2) + 2)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_storages"] = {}  # slots belong to the worker that made them
+        return state
+
+    def stats(self) -> dict[str, int]:
+        """Batches collated into a reused or new slot, and batches that found no free slot."""
+        counts = self._counts.numpy()
+        return {"pooled_batches": int(counts[:, 0].sum()), "fresh_batches": int(counts[:, 1].sum())}
+
+    # -- worker side -----------------------------------------------------------------------------------------
+    def collate(self, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """torch's default_collate, with the large tensors written into a free slot of this worker."""
+        info = get_worker_info()
+        large = _large_keys(samples, self.min_bytes)
+        if info is None or not large:
+            return default_collate(samples)  # in-process batches need no shared memory
+        worker = info.id % MAX_WORKERS
+        free = self._free.numpy()[worker]
+        open_slots = np.flatnonzero(free)
+        if not len(open_slots):
+            self._counts.numpy()[worker, 1] += 1
+            return default_collate(samples)
+        slot = int(open_slots[0])
+        layout, size = _layout(samples, large)
+        storage = self._slot_storage(slot, size)
+        free[slot] = 0
+        self._counts.numpy()[worker, 0] += 1
+        batch = default_collate([{k: v for k, v in s.items() if k not in large} for s in samples])
+        for key, (offset, dtype, shape) in layout.items():
+            out = torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
+            torch.stack([s[key] for s in samples], out=out)
+            batch[key] = out
+        batch[SLOT_KEY] = (worker, slot, large[0])
+        return batch
+
+    def _slot_storage(self, slot: int, size: int) -> torch.UntypedStorage:
+        if self._pid != os.getpid():
+            self._storages, self._pid = {}, os.getpid()
+        storage = self._storages.get(slot)
+        if storage is None or storage.nbytes() < size:
+            storage = self._storages[slot] = torch.UntypedStorage._new_shared(size)
+        return storage
+
+    # -- main-process side -----------------------------------------------------------------------------------
+    def adopt(self, batch: Any) -> Any:
+        """Take the slot marker off a batch and free the slot once the batch's pooled storage is gone."""
+        if not isinstance(batch, dict) or SLOT_KEY not in batch:
+            return batch
+        worker, slot, key = batch.pop(SLOT_KEY)
+        # Storages keep one Python object while alive, so this fires after the last tensor or view is dropped.
+        weakref.finalize(batch[key].untyped_storage(), _release, self._free, int(worker), int(slot))
+        return batch
+
+    def adopting(self, batches: Iterable[Any]) -> Iterator[Any]:
+        for batch in batches:
+            yield self.adopt(batch)
+
+
+def _release(free: torch.Tensor, worker: int, slot: int) -> None:
+    free.numpy()[worker, slot] = 1
+
+
+def _large_keys(samples: Sequence[dict[str, Any]], min_bytes: int) -> list[str]:
+    """Keys whose stacked tensor is large (cameras): the ones worth a reused buffer."""
+    first = samples[0]
+    if not isinstance(first, dict):
+        return []
+    return [k for k, v in first.items()
+            if isinstance(v, torch.Tensor) and v.numel() * v.element_size() * len(samples) >= min_bytes
+            and all(isinstance(s[k], torch.Tensor) and s[k].shape == v.shape and s[k].dtype == v.dtype
+                    for s in samples)]
+
+
+def _layout(samples: Sequence[dict[str, Any]], keys: list[str]) -> tuple[dict[str, tuple[int, torch.dtype,
+                                                                                          tuple[int, ...]]], int]:
+    """Byte offset, dtype and batch shape of each pooled key inside a slot, and the bytes the slot needs."""
+    layout, offset = {}, 0
+    for key in keys:
+        elem = samples[0][key]
+        shape = (len(samples), *elem.shape)
+        layout[key] = (offset, elem.dtype, shape)
+        offset += -(-len(samples) * elem.numel() * elem.element_size() // ALIGN) * ALIGN
+    return layout, offset

@@ -1,0 +1,67 @@
+"""Reused shared-memory batch buffers: the same batches as torch's collate, and never a batch overwritten while the
+training loop still holds it or a view of it (real DataLoader worker processes)."""
+
+import torch
+
+from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream.datasets.batch_buffers import BatchBuffers
+
+CAMERA = "observation.images.cam0"
+
+
+def _loader(root, buffers, workers=2):
+    dataset = StreamingLeRobotDataset(root=root, return_uint8=True, delta_timestamps={CAMERA: [-0.1, 0.0]})
+    return StreamingDataLoader(dataset, batch_size=4, num_workers=workers, batch_buffers=buffers)
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def test_pooled_batches_equal_torch_collate(av1_root):
+    # The fixture's frames are small: pool every tensor key. 8 slots: more than a worker ever has in flight.
+    buffers = BatchBuffers(slots=8, min_bytes=1)
+    pooled = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
+              for b in _loader(av1_root, buffers)]
+    plain = list(_loader(av1_root, False))
+    assert len(pooled) == len(plain) > 10
+    for a, b in zip(pooled, plain):
+        _same(a, b)
+    assert buffers.stats()["pooled_batches"] == len(plain) and buffers.stats()["fresh_batches"] == 0
+
+
+def test_held_batches_are_never_overwritten(av1_root):
+    buffers = BatchBuffers(slots=2, min_bytes=1)
+    held, snapshots = [], []
+    for batch in _loader(av1_root, buffers, workers=1):
+        held.append(batch)  # a training loop that keeps every batch: no slot ever comes free
+        snapshots.append(batch[CAMERA].clone())
+    for batch, snapshot in zip(held, snapshots):
+        assert torch.equal(batch[CAMERA], snapshot)
+    stats = buffers.stats()
+    assert stats["pooled_batches"] == 2 and stats["fresh_batches"] == len(held) - 2
+
+
+def test_a_view_keeps_its_slot_busy(av1_root):
+    buffers = BatchBuffers(slots=4, min_bytes=1)
+    kept = snapshot = None
+    count = 0
+    for batch in _loader(av1_root, buffers, workers=1):
+        if kept is None:
+            kept = batch[CAMERA][1]  # a view into the first batch's slot outlives the batch
+            snapshot = kept.clone()
+        count += 1
+        del batch
+    assert torch.equal(kept, snapshot)
+    stats = buffers.stats()
+    assert count > 20 and stats["pooled_batches"] > count // 2  # the other slots were reused over and over
+
+
+def test_in_process_loading_uses_torch_collate(av1_root):
+    loader = _loader(av1_root, True, workers=0)
+    assert loader.batch_buffers is None and next(iter(loader))[CAMERA].shape == (4, 2, 3, 64, 64)
