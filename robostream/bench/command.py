@@ -56,7 +56,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "video_decoder_cache_size", type=int, default=None)
     _option(parser, "video_decode_device", choices=["cpu", "cuda"], default="cpu")
     _option(parser, "device", default="cpu", help="where the dummy consumer moves each batch (cpu, cuda)")
-    _option(parser, "split_samples", type=int, default=64, help="samples of the single-process fetch/decode probe")
+    _option(parser, "split_samples", type=int, default=256,
+            help="samples of the single-process fetch/decode probe (0: skip it)")
     _option(parser, "reference", nargs="*", choices=["decode"], default=[],
             help="also measure raw sequential decode throughput of the same files on all cores")
     _option(parser, "reference_frames", type=int, default=12_000)

@@ -57,7 +57,7 @@ class RunConfig:
     video_decoder_cache_size: int | None = None
     video_decode_device: str = "cpu"
     device: str = "cpu"
-    split_samples: int = 64  # single-process fetch/decode probe (0: skip)
+    split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
