@@ -31,10 +31,9 @@ import psutil
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-SAMPLE_SECONDS = "bench_sample_s"
-WORKER_ID = "bench_worker"
-WORKER_STATS = "bench_worker_stats"
-# Decoder-cache counters a worker attaches to each sample (cumulative in that worker).
+# What a worker attaches to each sample, in one float64 tensor (one small tensor per sample keeps the probe's cost
+# low): production time (s), worker id (-1 in-process), then the worker's cumulative decoder-cache counters.
+PROBE_KEY = "bench_probe"
 CACHE_FIELDS = ("hits", "misses", "evictions", "size")
 RSS_INTERVAL_S = 0.05
 
@@ -43,11 +42,11 @@ WorkerStats = Callable[[], Mapping[str, float]] | None
 
 def _instrument(sample: dict[str, Any], seconds: float, worker_stats: WorkerStats) -> dict[str, Any]:
     info = get_worker_info()
-    sample[SAMPLE_SECONDS] = torch.tensor(seconds, dtype=torch.float64)
-    sample[WORKER_ID] = torch.tensor(info.id if info is not None else -1)
+    values = [seconds, info.id if info is not None else -1]
     if worker_stats is not None:
         stats = worker_stats()
-        sample[WORKER_STATS] = torch.tensor([float(stats.get(k, 0)) for k in CACHE_FIELDS], dtype=torch.float64)
+        values.extend(float(stats.get(k, 0)) for k in CACHE_FIELDS)
+    sample[PROBE_KEY] = torch.tensor(values, dtype=torch.float64)
     return sample
 
 
@@ -164,12 +163,11 @@ def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_
             break
         arrived = time.perf_counter()
         _to_device(batch, target)
+        probe = batch[PROBE_KEY].tolist()
         record = {"arrival_s": arrived - started, "wait_s": arrived - asked,
-                  "episodes": batch["episode_index"].tolist(), "sample_s": batch[SAMPLE_SECONDS].tolist()}
-        if WORKER_STATS in batch:
-            workers = batch[WORKER_ID].tolist()
-            stats = batch[WORKER_STATS].tolist()
-            record["worker_stats"] = {str(w): s for w, s in zip(workers, stats)}  # last sample of each worker
+                  "episodes": batch["episode_index"].tolist(), "sample_s": [p[0] for p in probe]}
+        if len(probe[0]) > 2:  # the last sample of each worker holds its latest cache counters
+            record["worker_stats"] = {str(int(p[1])): p[2:] for p in probe}
         records.append(record)
         if progress is not None:
             progress.update(1)
