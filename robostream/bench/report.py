@@ -116,8 +116,10 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
         lines.append("| " + " | ".join([label(result), *table_cells(result, reference)]) + " |")
     if reference:
         lines.append("")
+        runs = " / ".join(f"{r:.0f}" for r in reference.get("runs_frames_per_s", []))
         lines.append(f"Raw decode reference ({reference['decoder']}, {reference['processes']} processes, "
-                     f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s.")
+                     f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s"
+                     + (f" (mean of {runs}, before and after the runs)." if runs else "."))
     return "\n".join(lines) + "\n"
 
 

@@ -47,6 +47,7 @@ def test_every_run_writes_its_figures(bench_out):
             assert m["decoded_per_delivered"] > 0
     reference = json.loads((bench_out / "reference_decode.json").read_text())
     assert 0 < reference["frames"] <= 60 and reference["frames_per_s"] > 0  # the same share of every file
+    assert len(reference["runs_frames_per_s"]) == 2  # measured before and after the runs
 
 
 def test_csv_holds_one_row_per_run(bench_out):
