@@ -15,6 +15,7 @@ peer=()
 if [ -n "${PEER_PYTHON:-}" ]; then
   peer=(--peer lerobot --peer_python "$PEER_PYTHON")
 fi
+rm -rf "$BENCH_OUT"  # bench-report renders every result in the folder: start from this run's only
 .venv/bin/robostream bench "$OUT" --mode single sarm --loader stream map "${peer[@]}" --batch_size 32 \
   --num_workers 2 --num_batches 40 --reference decode --out "$BENCH_OUT"
 .venv/bin/robostream bench-report "$BENCH_OUT"
