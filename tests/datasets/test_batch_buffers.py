@@ -9,9 +9,9 @@ from robostream.datasets.batch_buffers import BatchBuffers
 CAMERA = "observation.images.cam0"
 
 
-def _loader(root, buffers, workers=2):
+def _loader(root, buffers, workers=2, **kwargs):
     dataset = StreamingLeRobotDataset(root=root, return_uint8=True, delta_timestamps={CAMERA: [-0.1, 0.0]})
-    return StreamingDataLoader(dataset, batch_size=4, num_workers=workers, batch_buffers=buffers)
+    return StreamingDataLoader(dataset, batch_size=4, num_workers=workers, batch_buffers=buffers, **kwargs)
 
 
 def _same(a, b):
@@ -33,6 +33,15 @@ def test_pooled_batches_equal_torch_collate(av1_root):
     for a, b in zip(pooled, plain):
         _same(a, b)
     assert buffers.stats()["pooled_batches"] == len(plain) and buffers.stats()["fresh_batches"] == 0
+
+
+def test_spawned_workers_reuse_slots_too(av1_root):
+    """GPU decoding needs spawned workers: the slot table and the buffers must survive pickling."""
+    buffers = BatchBuffers(slots=8, min_bytes=1)
+    loader = _loader(av1_root, buffers, workers=1, multiprocessing_context="spawn")
+    pooled = [b["index"].tolist() for b in loader]
+    assert pooled == [b["index"].tolist() for b in _loader(av1_root, False, workers=1)]
+    assert buffers.stats()["pooled_batches"] == len(pooled) and buffers.stats()["fresh_batches"] == 0
 
 
 def test_held_batches_are_never_overwritten(av1_root):
