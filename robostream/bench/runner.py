@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ class RunConfig:
     device: str = "cpu"
     split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def name(self, rank: int | None = None) -> str:
         """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job)."""
@@ -214,16 +213,24 @@ def host_info() -> dict[str, Any]:
 def run_config(config: RunConfig, launch: Launch, gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
                ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """This rank's result and, on rank 0, the job-wide one (None elsewhere)."""
-    meta = dataset_metadata(config)
-    deltas = resolve_deltas(config, meta)
-    trace = run_probe(config, deltas)
-    summary = summarize(trace, config.warmup_batches)
-    lengths = [int(n) for n in meta.episodes.length]
-    summary["uniform_randomness_frac"] = uniform_randomness(lengths, config.batch_size, seed=config.seed)
+    try:
+        meta = dataset_metadata(config)
+        deltas = resolve_deltas(config, meta)
+        trace = run_probe(config, deltas)
+        summary = summarize(trace, config.warmup_batches)
+        lengths = [int(n) for n in meta.episodes.length]
+        summary["uniform_randomness_frac"] = uniform_randomness(lengths, config.batch_size, seed=config.seed)
+    except (RobostreamError, ValueError) as exc:
+        # Every rank still joins the gather, so the others learn of the failure instead of waiting for this rank.
+        gather({"rank": launch.rank, "error": str(exc)})
+        raise
     config_dict = asdict(replace(config, delta_timestamps=deltas))
     mine = {"config": config_dict, "rank": launch.rank, "metrics": summary, "info": trace.get("info", {}),
             "host": host_info()}
     everyone = gather(mine)
+    failed = [r for r in everyone if "error" in r]
+    if failed:
+        raise BenchError(f"benchmark run {config.name()} failed on rank {failed[0]['rank']}: {failed[0]['error']}")
     if launch.rank != 0:
         return mine, None
     job = aggregate([r["metrics"] for r in everyone], launch.nodes)
