@@ -37,6 +37,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "repo_id", default=None, help="Hub dataset id (instead of --root)")
     _option(parser, "revision", default=None)
     _option(parser, "data_files_root", default=None, help="read data and video files from here (e.g. a bucket)")
+    _option(parser, "storage_options", default=None, help="fsspec options of a remote source, as JSON")
+    _option(parser, "cache_dir", default=None, help="node-local disk cache of remote files (with --cache_limit)")
+    _option(parser, "cache_limit", default=None, help="disk cache size, e.g. 20gb")
+    _option(parser, "read_buffer", default=None, help="fetched remote blocks kept per process, e.g. 128mb")
     _option(parser, "source", default=None, help="a label for result files and tables (default: local/remote)")
     _option(parser, "mode", nargs="+", choices=MODES, default=None,
             help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)")
@@ -75,6 +79,8 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     modes = ["custom"] if deltas is not None else (args.mode or list(MODES))
     source = args.source or ("local" if root is not None and "://" not in str(root) else "remote")
     common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
+                  storage_options=json.loads(args.storage_options) if args.storage_options else None,
+                  cache_dir=args.cache_dir, cache_limit=args.cache_limit, read_buffer=args.read_buffer,
                   source=source, delta_timestamps=deltas, batch_size=args.batch_size, num_workers=args.num_workers,
                   prefetch_factor=args.prefetch_factor, num_batches=args.num_batches, duration_s=args.duration_s,
                   warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,

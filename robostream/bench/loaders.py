@@ -2,7 +2,7 @@
 torch DataLoader, set up as a training job would set them up.
 
 `build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
-data_files_root, episodes, delta_timestamps, batch_size, num_workers, prefetch_factor, seed, pool_size,
+data_files_root, episodes, storage_options, cache_dir, cache_limit, read_buffer, delta_timestamps, batch_size, num_workers, prefetch_factor, seed, pool_size,
 video_backend, video_decode_device, video_decoder_cache_size, pin_memory.
 """
 
@@ -28,11 +28,14 @@ LOADERS = ("stream", "map")
 # Import the decoder library now, when the probe loads this module, not inside the timed first batch (the peer's
 # factory module imports lerobot the same way).
 default_backend()
-_SOURCE_KEYS = ("root", "repo_id", "revision", "data_files_root", "episodes")
+_SOURCE_KEYS = ("root", "repo_id", "revision", "data_files_root", "episodes", "storage_options", "cache_dir",
+                "cache_limit")
 
 
 def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset:
     common = {k: params.get(k) for k in _SOURCE_KEYS}
+    if params.get("read_buffer") is not None:
+        common["read_buffer"] = params["read_buffer"]
     common.update(delta_timestamps=params.get("delta_timestamps"), return_uint8=True,
                   video_backend=params.get("video_backend"),
                   video_decode_device=params.get("video_decode_device") or "cpu",

@@ -43,6 +43,10 @@ class RunConfig:
     repo_id: str | None = None
     revision: str | None = None
     data_files_root: str | None = None
+    storage_options: dict[str, Any] | None = None  # fsspec options of a remote source (e.g. an S3 endpoint)
+    cache_dir: str | None = None  # optional node-local disk cache of remote files (with cache_limit)
+    cache_limit: str | None = None
+    read_buffer: str | None = None  # fetched remote blocks kept per process (default: the datasets' default)
     source: str = "local"  # a label for result files and tables
     delta_timestamps: dict[str, list[float]] | None = None  # mode "custom"
     batch_size: int = 32
@@ -106,7 +110,7 @@ def export_launch(launch: Launch) -> None:
 def dataset_metadata(config: RunConfig) -> DatasetMetadata:
     """The benchmarked dataset's metadata (root, or repo_id pinned to its revision)."""
     return open_dataset(config.repo_id, config.root, config.video_backend, "robostream bench", config.revision,
-                        data_files_root=config.data_files_root)
+                        storage_options=config.storage_options, data_files_root=config.data_files_root)
 
 
 def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[float]] | None:
@@ -139,6 +143,8 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
     factory = f"{HERE / 'lerobot_peer.py'}:build" if config.loader in PEERS else "robostream.bench.loaders:build"
     params = {"loader": config.loader, "root": config.root, "repo_id": config.repo_id, "revision": config.revision,
               "data_files_root": config.data_files_root, "episodes": None, "delta_timestamps": deltas,
+              "storage_options": config.storage_options, "cache_dir": config.cache_dir,
+              "cache_limit": config.cache_limit, "read_buffer": config.read_buffer,
               "batch_size": config.batch_size, "num_workers": config.num_workers,
               "prefetch_factor": config.prefetch_factor, "seed": config.seed, "pool_size": config.pool_size,
               "video_backend": config.video_backend, "video_decoder_cache_size": config.video_decoder_cache_size,
