@@ -36,6 +36,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 PROBE_KEY = "bench_probe"
 CACHE_FIELDS = ("hits", "misses", "evictions", "size")
 RSS_INTERVAL_S = 0.05
+PSS_INTERVAL_S = 2.0
 
 WorkerStats = Callable[[], Mapping[str, float]] | None
 
@@ -79,42 +80,62 @@ class TimedIterable(IterableDataset):
             start = time.perf_counter()  # the consumer's time between two pulls is not the worker's work
 
 
-class RssSampler:
-    """Peak resident memory of this process and all its descendants (DataLoader workers), sampled in a thread.
+class MemorySampler:
+    """Peak memory of this process and all its descendants (DataLoader workers), sampled in a thread.
 
-    RSS is summed over processes, so pages shared by forked workers (libraries, the parent's heap) count once per
-    process: the figure is an upper bound, and the same bound for every loader measured this way.
+    RSS (every `interval_s`) is summed over processes, so pages shared by forked workers and shared-memory batches
+    count once per process that maps them: an upper bound, the same for every loader measured this way. PSS
+    (proportional set size: shared pages divided among their processes) is the fairer figure but costs a page-table
+    walk per process (~40 ms for a loader's tree), so it is sampled only every `pss_interval_s`.
     """
 
-    def __init__(self, interval_s: float = RSS_INTERVAL_S) -> None:
-        self.interval_s = interval_s
-        self.peak = self.baseline = self.tree_rss()
+    def __init__(self, interval_s: float = RSS_INTERVAL_S, pss_interval_s: float = PSS_INTERVAL_S) -> None:
+        self.interval_s, self.pss_every = interval_s, max(1, round(pss_interval_s / interval_s))
+        self.peak = self.baseline = self.tree_memory("rss")  # RSS
+        self.peak_pss = self.tree_memory("pss")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
 
     @staticmethod
-    def tree_rss() -> int:
+    def tree_memory(kind: str) -> int:
+        """Bytes of `kind` ("rss" or "pss") summed over this process and its descendants."""
         root = psutil.Process(os.getpid())
         total = 0
         for process in [root, *root.children(recursive=True)]:
             try:
-                total += process.memory_info().rss
-            except psutil.Error:  # a worker that exited between listing and reading
+                total += process.memory_info().rss if kind == "rss" else _pss(process.pid)
+            except (psutil.Error, OSError):  # a worker that exited between listing and reading
                 pass
         return total
 
     def _run(self) -> None:
+        ticks = 0
         while not self._stop.wait(self.interval_s):
-            self.peak = max(self.peak, self.tree_rss())
+            ticks += 1
+            self.peak = max(self.peak, self.tree_memory("rss"))
+            if ticks % self.pss_every == 0:
+                self.peak_pss = max(self.peak_pss, self.tree_memory("pss"))
 
-    def __enter__(self) -> RssSampler:
+    def __enter__(self) -> MemorySampler:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.tree_rss())
+        self.peak = max(self.peak, self.tree_memory("rss"))
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size of a process from /proc/<pid>/smaps_rollup (Linux 4.14+); 0 where unavailable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        pass
+    return 0
 
 
 def load_factory(spec: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -186,7 +207,7 @@ def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_
 def run(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Build the loader named by `spec`, consume it, and return the trace (JSON-serialisable)."""
     factory = load_factory(spec["factory"])
-    with RssSampler() as rss:
+    with MemorySampler() as rss:
         started = time.perf_counter()
         bundle = factory(dict(spec["params"]))
         records = consume(bundle, started, int(spec["num_batches"]), int(spec["warmup_batches"]),
@@ -194,7 +215,8 @@ def run(spec: Mapping[str, Any]) -> dict[str, Any]:
         counts = bundle["counts"]() if bundle.get("counts") else None
     split = bundle["split"](int(spec["split_samples"])) if bundle.get("split") and spec.get("split_samples") else None
     return {"records": records, "frames_per_sample": bundle["frames_per_sample"], "counts": counts, "split": split,
-            "peak_rss_bytes": rss.peak, "baseline_rss_bytes": rss.baseline, "info": bundle.get("info", {})}
+            "peak_rss_bytes": rss.peak, "baseline_rss_bytes": rss.baseline, "peak_pss_bytes": rss.peak_pss,
+            "info": bundle.get("info", {})}
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,7 @@ COLUMNS = (
     ("p95 ms", "p95_sample_latency_ms", "{:.1f}"),
     ("p99 ms", "p99_sample_latency_ms", "{:.1f}"),
     ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
+    ("peak PSS MiB", "peak_pss_mib", "{:.0f}"),
     ("randomness (uniform)", None, None),
     ("decoded/delivered", "decoded_per_delivered", "{:.3f}"),
     ("data wait", "data_wait_frac", "{:.2f}"),

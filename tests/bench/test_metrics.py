@@ -19,7 +19,8 @@ def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample
     return {"records": [{"arrival_s": a, "wait_s": (waits or [0.0] * n)[i], "episodes": episodes[i],
                          "sample_s": (sample_s or [[0.01] * len(episodes[i])] * n)[i]}
                         for i, a in enumerate(arrivals)],
-            "frames_per_sample": frames_per_sample, "peak_rss_bytes": 3 * 2 ** 20, "baseline_rss_bytes": 2 ** 20}
+            "frames_per_sample": frames_per_sample, "peak_rss_bytes": 3 * 2 ** 20, "baseline_rss_bytes": 2 ** 20,
+            "peak_pss_bytes": 2 * 2 ** 20}
 
 
 def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
@@ -29,7 +30,7 @@ def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
     assert m["batches"] == 3 and m["samples"] == 12 and m["wallclock_s"] == 2.0  # from 2.0 (2nd arrival) to 4.0
     assert m["samples_per_s"] == 6.0 and m["frames_per_s"] == 18.0
     assert m["data_wait_frac"] == pytest.approx(1.0 / 2.0)
-    assert m["peak_rss_mib"] == 3.0 and m["baseline_rss_mib"] == 1.0
+    assert m["peak_rss_mib"] == 3.0 and m["baseline_rss_mib"] == 1.0 and m["peak_pss_mib"] == 2.0
 
 
 def test_latency_percentiles_and_cdf_come_from_timed_samples_only():
