@@ -91,7 +91,7 @@ class MemorySampler:
 
     def __init__(self, interval_s: float = RSS_INTERVAL_S, pss_interval_s: float = PSS_INTERVAL_S) -> None:
         self.interval_s, self.pss_every = interval_s, max(1, round(pss_interval_s / interval_s))
-        self.peak = self.baseline = self.tree_memory("rss")  # RSS
+        self.peak = self.baseline = self.tree_memory("rss")
         self.peak_pss = self.tree_memory("pss")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
