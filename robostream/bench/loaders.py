@@ -2,8 +2,9 @@
 torch DataLoader, set up as a training job would set them up.
 
 `build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
-data_files_root, episodes, storage_options, cache_dir, cache_limit, read_buffer, delta_timestamps, batch_size, num_workers, prefetch_factor, seed, pool_size,
-video_backend, video_decode_device, video_decoder_cache_size, pin_memory.
+data_files_root, episodes, storage_options, cache_dir, cache_limit, read_buffer, delta_timestamps, batch_size,
+num_workers, prefetch_factor, seed, pool_size, video_backend, video_decode_device, video_decoder_cache_size,
+pin_memory.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from robostream.bench.chain import (Job, MatrixError, SubmitError, dry_run_lines, load_matrix, main, parse_job_id,
+from robostream.bench.chain import (MatrixError, SubmitError, dry_run_lines, load_matrix, main, parse_job_id,
                                     plan, submit, with_dependency)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,6 @@ offline (HF_HUB_OFFLINE=1) with HF_HOME in a pytest temp dir.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
