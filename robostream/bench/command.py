@@ -109,8 +109,10 @@ def run_bench(args: argparse.Namespace) -> int:
     references = []
     measure_reference = "decode" in args.reference and launch.rank == 0
 
+    meta = dataset_metadata(plan[0])  # every configuration reads the same source: its metadata once
+
     def reference_run(when: str) -> None:
-        root = str(dataset_metadata(plan[0]).root)
+        root = str(meta.root)
         console.print(f"[bold]reference[/] ({when}): raw sequential decode of {root}")
         references.append(decode_reference(root, args.video_backend, args.video_decode_device,
                                            max_frames=args.reference_frames))
@@ -121,7 +123,7 @@ def run_bench(args: argparse.Namespace) -> int:
         if launch.rank == 0:
             console.print(f"[bold][{i}/{len(plan)}][/] {config.name()} (world size {launch.world_size})")
         barrier(launch)
-        mine, job = run_config(config, launch, gather)
+        mine, job = run_config(config, meta, launch, gather)
         if launch.world_size > 1:
             write_json(out / f"{config.name(launch.rank)}.json", mine)
         if job is not None:

@@ -14,7 +14,8 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from robostream.datasets.cameras import CameraReader
-from robostream.format.metadata import DatasetMetadata, load_metadata
+from robostream.format.metadata import load_metadata
+from robostream.video.decoder import default_backend
 
 SEGMENT_FRAMES = 512
 DECODE_BATCH = 64
@@ -46,22 +47,22 @@ def _decode_segment(root: str, backend: str | None, device: str, segment: tuple[
     return stop - first
 
 
-def _frame_counts(meta: DatasetMetadata, backend: str | None, device: str) -> dict[str, int]:
+def _frame_counts(reader: CameraReader, backend: str, device: str) -> dict[str, int]:
+    meta = reader.meta
     files = sorted({meta.video_file(int(e), key) for e in meta.episodes.episode_index for key in meta.video_keys})
-    reader = _reader(str(meta.root), backend, device)
     return {f: reader.open_decoder(f, backend, device).num_frames for f in files}
 
 
 def decode_reference(root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None,
                      max_frames: int = 12_000) -> dict[str, Any]:
     """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores)."""
-    meta = load_metadata(root)
-    if not meta.video_keys:
+    backend = backend or default_backend()
+    reader = _reader(root, backend, device)  # forked decode processes inherit it (metadata read once)
+    if not reader.meta.video_keys:
         raise ValueError(f"{root}: the dataset has no video features, there is nothing to decode")
     processes = processes or os.cpu_count() or 1
-    backend = _reader(str(meta.root), backend, device).backend
-    segments = plan_segments(_frame_counts(meta, backend, device), max_frames)
-    work = functools.partial(_decode_segment, str(meta.root), backend, device)
+    segments = plan_segments(_frame_counts(reader, backend, device), max_frames)
+    work = functools.partial(_decode_segment, root, backend, device)
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes) as pool:
         frames = sum(pool.map(work, segments))

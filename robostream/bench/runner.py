@@ -216,11 +216,11 @@ def host_info() -> dict[str, Any]:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def run_config(config: RunConfig, launch: Launch, gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
+def run_config(config: RunConfig, meta: DatasetMetadata, launch: Launch,
+               gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
                ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """This rank's result and, on rank 0, the job-wide one (None elsewhere)."""
+    """This rank's result and, on rank 0, the job-wide one (None elsewhere); `meta` is the benchmarked dataset's."""
     try:
-        meta = dataset_metadata(config)
         deltas = resolve_deltas(config, meta)
         trace = run_probe(config, deltas)
         summary = summarize(trace, config.warmup_batches)
