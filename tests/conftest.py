@@ -38,6 +38,27 @@ def any_root(request: pytest.FixtureRequest, av1_root: Path, h264_root: Path) ->
     return av1_root if request.param == "av1" else h264_root
 
 
+def dataset_indices(root: Path, episodes: list[int] | None = None) -> list[int]:
+    """The global `index` values of the frames of `episodes` (default all), from the episode table."""
+    from robostream.format.metadata import load_metadata
+
+    table = load_metadata(root).episodes
+    chosen = table.episode_index if episodes is None else episodes
+    return [i for e in chosen for i in range(int(table.from_index[table.row_of(int(e))]),
+                                              int(table.to_index[table.row_of(int(e))]))]
+
+
+def data_column(root: Path, key: str):
+    """A data column of the whole dataset as numpy, row = global index (read straight from the parquet files)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(p, columns=["index", key]) for p in sorted(Path(root).glob("data/*/*.parquet"))]
+    index = np.concatenate([t.column("index").to_numpy() for t in tables])
+    values = np.concatenate([np.stack(t.column(key).to_numpy(zero_copy_only=False)) for t in tables])
+    return values[np.argsort(index)]
+
+
 def copy_dataset(src: Path, dst: Path) -> Path:
     """A writable copy of a fixture dataset for tests that damage it."""
     import shutil

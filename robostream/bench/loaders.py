@@ -21,30 +21,31 @@ from torch.utils.data import DataLoader, DistributedSampler
 from robostream.bench.probe import TimedIterable, TimedMapDataset
 from robostream.datasets.batch_buffers import BatchBuffers
 from robostream.datasets.map_style import LeRobotDataset
+from robostream.datasets.source import SourceOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
-from robostream.plan.layout import resolve_rank_world
+from robostream.datasets.ranks import resolve_rank_world
 from robostream.video.decoder import default_backend
 
 LOADERS = ("stream", "map")
 # Import the decoder library now, when the probe loads this module, not inside the timed first batch (the peer's
 # factory module imports lerobot the same way).
 default_backend()
-_SOURCE_KEYS = ("root", "repo_id", "revision", "data_files_root", "episodes", "storage_options", "cache_dir",
-                "cache_limit")
+_SOURCE_KEYS = ("data_files_root", "storage_options", "cache_dir", "cache_limit", "read_buffer")
 
 
 def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset:
-    common = {k: params.get(k) for k in _SOURCE_KEYS}
-    if params.get("read_buffer") is not None:
-        common["read_buffer"] = params["read_buffer"]
+    options = SourceOptions(**{k: params[k] for k in _SOURCE_KEYS if params.get(k) is not None})
+    common: dict[str, Any] = dict(root=params.get("root"), revision=params.get("revision"),
+                                  episodes=params.get("episodes"), source=options)
     common.update(delta_timestamps=params.get("delta_timestamps"), return_uint8=True,
                   video_backend=params.get("video_backend"),
                   video_decode_device=params.get("video_decode_device") or "cpu",
                   video_decoder_cache_size=params.get("video_decoder_cache_size"))
     if params["loader"] == "stream":
-        return StreamingLeRobotDataset(**common, seed=params.get("seed", 0), pool_size=params.get("pool_size", 8))
+        return StreamingLeRobotDataset(params.get("repo_id"), **common, seed=params.get("seed", 0),
+                                       pool_size=params.get("pool_size", 8))
     if params["loader"] == "map":
-        return LeRobotDataset(**common)
+        return LeRobotDataset(params.get("repo_id"), **common)
     raise ValueError(f"loader={params['loader']!r}: expected one of {LOADERS}")
 
 

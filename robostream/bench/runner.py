@@ -21,7 +21,7 @@ from typing import Any
 
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
-from robostream.datasets.source import open_dataset
+from robostream.datasets.source import SourceOptions, open_dataset
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 
@@ -109,8 +109,9 @@ def export_launch(launch: Launch) -> None:
 
 def dataset_metadata(config: RunConfig) -> DatasetMetadata:
     """The benchmarked dataset's metadata (root, or repo_id pinned to its revision)."""
-    return open_dataset(config.repo_id, config.root, config.video_backend, "robostream bench", config.revision,
-                        storage_options=config.storage_options, data_files_root=config.data_files_root)
+    options = SourceOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
+    return open_dataset(config.repo_id, config.root, config.revision, options, config.video_backend,
+                        "robostream bench")
 
 
 def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[float]] | None:

@@ -2,10 +2,10 @@
 
 Worker processes hold their own copies of the dataset, so the position is not read from them: the loader counts the
 batches the training loop consumed and derives every worker's progress (batch b comes from worker b % num_workers,
-and all workers yield the same number of batches), then every canonical stream's offset. Training loops:
+and all workers yield the same number of batches), then every segment's position. Training loops:
 
     loader = StreamingDataLoader(dataset, batch_size=32, num_workers=4)
-    loader.load_state_dict(checkpoint["data"])      # optional: resume mid-epoch, any layout dividing C
+    loader.load_state_dict(checkpoint["data"])      # optional: resume mid-epoch, on any layout
     for batch in loader: ...                         # one batch per step on every rank
         checkpoint["data"] = loader.state_dict()     # JSON-serialisable; rank 0's describes the whole job
 """

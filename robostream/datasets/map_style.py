@@ -1,45 +1,60 @@
-"""Map-style LeRobotDataset over a local root, returning exactly the samples `lerobot` returns.
+"""Map-style LeRobotDataset, returning exactly the samples `lerobot` returns.
 
 Sample contract (lerobot 0.4+, v3.0): every parquet column as a tensor (scalars 0-d), each camera as float32 CHW in
 [0, 1] (uint8 with `return_uint8=True`), `task` as a string; with `delta_timestamps` each listed key is stacked to
 (T, ...) over clamp(i + offset, from, to - 1) with `<key>_is_pad`. Like lerobot, a camera window of length 1 is
 squeezed to (C, H, W).
+
+Start-up and memory do not grow with the dataset: construction reads the metadata only (info, the locating columns
+of the episode table, tasks); a sample's episode rows are read from its data file's row groups on first use and
+kept for the next few episodes (see format/data_rows.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.frames import FrameTable, load_frame_table
 from robostream.datasets.sample import SampleAssembler
-from robostream.datasets.source import open_dataset, resolve_episodes
+from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
+from robostream.format.data_rows import DataRowReader
 from robostream.plan.windows import delta_offsets
-from robostream.storage.retry import RetryPolicy
-from robostream.storage.source import DEFAULT_BLOCK_BUDGET
+
+EPISODES_KEPT = 64  # episodes whose rows a process keeps: a window or a DataLoader batch revisits them
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
-    """Random access to the frames of a local LeRobot v3.0 dataset, with lerobot's sample contract."""
+    """Random access to the frames of a LeRobot v3.0 dataset, with lerobot's sample contract."""
 
-    def __init__(self, repo_id: str | None = None, root: str | Path | None = None,
+    def __init__(self, repo_id: str | None = None, *, root: str | Path | None = None, revision: str | None = None,
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
-                 video_backend: str | None = None, video_decode_device: str = "cpu",
-                 video_decoder_cache_size: int | None = None,
-                 revision: str | None = None, storage_options: dict[str, Any] | None = None,
-                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
-                 read_buffer: int | str = DEFAULT_BLOCK_BUDGET) -> None:
+                 video_backend: Literal["torchcodec", "pyav"] | None = None,
+                 video_decode_device: str = "cpu", video_decoder_cache_size: int | None = None,
+                 source: SourceOptions | None = None) -> None:
+        """
+        Args:
+            repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
+            root: a local folder or URL (hf://, s3://, http(s)://, file://) of the dataset; wins over repo_id.
+            revision: the Hub revision (branch, tag or commit) of repo_id, pinned to its commit at construction.
+            episodes: episode indices to read (default all); index i is the i-th frame of the selection.
+            delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame.
+            tolerance_s: how far a decoded frame's timestamp may be from the asked one before it is an error.
+            image_transforms: applied to every camera tensor (float CHW, or uint8 with return_uint8).
+            return_uint8: keep cameras uint8 (4x less memory and transport than float32).
+            video_backend: "torchcodec" (default) or "pyav" (fallback decoder).
+            video_decode_device: "cpu", or "cuda"/"cuda:N" for NVDEC (CUDA builds of torch + torchcodec).
+            video_decoder_cache_size: open decoders kept per process (default: 2 per camera).
+            source: how bytes are read (remote options, disk cache, read buffer); see SourceOptions.
+        """
         self.repo_id = repo_id
-        self.meta = open_dataset(repo_id, root, video_backend, "LeRobotDataset", revision,
-                                 storage_options, data_files_root, retry, cache_dir, cache_limit,
-                                 read_buffer)
+        self.meta = open_dataset(repo_id, root, revision, source, video_backend, "LeRobotDataset")
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s
@@ -48,10 +63,14 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.delta_timestamps = dict(delta_timestamps or {})
         self.delta_offsets = delta_offsets(self.delta_timestamps, self.meta.fps, tolerance_s,
                                            list(self.meta.info.features)) if delta_timestamps else {}
-        self.frames: FrameTable = load_frame_table(self.meta, self.episodes)
+        table = self.meta.episodes
+        self.lengths = table.length[[table.row_of(e) for e in self.episodes]] if len(self.episodes) < len(table) \
+            else table.length
+        self._ends = np.cumsum(self.lengths)
+        self.rows = DataRowReader(self.meta, episodes=EPISODES_KEPT)
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)
-        self.assembler = SampleAssembler(self.meta, self.frames, self.delta_offsets, return_uint8, image_transforms)
+        self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------
     @property
@@ -68,27 +87,34 @@ class LeRobotDataset(torch.utils.data.Dataset):
 
     @property
     def num_frames(self) -> int:
-        return len(self.frames)
+        return len(self)
 
     @property
     def num_episodes(self) -> int:
         return len(self.episodes)
 
     def __len__(self) -> int:
-        return len(self.frames)
+        return int(self._ends[-1])
 
     def video_decoder_cache_stats(self) -> dict[str, float | int]:
         """This process's decoder-cache statistics (each DataLoader worker has its own)."""
         return self.cameras.cache.stats()
 
-    # -- samples ---------------------------------------------------------------------------------------------
-    def __getitem__(self, position: int) -> dict[str, Any]:
-        n = len(self.frames)
+    def locate(self, position: int) -> tuple[int, int]:
+        """(episode index, frame within the episode) of the frame at `position`."""
+        n = len(self)
         if not -n <= position < n:
             raise IndexError(f"index {position} out of range for a dataset of {n} frames")
-        row = int(position) % n
-        windows = self.assembler.query_rows(row)
-        episode = int(self.frames.columns["episode_index"][row])
-        wanted = {k: self.assembler.timestamps(rows) for k, rows in self.assembler.video_rows(row, windows[0]).items()}
+        position = int(position) % n
+        selected = int(np.searchsorted(self._ends, position, side="right"))
+        return self.episodes[selected], position - int(self._ends[selected] - self.lengths[selected])
+
+    # -- samples ---------------------------------------------------------------------------------------------
+    def __getitem__(self, position: int) -> dict[str, Any]:
+        episode, frame = self.locate(position)
+        rows = self.rows.episode(episode)
+        windows = self.assembler.windows(frame, len(rows))
+        wanted = {k: self.assembler.timestamps(rows, frames)
+                  for k, frames in self.assembler.video_frames(frame, windows[0]).items()}
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
-        return self.assembler.assemble(row, video, windows)
+        return self.assembler.assemble(rows, frame, video, windows)

@@ -13,18 +13,21 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-Decode = Callable[[int, Mapping[str, np.ndarray]], dict[str, torch.Tensor]]  # (episode, rows by key) -> frames
+from robostream.format.data_rows import EpisodeRows
+
+# (episode rows, frames by camera) -> uint8 (N, C, H, W) per camera
+Decode = Callable[[EpisodeRows, Mapping[str, np.ndarray]], dict[str, torch.Tensor]]
 
 
 class PieceReader:
-    """Frames of one piece of one episode, for samples taken in `sample_rows` order."""
+    """Frames of one piece of one episode, for samples taken in `sample_frames` order."""
 
-    def __init__(self, episode: int, sample_rows: np.ndarray, needed_rows: Mapping[str, np.ndarray],
+    def __init__(self, rows: EpisodeRows, sample_frames: np.ndarray, needed_frames: Mapping[str, np.ndarray],
                  decode: Decode, decode_ahead: int) -> None:
-        """needed_rows[key] is (len(sample_rows), T): the rows each sample needs from camera `key`."""
-        self.episode = episode
-        self.sample_rows = sample_rows
-        self.needed = dict(needed_rows)
+        """needed_frames[key] is (len(sample_frames), T): the frames each sample needs from camera `key`."""
+        self.rows = rows
+        self.sample_frames = sample_frames
+        self.needed = dict(needed_frames)
         self._decode = decode
         self.decode_ahead = max(1, decode_ahead)
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
@@ -49,14 +52,14 @@ class PieceReader:
         return out
 
     def _fill(self, position: int) -> None:
-        ahead = slice(position, min(position + self.decode_ahead, len(self.sample_rows)))
+        ahead = slice(position, min(position + self.decode_ahead, len(self.sample_frames)))
         wanted = {}
         for key, rows in self.needed.items():
             candidates = np.unique(rows[ahead])
             todo = [r for r in candidates.tolist() if r not in self.frames[key]]
             if todo:
                 wanted[key] = np.asarray(todo, dtype=np.int64)
-        for key, frames in self._decode(self.episode, wanted).items():
+        for key, frames in self._decode(self.rows, wanted).items():
             if self.needed[key].shape[1] > 1:
                 # Decoders hand out channels-last views; a frame shared by several windows is laid out as CHW
                 # once here, so each window's stack is a plain copy instead of a transposing one.

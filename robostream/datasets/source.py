@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.storage.cache import DiskCache, parse_size
@@ -27,7 +30,7 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     if episodes is None:
         return [int(e) for e in available]
     chosen = sorted({int(e) for e in episodes})
-    unknown = [e for e in chosen if e not in set(available.tolist())]
+    unknown = [e for e, known in zip(chosen, np.isin(chosen, available)) if not known]
     if unknown:
         raise ValueError(f"episodes={unknown[:10]} not in {meta.root} (it has episodes 0..{len(available) - 1})")
     if not chosen:
@@ -43,24 +46,46 @@ def hub_root(repo_id: str, revision: str | None) -> str:
     return f"hf://datasets/{repo_id}@{sha}"
 
 
-def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: str | None, who: str,
-                 revision: str | None = None, storage_options: dict[str, Any] | None = None,
-                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
-                 read_buffer: int | str = DEFAULT_BLOCK_BUDGET) -> DatasetMetadata:
-    """Check the arguments every dataset class shares and load the metadata.
+@dataclass(frozen=True, kw_only=True)
+class SourceOptions:
+    """How a dataset's bytes are read: shared by both datasets and the benchmark (where they are read from is the
+    dataset's `repo_id` / `root` / `revision`).
+
+    Args:
+        data_files_root: read data and video files from here (e.g. a storage bucket) while the metadata comes from
+            root/repo_id. None: beside the metadata.
+        storage_options: passed to fsspec for remote roots (endpoints, credentials, headers).
+        retry: timeouts and retries of remote reads (default RetryPolicy()).
+        cache_dir: keep whole remote data/video files on this local disk folder, shared by every process of the
+            node (with cache_limit). Costs disk, saves refetching files across epochs and processes.
+        cache_limit: bytes (or e.g. "20gb") the disk cache may hold; least recently used files are evicted.
+        read_buffer: fetched remote blocks kept in memory per process, prefetched ones included (bytes or e.g.
+            "128mb"): bounds remote-read memory; too small and readers wait for refetches.
+    """
+
+    data_files_root: str | Path | None = None
+    storage_options: dict[str, Any] | None = None
+    retry: RetryPolicy | None = None
+    cache_dir: str | Path | None = None
+    cache_limit: int | str | None = None
+    read_buffer: int | str = DEFAULT_BLOCK_BUDGET
+
+    def __post_init__(self) -> None:
+        if (self.cache_dir is None) != (self.cache_limit is None):
+            raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
+        parse_size(self.read_buffer)  # fails now, naming the value, rather than at the first remote read
+
+
+def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | None, source: SourceOptions | None,
+                 video_backend: str | None, who: str) -> DatasetMetadata:
+    """Check the arguments every dataset class shares and load the metadata (info, episode table, tasks, stats).
 
     root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
     file://). Without root, repo_id names a dataset: lerobot's local copy when there is one (and no revision was
-    asked for), else the Hub, pinned to the commit `revision` resolves to. data_files_root: where data and video
-    files are read from, when not beside the metadata. retry: timeouts and retries of remote reads.
-    cache_dir + cache_limit (bytes or e.g. "20gb"): keep whole remote data/video files on local disk, shared by
-    all processes of the node, least recently used evicted first. read_buffer (bytes or e.g. "128mb"): fetched
-    remote blocks kept in memory per process, prefetched ones included (bounds remote-read memory).
+    asked for), else the Hub, pinned to the commit `revision` resolves to.
     """
-    if (cache_dir is None) != (cache_limit is None):
-        raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
-    cache = DiskCache(cache_dir, cache_limit) if cache_dir is not None else None
+    source = source or SourceOptions()
+    cache = DiskCache(source.cache_dir, source.cache_limit) if source.cache_dir is not None else None
     if video_backend not in (None, *BACKENDS):
         raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
     if root is None:
@@ -68,5 +93,5 @@ def open_dataset(repo_id: str | None, root: str | Path | None, video_backend: st
             raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
-    return load_metadata(root, storage_options=storage_options, data_files_root=data_files_root, retry=retry,
-                         cache=cache, read_buffer_bytes=parse_size(read_buffer))
+    return load_metadata(root, storage_options=source.storage_options, data_files_root=source.data_files_root,
+                         retry=source.retry, cache=cache, read_buffer_bytes=parse_size(source.read_buffer))

@@ -4,35 +4,24 @@ buffer, splits the epoch over ranks and DataLoader workers, and resumes exactly 
 How an epoch is produced (all of it a pure function of metadata, seed, epoch and the canonical stream count):
 1. Episodes are permuted by (seed, epoch) and divided into C canonical streams (plan/partition.py).
 2. Each stream interleaves a pool of up to `pool_size` live pieces, each spread evenly (with random jitter) over
-   the whole stream so that all end together (plan/schedule.py); each piece is read forward, its frames decoded
-   in small batches and kept only while a later sample needs them (piece_reader.py).
-3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... and emits them round-robin; worker w of
-   every rank emits the same number of samples (pad by repeating, or drop, see `uneven`), so ranks get equal
-   batch counts; a single rank emits every sample once.
-4. A resume state holds the offset reached in every canonical stream. Any layout whose consumer count divides C
-   continues from it: exactly the same samples next when the layout is unchanged, and no sample repeated or
-   skipped when it changed.
+   the whole stream so that all end together (plan/schedule.py); each piece is read forward, its rows read when it
+   goes live and its frames decoded in small batches and kept only while a later sample needs them
+   (frame_source.py, piece_reader.py).
+3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... (segments, plan/segments.py) and reads them
+   by level fill (epoch_iterator.py); worker w of every rank emits the same number of samples (pad by repeating,
+   or drop, see `uneven`), so ranks get equal batch counts; a single rank emits every sample once.
+4. A resume state holds, per segment, the position reached. The same layout continues exactly; any other layout
+   re-cuts what remains of the epoch among its consumers: no sample repeated or skipped.
 
-Memory and randomness knobs:
-- pool_size (per canonical stream, default 8): live pieces per stream. A consumer holds pool_size x C/K pieces;
-  each costs its decoded working set, about (window span / window stride + 1 + decode_ahead) frames per camera
-  (single mode, 256x256x3 uint8, 3 cameras: ~5 frames x 3 x 192 KiB = 2.9 MiB). A batch mixes samples of up to
-  min(batch_size, pool_size x C/K) episodes (`robostream bench` reports shuffle_randomness_frac, distinct episodes
-  per batch / batch size, next to a uniform sampler's).
-- canonical_streams: more streams spread an epoch over more consumers but cut more episodes in two.
-- decode_ahead (default 4): samples of a piece whose missing frames are decoded in one call.
-- prefetch_pieces (default 2, remote data only): the next pieces of each stream whose video bytes are fetched in
-  background threads, within the storage's block budget (Storage.block_budget, 128 MiB per process).
+Construction reads the metadata only (info, the locating columns of the episode table, tasks): nothing of data/ or
+videos/, so start-up and memory do not grow with the dataset; every process plans only from the episode lengths.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,99 +29,103 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
-from robostream.datasets.frames import load_frame_table
-from robostream.datasets.piece_reader import PieceReader
-from robostream.datasets.prefetch import Prefetcher
+from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
+from robostream.datasets.frame_source import FrameSource
+from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.sample import SampleAssembler
-from robostream.datasets.source import open_dataset, resolve_episodes
-from robostream.plan.layout import (
-    Consumer,
-    auto_canonical_streams,
-    owned_streams,
-    resolve_rank_world,
-)
-from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
-from robostream.plan.partition import (
-    Piece,
-    group_episodes_by_files,
-    partition_episodes,
-    split_contiguous,
-)
-from robostream.plan.resume import consumer_quotas, stream_offsets_after
-from robostream.plan.schedule import (
-    piece_sample_order,
-    pool_schedule,
-    take,
-    window_stride,
+from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
+from robostream.plan.layout import Consumer, auto_canonical_streams
+from robostream.plan.order import epoch_episode_order
+from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
+from robostream.plan.schedule import window_stride
+from robostream.plan.segments import (
+    positions_after,
+    quotas_for_roles,
+    recut,
+    role_remaining,
+    segments_from_state,
+    segments_to_state,
+    whole_streams,
 )
 from robostream.plan.windows import delta_offsets
-from robostream.storage.retry import RetryPolicy
-from robostream.storage.source import DEFAULT_BLOCK_BUDGET
 
-STATE_VERSION = 1
-PARTITIONS = ("contiguous", "files")
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    pieces: list[list[Piece]]  # per canonical stream
-    natural: list[int]  # samples each stream holds
-    start: list[int]  # per stream: samples already consumed
-    quotas: list[int]  # per consumer role: samples it still yields
-    repeats_done: list[int]  # per consumer role: padding samples already yielded
-    rotation: int  # worker role shift after a same-layout resume
+STATE_VERSION = 2  # 1: one offset per canonical stream (still read)
 
 
 class StreamingLeRobotDataset(IterableDataset):
     """Iterable, resumable, rank- and worker-aware reader of a LeRobot v3.0 dataset (same samples as map-style)."""
 
-    def __init__(self, repo_id: str | None = None, root: str | Path | None = None,
+    def __init__(self, repo_id: str | None = None, *, root: str | Path | None = None, revision: str | None = None,
                  episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  shuffle: bool = True, seed: int = 0,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
-                 video_backend: str | None = None, video_decode_device: str = "cpu", pool_size: int = 8,
-                 canonical_streams: int | None = None, uneven: str = "pad", partition: str = "contiguous",
-                 decode_ahead: int = 4, prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
-                 revision: str | None = None, storage_options: dict[str, Any] | None = None,
-                 data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                 cache_dir: str | Path | None = None, cache_limit: int | str | None = None,
-                 read_buffer: int | str = DEFAULT_BLOCK_BUDGET,
-                 rank: int | None = None, world_size: int | None = None) -> None:
+                 video_backend: Literal["torchcodec", "pyav"] | None = None, video_decode_device: str = "cpu",
+                 pool_size: int = 8, canonical_streams: int | None = None, uneven: Literal["pad", "drop"] = "pad",
+                 partition: Literal["contiguous", "files"] = "contiguous", decode_ahead: int = 4,
+                 prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
+                 source: SourceOptions | None = None, rank: int | None = None, world_size: int | None = None) -> None:
+        """
+        Args:
+            repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
+            root: a local folder or URL (hf://, s3://, http(s)://, file://) of the dataset; wins over repo_id.
+            revision: the Hub revision of repo_id, pinned to its commit at construction.
+            episodes: episode indices to read (default all).
+            delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame.
+            tolerance_s: how far a decoded frame's timestamp may be from the asked one before it is an error.
+            shuffle: a random order per (seed, epoch); False reads episodes chronologically.
+            seed: the order is a pure function of (seed, epoch, canonical streams).
+            image_transforms: applied to every camera tensor.
+            return_uint8: keep cameras uint8 (4x less memory and transport than float32).
+            video_backend: "torchcodec" (default) or "pyav".
+            video_decode_device: "cpu", or "cuda"/"cuda:N" for NVDEC.
+            pool_size: live pieces per canonical stream. Memory: a consumer holds pool_size x C/K pieces, each
+                about (window span / window stride + 1 + decode_ahead) decoded frames per camera (single mode,
+                3 cameras 256x256: ~2.9 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
+            canonical_streams: C, the streams an epoch is cut into (default lcm(consumers, 12) at the first start,
+                then kept in the resume state). More streams mix more episodes per consumer, cut more in two.
+            uneven: how ranks are kept at equal batch counts: "pad" repeats a few samples on ranks that have fewer,
+                "drop" skips the few extra on the others.
+            partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
+            decode_ahead: samples of a piece whose missing frames are decoded in one call (memory vs calls).
+            prefetch_pieces: upcoming pieces per stream whose rows and video bytes are fetched in background
+                threads (remote data only), within the read buffer.
+            video_decoder_cache_size: open decoders kept per process (default: 2 per camera).
+            source: how bytes are read (remote options, disk cache, read buffer); see SourceOptions.
+            rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
+        """
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
-        if partition not in PARTITIONS:
-            raise ValueError(f"partition={partition!r}: expected one of {PARTITIONS}")
+        if partition not in ("contiguous", "files"):
+            raise ValueError(f"partition={partition!r}: expected 'contiguous' or 'files'")
         if pool_size < 1 or decode_ahead < 1:
             raise ValueError(f"pool_size ({pool_size}) and decode_ahead ({decode_ahead}) must be >= 1")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
-        self.meta = open_dataset(repo_id, root, video_backend, "StreamingLeRobotDataset", revision,
-                                 storage_options, data_files_root, retry, cache_dir, cache_limit,
-                                 read_buffer)
+        self.meta = open_dataset(repo_id, root, revision, source, video_backend, "StreamingLeRobotDataset")
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.shuffle, self.seed = shuffle, seed
-        self.pool_size, self.uneven, self.partition, self.decode_ahead = pool_size, uneven, partition, decode_ahead
+        self.pool_size, self.uneven, self.partition = pool_size, uneven, partition
         self.canonical_streams = canonical_streams
+        self.prefetch_pieces = prefetch_pieces
         self._rank_world = (rank, world_size) if rank is not None else None
         offsets = delta_offsets(delta_timestamps, self.meta.fps, tolerance_s,
                                 list(self.meta.info.features)) if delta_timestamps else {}
         self.delta_timestamps = dict(delta_timestamps or {})
-        self.frames = load_frame_table(self.meta, self.episodes)
-        self.assembler = SampleAssembler(self.meta, self.frames, offsets, return_uint8, image_transforms)
+        table = self.meta.episodes
+        self.lengths = np.ascontiguousarray(table.length[[table.row_of(e) for e in self.episodes]])
+        self.counters = FrameCounters()
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)
-        self.prefetch_pieces = prefetch_pieces
-        self.prefetcher = Prefetcher(self.meta, threads=2 if prefetch_pieces > 0 else 0)
-        self.stride = window_stride([offsets[k] for k in self.meta.video_keys if k in offsets]) if shuffle else 1
-        self.lengths = np.array([self.assembler.episode_rows(e)[1] for e in self.episodes], dtype=np.int64)
+        stride = window_stride([offsets[k] for k in self.meta.video_keys if k in offsets]) if shuffle else 1
+        self.source = FrameSource(self.meta, assembler=SampleAssembler(self.meta, offsets, return_uint8,
+                                                                       image_transforms),
+                                  cameras=self.cameras, counters=self.counters, stride=stride,
+                                  decode_ahead=decode_ahead, prefetch=prefetch_pieces > 0)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
-        self._emitted = 0  # samples this process emitted in its current pass (in-process iteration)
-        self._worker = 0
-        self._live_frames = 0  # decoded frames held by this process's live pieces
-        self.counters = FrameCounters()
+        self._iterator: EpochIterator | None = None  # this process's current pass
 
     # -- layout and plan ---------------------------------------------------------------------------------------
     def consumer(self, num_workers: int | None = None, worker: int | None = None) -> Consumer:
@@ -166,23 +159,27 @@ class StreamingLeRobotDataset(IterableDataset):
                  for p in groups[gi]] for b in bins]
 
     def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan:
-        """Streams, their progress and every consumer role's quota for the coming iteration."""
+        """Segments, their positions and every consumer role's quota for the coming iteration."""
         consumers = world_size * num_workers
         canonical = self.resolved_canonical_streams(consumers)
-        owned_streams(0, consumers, canonical)  # validates the layout against the canonical count
         pieces = self.stream_pieces(canonical)
         natural = [sum(stop - first for _, first, stop in stream) for stream in pieces]
-        resume = self._resume or {}
-        start = resume.get("stream_offsets") or [0] * canonical
-        if len(start) != canonical:
-            raise ValueError(f"resume state has {len(start)} stream offsets for {canonical} canonical streams")
-        if resume.get("layout") == [world_size, num_workers]:
-            # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
-            return EpochPlan(pieces, natural, start, list(resume["quota_left"]), list(resume["repeats_done"]),
-                             int(resume["worker_rotation"]))
+        resume = self._resume
+        if resume is None:
+            segments = whole_streams(natural, consumers)
+            positions = segments.lo.copy()
+        else:
+            layout = resume["layout"]
+            segments, positions = segments_from_state(resume["segments"], natural, layout[0] * layout[1])
+            if layout == [world_size, num_workers]:
+                # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
+                return EpochPlan(pieces, natural, segments, positions, list(resume["quota_left"]),
+                                 list(resume["repeats_done"]), int(resume["worker_rotation"]))
+            segments, positions = recut(segments, positions, consumers)  # another layout takes over what remains
         # Fresh epoch or new layout: quotas that give every rank the same batches (pad repeats, drop cuts).
-        quotas = consumer_quotas([n - o for n, o in zip(natural, start)], world_size, num_workers, self.uneven)
-        return EpochPlan(pieces, natural, start, quotas, [0] * consumers, 0)
+        quotas = quotas_for_roles(role_remaining(segments, positions, consumers), world_size, num_workers,
+                                  self.uneven)
+        return EpochPlan(pieces, natural, segments, positions, quotas, [0] * consumers, 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration produces (clears a resume state of another epoch)."""
@@ -193,7 +190,7 @@ class StreamingLeRobotDataset(IterableDataset):
     # -- resume ----------------------------------------------------------------------------------------------
     def state_dict(self, emitted_by_role: Sequence[int] | None = None, num_workers: int = 1,
                    batches: int = 0) -> dict[str, Any]:
-        """A small JSON-serialisable state: each canonical stream's offset plus what the layout still owes.
+        """A small JSON-serialisable state: each segment's position plus what the layout still owes.
 
         Without arguments it describes in-process iteration (no DataLoader workers); StreamingDataLoader passes
         what every consumer role delivered, derived from the `batches` the training loop consumed.
@@ -202,34 +199,45 @@ class StreamingLeRobotDataset(IterableDataset):
         plan = self.epoch_plan(world, num_workers)
         consumers = world * num_workers
         # Ranks consume in lockstep, so in-process iteration on this rank stands for every consumer.
-        emitted = list(emitted_by_role) if emitted_by_role is not None else [self._emitted] * consumers
-        offsets = stream_offsets_after(plan.start, plan.natural, consumers, emitted, interleaved=self.shuffle)
-        repeats = []
-        for role in range(consumers):
-            left = sum(plan.natural[s] - plan.start[s] for s in owned_streams(role, consumers, len(plan.start)))
-            repeats.append(plan.repeats_done[role] + max(0, emitted[role] - left))
+        emitted = list(emitted_by_role) if emitted_by_role is not None else \
+            [self._iterator.emitted if self._iterator is not None else 0] * consumers
+        positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=self.shuffle)
+        left = role_remaining(plan.segments, plan.positions, consumers)
+        repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]
         return {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
-                "num_episodes": len(self.episodes), "canonical_streams": len(plan.start),
-                "stream_offsets": [int(o) for o in offsets], "layout": [world, num_workers],
+                "num_episodes": len(self.episodes), "canonical_streams": len(plan.pieces),
+                "segments": segments_to_state(plan.segments, positions), "layout": [world, num_workers],
                 "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
                 "repeats_done": [int(r) for r in repeats],
                 "worker_rotation": int((plan.rotation + batches) % num_workers)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from `state` at the next iteration (on any layout whose consumer count divides C)."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"resume state version {state.get('version')!r}; this robostream writes {STATE_VERSION}")
+        """Continue from `state` at the next iteration, on this layout or any other."""
+        if state.get("version") not in (1, STATE_VERSION):
+            raise ValueError(f"resume state version {state.get('version')!r}; this robostream reads 1 and "
+                             f"{STATE_VERSION}")
         for key in ("seed", "shuffle", "num_episodes"):
             mine = len(self.episodes) if key == "num_episodes" else getattr(self, key)
             if state[key] != mine:
                 raise ValueError(f"resume state has {key}={state[key]!r} but this dataset has {key}={mine!r}; "
                                  "a stream can only resume over the same episodes, seed and shuffle setting")
-        if len(state["stream_offsets"]) != state["canonical_streams"]:
-            raise ValueError("resume state: stream_offsets must have one entry per canonical stream")
         self.epoch = int(state["epoch"])
         self.canonical_streams = int(state["canonical_streams"])
-        self._resume = {k: state[k] for k in ("stream_offsets", "layout", "quota_left", "repeats_done",
-                                              "worker_rotation")}
+        resume = {k: state[k] for k in ("layout", "quota_left", "repeats_done", "worker_rotation")}
+        natural = [sum(b - a for _, a, b in s) for s in self.stream_pieces(self.canonical_streams)]
+        consumers = state["layout"][0] * state["layout"][1]
+        if state["version"] == 1:  # whole streams owned round-robin by the saved layout, one offset each
+            offsets = state["stream_offsets"]
+            if len(offsets) != self.canonical_streams:
+                raise ValueError("resume state: stream_offsets must have one entry per canonical stream")
+            resume["segments"] = [[s, 0, n, s % consumers, int(offsets[s])] for s, n in enumerate(natural) if n]
+        else:
+            resume["segments"] = state["segments"]
+        if not len(resume["quota_left"]) == len(resume["repeats_done"]) == consumers:
+            raise ValueError(f"resume state: quota_left and repeats_done need one entry per consumer of the saved "
+                             f"layout {state['layout']} ({consumers})")
+        segments_from_state(resume["segments"], natural, consumers)  # fails now, naming the bad row
+        self._resume = resume
 
     # -- iteration -------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -237,89 +245,11 @@ class StreamingLeRobotDataset(IterableDataset):
         plan = self.epoch_plan(consumer.world_size, consumer.num_workers)
         # After a same-layout resume, worker j plays the role of the worker whose batch comes next.
         role = consumer.rank * consumer.num_workers + (consumer.worker + plan.rotation) % consumer.num_workers
-        streams = owned_streams(role, consumer.count, len(plan.pieces))
-        # A consumer owed more than its streams hold (uneven="pad") repeats its epoch's samples from the start.
-        repeats = itertools.islice(self._repeat_picks(plan, streams), plan.repeats_done[role], None)
-        picks = itertools.chain(self._consumer_picks(plan, streams, plan.start), repeats)
-        self._emitted = 0
-        self._worker = consumer.worker
-        self._live_frames = 0
-        readers: dict[tuple[int, int], PieceReader] = {}
-        for pick in itertools.islice(picks, plan.quotas[role]):
-            sample = self._sample(plan.pieces, pick, readers)
-            self._emitted += 1  # counted before the yield: a consumer may never ask for the next one
-            yield sample
-
-    def _repeat_picks(self, plan: EpochPlan, streams: list[int]) -> Iterator[tuple[int, int, int]]:
-        while True:
-            yield from self._consumer_picks(plan, streams, [0] * len(plan.pieces))
-
-    def _consumer_picks(self, plan: EpochPlan, streams: list[int], start: Sequence[int]
-                        ) -> Iterator[tuple[int, int, int]]:
-        """(stream, piece, position) picks of one consumer: always from its unfinished stream with the lowest
-        offset (a round-robin from equal offsets; see plan.resume.level_fill_counts), or one stream after the
-        other when not shuffling."""
-        if not self.shuffle:
-            for s in streams:
-                yield from self._stream_picks(plan, s, start[s])
-            return
-        heap = [(start[s], s, self._stream_picks(plan, s, start[s])) for s in streams if start[s] < plan.natural[s]]
-        heapq.heapify(heap)
-        while heap:
-            offset, s, picks = heap[0]
-            yield next(picks)
-            if offset + 1 < plan.natural[s]:
-                heapq.heapreplace(heap, (offset + 1, s, picks))
-            else:
-                heapq.heappop(heap)
-
-    def _stream_picks(self, plan: EpochPlan, stream: int, skip: int) -> Iterator[tuple[int, int, int]]:
-        """Picks of one stream from `skip` on: its pool schedule (vectorised skipping)."""
-        rng = rng_for(self.seed, self.epoch, PURPOSE_POOL, stream) if self.shuffle else None
-        lengths = [stop - first for _, first, stop in plan.pieces[stream]]
-        for piece_ids, positions in take(pool_schedule(lengths, self.pool_size, rng), skip, None):
-            for piece, position in zip(piece_ids.tolist(), positions.tolist()):
-                yield stream, piece, position
-
-    def _sample(self, pieces: list[list[Piece]], pick: tuple[int, int, int],
-                readers: dict[tuple[int, int], PieceReader]) -> dict[str, Any]:
-        stream, piece, position = pick
-        key = (stream, piece)
-        reader = readers.get(key)
-        if reader is None:
-            reader = readers[key] = self._piece_reader(*pieces[stream][piece])
-            for episode_position, first, stop in pieces[stream][piece + 1: piece + 1 + self.prefetch_pieces]:
-                self.prefetcher.piece(self.episodes[episode_position], first, stop)  # next pieces to go live
-        row = int(reader.sample_rows[position])
-        video = {}
-        if self.meta.video_keys:
-            held = reader.resident
-            video = reader.frames_for(position)
-            self._live_frames += reader.resident - held  # a running total: only this reader's count changed
-            self.counters.peak(self._worker, "peak_piece_frames", reader.resident)
-            self.counters.peak(self._worker, "peak_live_frames", self._live_frames)
-            self.counters.peak(self._worker, "peak_live_pieces", len(readers))
-            self.counters.add(self._worker, "frames_delivered", sum(len(v) for v in video.values()))
-        storage = self.meta.data_storage
-        if not storage.is_local:
-            self.counters.set(self._worker, "bytes_read", storage.counter.bytes)
-            self.counters.set(self._worker, "read_wait_us", int(storage.blocks.wait_s * 1e6))
-            self.counters.set(self._worker, "block_bytes_peak", storage.blocks.peak_bytes)
-        if position == len(reader.sample_rows) - 1:
-            self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
-            del readers[key]
-        return self.assembler.assemble(row, video)
-
-    def _piece_reader(self, episode_position: int, first: int, stop: int) -> PieceReader:
-        episode = self.episodes[episode_position]
-        frames = piece_sample_order(first, stop, self.stride)
-        first_row, _ = self.assembler.episode_rows(episode)
-        return PieceReader(episode, first_row + frames, self.assembler.camera_window_rows(episode, frames),
-                           self._decode, self.decode_ahead)
-
-    def _decode(self, episode: int, rows_by_key: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        self.counters.add(self._worker, "frames_decoded", sum(len(r) for r in rows_by_key.values()))
-        return self.cameras.decode_many(episode, {k: self.assembler.timestamps(r) for k, r in rows_by_key.items()})
+        self._iterator = EpochIterator(plan, role=role, worker=consumer.worker, source=self.source,
+                                       counters=self.counters, episodes=self.episodes, seed=self.seed,
+                                       epoch=self.epoch, shuffle=self.shuffle, pool_size=self.pool_size,
+                                       prefetch_pieces=self.prefetch_pieces)
+        return iter(self._iterator)
 
     def frame_counts(self) -> dict[str, int]:
         """Frames decoded and delivered over this process and its DataLoader workers, the peak decoded-frame
@@ -327,4 +257,3 @@ class StreamingLeRobotDataset(IterableDataset):
         remote data the bytes read, the time readers waited for them (us) and the peak bytes of fetched blocks
         held by a worker."""
         return self.counters.totals()
-

@@ -30,23 +30,6 @@ def round_robin_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
     return taken
 
 
-def consumer_quotas(stream_remaining: Sequence[int], world_size: int, num_workers: int, uneven: str) -> list[int]:
-    """Samples each consumer role (rank * num_workers + worker) yields, so that every rank yields the same batches.
-
-    Ranks must agree on the number of steps; workers of one rank need not. So worker w of every rank gets the same
-    quota: the largest of their remaining counts (uneven="pad": the others repeat samples) or the smallest
-    ("drop": the others stop early). A single rank yields every remaining sample, once.
-    """
-    if uneven not in ("pad", "drop"):
-        raise ValueError(f"uneven={uneven!r}: expected 'pad' or 'drop'")
-    remaining = np.asarray(stream_remaining, dtype=np.int64)
-    consumers = world_size * num_workers
-    per_role = [int(remaining[k::consumers].sum()) for k in range(consumers)]
-    pick = max if uneven == "pad" else min
-    per_worker = [pick(per_role[r * num_workers + w] for r in range(world_size)) for w in range(num_workers)]
-    return [per_worker[k % num_workers] for k in range(consumers)]
-
-
 def samples_per_worker(batches: int, quotas: Sequence[int], batch_size: int) -> list[int]:
     """Samples each DataLoader worker of a rank delivered once the rank consumed `batches` batches.
 
@@ -86,22 +69,3 @@ def sequential_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
     """How many samples each stream gives after `picks` picks that exhaust the streams one after the other."""
     remaining = np.asarray(remaining, dtype=np.int64)
     return np.clip(picks - np.concatenate([[0], np.cumsum(remaining)[:-1]]), 0, remaining)
-
-
-def stream_offsets_after(start_offsets: Sequence[int], stream_lengths: Sequence[int], consumers: int,
-                         emitted: Sequence[int], interleaved: bool = True) -> list[int]:
-    """Per-stream offsets once consumer k (of `consumers`) has emitted emitted[k] samples since `start_offsets`.
-
-    Consumer k owns streams k, k + consumers, ...; `interleaved` says whether it reads them by level filling
-    (shuffled epochs, see `level_fill_counts`) or one after the other (chronological epochs). Samples emitted
-    beyond the streams' end (padding) do not move the offsets.
-    """
-    offsets = np.asarray(start_offsets, dtype=np.int64).copy()
-    lengths = np.asarray(stream_lengths, dtype=np.int64)
-    for consumer in range(consumers):
-        streams = np.arange(consumer, len(offsets), consumers)
-        if interleaved:
-            offsets[streams] += level_fill_counts(offsets[streams], lengths[streams], emitted[consumer])
-        else:
-            offsets[streams] += sequential_counts(lengths[streams] - offsets[streams], emitted[consumer])
-    return offsets.tolist()

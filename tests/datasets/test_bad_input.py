@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from robostream.datasets.map_style import LeRobotDataset
+from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.errors import (DatasetFormatError, FrameToleranceError, MissingFileError, UnsafePathError,
                                UnsupportedVersionError)
 from robostream.format.metadata import load_metadata
@@ -83,16 +84,55 @@ def test_paths_escaping_the_root_are_refused(broken):
         LeRobotDataset(root=broken)
 
 
-def test_missing_data_file_and_inconsistent_rows(broken):
+def _episodes_of(path):
+    return sorted(set(pq.read_table(path, columns=["episode_index"]).column("episode_index").to_pylist()))
+
+
+def _first_position(meta, episode):
+    return int(meta.episodes.from_index[meta.episodes.row_of(episode)])
+
+
+def test_missing_rows_fail_when_the_episode_is_read(broken):
+    """Construction reads no data file; the damaged episode fails (naming file, episode and index range) when a
+    sample needs it, in both datasets, and the other episodes still read."""
     meta = load_metadata(broken)
     data = meta.local(meta.data_file(0), "t")
     table = pq.read_table(data)
     pq.write_table(table.slice(0, table.num_rows - 1), data)
-    with pytest.raises(DatasetFormatError, match=r"file-000.parquet: episode \d+ has \d+ rows"):
-        LeRobotDataset(root=broken)
+    victim = _episodes_of(data)[-1]
+    lo, hi = _first_position(meta, victim), int(meta.episodes.to_index[meta.episodes.row_of(victim)])
+    message = rf"file-000.parquet: episode {victim} has {hi - lo - 1} rows with index {lo}..{hi - 2}, but the " \
+              rf"episode table says index \[{lo}, {hi}\)"
+    dataset = LeRobotDataset(root=broken)
+    assert int(dataset[0]["index"]) == 0
+    with pytest.raises(DatasetFormatError, match=message):
+        dataset[lo]
+    with pytest.raises(DatasetFormatError, match=message):
+        list(StreamingLeRobotDataset(root=broken, seed=1))
+
+
+def test_rows_out_of_order_are_never_yielded(broken):
+    meta = load_metadata(broken)
+    data = meta.local(meta.data_file(0), "t")
+    table = pq.read_table(data)
+    victim = _episodes_of(data)[0]
+    mine = [i for i, e in enumerate(table.column("episode_index").to_pylist()) if e == victim]
+    order = list(range(table.num_rows))
+    order[mine[3]], order[mine[4]] = order[mine[4]], order[mine[3]]
+    pq.write_table(table.take(order), data)
+    with pytest.raises(DatasetFormatError, match=rf"episode {victim} has .* rows with index .*, out of order"):
+        LeRobotDataset(root=broken)[_first_position(meta, victim)]
+    with pytest.raises(DatasetFormatError, match=rf"file-000.parquet: episode {victim} has"):
+        list(StreamingLeRobotDataset(root=broken, episodes=[victim]))
+
+
+def test_missing_data_file_names_the_file_and_episode(broken):
+    meta = load_metadata(broken)
+    data = meta.local(meta.data_file(0), "t")
     data.unlink()
-    with pytest.raises(MissingFileError, match="file-000.parquet: data file of episode"):
-        LeRobotDataset(root=broken)
+    dataset = LeRobotDataset(root=broken)  # nothing under data/ is read at construction
+    with pytest.raises(MissingFileError, match=r"file-000.parquet: data file of episode 0"):
+        dataset[0]
 
 
 def test_root_that_is_not_a_dataset(tmp_path):

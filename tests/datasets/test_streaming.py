@@ -127,7 +127,8 @@ def test_resume_in_process_without_workers(av1_root):
     assert head + _ids(resumed) == full
 
 
-@pytest.mark.parametrize("before,after", [((2, 2), (1, 2)), ((1, 2), (1, 3)), ((2, 2), (1, 3))])
+@pytest.mark.parametrize("before,after", [((2, 2), (1, 2)), ((1, 2), (1, 3)), ((2, 2), (1, 3)), ((2, 2), (1, 5)),
+                                          ((3, 4), (1, 7)), ((1, 3), (1, 2))])
 def test_elastic_resume_repeats_and_skips_nothing(av1_root, before, after):
     """(world, workers) before -> after: what ran before plus what runs after is the epoch, each sample once."""
     (world, workers), (new_world, new_workers) = before, after
@@ -153,10 +154,26 @@ def test_bad_resume_states_are_refused(av1_root):
         StreamingLeRobotDataset(root=av1_root, seed=2).load_state_dict(state)
     with pytest.raises(ValueError, match="version"):
         dataset.load_state_dict(dict(state, version=99))
-    dataset.load_state_dict(dict(state, canonical_streams=12))
-    with pytest.raises(ValueError, match="5 consumers"):
-        StreamingDataLoader(StreamingLeRobotDataset(root=av1_root, seed=1, canonical_streams=12, rank=0,
-                                                    world_size=5)).state_dict()
+    rows = state["segments"]
+    with pytest.raises(ValueError, match=r"segment row 1: needs 0 <= lo < hi"):
+        dataset.load_state_dict(dict(state, segments=[rows[0], [rows[1][0], 0, 10 ** 6, 0, 0]] + rows[2:]))
+    with pytest.raises(ValueError, match=r"segment row 3: owner 7 is not in \[0, 1\)"):
+        dataset.load_state_dict(dict(state, segments=rows[:3] + [rows[3][:3] + [7, rows[3][4]]] + rows[4:]))
+    with pytest.raises(ValueError, match="quota_left and repeats_done"):
+        dataset.load_state_dict(dict(state, quota_left=[1, 2]))
+
+
+def test_version_1_states_still_resume(av1_root):
+    """A state written before segments (one offset per canonical stream) continues exactly."""
+    kwargs = {"seed": 3}
+    full, _ = _run(kwargs, av1_root, num_workers=2, batch_size=4)
+    head, state = _run(kwargs, av1_root, batches=4, num_workers=2, batch_size=4)
+    offsets = [0] * state["canonical_streams"]
+    for stream, _, _, _, position in state["segments"]:
+        offsets[stream] = position
+    old = {k: v for k, v in state.items() if k != "segments"} | {"version": 1, "stream_offsets": offsets}
+    tail, _ = _run(kwargs, av1_root, state=old, num_workers=2, batch_size=4)
+    assert head + tail == full
 
 
 @pytest.fixture(scope="module")

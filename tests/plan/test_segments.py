@@ -6,8 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robostream.plan.layout import owned_streams
-from robostream.plan.resume import consumer_quotas, stream_offsets_after
 from robostream.plan.segments import (
     Segments,
     level_fill_order,
@@ -35,13 +33,14 @@ def test_whole_streams_is_todays_ownership_when_consumers_divide_the_streams(con
     segments = whole_streams(natural, consumers)
     assert segments.stream.tolist() == [s for s in range(len(natural)) if natural[s] > 0]  # empty streams left out
     for role in range(consumers):
-        streams = [s for s in owned_streams(role, consumers, len(natural)) if natural[s] > 0]
+        streams = [s for s in range(role, len(natural), consumers) if natural[s] > 0]
         assert segments.stream[owned(segments, role)].tolist() == streams
-    # ... and the same offsets as today's per-stream arithmetic after any emission
+    # ... and every role's emission moves only its own streams, by exactly what it emitted (or all it had)
     emitted = rng.integers(0, 60, size=consumers).tolist()
-    offsets = np.zeros(len(natural), dtype=np.int64)
-    offsets[segments.stream] = positions_after(segments, segments.lo, consumers, emitted, interleaved)
-    assert offsets.tolist() == stream_offsets_after([0] * len(natural), natural, consumers, emitted, interleaved)
+    after = positions_after(segments, segments.lo, consumers, emitted, interleaved)
+    for role in range(consumers):
+        rows = owned(segments, role)
+        assert int((after[rows] - segments.lo[rows]).sum()) == min(emitted[role], int(segments.hi[rows].sum()))
 
 
 def _check_exact_cover(natural, segments, positions, consumed):
@@ -151,11 +150,12 @@ def test_fewer_samples_than_consumers():
     assert role_remaining(segments, positions, 5) == [0, 0, 1, 0, 1]
 
 
-def test_quotas_for_roles_follow_consumer_quotas():
-    stream_remaining = [5, 4, 6, 3, 1, 1, 1, 1]
-    per_role = [sum(stream_remaining[k::4]) for k in range(4)]
-    for uneven in ("pad", "drop"):
-        assert quotas_for_roles(per_role, 2, 2, uneven) == consumer_quotas(stream_remaining, 2, 2, uneven)
+def test_quotas_equalise_ranks_not_workers():
+    assert quotas_for_roles([10, 7], 2, 1, "pad") == [10, 10]  # 2 ranks x 1 worker
+    assert quotas_for_roles([10, 7], 2, 1, "drop") == [7, 7]
+    per_role = [6, 5, 7, 4]  # 2 ranks x 2 workers: worker w gets the same quota on both ranks
+    assert quotas_for_roles(per_role, 2, 2, "drop") == [6, 4, 6, 4]
+    assert quotas_for_roles(per_role, 2, 2, "pad") == [7, 5, 7, 5]
     assert quotas_for_roles([10, 7], 1, 2, "pad") == [10, 7]
     with pytest.raises(ValueError, match="uneven"):
         quotas_for_roles(per_role, 2, 2, "sometimes")

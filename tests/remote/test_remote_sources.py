@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
+from robostream.datasets.source import SourceOptions
 from robostream.storage.retry import RemoteReadError, RetryPolicy
 
 from .servers import FaultProxy, RangeHTTPServer, drop_mid_body, http_status, reset, stall
 
 FAST_RETRY = RetryPolicy(max_attempts=6, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.0)
+FAST = SourceOptions(retry=FAST_RETRY)
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -39,7 +41,7 @@ def _assert_same(remote, local):
 
 
 def test_http_stream_equals_local(http_dataset, av1_root):
-    remote = StreamingLeRobotDataset(root=http_dataset.url, seed=5, return_uint8=True, retry=FAST_RETRY)
+    remote = StreamingLeRobotDataset(root=http_dataset.url, seed=5, return_uint8=True, source=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
     served = sum(s["bytes"] for s in http_dataset.stats().values())
     on_disk = sum(p.stat().st_size for p in av1_root.rglob("*") if p.is_file())
@@ -48,9 +50,10 @@ def test_http_stream_equals_local(http_dataset, av1_root):
 
 def test_s3_stream_and_map_style_equal_local(s3_dataset, av1_root):
     url, options = s3_dataset
-    remote = StreamingLeRobotDataset(root=url, storage_options=options, seed=8, return_uint8=True, retry=FAST_RETRY)
+    remote = StreamingLeRobotDataset(root=url, source=SourceOptions(storage_options=options, retry=FAST_RETRY), seed=8,
+                                     return_uint8=True)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=8, return_uint8=True))
-    mapped = LeRobotDataset(root=url, storage_options=options, return_uint8=True, retry=FAST_RETRY)
+    mapped = LeRobotDataset(root=url, source=SourceOptions(storage_options=options, retry=FAST_RETRY), return_uint8=True)
     local = LeRobotDataset(root=av1_root, return_uint8=True)
     for i in (0, 17, len(local) - 1):
         assert torch.equal(mapped[i]["observation.images.cam1"], local[i]["observation.images.cam1"])
@@ -62,7 +65,7 @@ def test_http_faults_are_retried_and_the_epoch_is_exact(http_dataset, av1_root, 
     # Faults hit requests 2, 6, 10, ... up to 30 (a stall costs one request timeout each).
     proxy: FaultProxy = make_fault_proxy(http_dataset.url,
                                          lambda n, method, path: fault if n % 4 == 2 and n <= 30 else None)
-    remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True, retry=FAST_RETRY)
+    remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True, source=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=2, return_uint8=True))
     assert proxy.stats()["faults"] > 0
 
@@ -70,7 +73,8 @@ def test_http_faults_are_retried_and_the_epoch_is_exact(http_dataset, av1_root, 
 def test_faults_outlasting_the_bound_give_a_clear_error(http_dataset, av1_root, make_fault_proxy):
     proxy = make_fault_proxy(http_dataset.url, lambda n, method, path: http_status(503) if "videos/" in path else None)
     remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True,
-                                     retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, timeout_s=2.0))
+                                     source=SourceOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01,
+                                                                            timeout_s=2.0)))
     with pytest.raises(RemoteReadError, match=r"videos/observation\.images\.cam\d/chunk-000/file-00\d\.mp4.*"
                                               r"(bytes \d+-\d+|size|exists).*3 attempts"):
         next(iter(remote))
@@ -108,17 +112,17 @@ def test_remote_streaming_through_dataloader_worker_processes(source, http_datas
     from torch.utils.data import DataLoader
 
     if source == "http":
-        kwargs = {"root": http_dataset.url}
+        kwargs = {"root": http_dataset.url, "source": FAST}
     else:
-        kwargs = {"root": s3_dataset[0], "storage_options": s3_dataset[1]}
-    dataset = StreamingLeRobotDataset(seed=1, return_uint8=True, retry=FAST_RETRY, **kwargs)
+        kwargs = {"root": s3_dataset[0], "source": SourceOptions(storage_options=s3_dataset[1], retry=FAST_RETRY)}
+    dataset = StreamingLeRobotDataset(seed=1, return_uint8=True, **kwargs)
     ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
 
 
 def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_root, tmp_path):
-    kwargs = {"root": http_dataset.url, "seed": 4, "return_uint8": True, "retry": FAST_RETRY,
-              "cache_dir": tmp_path / "cache", "cache_limit": "50mb"}
+    kwargs = {"root": http_dataset.url, "seed": 4, "return_uint8": True,
+              "source": SourceOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb")}
     _assert_same(StreamingLeRobotDataset(**kwargs), StreamingLeRobotDataset(root=av1_root, seed=4, return_uint8=True))
     video_bytes = lambda: sum(s["bytes"] for p, s in http_dataset.stats().items() if "/videos/" in p)  # noqa: E731
     first = video_bytes()
@@ -129,7 +133,8 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
     cached = [p for p in (tmp_path / "cache" / "objects").rglob("*.mp4")]
     assert len(cached) == len(list(av1_root.rglob("*.mp4")))
     with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
-        list(StreamingLeRobotDataset(**{**kwargs, "cache_dir": tmp_path / "tiny", "cache_limit": 1000}))
+        list(StreamingLeRobotDataset(**{**kwargs, "source": SourceOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny",
+                                                                          cache_limit=1000)}))
 
 
 @pytest.mark.parametrize("read_buffer", [64 << 10, "128mb"])
@@ -140,14 +145,15 @@ def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_b
     from torch.utils.data import DataLoader
 
     videos = sum(p.stat().st_size for p in av1_root.rglob("*.mp4"))
-    dataset = StreamingLeRobotDataset(root=http_dataset.url, seed=6, return_uint8=True, retry=FAST_RETRY,
-                                      read_buffer=read_buffer)
+    dataset = StreamingLeRobotDataset(root=http_dataset.url, seed=6, return_uint8=True,
+                                      source=SourceOptions(retry=FAST_RETRY, read_buffer=read_buffer))
     ids = [i for b in DataLoader(dataset, batch_size=8, num_workers=2) for i in b["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
     counts = dataset.frame_counts()
     storage = dataset.meta.data_storage
     assert 0 < counts["block_bytes_peak"] <= storage.block_budget + storage.block_size
     if storage.block_budget > 4 * videos:
-        # The workers read only videos (the data rows came with the parent's table): each file about once per
-        # worker that decodes from it.
-        assert counts["bytes_read"] <= 2 * videos, (counts["bytes_read"], videos)
+        # The workers read the videos and data files of their own pieces: each file about once per worker that
+        # reads from it (the parent read only metadata).
+        data = sum(p.stat().st_size for p in av1_root.glob("data/*/*.parquet"))
+        assert counts["bytes_read"] <= 2 * (videos + data), (counts["bytes_read"], videos, data)

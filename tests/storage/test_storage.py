@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
+from robostream.datasets.source import SourceOptions
 from robostream.errors import MissingFileError, UnsafePathError
 from robostream.storage.source import RangedReader, Storage
 
@@ -59,7 +60,7 @@ def test_remote_samples_equal_local_samples(memory_copy, av1_root):
 
 
 def test_data_files_root_reads_files_from_elsewhere(memory_copy, av1_root):
-    dataset = LeRobotDataset(root=av1_root, data_files_root=memory_copy, return_uint8=True)
+    dataset = LeRobotDataset(root=av1_root, source=SourceOptions(data_files_root=memory_copy), return_uint8=True)
     assert dataset.meta.data_storage.url == memory_copy and dataset.meta.storage.is_local
     assert int(dataset[3]["index"]) == 3
     assert dataset.meta.data_storage.counter.bytes > 0

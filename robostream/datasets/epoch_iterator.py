@@ -1,0 +1,114 @@
+"""One consumer's pass over its part of an epoch (MosaicML's `_Iterator` is the model): which sample comes next,
+and the live pieces that produce it.
+
+The plan (datasets/streaming.py: EpochPlan) says which segments of which canonical streams this consumer role owns
+and how many samples it yields; here the segments are read by level fill (plan/segments.py: read_order), each
+segment along its stream's pool schedule, and every pick (stream, piece, position) becomes a sample through the
+frame source. Live pieces are opened on their first sample and dropped after their last.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from robostream.datasets.counters import FrameCounters
+from robostream.datasets.frame_source import FrameSource
+from robostream.datasets.piece_reader import PieceReader
+from robostream.plan.order import PURPOSE_POOL, rng_for
+from robostream.plan.partition import Piece
+from robostream.plan.schedule import pool_schedule, take
+from robostream.plan.segments import Segments, owned, read_order
+
+Pick = tuple[int, int, int]  # (canonical stream, piece within the stream, position within the piece's samples)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What every consumer role does in the coming pass; a pure function of metadata, seed, epoch, layout and the
+    resume state."""
+
+    pieces: list[list[Piece]]  # per canonical stream
+    natural: list[int]  # samples each stream holds
+    segments: Segments  # who reads which range of which stream
+    positions: np.ndarray  # per segment: where reading continues
+    quotas: list[int]  # per consumer role: samples it still yields
+    repeats_done: list[int]  # per consumer role: padding samples already yielded
+    rotation: int  # worker role shift after a same-layout resume
+
+
+class EpochIterator:
+    """Samples of one consumer role, in order, until its quota is met (padding by repeating its own samples)."""
+
+    def __init__(self, plan: EpochPlan, *, role: int, worker: int, source: FrameSource, counters: FrameCounters,
+                 episodes: Sequence[int], seed: int, epoch: int, shuffle: bool, pool_size: int,
+                 prefetch_pieces: int) -> None:
+        self.plan, self.role, self.worker = plan, role, worker
+        self.episodes = episodes  # pieces name episodes by position in this selection
+        self.source, self.counters = source, counters
+        self.seed, self.epoch, self.shuffle, self.pool_size = seed, epoch, shuffle, pool_size
+        self.prefetch_pieces = prefetch_pieces
+        self.rows = owned(plan.segments, role)
+        self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
+        self._live_frames = 0
+        self._readers: dict[tuple[int, int], PieceReader] = {}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        plan = self.plan
+        if plan.quotas[self.role] and not len(self.rows):
+            raise ValueError(f"consumer role {self.role} owns no samples of this epoch but must yield "
+                             f"{plan.quotas[self.role]} (uneven='pad'): use uneven='drop' or fewer consumers")
+        picks = self._picks(plan.positions[self.rows])
+        # A consumer owed more than its segments hold (uneven="pad") repeats its epoch's samples from the start.
+        repeats = itertools.islice(self._repeats(), plan.repeats_done[self.role], None)
+        for pick in itertools.islice(itertools.chain(picks, repeats), plan.quotas[self.role]):
+            sample = self._sample(pick)
+            self.emitted += 1
+            yield sample
+
+    def _repeats(self) -> Iterator[Pick]:
+        while len(self.rows):
+            yield from self._picks(self.plan.segments.lo[self.rows])
+
+    def _picks(self, positions: np.ndarray) -> Iterator[Pick]:
+        """The role's picks from `positions` of its segments to their ends, in level-fill order."""
+        segments = self.plan.segments
+        his = segments.hi[self.rows]
+        streams = [self._stream_picks(int(segments.stream[r]), int(p), int(h))
+                   for r, p, h in zip(self.rows.tolist(), positions.tolist(), his.tolist())]
+        for i in read_order(positions, his, interleaved=self.shuffle):
+            yield next(streams[i])
+
+    def _stream_picks(self, stream: int, start: int, stop: int) -> Iterator[Pick]:
+        """Samples [start, stop) of one stream's pool schedule."""
+        rng = rng_for(self.seed, self.epoch, PURPOSE_POOL, stream) if self.shuffle else None
+        lengths = [last - first for _, first, last in self.plan.pieces[stream]]
+        for piece_ids, positions in take(pool_schedule(lengths, self.pool_size, rng), start, stop - start):
+            for piece, position in zip(piece_ids.tolist(), positions.tolist()):
+                yield stream, piece, position
+
+    def _sample(self, pick: Pick) -> dict[str, Any]:
+        stream, piece, position = pick
+        key = (stream, piece)
+        reader = self._readers.get(key)
+        pieces = self.plan.pieces[stream]
+        if reader is None:
+            selected, first, stop = pieces[piece]
+            reader = self._readers[key] = self.source.open_piece(self.episodes[selected], first, stop, self.worker)
+            for selected, first, stop in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
+                self.source.read_ahead(self.episodes[selected], first, stop)
+        held = reader.resident
+        sample = self.source.sample(reader, position, self.worker)
+        if self.source.meta.video_keys:
+            self._live_frames += reader.resident - held  # a running total: only this reader's count changed
+            self.counters.peak(self.worker, "peak_piece_frames", reader.resident)
+            self.counters.peak(self.worker, "peak_live_frames", self._live_frames)
+            self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
+        if position == len(reader.sample_frames) - 1:
+            self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
+            del self._readers[key]
+        return sample

@@ -1,0 +1,78 @@
+"""Rows and frames of pieces: what turns a streaming consumer's picks (piece, position) into samples.
+
+A piece's data rows are read when it goes live, in the process that owns it (format/data_rows.py); its frames are
+decoded in look-ahead batches and kept only while a later sample needs them (piece_reader.py). For remote data
+the rows and video bytes of the pieces that go live next are fetched ahead in background threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from robostream.datasets.cameras import CameraReader
+from robostream.datasets.counters import FrameCounters
+from robostream.datasets.piece_reader import PieceReader
+from robostream.datasets.prefetch import Prefetcher
+from robostream.datasets.sample import SampleAssembler
+from robostream.format.data_rows import DataRowReader, EpisodeRows
+from robostream.format.metadata import DatasetMetadata
+from robostream.plan.schedule import piece_sample_order
+
+
+class FrameSource:
+    """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
+
+    def __init__(self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader,
+                 counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool) -> None:
+        """
+        Args:
+            meta: the dataset's metadata.
+            assembler: windows and sample layout (shared with the map-style dataset).
+            cameras: the decoders of this process.
+            counters: frame counters shared with the DataLoader workers.
+            stride: a piece's samples are visited by residue class of this stride (overlapping windows).
+            decode_ahead: samples whose missing frames are decoded in one call.
+            prefetch: fetch the rows and video bytes of upcoming pieces in background threads (remote data).
+        """
+        self.meta = meta
+        self.assembler = assembler
+        self.cameras = cameras
+        self.counters = counters
+        self.stride = stride
+        self.decode_ahead = decode_ahead
+        remote = prefetch and not meta.data_storage.is_local
+        self.rows = DataRowReader(meta, read_ahead_threads=1 if remote else 0)
+        self.prefetcher = Prefetcher(meta, threads=2 if prefetch else 0)
+
+    def read_ahead(self, episode: int, first: int, stop: int) -> None:
+        """Start fetching what the piece will need (remote data only; a no-op for local files)."""
+        self.rows.read_ahead(episode)
+        self.prefetcher.piece(episode, first, stop)
+
+    def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:
+        rows = self.rows.episode(episode)
+        frames = piece_sample_order(first, stop, self.stride)
+        return PieceReader(rows, frames, self.assembler.camera_window_frames(frames, len(rows)),
+                           partial(self._decode, worker), self.decode_ahead)
+
+    def sample(self, reader: PieceReader, position: int, worker: int) -> dict[str, Any]:
+        video = reader.frames_for(position) if self.meta.video_keys else {}
+        if video:
+            self.counters.add(worker, "frames_delivered", sum(len(v) for v in video.values()))
+        storage = self.meta.data_storage
+        if not storage.is_local:
+            self.counters.set(worker, "bytes_read", storage.counter.bytes)
+            self.counters.set(worker, "read_wait_us", int(storage.blocks.wait_s * 1e6))
+            self.counters.set(worker, "block_bytes_peak", storage.blocks.peak_bytes)
+        return self.assembler.assemble(reader.rows, int(reader.sample_frames[position]), video)
+
+    def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
+                ) -> dict[str, torch.Tensor]:
+        self.counters.add(worker, "frames_decoded", sum(len(f) for f in frames_by_key.values()))
+        return self.cameras.decode_many(rows.episode, {k: self.assembler.timestamps(rows, f)
+                                                       for k, f in frames_by_key.items()})

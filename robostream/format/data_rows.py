@@ -1,0 +1,211 @@
+"""The data rows of one episode at a time, read from its data parquet file by row group.
+
+Nothing under data/ is read when a dataset is constructed. The first time a process needs an episode of a data
+file it reads that file's footer (kept for the next `footers` files, least recently used dropped first), picks the
+row groups whose `episode_index` statistics can hold the episode, reads only those (remote: only their byte
+ranges) and checks that the rows are exactly the episode's [dataset_from_index, dataset_to_index) of the episode
+table, in order. A file written without statistics costs a read of all its row groups per episode, never a wrong
+row. Cost per episode: one row-group read (lerobot's recorder writes one row group per episode); memory: the
+cached footers plus the last `episodes` episodes' rows (a map-style dataset revisits episodes; a stream does not).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from robostream.errors import DatasetFormatError
+from robostream.format.metadata import DatasetMetadata
+from robostream.process_local import ProcessLocal
+
+REPAIR_HINT = "the data file and meta/episodes disagree; re-convert or re-write the dataset"
+
+
+@dataclass(frozen=True)
+class EpisodeRows:
+    """Every data column of one episode, row i = frame i of the episode."""
+
+    episode: int
+    columns: dict[str, np.ndarray]  # numeric features, (length, *shape)
+    images: dict[str, pa.Array]  # image features: struct<bytes, path> per row
+    strings: dict[str, list[str]]  # string features
+
+    def __len__(self) -> int:
+        return len(self.columns["index"])
+
+
+def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int) -> np.ndarray:
+    """A numeric (possibly nested fixed-size list) Arrow column as a contiguous (rows, *shape) array."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    shape: list[int] = []
+    while pa.types.is_fixed_size_list(array.type) or pa.types.is_list(array.type):
+        if pa.types.is_fixed_size_list(array.type):
+            shape.append(array.type.list_size)
+        else:  # variable lists written by other tools: all rows must have one length
+            lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths != lengths[0]).any():
+                raise ValueError("ragged list column")
+            shape.append(int(lengths[0]) if len(lengths) else 0)
+        array = array.flatten()
+    return np.ascontiguousarray(array.to_numpy(zero_copy_only=False).reshape([rows, *shape]))
+
+
+def check_episode_index(name: str, episode: int, index: np.ndarray, expected: tuple[int, int]) -> None:
+    """The rows an episode has in a file (in file order) must carry exactly the indices [from, to), ascending."""
+    lo, hi = expected
+    if len(index) != hi - lo or (len(index) and (index[0] != lo or (np.diff(index) != 1).any())):
+        found = f"index {int(index[0])}..{int(index[-1])}" if len(index) else "no index"
+        order = "" if not len(index) or (np.diff(index) > 0).all() else ", out of order"
+        raise DatasetFormatError(f"{name}: episode {episode} has {len(index)} rows with {found}{order}, but the "
+                                 f"episode table says index [{lo}, {hi}); {REPAIR_HINT}")
+
+
+@dataclass
+class _DataFile:
+    parquet: pq.ParquetFile
+    source: Any  # the opened path or reader; holds a disk-cache pin while the footer is cached
+    episode_lo: np.ndarray  # per row group: smallest episode_index (statistics), -1 when unknown
+    episode_hi: np.ndarray  # per row group: largest episode_index, int64 max when unknown
+    lock: threading.Lock  # a parquet reader serves one read at a time
+
+
+class _Caches:
+    """One process's footers, episodes and read-ahead futures (never shared across a fork)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files: OrderedDict[str, _DataFile] = OrderedDict()
+        self.episodes: OrderedDict[int, EpisodeRows] = OrderedDict()
+        self.pending: OrderedDict[int, Future] = OrderedDict()
+
+
+class DataRowReader:
+    """Rows of any episode of a dataset, read on demand (see the module docstring for cost and memory)."""
+
+    def __init__(self, meta: DatasetMetadata, *, footers: int = 64, episodes: int = 0,
+                 read_ahead_threads: int = 0) -> None:
+        """
+        Args:
+            meta: the dataset's metadata (info, episode table, where data files are read from).
+            footers: data-file footers kept open per process (a footer is ~1 KiB per row group).
+            episodes: episodes whose rows are kept after a read (0: none; map-style random access revisits).
+            read_ahead_threads: threads reading episodes named by `read_ahead` in the background (0: off).
+        """
+        self.meta = meta
+        self.footers, self.keep = max(1, footers), episodes
+        self.read_ahead_threads = read_ahead_threads
+        features = meta.info.features
+        self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
+        self.image_keys = [k for k in self.wanted if features[k]["dtype"] == "image"]
+        self.string_keys = [k for k in self.wanted if features[k]["dtype"] == "string"]
+        self._caches = ProcessLocal(_Caches)
+        self._pool = ProcessLocal(partial(ThreadPoolExecutor, max(1, read_ahead_threads),
+                                          thread_name_prefix="robostream-rows"))
+
+    def episode(self, episode: int) -> EpisodeRows:
+        """The rows of `episode`; errors name the data file, the episode and the index range."""
+        caches = self._caches.get()
+        with caches.lock:
+            rows = caches.episodes.get(episode)
+            if rows is not None:
+                caches.episodes.move_to_end(episode)
+                return rows
+            pending = caches.pending.pop(episode, None)
+        rows = pending.result() if pending is not None else self._read(episode)
+        if self.keep:
+            with caches.lock:
+                caches.episodes[episode] = rows
+                while len(caches.episodes) > self.keep:
+                    caches.episodes.popitem(last=False)
+        return rows
+
+    def read_ahead(self, episode: int) -> None:
+        """Start reading `episode` in a background thread; `episode()` then returns it (or raises its error)."""
+        if not self.read_ahead_threads:
+            return
+        caches = self._caches.get()
+        with caches.lock:
+            if episode in caches.pending or episode in caches.episodes:
+                return
+            caches.pending[episode] = self._pool.get().submit(self._read, episode)
+            while len(caches.pending) > 4 * self.footers:  # never asked for (an epoch ended): forget the oldest
+                caches.pending.popitem(last=False)
+
+    def _file(self, relative: str, episode: int) -> _DataFile:
+        caches = self._caches.get()
+        with caches.lock:
+            found = caches.files.get(relative)
+            if found is not None:
+                caches.files.move_to_end(relative)
+                return found
+        name = self.meta.describe(relative)
+        source = self.meta.open(relative, what=f"data file of episode {episode}")
+        try:
+            parquet = pq.ParquetFile(source)
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+        names = parquet.schema_arrow.names
+        missing = [k for k in self.wanted if k not in names]
+        if missing:
+            raise DatasetFormatError(f"{name}: data file lacks column(s) {missing} declared in info.json")
+        lo, hi = _episode_ranges(parquet, names.index("episode_index"))
+        data_file = _DataFile(parquet, source, lo, hi, threading.Lock())
+        with caches.lock:
+            caches.files[relative] = data_file
+            while len(caches.files) > self.footers:
+                caches.files.popitem(last=False)
+        return data_file
+
+    def _read(self, episode: int) -> EpisodeRows:
+        relative = self.meta.data_file(episode)
+        name = self.meta.describe(relative)
+        row = self.meta.episodes.row_of(episode)
+        expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
+        data_file = self._file(relative, episode)
+        groups = np.flatnonzero((data_file.episode_lo <= episode) & (episode <= data_file.episode_hi)).tolist()
+        try:
+            with data_file.lock:
+                table = data_file.parquet.read_row_groups(groups, columns=self.wanted) if groups else None
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetFormatError(f"{name}: row groups {groups[:8]} of episode {episode} are unreadable: "
+                                     f"{exc}") from exc
+        if table is None or table.num_rows == 0:
+            raise DatasetFormatError(f"{name}: no data rows for episode {episode} (the episode table says index "
+                                     f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}")
+        mine = to_numpy(table.column("episode_index"), table.num_rows) == episode
+        if not mine.all():
+            table = table.filter(pa.array(mine))
+        rows = table.num_rows
+        columns = {}
+        for key in self.wanted:
+            if key in self.image_keys or key in self.string_keys:
+                continue
+            try:
+                columns[key] = to_numpy(table.column(key), rows)
+            except ValueError as exc:
+                raise DatasetFormatError(f"{name}: column {key!r} could not be read as an array: {exc}") from exc
+        check_episode_index(name, episode, columns["index"], expected)
+        return EpisodeRows(episode=episode, columns=columns,
+                           images={k: table.column(k).combine_chunks() for k in self.image_keys},
+                           strings={k: table.column(k).to_pylist() for k in self.string_keys})
+
+
+def _episode_ranges(parquet: pq.ParquetFile, column: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row group the [min, max] episode_index its statistics promise; unknown -> the whole range."""
+    groups = parquet.metadata.num_row_groups
+    lo = np.full(groups, -1, dtype=np.int64)
+    hi = np.full(groups, np.iinfo(np.int64).max, dtype=np.int64)
+    for g in range(groups):
+        stats = parquet.metadata.row_group(g).column(column).statistics
+        if stats is not None and stats.has_min_max:
+            lo[g], hi[g] = int(stats.min), int(stats.max)
+    return lo, hi

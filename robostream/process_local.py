@@ -1,0 +1,30 @@
+"""Per-process state: values that must not cross a fork or a pickle (open files, thread pools, fsspec clients)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class ProcessLocal(Generic[T]):
+    """A value built by `factory` in the process that first asks for it, and built anew in a forked child or after
+    unpickling (spawned DataLoader workers), so no process ever uses a copy of another process's value.
+
+    The factory must be picklable when the owner is (a class, a module-level function or a functools.partial).
+    """
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._value: T | None = None
+        self._pid = -1
+
+    def get(self) -> T:
+        if self._pid != os.getpid():
+            self._value, self._pid = self._factory(), os.getpid()
+        return self._value  # type: ignore[return-value]
+
+    def __getstate__(self) -> dict:
+        return {"_factory": self._factory, "_value": None, "_pid": -1}

@@ -1,0 +1,40 @@
+"""Run by tests/datasets/test_distributed.py under `torchrun --nproc_per_node N` (gloo, CPU): one part of an epoch.
+
+argv: root, out folder, workers per rank, batches (-1: to the end of the epoch), resume state file or "-".
+Every step does an all_reduce (it would hang if ranks had different batch counts). Each rank writes the indices it
+read, its step count and the loader's state after its last batch.
+"""
+
+import itertools
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from robostream import StreamingDataLoader, StreamingLeRobotDataset
+
+
+def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dataset = StreamingLeRobotDataset(root=root, seed=7, pool_size=2, uneven="pad", return_uint8=True)
+    loader = StreamingDataLoader(dataset, batch_size=3, num_workers=int(workers))
+    if state != "-":
+        loader.load_state_dict(json.loads(Path(state).read_text()))
+    ids, steps = [], 0
+    for batch in itertools.islice(loader, None if int(batches) < 0 else int(batches)):
+        ids += batch["index"].tolist()
+        step = torch.tensor([1])
+        dist.all_reduce(step)
+        assert int(step) == world
+        steps += 1
+    Path(out, f"rank-{rank}.json").write_text(json.dumps({"ids": ids, "steps": steps,
+                                                          "state": loader.state_dict()}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
