@@ -1,7 +1,16 @@
-"""Per-process state: values that must not cross a fork or a pickle (open files, thread pools, fsspec clients)."""
+"""Per-process state: values that must not cross a fork or a pickle (open files, thread pools, fsspec clients).
+
+Also: no garbage crosses a fork. Objects of native libraries that own threads (PyAV's codec contexts: dav1d frame
+threads; swscale slice threads) hang forever when freed in a forked child, which does not have those threads: the
+free joins them. A dropped PyAV container sits in a reference cycle until the cyclic collector runs, and that may
+be in a DataLoader worker forked in between (seen: a worker stuck in avcodec_free_context inside gc). So every
+fork freezes the collector's view of the parent's objects (gc.freeze, what CPython documents for fork servers):
+the child never collects them, and the parent unfreezes right after the fork.
+"""
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -28,3 +37,6 @@ class ProcessLocal(Generic[T]):
 
     def __getstate__(self) -> dict:
         return {"_factory": self._factory, "_value": None, "_pid": -1}
+
+
+os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)

@@ -8,12 +8,17 @@ with two tasks, and frames that carry a readable (episode, frame, camera) marker
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from robostream.synth import SynthConfig, generate
 from tests.lerobot_env import ENV_VAR, skip_reason
+
+# Columns derived from the tables (storage/derived.py) go to a fresh folder per test session, never the user's cache;
+# subprocesses (torchrun, benchmark probes, DataLoader workers) inherit it.
+os.environ["ROBOSTREAM_CACHE"] = tempfile.mkdtemp(prefix="robostream-test-cache-")
 
 AV1_CONFIG = SynthConfig(episodes=7, cameras=2, height=64, width=64, fps=20, episode_length=24, state_dim=6,
                          codec="av1", gop=2, data_file_mb=0.008, video_file_mb=0.03, seed=3)

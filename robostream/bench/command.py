@@ -17,6 +17,7 @@ from robostream.bench.runner import (
     barrier,
     dataset_metadata,
     export_launch,
+    finish,
     gatherer,
     resolve_launch,
     run_config,
@@ -142,6 +143,7 @@ def run_bench(args: argparse.Namespace) -> int:
         write_csv(out, results)
         console.print(markdown(this_run, reference), markup=False)
         console.print(f"results: {out}/ (JSON per run, results.csv); plots: robostream bench-report {out}")
+    finish(launch)
     return 0
 
 

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from robostream.datasets.cameras import CameraReader
+from robostream.datasets.cameras import CameraReader, open_dataset_video
 from robostream.format.metadata import load_metadata
 from robostream.video.decoder import default_backend
 
@@ -41,7 +41,7 @@ def _reader(root: str, backend: str | None, device: str) -> CameraReader:
 
 def _decode_segment(root: str, backend: str | None, device: str, segment: tuple[str, int, int]) -> int:
     relative, first, stop = segment
-    decoder = _reader(root, backend, device).open_decoder(relative, backend, device)
+    decoder = open_dataset_video(_reader(root, backend, device).meta, relative, backend, device)
     for start in range(first, stop, DECODE_BATCH):
         decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
     return stop - first
@@ -50,7 +50,7 @@ def _decode_segment(root: str, backend: str | None, device: str, segment: tuple[
 def _frame_counts(reader: CameraReader, backend: str, device: str) -> dict[str, int]:
     meta = reader.meta
     files = sorted({meta.video_file(int(e), key) for e in meta.episodes.episode_index for key in meta.video_keys})
-    return {f: reader.open_decoder(f, backend, device).num_frames for f in files}
+    return {f: open_dataset_video(meta, f, backend, device).num_frames for f in files}
 
 
 def decode_reference(root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None,

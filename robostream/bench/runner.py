@@ -212,6 +212,16 @@ def barrier(launch: Launch) -> None:
         dist.barrier()
 
 
+def finish(launch: Launch) -> None:
+    """Leave together and close the process group: a rank exiting with gloo still running aborts at exit
+    ("terminate called without an active exception"), failing the job after its results were written."""
+    if launch.world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def host_info() -> dict[str, Any]:
     return {"hostname": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ class CameraReader:
         self.device = device
         # Default: every camera's current file stays open, plus room for the next file of each.
         self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
-        self.cache = VideoDecoderCache(self.cache_size, opener=self.open_decoder)
+        self.cache = self._new_cache()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = -1
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
@@ -48,12 +49,13 @@ class CameraReader:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.cache = VideoDecoderCache(self.cache_size, opener=self.open_decoder)
+        self.cache = self._new_cache()
 
-    def open_decoder(self, relative: str, backend: str | None, device: str) -> VideoDecoder:
-        """Open a video file of the dataset (local path, or ranged remote reads) as a decoder."""
-        source = self.meta.open(relative, what="video file")
-        return open_video_decoder(source, backend, device, name=self.meta.describe(relative))
+    def _new_cache(self) -> VideoDecoderCache:
+        # The opener must not refer back to this reader: a reference cycle would leave a dropped dataset's decoders
+        # to the cyclic garbage collector, which may run in a forked DataLoader worker, where freeing FFmpeg
+        # objects of the parent hangs (see video/cache.py).
+        return VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
 
     def _pool(self) -> ThreadPoolExecutor | None:
         """This process's decode threads, or None when it has no core to spare for them."""
@@ -92,6 +94,12 @@ class CameraReader:
             frames = {k: f.result() for k, f in zip(keys, futures)}
         self.decode_seconds += time.perf_counter() - started
         return frames
+
+
+def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str) -> VideoDecoder:
+    """Open a video file of the dataset (local path, or ranged remote reads) as a decoder."""
+    source = meta.open(relative, what="video file")
+    return open_video_decoder(source, backend, device, name=meta.describe(relative))
 
 
 def decode_threads(cameras: int) -> int:

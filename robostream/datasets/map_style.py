@@ -6,8 +6,8 @@ Sample contract (lerobot 0.4+, v3.0): every parquet column as a tensor (scalars 
 squeezed to (C, H, W).
 
 Start-up and memory do not grow with the dataset: construction reads the metadata only (info, the locating columns
-of the episode table, tasks); a sample's episode rows are read from its data file's row groups on first use and
-kept for the next few episodes (see format/data_rows.py).
+of the episode table, tasks); a sample's rows are views into memory-mapped columns derived from its data file once
+per node, on the first read of that file (format/data_columns.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ import torch
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
-from robostream.format.data_rows import DataRowReader
+from robostream.format.data_columns import DataColumns
 from robostream.plan.windows import delta_offsets
-
-EPISODES_KEPT = 64  # episodes whose rows a process keeps: a window or a DataLoader batch revisits them
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -63,11 +61,9 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.delta_timestamps = dict(delta_timestamps or {})
         self.delta_offsets = delta_offsets(self.delta_timestamps, self.meta.fps, tolerance_s,
                                            list(self.meta.info.features)) if delta_timestamps else {}
-        table = self.meta.episodes
-        self.lengths = table.length[[table.row_of(e) for e in self.episodes]] if len(self.episodes) < len(table) \
-            else table.length
+        self.lengths = self.meta.episodes.lengths_of(self.episodes)
         self._ends = np.cumsum(self.lengths)
-        self.rows = DataRowReader(self.meta, episodes=EPISODES_KEPT)
+        self.rows = DataColumns(self.meta, self.meta.derived)
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)

@@ -13,6 +13,7 @@ import numpy as np
 
 from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.storage.cache import DiskCache, parse_size
+from robostream.storage.derived import DerivedCache, default_directory
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.source import DEFAULT_BLOCK_BUDGET
 from robostream.video.decoder import BACKENDS
@@ -51,13 +52,18 @@ class SourceOptions:
     """How a dataset's bytes are read: shared by both datasets and the benchmark (where they are read from is the
     dataset's `repo_id` / `root` / `revision`).
 
+    Columns derived from the tables (the episode table's locating columns; for map-style reads the data columns
+    as memory-mapped .npy) are kept once per node in `cache_dir/derived`, else $ROBOSTREAM_CACHE, else
+    ~/.cache/robostream: about the size of the uncompressed tables, never the videos.
+
     Args:
         data_files_root: read data and video files from here (e.g. a storage bucket) while the metadata comes from
             root/repo_id. None: beside the metadata.
         storage_options: passed to fsspec for remote roots (endpoints, credentials, headers).
         retry: timeouts and retries of remote reads (default RetryPolicy()).
         cache_dir: keep whole remote data/video files on this local disk folder, shared by every process of the
-            node (with cache_limit). Costs disk, saves refetching files across epochs and processes.
+            node (with cache_limit). Costs disk, saves refetching files across epochs and processes. Its
+            `derived/` subfolder then also holds the columns derived from the tables (see below).
         cache_limit: bytes (or e.g. "20gb") the disk cache may hold; least recently used files are evicted.
         read_buffer: fetched remote blocks kept in memory per process, prefetched ones included (bytes or e.g.
             "128mb"): bounds remote-read memory; too small and readers wait for refetches.
@@ -93,5 +99,7 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
             raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
+    derived = DerivedCache(Path(source.cache_dir) / "derived" if source.cache_dir is not None else default_directory())
     return load_metadata(root, storage_options=source.storage_options, data_files_root=source.data_files_root,
-                         retry=source.retry, cache=cache, read_buffer_bytes=parse_size(source.read_buffer))
+                         retry=source.retry, cache=cache, read_buffer_bytes=parse_size(source.read_buffer),
+                         derived=derived)

@@ -113,8 +113,7 @@ class StreamingLeRobotDataset(IterableDataset):
         offsets = delta_offsets(delta_timestamps, self.meta.fps, tolerance_s,
                                 list(self.meta.info.features)) if delta_timestamps else {}
         self.delta_timestamps = dict(delta_timestamps or {})
-        table = self.meta.episodes
-        self.lengths = np.ascontiguousarray(table.length[[table.row_of(e) for e in self.episodes]])
+        self.lengths = self.meta.episodes.lengths_of(self.episodes)
         self.counters = FrameCounters()
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)

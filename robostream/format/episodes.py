@@ -1,12 +1,16 @@
 """`meta/episodes/*.parquet`: one row per episode with the files and spans that hold it.
 
 Only the columns needed to locate data are loaded (the `stats/...` columns can be large); they are kept as numpy
-arrays so lookups are cheap and the table can be shared copy-on-write with DataLoader worker processes.
+arrays so lookups are cheap and the table can be shared copy-on-write with DataLoader worker processes. Each file's
+columns can be saved as a small derived folder (`save_part`/`load_part`): parsing the footer of a lerobot episodes
+file (10-episode row groups, ~100 columns) costs ~0.2 s per 10k episodes, loading the saved columns milliseconds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +44,6 @@ class EpisodeTable:
     data_file: np.ndarray
     from_index: np.ndarray  # first global `index` of the episode
     to_index: np.ndarray  # one past its last global `index`
-    tasks: list[list[str]]
     video_chunk: dict[str, np.ndarray]
     video_file: dict[str, np.ndarray]
     video_from_ts: dict[str, np.ndarray]
@@ -56,48 +59,71 @@ class EpisodeTable:
             raise KeyError(f"episode {episode_index} is not in the dataset (it has {len(self)} episodes)")
         return row
 
+    def lengths_of(self, episodes: Sequence[int]) -> np.ndarray:
+        """Lengths of the given episodes (vectorised: a 100k-episode selection in milliseconds)."""
+        episodes = np.asarray(episodes, dtype=np.int64)
+        rows = np.searchsorted(self.episode_index, episodes)
+        if len(rows) and (rows.max() >= len(self.episode_index) or (self.episode_index[rows] != episodes).any()):
+            missing = episodes[(rows >= len(self.episode_index)) |
+                               (self.episode_index[np.minimum(rows, len(self) - 1)] != episodes)]
+            raise KeyError(f"episodes {missing[:10].tolist()} are not in the dataset (it has {len(self)} episodes)")
+        return np.ascontiguousarray(self.length[rows])
+
     def video_span(self, episode_index: int, video_key: str) -> VideoSpan:
         row = self.row_of(episode_index)
         return VideoSpan(int(self.video_chunk[video_key][row]), int(self.video_file[video_key][row]),
                          float(self.video_from_ts[video_key][row]), float(self.video_to_ts[video_key][row]))
 
 
-def read_episode_table(files: list[tuple[Any, str]], video_keys: list[str]) -> EpisodeTable:
-    """Read and concatenate the episode metadata files ((path or file object, name) pairs), validating the columns
-    each needs and reading only those."""
-    if not files:
+def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str, np.ndarray]:
+    """The locating columns of one episode-metadata file (path or file object) as numpy arrays. Only those columns
+    are read: a real table also has dozens of `stats/...` columns."""
+    wanted = list(BASE_COLUMNS) + [f"videos/{k}/{s}" for k in video_keys for s in VIDEO_COLUMN_SUFFIXES]
+    try:
+        parquet = pq.ParquetFile(source)
+        names = parquet.schema_arrow.names
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            raise DatasetFormatError(f"{name}: episode metadata lacks column(s) {missing}")
+        # No Arrow threads: forked DataLoader workers would inherit a pool that cannot run (see data_columns.py).
+        table = parquet.read(columns=wanted, use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+    return {c: table.column(c).to_numpy(zero_copy_only=False) for c in wanted}
+
+
+def save_part(part: dict[str, np.ndarray], folder: Path) -> None:
+    """Write a part read by `read_episode_part` to a folder."""
+    np.savez(folder / "columns.npz", **part)
+
+
+def load_part(folder: Path) -> dict[str, np.ndarray]:
+    with np.load(folder / "columns.npz") as columns:
+        return {k: columns[k] for k in columns.files}
+
+
+def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: list[str]) -> EpisodeTable:
+    """Concatenate the parts of every episode-metadata file ((part, file name) pairs), sorted by episode, and
+    check them: every episode once, length == dataset_to_index - dataset_from_index."""
+    if not parts:
         raise DatasetFormatError("meta/episodes/: no episode metadata parquet files found")
-    wanted = list(BASE_COLUMNS) + ["tasks"] + [f"videos/{k}/{s}" for k in video_keys for s in VIDEO_COLUMN_SUFFIXES]
-    tables = []
-    for source, name in files:
-        try:
-            parquet = pq.ParquetFile(source)
-            names = parquet.schema_arrow.names
-            missing = [c for c in wanted if c not in names and c != "tasks"]
-            if missing:
-                raise DatasetFormatError(f"{name}: episode metadata lacks column(s) {missing}")
-            tables.append(parquet.read(columns=[c for c in wanted if c in names]))
-        except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
-    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
-    order = np.argsort(table.column("episode_index").to_numpy(), kind="stable")
-    table = table.take(pa.array(order))
+    episodes = np.concatenate([np.asarray(p["episode_index"], dtype=np.int64) for p, _ in parts])
+    order = np.argsort(episodes, kind="stable")
 
     def col(name: str, dtype: type) -> np.ndarray:
-        return np.ascontiguousarray(table.column(name).to_numpy(zero_copy_only=False).astype(dtype))
+        return np.ascontiguousarray(np.concatenate([np.asarray(p[name]) for p, _ in parts]).astype(dtype)[order])
 
-    episodes = col("episode_index", np.int64)
+    episodes = episodes[order]
     if len(np.unique(episodes)) != len(episodes):
-        raise DatasetFormatError(f"{files[0][1]}: episode metadata lists an episode_index more than once")
+        raise DatasetFormatError(f"{parts[0][1]}: episode metadata lists an episode_index more than once")
     from_index, to_index, length = col("dataset_from_index", np.int64), col("dataset_to_index", np.int64), col(
         "length", np.int64)
     bad = np.nonzero(to_index - from_index != length)[0]
     if len(bad):
         e = int(episodes[bad[0]])
         raise DatasetFormatError(
-            f"{files[0][1]}: episode {e} has length {int(length[bad[0]])} but dataset index range "
+            f"{parts[0][1]}: episode {e} has length {int(length[bad[0]])} but dataset index range "
             f"[{int(from_index[bad[0]])}, {int(to_index[bad[0]])})")
-    tasks = table.column("tasks").to_pylist() if "tasks" in table.column_names else [[] for _ in episodes]
     return EpisodeTable(
         episode_index=episodes,
         length=length,
@@ -105,7 +131,6 @@ def read_episode_table(files: list[tuple[Any, str]], video_keys: list[str]) -> E
         data_file=col("data/file_index", np.int64),
         from_index=from_index,
         to_index=to_index,
-        tasks=[list(t or []) for t in tasks],
         video_chunk={k: col(f"videos/{k}/chunk_index", np.int64) for k in video_keys},
         video_file={k: col(f"videos/{k}/file_index", np.int64) for k in video_keys},
         video_from_ts={k: col(f"videos/{k}/from_timestamp", np.float64) for k in video_keys},

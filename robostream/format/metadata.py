@@ -18,12 +18,14 @@ from robostream.errors import (
     MissingFileError,
     UnsupportedVersionError,
 )
-from robostream.format.episodes import EpisodeTable, read_episode_table
+from robostream.format.episodes import EpisodeTable, episode_table, load_part, read_episode_part, save_part
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
 from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
 from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
+from robostream.memory import release_freed_memory
 from robostream.storage.cache import DiskCache
+from robostream.storage.derived import DerivedCache
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.source import DEFAULT_BLOCK_BUDGET, Storage
 
@@ -43,6 +45,7 @@ class DatasetMetadata:
     episodes: EpisodeTable
     tasks: dict[int, str]
     stats: dict[str, dict[str, np.ndarray]]
+    derived: DerivedCache | None = None  # node-local columns derived from the tables (None: read them each time)
 
     @property
     def root(self) -> str:
@@ -134,11 +137,14 @@ def episode_files(storage: Storage, chunks_size: int) -> list[str]:
 
 def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
                   data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                  cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET) -> DatasetMetadata:
+                  cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
+                  derived: DerivedCache | None = None) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
     cache: keep the remote data and video files whole on local disk (metadata is always read directly).
     read_buffer_bytes: fetched remote blocks kept in memory per process (reads and prefetch).
+    derived: keep the episode table's locating columns (and, for map-style reads, data columns) on local disk, so
+    a later construction on this node loads them instead of parsing the parquet files again.
     """
     storage = Storage(root, storage_options, retry)
     if storage.is_local and not Path(storage.root).is_dir():
@@ -149,7 +155,9 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     files = episode_files(storage, info.chunks_size)
     if not files:
         raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
-    episodes = read_episode_table([(storage.open(f), storage.describe(f)) for f in files], info.video_keys)
+    episodes = episode_table([(_episode_part(storage, f, info.video_keys, derived), storage.describe(f))
+                              for f in files], info.video_keys)
+    release_freed_memory()  # the parsed footers of the episode files (large, transient)
     if not storage.exists(TASKS_PATH):
         raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it")
     tasks = read_tasks(storage.open(TASKS_PATH), storage.describe(TASKS_PATH))
@@ -161,4 +169,15 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
             raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: "
                                      f"{exc.msg}") from exc
     return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes, tasks=tasks,
-                           stats=stats)
+                           stats=stats, derived=derived)
+
+
+def _episode_part(storage: Storage, relative: str, video_keys: list[str], derived: DerivedCache | None
+                  ) -> dict[str, Any]:
+    """One episode-metadata file's locating columns: from the derived cache, built from the parquet file once."""
+    name = storage.describe(relative)
+    if derived is None:
+        return read_episode_part(storage.open(relative), name, video_keys)
+    identity = f"episodes-v2|{storage.identity(relative)}|{','.join(video_keys)}"
+    return load_part(derived.folder(identity, lambda folder: save_part(
+        read_episode_part(storage.open(relative), name, video_keys), folder)))

@@ -20,7 +20,7 @@ def read_tasks(source: Any, name: str) -> dict[int, str]:
     """Map task_index -> task string, from a path or file object (`name` is used in errors)."""
     path = name
     try:
-        table = pq.ParquetFile(source).read()
+        table = pq.ParquetFile(source).read(use_threads=False)  # no Arrow threads: see data_columns.py
     except (OSError, pa.ArrowException) as exc:
         raise DatasetFormatError(f"{path}: not a readable parquet file: {exc}") from exc
     names = table.column_names

@@ -179,6 +179,21 @@ class Storage:
             else (lambda: self.fs.size(path))
         return int(call_with_retries(read, f"{self.describe(relative)} (size)", self.retry))
 
+    def identity(self, relative: str, what: str = "file") -> str:
+        """What names this version of a file: its location, size and (local files) modification time. A remote
+        root pinned to a revision (hf://...@sha) or holding immutable objects keeps identities stable."""
+        path = self._path(relative, what)
+        if self.is_local:
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError as exc:
+                raise MissingFileError(f"{path}: {what} not found") from exc
+            return f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+        try:
+            return f"{self.describe(relative)}|{self.size(relative, what)}"
+        except FileNotFoundError as exc:
+            raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
+
     def read_bytes(self, relative: str, what: str = "file") -> bytes:
         """A whole (small) file."""
         path = self._path(relative, what)

@@ -19,6 +19,11 @@ from robostream.video.decoder import VideoDecoder, open_video_decoder
 
 DecoderKey = tuple[str, str | None, str]  # (path, backend, device)
 
+# Decoders a forked child inherited from its parent. They own FFmpeg threads (codec frame threads, swscale slice
+# threads) that exist only in the parent, so freeing them in the child waits forever on those threads' condition
+# variables (seen with PyAV): the child keeps them, unused, for its whole life (their pages stay shared).
+_INHERITED: list = []
+
 
 @dataclass
 class _Entry:
@@ -39,6 +44,8 @@ class VideoDecoderCache:
         self._reset()
 
     def _reset(self) -> None:
+        if getattr(self, "_entries", None):
+            _INHERITED.extend(self._entries.values())
         self._pid = os.getpid()
         self._entries: OrderedDict[DecoderKey, _Entry] = OrderedDict()
         self._hits = self._misses = self._evictions = 0

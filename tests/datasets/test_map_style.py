@@ -87,8 +87,9 @@ def test_episode_subset_keeps_global_indices(av1_root):
         LeRobotDataset(root=av1_root, episodes=[99])
 
 
-def test_dataloader_worker_processes_and_transforms(av1_root):
-    dataset = LeRobotDataset(root=av1_root, image_transforms=lambda x: x.flip(-1))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dataloader_worker_processes_and_transforms(av1_root, backend):
+    dataset = LeRobotDataset(root=av1_root, image_transforms=lambda x: x.flip(-1), video_backend=backend)
     dataset[0]  # the parent opens decoders first: workers must not reuse them across the fork
     loader = DataLoader(dataset, batch_size=8, shuffle=True, num_workers=2,
                         generator=torch.Generator().manual_seed(0))

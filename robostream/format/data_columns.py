@@ -1,0 +1,180 @@
+"""Random access to the data rows of any episode through columns derived from its data file, for map-style reads.
+
+Each data file is converted once per node, on the first read of any of its episodes, into a derived folder
+(storage/derived.py): its numeric columns as raw little arrays one after the other (columns.bin), an Arrow IPC file
+for image and string columns, and an index of where each episode's rows start. A process opens a converted file in
+O(1) and reads an episode's rows with one positional read per column (an episode's rows are contiguous): no
+parquet decoding, no per-process table, the OS page cache shared by ranks and workers, memory flat in dataset
+size. The rows an episode has are checked against the episode table on every read: missing or out-of-order rows
+are an error naming the file, the episode and the index range.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from robostream.errors import DatasetFormatError
+from robostream.format.data_rows import LRU, REPAIR_HINT, EpisodeRows, check_episode_index, to_numpy
+from robostream.format.metadata import DatasetMetadata
+from robostream.process_local import ProcessLocal
+from robostream.storage.derived import DerivedCache
+
+FORMAT = "data-columns-v2"
+COLUMNS = "columns.bin"  # every numeric column's rows, one column after the other
+OTHER = "other.arrow"  # image and string columns
+
+
+@dataclass(frozen=True)
+class _Column:
+    dtype: np.dtype
+    shape: tuple[int, ...]  # per row
+    offset: int  # of row 0 in columns.bin
+    row_bytes: int
+
+
+@dataclass(frozen=True)
+class _ConvertedFile:
+    fd: int  # columns.bin, open for positional reads
+    columns: dict[str, _Column]
+    other: pa.Table | None  # image/string columns, memory-mapped
+    episodes: np.ndarray  # (E, 3): episode_index, first row, rows (sorted by episode_index)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _OpenFiles(LRU):
+    """Converted files open in this process; the least recently used is closed beyond the limit."""
+
+    def put(self, key: str, value: _ConvertedFile, limit: int) -> None:
+        self[key] = value
+        while len(self) > limit:
+            self.popitem(last=False)[1].close()
+
+
+class DataColumns:
+    """Rows of any episode from the columns derived from its data file (see the module docstring)."""
+
+    def __init__(self, meta: DatasetMetadata, derived: DerivedCache, *, open_files: int = 256,
+                 episodes: int = 32) -> None:
+        """
+        Args:
+            meta: the dataset's metadata.
+            derived: where the columns of each data file are kept (once per node).
+            open_files: converted data files a process keeps open (one file handle each).
+            episodes: episodes whose rows a process keeps (a window, a batch or a sampler revisits them); each
+                costs its rows (~100 rows x ~150 bytes for a 14-d state/action dataset).
+        """
+        self.meta, self.derived = meta, derived
+        self.open_files, self.keep = open_files, episodes
+        features = meta.info.features
+        self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
+        self.other_keys = [k for k in self.wanted if features[k]["dtype"] in ("image", "string")]
+        self._files = ProcessLocal(_OpenFiles)
+        self._episodes = ProcessLocal(LRU)
+        self._lock = ProcessLocal(threading.Lock)
+
+    def episode(self, episode: int) -> EpisodeRows:
+        kept, lock = self._episodes.get(), self._lock.get()
+        with lock:
+            rows = kept.touch(episode)
+        if rows is None:
+            rows = self._read(episode)
+            with lock:
+                kept.put(episode, rows, self.keep)
+        return rows
+
+    def _read(self, episode: int) -> EpisodeRows:
+        relative = self.meta.data_file(episode)
+        name = self.meta.describe(relative)
+        converted = self._converted(relative, episode)
+        found = int(np.searchsorted(converted.episodes[:, 0], episode))
+        row = self.meta.episodes.row_of(episode)
+        expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
+        if found == len(converted.episodes) or converted.episodes[found, 0] != episode:
+            raise DatasetFormatError(f"{name}: no data rows for episode {episode} (the episode table says index "
+                                     f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}")
+        _, first, count = (int(v) for v in converted.episodes[found])
+        columns = {}
+        for key, column in converted.columns.items():
+            # Positional reads, not a memory map: only the rows asked for enter this process (a map would count
+            # every touched page, and the pages around it, in each worker's RSS for the rest of its life).
+            data = os.pread(converted.fd, count * column.row_bytes, column.offset + first * column.row_bytes)
+            columns[key] = np.frombuffer(data, dtype=column.dtype).reshape(count, *column.shape)
+        check_episode_index(name, episode, columns["index"], expected)
+        other = converted.other.slice(first, count) if converted.other is not None else None
+        features = self.meta.info.features
+        return EpisodeRows(
+            episode=episode, columns=columns,
+            images={k: other.column(k) for k in self.other_keys if features[k]["dtype"] == "image"},
+            strings={k: other.column(k).to_pylist() for k in self.other_keys if features[k]["dtype"] == "string"})
+
+    def _converted(self, relative: str, episode: int) -> _ConvertedFile:
+        files, lock = self._files.get(), self._lock.get()
+        with lock:
+            found = files.touch(relative)
+        if found is not None:
+            return found
+        storage = self.meta.data_storage
+        identity = f"{FORMAT}|{storage.identity(relative, what=f'data file of episode {episode}')}|" \
+                   f"{','.join(self.wanted)}"
+        converted = _open(self.derived.folder(identity, lambda out: self._convert(relative, episode, out)))
+        with lock:
+            files.put(relative, converted, self.open_files)
+        return converted
+
+    def _convert(self, relative: str, episode: int, out: Path) -> None:
+        """Read one data file's columns and write them to `out` with the episode index."""
+        name = self.meta.describe(relative)
+        source = self.meta.open(relative, what=f"data file of episode {episode}")
+        try:
+            parquet = pq.ParquetFile(source)
+            missing = [k for k in self.wanted if k not in parquet.schema_arrow.names]
+            if missing:
+                raise DatasetFormatError(f"{name}: data file lacks column(s) {missing} declared in info.json")
+            # No Arrow threads in any read: a DataLoader worker forked while the parent's Arrow pool was busy
+            # deadlocks in it (seen with map-style workers converting files).
+            table = parquet.read(columns=self.wanted, use_threads=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+        layout, offset = {}, 0
+        with open(out / COLUMNS, "wb") as sink:
+            for key in (k for k in self.wanted if k not in self.other_keys):
+                try:
+                    values = to_numpy(table.column(key), table.num_rows)
+                except ValueError as exc:
+                    raise DatasetFormatError(f"{name}: column {key!r} could not be read as an array: {exc}") from exc
+                sink.write(values.tobytes())
+                layout[key] = {"dtype": values.dtype.str, "shape": list(values.shape[1:]), "offset": offset}
+                offset += values.nbytes
+                if key == "episode_index":
+                    # Where each episode's rows start in file order; whether they are its rows, in order, is
+                    # checked on every read.
+                    ids, first, counts = np.unique(values, return_index=True, return_counts=True)
+                    np.save(out / "episodes.npy", np.stack([ids, first, counts], axis=1).astype(np.int64))
+        if self.other_keys:
+            other = table.select(self.other_keys)
+            with pa.OSFile(str(out / OTHER), "wb") as sink, pa.ipc.new_file(sink, other.schema) as writer:
+                writer.write_table(other)
+        (out / "columns.json").write_text(json.dumps(layout))
+
+
+def _open(folder: Path) -> _ConvertedFile:
+    """Open a converted data file (O(1): nothing but its small episode index is read)."""
+    layout = json.loads((folder / "columns.json").read_text())
+    columns = {k: _Column(np.dtype(c["dtype"]), tuple(c["shape"]), int(c["offset"]),
+                          np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"], dtype=np.int64)))
+               for k, c in layout.items()}
+    other = None
+    if (folder / OTHER).is_file():
+        other = pa.ipc.open_file(pa.memory_map(str(folder / OTHER))).read_all()
+    return _ConvertedFile(fd=os.open(folder / COLUMNS, os.O_RDONLY), columns=columns, other=other,
+                          episodes=np.load(folder / "episodes.npy"))
