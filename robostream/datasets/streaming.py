@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 

@@ -1,5 +1,3 @@
-import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
