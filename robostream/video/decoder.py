@@ -167,7 +167,9 @@ def open_video_decoder(source: str | Path | BinaryIO, backend: str | None = None
     """Open a video (a path, or a seekable binary file object such as a ranged remote reader) with the named
     backend (default: torchcodec when available) on `device` ("cpu" or "cuda"); `name` is used in errors."""
     if isinstance(source, (str, Path)):
-        source = str(source)
+        # A str stays the very object passed: a disk-cache path (storage.cache.CachedPath, a str) holds the file's
+        # pin, which the decoder keeps as long as it lives; str() of it would be a plain copy without the pin.
+        source = source if isinstance(source, str) else str(source)
         if not Path(source).is_file():
             raise MissingFileError(f"{source}: video file not found")
     backend = backend or default_backend()

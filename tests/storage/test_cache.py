@@ -99,3 +99,28 @@ def test_concurrent_writers_of_one_file(tmp_path):
     assert [results.get(timeout=10) for _ in children] == [True] * 3
     files = [p for p in (tmp_path / "c" / "objects").rglob("*") if p.is_file() and not p.name.endswith(".pin")]
     assert len(files) == 1 and os.path.getsize(files[0]) == 50_000
+
+
+@pytest.mark.parametrize("backend", ["torchcodec", "pyav"])
+def test_a_decoder_keeps_its_cached_file_pinned(tmp_path, av1_root, backend):
+    """The cache's pin travels with the decoder: while a decoder reads a cached file, eviction skips it, however
+    the path object that came from the cache was dropped; once the decoder is gone the file can go."""
+    import gc
+
+    from robostream.video.decoder import open_video_decoder
+
+    data = sorted(av1_root.rglob("*.mp4"))[0].read_bytes()
+    cache = DiskCache(tmp_path / "c", limit=len(data) + 10)  # room for one file
+    path = cache.fetch("http://x/a.mp4", len(data), _writer(data))
+    file_a = Path(str(path))
+    decoder = open_video_decoder(path, backend, name="a.mp4")
+    del path
+    gc.collect()
+    del_b = cache.fetch("http://x/b.mp4", len(data), _writer(data))  # wants a's room: a is in use
+    del del_b
+    assert file_a.is_file(), "the cache evicted a file a decoder was reading"
+    assert decoder.get_frames_by_index([0])[0].shape[0] == 1
+    del decoder
+    gc.collect()
+    cache.fetch("http://x/c.mp4", len(data), _writer(data))
+    assert not file_a.is_file(), "a file nobody reads was kept"
