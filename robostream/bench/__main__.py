@@ -1,7 +1,10 @@
 """`python -m robostream.bench ...`: the same as `robostream bench ...`."""
 
+import argparse
 import sys
 
-from robostream.cli import main
+from robostream.bench.command import add_bench_arguments, run_bench
 
-sys.exit(main(["bench", *sys.argv[1:]]))
+parser = argparse.ArgumentParser(prog="python -m robostream.bench", description="Benchmark the data pipeline.")
+add_bench_arguments(parser)
+sys.exit(run_bench(parser.parse_args(sys.argv[1:])))

@@ -11,11 +11,8 @@ from functools import cached_property
 from typing import Any
 
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
-from robostream.format.paths import (
-    DEFAULT_DATA_PATH,
-    DEFAULT_VIDEO_PATH,
-    check_relative,
-)
+from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH
+from robostream.storage.paths import check_relative
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNKS_SIZE = 1000

@@ -19,7 +19,7 @@ from typing import Any
 import fsspec
 
 from robostream.errors import MissingFileError
-from robostream.format.paths import check_relative, local_path
+from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import DiskCache
 from robostream.storage.retry import RetryPolicy, call_with_retries

@@ -1,7 +1,8 @@
 import pytest
 
 from robostream.errors import UnsafePathError
-from robostream.format.paths import DEFAULT_VIDEO_PATH, check_relative, local_path, render_template
+from robostream.format.paths import DEFAULT_VIDEO_PATH, render_template
+from robostream.storage.paths import check_relative, local_path
 
 
 @pytest.mark.parametrize("bad", ["../x.parquet", "data/../../etc/passwd", "/etc/passwd", "C:/x", "data\\x",
