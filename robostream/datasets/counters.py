@@ -12,9 +12,9 @@ import torch
 
 MAX_WORKERS = 256
 FIELDS = ("frames_decoded", "frames_delivered", "peak_piece_frames", "peak_live_frames", "peak_live_pieces",
-          "bytes_read", "read_wait_us", "block_bytes_peak")
+          "bytes_read", "read_wait_us", "block_bytes_peak", "prefetch_errors")
 _COLUMN = {name: col for col, name in enumerate(FIELDS)}
-_SUMMED = {"frames_decoded", "frames_delivered", "bytes_read", "read_wait_us"}
+_SUMMED = {"frames_decoded", "frames_delivered", "bytes_read", "read_wait_us", "prefetch_errors"}
 
 
 class FrameCounters:

@@ -100,7 +100,7 @@ class EpochIterator:
             selected, first, stop = pieces[piece]
             reader = self._readers[key] = self.source.open_piece(self.episodes[selected], first, stop, self.worker)
             for selected, first, stop in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
-                self.source.read_ahead(self.episodes[selected], first, stop)
+                self.source.read_ahead(self.episodes[selected], first, stop, self.worker)
         held = reader.resident
         sample = self.source.sample(reader, position, self.worker)
         if self.source.meta.video_keys:

@@ -47,12 +47,12 @@ class FrameSource:
         self.decode_ahead = decode_ahead
         remote = prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(meta, read_ahead_threads=1 if remote else 0)
-        self.prefetcher = Prefetcher(meta, threads=2 if prefetch else 0)
+        self.prefetcher = Prefetcher(meta, counters, threads=2 if prefetch else 0)
 
-    def read_ahead(self, episode: int, first: int, stop: int) -> None:
+    def read_ahead(self, episode: int, first: int, stop: int, worker: int) -> None:
         """Start fetching what the piece will need (remote data only; a no-op for local files)."""
         self.rows.read_ahead(episode)
-        self.prefetcher.piece(episode, first, stop)
+        self.prefetcher.piece(episode, first, stop, worker)
 
     def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:
         rows = self.rows.episode(episode)

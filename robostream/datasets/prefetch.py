@@ -3,52 +3,64 @@
 For a remote dataset, a few threads demux the upcoming pieces' time spans (so exactly their packets' byte ranges
 are read, in blocks) into the storage's shared BlockCache, where the decoders find them; with the disk cache on, the
 whole file is downloaded ahead instead. Prefetch only fills the free half of the block budget, which bounds the
-bytes in flight and in memory and never evicts blocks in use. It is best effort: a failure is counted and the decoder's own read retries and reports.
+bytes in flight and in memory and never evicts blocks in use.
+
+A read that fails in prefetch (a missing file, the retry policy giving up, bytes FFmpeg cannot demux) is counted
+(`frame_counts()["prefetch_errors"]`) and left to the decoder: its own read of the same bytes retries under the
+same policy and raises the error for the sample that needs them. Any other exception is a bug: it is raised in
+the consumer at its next prefetch request instead of vanishing with the thread.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
 
 import av
 
+from robostream.datasets.counters import FrameCounters
+from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
+from robostream.process_local import ProcessLocal
 from robostream.storage.source import RangedReader
+
+EXPECTED = (RobostreamError, OSError, av.error.FFmpegError)  # failures the decoder's own read reports for real
+
+
+@dataclass
+class _State:
+    pool: ThreadPoolExecutor
+    requested: set[tuple[int, int, int]] = field(default_factory=set)
+    failure: BaseException | None = None  # an unexpected exception of a prefetch thread
 
 
 class Prefetcher:
-    def __init__(self, meta: DatasetMetadata, threads: int = 2) -> None:
+    def __init__(self, meta: DatasetMetadata, counters: FrameCounters, threads: int = 2) -> None:
         self.meta = meta
+        self.counters = counters
         self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
-        self._pid = -1
-        self._requested: set[tuple[int, int, int]] = set()
-        self.errors = 0
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": None, "_pid": -1, "_requested": set()}
+        self._state = ProcessLocal(partial(_new_state, threads))
 
     @property
     def enabled(self) -> bool:
         return self.threads > 0 and not self.meta.data_storage.is_local and bool(self.meta.video_keys)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None or self._pid != os.getpid():
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="robostream-prefetch")
-            self._pid, self._requested = os.getpid(), set()
-        return self._pool
-
-    def piece(self, episode: int, first: int, stop: int) -> None:
+    def piece(self, episode: int, first: int, stop: int, worker: int) -> None:
         """Fetch frames [first, stop) of every camera of `episode` ahead of use (once per piece and process)."""
-        if not self.enabled or (episode, first, stop) in self._requested:
+        if not self.enabled:
             return
-        pool = self._executor()
-        self._requested.add((episode, first, stop))
+        state = self._state.get()
+        if state.failure is not None:
+            raise RuntimeError("a video prefetch thread failed unexpectedly") from state.failure
+        if (episode, first, stop) in state.requested:
+            return
+        state.requested.add((episode, first, stop))
         for key in self.meta.video_keys:
-            pool.submit(self._fetch, episode, key, first, stop)
+            future = state.pool.submit(self._fetch, episode, key, first, stop, worker)
+            future.add_done_callback(partial(_keep_failure, state))
 
-    def _fetch(self, episode: int, key: str, first: int, stop: int) -> None:
+    def _fetch(self, episode: int, key: str, first: int, stop: int, worker: int) -> None:
         storage = self.meta.data_storage
         if not storage.blocks.has_room_for_prefetch():
             return
@@ -68,5 +80,14 @@ class Prefetcher:
                         break
                     if not storage.blocks.has_room_for_prefetch():
                         break
-        except Exception:  # noqa: BLE001 - best effort; the decoder's read retries and reports for real
-            self.errors += 1
+        except EXPECTED:
+            self.counters.add(worker, "prefetch_errors", 1)
+
+
+def _new_state(threads: int) -> _State:
+    return _State(ThreadPoolExecutor(max(1, threads), thread_name_prefix="robostream-prefetch"))
+
+
+def _keep_failure(state: _State, future: Future) -> None:
+    if future.exception() is not None and state.failure is None:
+        state.failure = future.exception()

@@ -157,3 +157,27 @@ def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_b
         # reads from it (the parent read only metadata).
         data = sum(p.stat().st_size for p in av1_root.glob("data/*/*.parquet"))
         assert counts["bytes_read"] <= 2 * (videos + data), (counts["bytes_read"], videos, data)
+
+
+def test_prefetch_failures_are_counted_and_the_sample_gets_the_error(av1_root, tmp_path):
+    """A video file of an upcoming piece is missing: prefetch counts its failure (no silent loss) and the
+    sample that needs it gets a clear error naming the file, after every earlier sample came through."""
+    from robostream.errors import MissingFileError
+    from robostream.format.metadata import load_metadata
+    from tests.conftest import copy_dataset
+
+    root = copy_dataset(av1_root, tmp_path / "ds")
+    meta = load_metadata(root)
+    key, victim = next((k, e) for k in meta.video_keys for e in (1, 2)
+                       if meta.video_file(e, k) != meta.video_file(0, k))
+    missing = meta.video_file(victim, key)
+    (root / missing).unlink()
+    with RangeHTTPServer(root) as server:
+        dataset = StreamingLeRobotDataset(root=server.url, shuffle=False, canonical_streams=1, return_uint8=True,
+                                          source=FAST)
+        seen = []
+        with pytest.raises(MissingFileError, match=missing.replace(".", r"\.")):
+            for sample in dataset:
+                seen.append(int(sample["episode_index"]))
+    assert 0 in seen and max(seen) < victim  # every sample before the broken piece was delivered
+    assert dataset.frame_counts()["prefetch_errors"] >= 1
