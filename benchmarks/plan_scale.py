@@ -24,7 +24,6 @@ import time
 
 from robostream import StreamingLeRobotDataset
 from robostream.datasets.epoch_iterator import EpochIterator
-from robostream.plan.resume import samples_per_worker
 
 
 def _best(fn, repeat: int) -> tuple[float, object]:
@@ -57,11 +56,7 @@ def measure(root: str, ranks: int, workers: int, resume_on: tuple[int, int], rep
     batches, batch_size = 1000, 32
 
     def checkpoint():
-        emitted = []
-        for rank in range(ranks):
-            roles = [rank * workers + j for j in range(workers)]
-            emitted += samples_per_worker(batches, [plan.quotas[r] for r in roles], batch_size)
-        return dataset.state_dict(emitted_by_role=emitted, num_workers=workers, batches=batches)
+        return dataset.state_dict(batches=batches, batch_size=batch_size, num_workers=workers)
 
     state_s, state = _best(checkpoint, repeat)
     new_ranks, new_workers = resume_on

@@ -19,7 +19,6 @@ from torch.utils.data import DataLoader
 
 from robostream.datasets.batch_buffers import BatchBuffers
 from robostream.datasets.streaming import StreamingLeRobotDataset
-from robostream.plan.resume import samples_per_worker
 
 
 class StreamingDataLoader(DataLoader):
@@ -57,17 +56,8 @@ class StreamingDataLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset position after the batches consumed so far in the current pass."""
-        dataset: StreamingLeRobotDataset = self.dataset
-        workers = max(1, self.num_workers)
-        world = dataset.consumer(num_workers=workers, worker=0).world_size
-        plan = dataset.epoch_plan(world, workers)
-        emitted = [0] * (world * workers)
-        for rank in range(world):  # ranks consume in lockstep: every rank's workers delivered alike
-            roles = [rank * workers + (j + plan.rotation) % workers for j in range(workers)]
-            delivered = samples_per_worker(self._batches, [plan.quotas[r] for r in roles], self.batch_size)
-            for r, n in zip(roles, delivered):
-                emitted[r] = n
-        return dataset.state_dict(emitted_by_role=emitted, num_workers=workers, batches=self._batches)
+        return self.dataset.state_dict(batches=self._batches, batch_size=self.batch_size,
+                                       num_workers=max(1, self.num_workers))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)

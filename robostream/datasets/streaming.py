@@ -36,6 +36,7 @@ from robostream.datasets.source import SourceOptions, open_dataset, resolve_epis
 from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.order import epoch_episode_order
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
+from robostream.plan.resume import emitted_by_role
 from robostream.plan.schedule import window_stride
 from robostream.plan.segments import (
     positions_after,
@@ -186,19 +187,24 @@ class StreamingLeRobotDataset(IterableDataset):
         self.epoch = epoch
 
     # -- resume ----------------------------------------------------------------------------------------------
-    def state_dict(self, emitted_by_role: Sequence[int] | None = None, num_workers: int = 1,
-                   batches: int = 0) -> dict[str, Any]:
+    def state_dict(self, *, batches: int | None = None, batch_size: int = 1, num_workers: int = 1
+                   ) -> dict[str, Any]:
         """A small JSON-serialisable state: each segment's position plus what the layout still owes.
 
-        Without arguments it describes in-process iteration (no DataLoader workers); StreamingDataLoader passes
-        what every consumer role delivered, derived from the `batches` the training loop consumed.
+        Args:
+            batches: batches the training loop consumed on each rank in this pass (StreamingDataLoader passes it);
+                None describes in-process iteration (no DataLoader, this process's own count).
+            batch_size: the loader's batch size.
+            num_workers: the loader's workers (1 without workers).
         """
         _, world = self._rank_world or resolve_rank_world()
         plan = self.epoch_plan(world, num_workers)
         consumers = world * num_workers
-        # Ranks consume in lockstep, so in-process iteration on this rank stands for every consumer.
-        emitted = list(emitted_by_role) if emitted_by_role is not None else \
-            [self._iterator.emitted if self._iterator is not None else 0] * consumers
+        if batches is None:  # ranks consume in lockstep: in-process iteration on this rank stands for every one
+            emitted = [self._iterator.emitted if self._iterator is not None else 0] * consumers
+            batches = 0
+        else:
+            emitted = emitted_by_role(batches, plan.quotas, batch_size, world, num_workers, plan.rotation)
         positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=self.shuffle)
         left = role_remaining(plan.segments, plan.positions, consumers)
         repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]

@@ -40,6 +40,33 @@ def samples_per_worker(batches: int, quotas: Sequence[int], batch_size: int) -> 
     return [min(q, int(b) * batch_size) for q, b in zip(quotas, taken)]
 
 
+def emitted_by_role(batches: int, quotas: Sequence[int], batch_size: int, world_size: int, num_workers: int,
+                    rotation: int) -> list[int]:
+    """Samples every consumer role (rank * num_workers + worker) emitted once each rank consumed `batches` batches.
+
+    Ranks consume in lockstep, so every rank's workers delivered alike; a rank's DataLoader takes batches from its
+    workers cyclically starting at worker 0, which plays role (0 + rotation) % num_workers after a same-layout
+    resume.
+
+    Args:
+        batches: batches one rank consumed since the plan's positions.
+        quotas: per role, the samples it yields in this pass.
+        batch_size: samples per batch (a worker's last batch may be short).
+        world_size: ranks.
+        num_workers: DataLoader workers per rank (1 without workers).
+        rotation: the plan's worker rotation.
+
+    Returns:
+        One count per role.
+    """
+    emitted = [0] * (world_size * num_workers)
+    for rank in range(world_size):
+        roles = [rank * num_workers + (j + rotation) % num_workers for j in range(num_workers)]
+        for role, n in zip(roles, samples_per_worker(batches, [quotas[r] for r in roles], batch_size)):
+            emitted[role] = n
+    return emitted
+
+
 def level_fill_counts(offsets: Sequence[int], lengths: Sequence[int], picks: int) -> np.ndarray:
     """Samples each stream gives to `picks` picks that always take the unfinished stream with the lowest offset
     (ties: lowest index).

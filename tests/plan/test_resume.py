@@ -2,7 +2,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robostream.plan.layout import auto_canonical_streams
-from robostream.plan.resume import level_fill_counts, round_robin_counts, samples_per_worker, sequential_counts
+from robostream.plan.resume import (emitted_by_role, level_fill_counts, round_robin_counts, samples_per_worker,
+                                    sequential_counts)
 
 
 def _simulate_round_robin(remaining, picks):
@@ -57,3 +58,13 @@ def test_samples_per_worker_counts_round_robin_batches():
 
 def test_auto_canonical_count_is_a_multiple_of_the_layout_and_of_12():
     assert auto_canonical_streams(4) == 12 and auto_canonical_streams(16) == 48 and auto_canonical_streams(5) == 60
+
+
+def test_emitted_by_role_follows_the_cyclic_batches_of_every_rank():
+    # 2 ranks x 2 workers, batch 4: 5 batches per rank come from workers 0, 1, 0, 1, 0.
+    assert emitted_by_role(5, [100] * 4, 4, 2, 2, rotation=0) == [12, 8, 12, 8]
+    # After a same-layout resume with rotation 1, the DataLoader's worker 0 plays role 1 (rank 0) and 3 (rank 1).
+    assert emitted_by_role(5, [100] * 4, 4, 2, 2, rotation=1) == [8, 12, 8, 12]
+    # A worker whose quota runs out is skipped; a last partial batch counts what it held.
+    assert emitted_by_role(6, [4, 12], 4, 1, 2, rotation=0) == [4, 12]
+    assert emitted_by_role(0, [3, 3, 3], 4, 3, 1, rotation=0) == [0, 0, 0]
