@@ -16,11 +16,13 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+_FOREIGN: list = []  # values a forked child inherited: kept alive, unused, never freed in the child
 
 
 class ProcessLocal(Generic[T]):
     """A value built by `factory` in the process that first asks for it, and built anew in a forked child or after
-    unpickling (spawned DataLoader workers), so no process ever uses a copy of another process's value.
+    unpickling (spawned DataLoader workers), so no process ever uses a copy of another process's value; the
+    inherited copy is kept alive in the child, never freed there.
 
     The factory must be picklable when the owner is (a class, a module-level function or a functools.partial).
     """
@@ -32,6 +34,9 @@ class ProcessLocal(Generic[T]):
 
     def get(self) -> T:
         if self._pid != os.getpid():
+            if self._value is not None:
+                # Built by the parent: freeing it here could join threads that only exist there (see above).
+                _FOREIGN.append(self._value)
             self._value, self._pid = self._factory(), os.getpid()
         return self._value  # type: ignore[return-value]
 

@@ -13,7 +13,6 @@ waits. Small tensors, strings and everything else go through torch's `default_co
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
+
+from robostream.process_local import ProcessLocal
 
 SLOT_KEY = "_robostream_batch_slot"  # (worker, slot, pooled key) travelling with a pooled batch; removed by adopt
 POOLED_MIN_BYTES = 1 << 20  # tensors of a batch at least this large are collated into a slot
@@ -40,18 +41,12 @@ class BatchBuffers:
         # free[w, s]: 1 when slot s of worker w may be written; counts[w]: batches collated into a slot / fresh.
         self._free = torch.ones((MAX_WORKERS, slots), dtype=torch.uint8).share_memory_()
         self._counts = torch.zeros((MAX_WORKERS, 2), dtype=torch.int64).share_memory_()
-        self._storages: dict[int, torch.UntypedStorage] = {}
-        self._pid = os.getpid()
+        self._storages: ProcessLocal[dict[int, torch.UntypedStorage]] = ProcessLocal(dict)  # a worker's own slots
 
     @classmethod
     def for_loader(cls, prefetch_factor: int | None) -> BatchBuffers:
         """Enough slots for what a worker has in flight (prefetch_factor batches) plus what a training loop holds."""
         return cls(slots=(prefetch_factor or 2) + 2)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_storages"] = {}  # slots belong to the worker that made them
-        return state
 
     def stats(self) -> dict[str, int]:
         """Batches collated into a reused or new slot, and batches that found no free slot."""
@@ -85,11 +80,10 @@ class BatchBuffers:
         return batch
 
     def _slot_storage(self, slot: int, size: int) -> torch.UntypedStorage:
-        if self._pid != os.getpid():
-            self._storages, self._pid = {}, os.getpid()
-        storage = self._storages.get(slot)
+        storages = self._storages.get()
+        storage = storages.get(slot)
         if storage is None or storage.nbytes() < size:
-            storage = self._storages[slot] = torch.UntypedStorage._new_shared(size)
+            storage = storages[slot] = torch.UntypedStorage._new_shared(size)
         return storage
 
     # -- main-process side -----------------------------------------------------------------------------------

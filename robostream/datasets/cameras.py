@@ -19,6 +19,7 @@ from torch.utils.data import get_worker_info
 
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
+from robostream.process_local import ProcessLocal
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
 from robostream.video.lookup import decode_at_timestamps
@@ -36,36 +37,12 @@ class CameraReader:
         self.device = device
         # Default: every camera's current file stays open, plus room for the next file of each.
         self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
-        self.cache = self._new_cache()
-        self._executor: ThreadPoolExecutor | None = None
-        self._executor_pid = -1
-        self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_executor"], state["_executor_pid"] = None, -1
-        state["cache"] = None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.cache = self._new_cache()
-
-    def _new_cache(self) -> VideoDecoderCache:
         # The opener must not refer back to this reader: a reference cycle would leave a dropped dataset's decoders
-        # to the cyclic garbage collector, which may run in a forked DataLoader worker, where freeing FFmpeg
-        # objects of the parent hangs (see video/cache.py).
-        return VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
-
-    def _pool(self) -> ThreadPoolExecutor | None:
-        """This process's decode threads, or None when it has no core to spare for them."""
-        if self._executor_pid != os.getpid():
-            # Threads do not survive a fork: a pool inherited from the parent would never run our work.
-            threads = decode_threads(len(self.meta.video_keys))
-            self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="robostream-decode") \
-                if threads > 1 else None
-            self._executor_pid = os.getpid()
-        return self._executor
+        # to the cyclic garbage collector (see process_local.py for why that matters).
+        self.cache = VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
+        # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
+        self._executor = ProcessLocal(partial(decode_pool, len(meta.video_keys)))
+        self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
     def decode(self, episode_index: int, key: str, timestamps_s: Sequence[float]) -> torch.Tensor:
         """One camera: frames at episode-relative times (the mp4 time is from_timestamp + t)."""
@@ -86,7 +63,7 @@ class CameraReader:
         """Several cameras of one episode, in parallel threads when the process has cores to spare."""
         started = time.perf_counter()
         keys = list(timestamps_by_key)
-        pool = self._pool() if len(keys) > 1 else None
+        pool = self._executor.get() if len(keys) > 1 else None
         if pool is None:
             frames = {k: self.decode(episode_index, k, timestamps_by_key[k]) for k in keys}
         else:
@@ -100,6 +77,12 @@ def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None
     """Open a video file of the dataset (local path, or ranged remote reads) as a decoder."""
     source = meta.open(relative, what="video file")
     return open_video_decoder(source, backend, device, name=meta.describe(relative))
+
+
+def decode_pool(cameras: int) -> ThreadPoolExecutor | None:
+    """Decode threads for this process, or None when it has no core to spare for them."""
+    threads = decode_threads(cameras)
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="robostream-decode") if threads > 1 else None
 
 
 def decode_threads(cameras: int) -> int:

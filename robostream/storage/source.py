@@ -13,12 +13,14 @@ import posixpath
 import threading
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import fsspec
 
 from robostream.errors import MissingFileError
+from robostream.process_local import ProcessLocal
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import DiskCache
@@ -81,6 +83,15 @@ class ByteCounter:
             self.requests += 1
 
 
+class _ProcessState:
+    """What a Storage holds per process."""
+
+    def __init__(self, block_budget: int) -> None:
+        self.fs: fsspec.AbstractFileSystem | None = None
+        self.blocks = BlockCache(block_budget)
+        self.counter = ByteCounter()
+
+
 class Storage:
     """A dataset root on some filesystem; every path handed to it is relative and checked for safety."""
 
@@ -102,49 +113,34 @@ class Storage:
         self.url = root
         self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry),
                                                          dict(storage_options or {}))
-        self._fs: fsspec.AbstractFileSystem | None = None
-        self._blocks = BlockCache(block_budget)
-        self._counter = ByteCounter()
-        self._pid = os.getpid()
+        # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
+        # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
+        self._process = ProcessLocal(partial(_ProcessState, block_budget))
         if self.is_local:
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
             self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
         else:
             self.root = fsspec.core.url_to_fs(root, **self._options)[1].rstrip("/")
 
-    def _own_process(self) -> None:
-        """Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
-        not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child."""
-        if self._pid != os.getpid():
-            self._fs, self._blocks, self._counter = None, BlockCache(self.block_budget), ByteCounter()
-            self._pid = os.getpid()
-
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        self._own_process()
-        if self._fs is None:
+        state = self._process.get()
+        if state.fs is None:
             if self.is_local:
-                self._fs = fsspec.filesystem("file")
+                state.fs = fsspec.filesystem("file")
             else:
-                self._fs = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self._options)[0]
-                if hasattr(self._fs, "retries"):  # s3fs retries on its own too (5 by default)
-                    self._fs.retries = 1
-        return self._fs
+                state.fs = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self._options)[0]
+                if hasattr(state.fs, "retries"):  # s3fs retries on its own too (5 by default)
+                    state.fs.retries = 1
+        return state.fs
 
     @property
     def blocks(self) -> BlockCache:
-        self._own_process()
-        return self._blocks
+        return self._process.get().blocks
 
     @property
     def counter(self) -> ByteCounter:
-        self._own_process()
-        return self._counter
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_fs=None, _blocks=None, _counter=None, _pid=-1)  # rebuilt by the receiving process
-        return state
+        return self._process.get().counter
 
     def describe(self, relative: str) -> str:
         """The full location of a file, for messages."""
