@@ -51,15 +51,6 @@ class _ConvertedFile:
         os.close(self.fd)
 
 
-class _OpenFiles(LRU):
-    """Converted files open in this process; the least recently used is closed beyond the limit."""
-
-    def put(self, key: str, value: _ConvertedFile, limit: int) -> None:
-        self[key] = value
-        while len(self) > limit:
-            self.popitem(last=False)[1].close()
-
-
 class DataColumns:
     """Rows of any episode from the columns derived from its data file (see the module docstring)."""
 
@@ -78,7 +69,7 @@ class DataColumns:
         features = meta.info.features
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
         self.other_keys = [k for k in self.wanted if features[k]["dtype"] in ("image", "string")]
-        self._files = ProcessLocal(_OpenFiles)
+        self._files = ProcessLocal(LRU)  # converted files open in this process
         self._episodes = ProcessLocal(LRU)
         self._lock = ProcessLocal(threading.Lock)
 
@@ -128,7 +119,9 @@ class DataColumns:
                    f"{','.join(self.wanted)}"
         converted = _open(self.derived.folder(identity, lambda out: self._convert(relative, episode, out)))
         with lock:
-            files.put(relative, converted, self.open_files)
+            evicted = files.put(relative, converted, self.open_files)
+        for closing in evicted:
+            closing.close()
         return converted
 
     def _convert(self, relative: str, episode: int, out: Path) -> None:

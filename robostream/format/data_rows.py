@@ -88,10 +88,10 @@ class LRU(OrderedDict):
             self.move_to_end(key)
         return value
 
-    def put(self, key: Any, value: Any, limit: int) -> None:
+    def put(self, key: Any, value: Any, limit: int) -> list[Any]:
+        """Store `value`; returns the values evicted to stay within `limit` (for callers that must close them)."""
         self[key] = value
-        while len(self) > limit:
-            self.popitem(last=False)
+        return [self.popitem(last=False)[1] for _ in range(len(self) - limit)]
 
 
 class _Caches:
