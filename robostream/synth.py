@@ -20,6 +20,8 @@ import av
 import numpy as np
 
 from robostream.format.stats import image_stats
+from robostream.format.v21 import V21
+from robostream.format.v21_writer import V21Writer
 from robostream.format.writer import DatasetWriter
 from robostream.video.encode import encode_video
 
@@ -49,6 +51,7 @@ class SynthConfig:
     data_file_mb: float = 100
     video_file_mb: float = 200
     seed: int = 0
+    codebase_version: str = "v3.0"  # or "v2.1": one file per episode (the converter's input)
 
 
 def camera_key(camera: int) -> str:
@@ -176,10 +179,15 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     lengths = episode_lengths(config)
     jobs = jobs or os.cpu_count() or 1
     root = Path(root)
-    writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
-                           gop=config.gop, crf=config.crf,
-                           data_files_size_in_mb=config.data_file_mb, video_files_size_in_mb=config.video_file_mb,
-                           overwrite=overwrite)
+    if config.codebase_version == V21:
+        writer = V21Writer(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
+                           gop=config.gop, crf=config.crf, overwrite=overwrite)
+    elif config.codebase_version == "v3.0":
+        writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
+                               gop=config.gop, crf=config.crf, data_files_size_in_mb=config.data_file_mb,
+                               video_files_size_in_mb=config.video_file_mb, overwrite=overwrite)
+    else:
+        raise ValueError(f"codebase_version {config.codebase_version!r}: choose 'v3.0' or 'v2.1'")
     tmp = tempfile.mkdtemp(prefix="robostream-synth-")
     try:
         with writer, ProcessPoolExecutor(max_workers=jobs) as pool:

@@ -42,29 +42,33 @@ def image_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
-    """Combine per-episode stats of every feature into dataset stats."""
+    """Combine per-episode stats of every feature into dataset stats, in one pass in episode order.
+
+    The arithmetic is lerobot's own (`compute_stats.aggregate_feature_stats`, 0.4-0.6) operation for operation,
+    so a converted dataset's stats.json equals lerobot's to the last bit, not just within rounding.
+    """
     features = sorted({f for ep in per_episode for f in ep})
     result: dict[str, dict[str, np.ndarray]] = {}
     for feat in features:
         parts = [ep[feat] for ep in per_episode if feat in ep]
-        counts = np.array([float(p["count"].reshape(-1)[0]) for p in parts])
-        total = counts.sum()
-        weights = counts / total
         means = np.stack([p["mean"] for p in parts])
-        wshape = (-1,) + (1,) * (means.ndim - 1)
-        mean = (weights.reshape(wshape) * means).sum(axis=0)
         variances = np.stack([p["std"] ** 2 for p in parts])
-        var = (weights.reshape(wshape) * (variances + (means - mean) ** 2)).sum(axis=0)
+        counts = np.stack([p["count"] for p in parts])
+        total_count = counts.sum(axis=0)
+        while counts.ndim < means.ndim:  # (N, 1) -> (N, 1, ...) to broadcast against the means
+            counts = np.expand_dims(counts, axis=-1)
+        total_mean = (means * counts).sum(axis=0) / total_count
+        total_variance = ((variances + (means - total_mean) ** 2) * counts).sum(axis=0) / total_count
         agg = {
             "min": np.min(np.stack([p["min"] for p in parts]), axis=0),
             "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
-            "mean": mean,
-            "std": np.sqrt(var),
-            "count": np.array([int(total)], dtype=np.int64),
+            "mean": total_mean,
+            "std": np.sqrt(total_variance),
+            "count": total_count,
         }
-        for q in QUANTILES:
+        for q in (k for k in parts[0] if k.startswith("q") and k[1:].isdigit()):
             if all(q in p for p in parts):
-                agg[q] = (weights.reshape(wshape) * np.stack([p[q] for p in parts])).sum(axis=0)
+                agg[q] = (np.stack([p[q] for p in parts]) * counts).sum(axis=0) / total_count
         result[feat] = agg
     return result
 

@@ -33,4 +33,8 @@ def read_tasks(source: Any, name: str) -> dict[int, str]:
 def write_tasks(path: Path, tasks: dict[int, str]) -> None:
     """Write tasks the way lerobot does: a DataFrame indexed by the task string with a task_index column."""
     frame = pd.DataFrame({"task_index": list(tasks.keys())}, index=pd.Index(list(tasks.values()), name="task"))
-    frame.to_parquet(path)
+    table = pa.Table.from_pandas(frame)
+    # pandas 3 stores str as large_string; lerobot (pandas 2) writes string: keep the file the same either way
+    table = table.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type)
+                                  for f in table.schema], metadata=table.schema.metadata))
+    pq.write_table(table, path)

@@ -61,7 +61,7 @@ def arrow_type(feature: Mapping[str, Any]) -> pa.DataType:
     return value_type
 
 
-def _column(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
+def column_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     typ = arrow_type(feature)
     values = np.asarray(values)
     if list(feature["shape"]) == [1]:
@@ -72,7 +72,7 @@ def _column(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     return flat
 
 
-def _png_column(frames: np.ndarray) -> pa.Array:
+def png_column(frames: np.ndarray) -> pa.Array:
     from PIL import Image
 
     blobs = []
@@ -207,10 +207,10 @@ class DatasetWriter:
         for name in self._schema.names:
             feat = self.features[name]
             if feat["dtype"] == "image":
-                arrays.append(_png_column(np.asarray(columns[name])))
+                arrays.append(png_column(np.asarray(columns[name])))
                 stats[name] = image_stats(np.asarray(columns[name]))
             else:
-                arrays.append(_column(columns[name], feat))
+                arrays.append(column_array(columns[name], feat))
                 if feat["dtype"] != "string":
                     stats[name] = feature_stats(np.asarray(columns[name]).reshape(len(columns[name]), -1))
         table = pa.Table.from_arrays(arrays, schema=self._schema)

@@ -1,0 +1,149 @@
+"""LeRobot v2.1 -> v3.0 conversion with lerobot 0.6.1's output, in parallel, across machines, resumable.
+
+plan (metadata only: preflight, cut points) -> file tasks (one output file each, leased from a shared work dir,
+run by any executor) -> finalize (episodes table, tasks, stats, info; journaled swap). See `convert()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from robostream.convert.executors import EngineOptions, run_datatrove, run_local_pool
+from robostream.convert.finalize import cleanup, swap, write_metadata
+from robostream.convert.manifest import Owner, WorkDir, read_json, write_json_atomic
+from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
+from robostream.convert.progress import Progress
+from robostream.convert.worker import ConversionFailed, WorkerOptions, check_done, load_plan
+from robostream.errors import RobostreamError
+from robostream.format.v21 import read_v21
+
+LEROBOT_VERSION = "0.6.1"  # the release whose converter output we match
+FINALIZE = "finalize"
+
+__all__ = ["ConversionFailed", "EngineOptions", "LEROBOT_VERSION", "convert"]
+
+
+@dataclass(frozen=True)
+class Targets:
+    root: Path  # the v2.1 input
+    out: Path | None  # None: in place
+    work: Path
+
+    @property
+    def destination(self) -> Path:
+        return self.out if self.out is not None else self.root
+
+    @property
+    def journal(self) -> Path:
+        return self.work / "swap.json"
+
+
+def _targets(root: Path, out: Path | None, work_dir: Path | None) -> Targets:
+    root = root.absolute()
+    out = out.absolute() if out is not None else None
+    destination = out if out is not None else root
+    work = (work_dir.absolute() if work_dir is not None
+            else destination.parent / f".{destination.name}.robostream-convert")
+    if out is not None and out.exists() and not (work / "swap.json").exists():
+        raise FileExistsError(f"{out}: already exists; --out must name a folder that does not exist yet")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    work.parent.mkdir(parents=True, exist_ok=True)
+    if os.stat(work.parent).st_dev != os.stat(destination.parent).st_dev:
+        raise RobostreamError(f"--work-dir {work} is on another filesystem than {destination}; the finished dataset "
+                              "is moved into place with one rename, which only works within a filesystem. Put the "
+                              "work dir beside the output (the default)")
+    return Targets(root, out, work)
+
+
+def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) -> ConversionPlan:
+    """Load the work dir's plan (same input and options only), or preflight and plan now."""
+    doc = read_json(targets.work / "plan.json")
+    if doc is not None:
+        plan = ConversionPlan.from_json(doc)
+        if plan.source != str(targets.root.resolve()) or plan.fingerprint != fingerprint(targets.root, data_mb,
+                                                                                           video_mb):
+            raise RobostreamError(f"{targets.work}: holds another conversion ({plan.source}, data {plan.data_limit_mb} "
+                                  f"MB, video {plan.video_limit_mb} MB) or its input changed; remove it or choose "
+                                  "another --work-dir")
+        log(f"resuming the conversion planned in {targets.work}")
+        return plan
+    dataset, plan = make_plan(targets.root, data_limit_mb=data_mb, video_limit_mb=video_mb, workers=workers)
+    log("preflight: " + json.dumps(preflight_report(dataset, plan)))
+    write_json_atomic(targets.work / "plan.json", plan.to_json())
+    return plan
+
+
+def _finalize(targets: Targets, options: WorkerOptions) -> bool:
+    """Write the metadata and swap, under the finalize lease; False if another process is finalizing."""
+    work = WorkDir(targets.work, lease_s=options.lease_s)
+    lease = work.try_claim(FINALIZE, Owner.current())
+    if lease is None:
+        return False
+    plan = load_plan(work)
+    write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks)
+    swap(targets.journal, work.staging, targets.root, out=targets.out)
+    cleanup(targets.work)
+    return True
+
+
+def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | Path | None = None,
+            workers: int = 1, executor: Literal["local", "datatrove-local", "slurm", "ray"] = "local",
+            data_file_size_in_mb: float = 100, video_file_size_in_mb: float = 200,
+            engine: EngineOptions = EngineOptions(), lease_s: float = 60.0, max_attempts: int = 3,
+            dry_run: bool = False, log=print) -> dict[str, Any]:
+    """Convert the LeRobot v2.1 dataset at `src` to v3.0, producing what lerobot 0.6.1's converter produces.
+
+    Args:
+        src: the v2.1 dataset folder (meta/, data/, videos/).
+        out: write the v3.0 dataset here (must not exist); None converts in place: `src` becomes v3.0 and the
+            input is kept as `<src>_old`, like lerobot.
+        work_dir: plan, leases and the dataset being built; default beside the output. Must be on the output's
+            filesystem. Rerunning the same command with the same work dir resumes after any interruption.
+        workers: processes (local) or datatrove tasks (other executors) converting files in parallel.
+        executor: "local" (a process pool here), or datatrove's "datatrove-local", "slurm" (a job array, then a
+            dependent finalize job) or "ray". Other machines may join any run with the same command and work dir.
+        data_file_size_in_mb / video_file_size_in_mb: lerobot's file size limits (defaults 100 and 200).
+        engine: datatrove executor options (partition, time, cpus per task, ...).
+        lease_s: how long a task's lease lives without a heartbeat before another worker may take it over.
+        max_attempts: failures of one file (since this call) that fail the conversion.
+        dry_run: preflight and plan only; print the report, write nothing but the plan.
+        log: where progress lines go.
+    Returns:
+        A summary (episodes, files, bytes written, seconds, ...), also printed by the CLI as JSON.
+    """
+    started = time.time()
+    targets = _targets(Path(src), Path(out) if out is not None else None,
+                       Path(work_dir) if work_dir is not None else None)
+    if targets.journal.exists():  # a crash during the swap: complete it
+        swap(targets.journal, targets.work / "staging", targets.root, out=targets.out)
+        cleanup(targets.work)
+        return {"output": str(targets.destination), "resumed": "swap", "seconds": time.time() - started}
+    plan = _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log)
+    tasks = plan.tasks
+    if dry_run:
+        return {"output": None, "plan": str(targets.work / "plan.json"), "files": len(tasks)}
+    work = WorkDir(targets.work, lease_s=lease_s)
+    check_done(work, tasks)
+    already = sum(work.is_done(t.task_id) for t in tasks)
+    options = WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started)
+    progress = Progress(work, tasks, log=log)
+    if executor == "local":
+        run_local_pool(targets.work, workers=workers, options=options, on_tick=progress.tick)
+    else:
+        run_datatrove(targets.work, executor=executor, workers=workers, options=options, engine=engine,
+                      finalize=None)
+    progress.close()
+    written = sum(work.done_size(t.task_id) or 0 for t in tasks)
+    if not _finalize(targets, options):
+        raise RobostreamError(f"{targets.work}: another process is finalizing this conversion; wait for it")
+    return {
+        "output": str(targets.destination), "input_kept": None if targets.out else str(targets.root) + "_old",
+        "episodes": len(plan.data), "frames": sum(d["rows"] for d in plan.data), "files": len(tasks),
+        "files_resumed": already, "bytes_written": written, "workers": workers, "executor": executor,
+        "seconds": round(time.time() - started, 3), "lerobot_version_matched": LEROBOT_VERSION,
+    }

@@ -1,0 +1,183 @@
+"""The v2.1 layout (input of the converter): one parquet per episode, one mp4 per episode per camera, JSON-lines
+metadata (`episodes.jsonl`, `tasks.jsonl`, `episodes_stats.jsonl`).
+
+Reading is strict: the converter must refuse a dataset whose files and metadata disagree instead of pairing
+files with episodes by position the way lerobot's converter does (its `sorted(glob(...))` mispairs past chunk 999
+and silently shifts every later episode when one file is missing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robostream.errors import DatasetFormatError, MissingFileError
+from robostream.format.paths import render_template
+
+V21 = "v2.1"
+V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+EPISODES_JSONL = "meta/episodes.jsonl"
+TASKS_JSONL = "meta/tasks.jsonl"
+EPISODES_STATS_JSONL = "meta/episodes_stats.jsonl"
+INFO_PATH = "meta/info.json"
+
+
+@dataclass(frozen=True)
+class V21Episode:
+    episode_index: int
+    tasks: list[str]
+    length: int
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of the episodes.jsonl line, kept as lerobot does
+
+
+@dataclass(frozen=True)
+class V21Layout:
+    """Where a v2.1 dataset at `root` keeps each episode's files (from info.json alone)."""
+
+    root: Path
+    info: dict[str, Any]
+
+    @property
+    def chunks_size(self) -> int:
+        return int(self.info.get("chunks_size", 1000))
+
+    @property
+    def video_keys(self) -> list[str]:
+        """Cameras stored as mp4, sorted by name (the order lerobot's converter writes them in)."""
+        return sorted(k for k, f in self.info["features"].items() if f.get("dtype") == "video")
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.info["features"].items() if f.get("dtype") == "image"]
+
+    def data_file(self, episode_index: int) -> str:
+        return render_template(self.info.get("data_path") or V21_DATA_PATH, what=f"{self.root}/{INFO_PATH} data_path",
+                               episode_chunk=episode_index // self.chunks_size, episode_index=episode_index)
+
+    def video_file(self, episode_index: int, video_key: str) -> str:
+        template = self.info.get("video_path") or V21_VIDEO_PATH
+        return render_template(template, what=f"{self.root}/{INFO_PATH} video_path", video_key=video_key,
+                               episode_chunk=episode_index // self.chunks_size, episode_index=episode_index)
+
+
+@dataclass(frozen=True)
+class V21Dataset(V21Layout):
+    """The metadata of a v2.1 dataset (nothing under data/ or videos/ is read)."""
+
+    episodes: list[V21Episode]  # sorted by episode_index
+    tasks: dict[int, str]  # task_index -> task, sorted by task_index
+    episode_stats: dict[int, dict[str, dict[str, Any]]]  # episode_index -> {feature: {stat: nested list}}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise MissingFileError(f"{path}: missing; a v2.1 dataset needs meta/info.json, episodes.jsonl, tasks.jsonl "
+                               "and episodes_stats.jsonl")
+    rows = []
+    with path.open("r", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetFormatError(f"{path}:{number}: not a JSON line: {exc}") from exc
+            if not isinstance(row, dict):
+                raise DatasetFormatError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
+
+
+def _int_field(row: dict[str, Any], key: str, where: str) -> int:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DatasetFormatError(f"{where}: {key!r} must be an integer, got {value!r}")
+    return value
+
+
+def read_info_v21(root: Path) -> dict[str, Any]:
+    """info.json of a dataset that must be v2.1; other versions and non-datasets are refused by name."""
+    path = root / INFO_PATH
+    if not path.is_file():
+        raise MissingFileError(f"{path}: missing; {root} is not a LeRobot dataset (expected meta/info.json)")
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetFormatError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(info, dict) or not isinstance(info.get("features"), dict):
+        raise DatasetFormatError(f"{path}: not a LeRobot info.json (no 'features' object)")
+    version = info.get("codebase_version")
+    if version != V21:
+        hint = " (already converted)" if isinstance(version, str) and version.startswith("v3.") else ""
+        raise DatasetFormatError(f"{path}: codebase_version is {version!r}{hint}; the converter takes v2.1 datasets")
+    if not isinstance(info.get("fps"), (int, float)) or info["fps"] <= 0:
+        raise DatasetFormatError(f"{path}: 'fps' must be a positive number, got {info.get('fps')!r}")
+    return info
+
+
+def read_v21(root: str | Path) -> V21Dataset:
+    """Read and cross-check a v2.1 dataset's metadata files."""
+    root = Path(root)
+    info = read_info_v21(root)
+    episodes_path, tasks_path, stats_path = root / EPISODES_JSONL, root / TASKS_JSONL, root / EPISODES_STATS_JSONL
+    episodes = []
+    for row in _read_jsonl(episodes_path):
+        where = f"{episodes_path} (episode {row.get('episode_index')!r})"
+        index, length = _int_field(row, "episode_index", where), _int_field(row, "length", where)
+        tasks = row.get("tasks")
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            raise DatasetFormatError(f"{where}: 'tasks' must be a list of strings, got {tasks!r}")
+        extra = {k: v for k, v in row.items() if k not in ("episode_index", "tasks", "length")}
+        episodes.append(V21Episode(index, tasks, length, extra))
+    episodes.sort(key=lambda e: e.episode_index)
+    indices = [e.episode_index for e in episodes]
+    if indices != list(range(len(indices))):
+        seen = set()
+        dupes = sorted({i for i in indices if i in seen or seen.add(i)})
+        gaps = sorted(set(range(max(indices, default=-1) + 1)) - set(indices))
+        raise DatasetFormatError(f"{episodes_path}: episode indices must be 0..N-1 without gaps or repeats; "
+                                 f"missing {gaps[:10]}, repeated {dupes[:10]}")
+    tasks_rows = _read_jsonl(tasks_path)
+    tasks: dict[int, str] = {}
+    for row in sorted(tasks_rows, key=lambda r: r.get("task_index", -1)):
+        index = _int_field(row, "task_index", str(tasks_path))
+        if not isinstance(row.get("task"), str):
+            raise DatasetFormatError(f"{tasks_path}: task_index {index}: 'task' must be a string")
+        tasks[index] = row["task"]
+    known = set(tasks.values())
+    for episode in episodes:
+        unknown = [t for t in episode.tasks if t not in known]
+        if unknown:
+            raise DatasetFormatError(f"{episodes_path}: episode {episode.episode_index} names task(s) {unknown} "
+                                     f"that {tasks_path} does not list")
+    stats: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in _read_jsonl(stats_path):
+        index = _int_field(row, "episode_index", str(stats_path))
+        if not isinstance(row.get("stats"), dict):
+            raise DatasetFormatError(f"{stats_path}: episode {index}: 'stats' must be an object")
+        stats[index] = row["stats"]
+    missing = [i for i in indices if i not in stats]
+    if missing or len(stats) != len(indices):
+        raise DatasetFormatError(f"{stats_path}: stats for {len(stats)} episodes, {episodes_path} lists "
+                                 f"{len(indices)}; episodes without stats: {missing[:10]}")
+    stats = {i: stats[i] for i in sorted(stats)}
+    declared = info.get("total_episodes")
+    if declared != len(episodes):
+        raise DatasetFormatError(f"{root / INFO_PATH}: total_episodes is {declared!r} but {episodes_path} lists "
+                                 f"{len(episodes)} episodes")
+    return V21Dataset(root, info, episodes, tasks, stats)
+
+
+def stats_to_numpy(stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """One episode's stats as lerobot casts them (`np.atleast_1d(np.array(value))`)."""
+    return {f: {k: np.atleast_1d(np.array(v)) for k, v in s.items()} for f, s in stats.items()}
+
+
+def read_layout(root: str | Path) -> V21Layout:
+    """The file layout of the v2.1 dataset at `root`, from its info.json."""
+    return V21Layout(Path(root), read_info_v21(Path(root)))
