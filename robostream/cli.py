@@ -1,4 +1,4 @@
-"""The `robostream` command: synth, inspect, bench, bench-report."""
+"""The `robostream` command: synth, inspect, bench, bench-report, convert, verify."""
 
 from __future__ import annotations
 
@@ -32,6 +32,52 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from robostream.convert import EngineOptions, convert
+
+    engine = EngineOptions(tasks=args.tasks, partition=args.partition, time=args.time,
+                           cpus_per_task=args.cpus_per_task, mem_per_cpu_gb=args.mem_per_cpu_gb,
+                           logging_dir=args.logging_dir, venv_path=args.venv_path)
+    log = (lambda line: print(line, file=sys.stderr))
+    summary = convert(args.src, out=args.out, work_dir=args.work_dir, workers=args.workers, executor=args.executor,
+                      data_file_size_in_mb=args.data_file_size_in_mb,
+                      video_file_size_in_mb=args.video_file_size_in_mb, engine=engine, lease_s=args.lease_s,
+                      max_attempts=args.max_attempts, dry_run=args.dry_run, log=log)
+    print(json.dumps(summary))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from robostream.convert.verify import verify
+
+    report = verify(args.root, tolerance_s=args.tolerance_s)
+    print(json.dumps(report, indent=2))
+    return 1 if report["problems"] else 0
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("src", help="the v2.1 dataset folder (converted in place unless --out is given)")
+    parser.add_argument("--out", default=None, help="write the v3.0 dataset here instead (must not exist)")
+    parser.add_argument("--work-dir", default=None, help="plan, leases and the dataset being built (default: "
+                        "beside the output; must be on its filesystem). Rerun the same command to resume")
+    parser.add_argument("--workers", type=int, default=1, help="processes (local) or datatrove tasks")
+    parser.add_argument("--executor", choices=["local", "datatrove-local", "slurm", "ray"], default="local")
+    parser.add_argument("--data-file-size-in-mb", type=float, default=100.0)
+    parser.add_argument("--video-file-size-in-mb", type=float, default=200.0)
+    parser.add_argument("--lease-s", type=float, default=60.0,
+                        help="a file's lease expires after this long without a heartbeat (then others take over)")
+    parser.add_argument("--max-attempts", type=int, default=3, help="failures of one file that fail the run")
+    parser.add_argument("--dry-run", action="store_true", help="preflight and plan only")
+    engine = parser.add_argument_group("datatrove executors (slurm, ray)")
+    engine.add_argument("--tasks", type=int, default=0, help="datatrove tasks (default: --workers)")
+    engine.add_argument("--partition", default=None)
+    engine.add_argument("--time", default="24:00:00")
+    engine.add_argument("--cpus-per-task", type=int, default=2)
+    engine.add_argument("--mem-per-cpu-gb", type=float, default=2.0)
+    engine.add_argument("--logging-dir", default=None)
+    engine.add_argument("--venv-path", default=None, help="virtualenv the SLURM jobs activate")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from robostream.synth import SynthConfig
 
@@ -56,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("root")
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(run=_inspect)
+
+    convert = sub.add_parser("convert", help="convert a LeRobot v2.1 dataset to v3.0 (lerobot 0.6.1's output; "
+                                             "parallel, distributed, resumable)")
+    add_convert_arguments(convert)
+    convert.set_defaults(run=_convert)
+    verify = sub.add_parser("verify", help="check a v3.0 dataset's rows, frame counts and first/last frames")
+    verify.add_argument("root")
+    verify.add_argument("--tolerance-s", type=float, default=1e-4)
+    verify.set_defaults(run=_verify)
 
     from robostream.bench.command import add_bench_arguments, add_report_arguments, run_bench, run_report
 

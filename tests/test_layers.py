@@ -23,8 +23,9 @@ LAYERS: dict[str, set[str]] = {
     "datasets": {"plan", "storage", "video", "format"},
     "summary": {"format", "video"},
     "synth": {"format", "video"},
+    "convert": {"format", "storage", "video"},
     "bench": {"datasets", "plan", "storage", "video", "format", "summary", "synth"},
-    "cli": {"bench", "datasets", "summary", "synth", "format", "video"},
+    "cli": {"bench", "convert", "datasets", "summary", "synth", "format", "video"},
     "__init__": {"datasets", "video"},
 }
 # Single modules allowed one more edge: the writer encodes videos (the design's writer/ layer, kept in format/).

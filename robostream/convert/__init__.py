@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from robostream.convert.executors import EngineOptions, run_datatrove, run_local_pool
+from robostream.convert.executors import EngineOptions, run_local_pool
+from robostream.convert.faults import crash_point
 from robostream.convert.finalize import cleanup, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir, read_json, write_json_atomic
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
@@ -25,7 +26,7 @@ from robostream.format.v21 import read_v21
 LEROBOT_VERSION = "0.6.1"  # the release whose converter output we match
 FINALIZE = "finalize"
 
-__all__ = ["ConversionFailed", "EngineOptions", "LEROBOT_VERSION", "convert"]
+__all__ = ["ConversionFailed", "EngineOptions", "LEROBOT_VERSION", "convert", "finish_conversion"]
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,34 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
 def _finalize(targets: Targets, options: WorkerOptions) -> bool:
     """Write the metadata and swap, under the finalize lease; False if another process is finalizing."""
     work = WorkDir(targets.work, lease_s=options.lease_s)
+    plan = load_plan(work)
+    unfinished = [t.output for t in plan.tasks if not work.is_done(t.task_id)]
+    if unfinished:
+        raise RobostreamError(f"{targets.work}: {len(unfinished)} file(s) not converted yet (e.g. {unfinished[0]}); "
+                              "run the conversion again to finish them")
     lease = work.try_claim(FINALIZE, Owner.current())
     if lease is None:
         return False
-    plan = load_plan(work)
     write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks)
     swap(targets.journal, work.staging, targets.root, out=targets.out)
     cleanup(targets.work)
     return True
+
+
+def finish_conversion(src: str | Path, *, out: str | Path | None, work_dir: str | Path | None,
+                      options: WorkerOptions) -> None:
+    """Finalize a conversion whose files are all done (the SLURM finalize job runs this)."""
+    targets = _targets(Path(src), Path(out) if out is not None else None,
+                       Path(work_dir) if work_dir is not None else None)
+    if targets.journal.exists():
+        _complete_swap(targets)
+    elif not _finalize(targets, options):
+        raise RobostreamError(f"{targets.work}: another process is finalizing this conversion; wait for it")
+
+
+def _complete_swap(targets: Targets) -> None:
+    swap(targets.journal, targets.work / "staging", targets.root, out=targets.out)
+    cleanup(targets.work)
 
 
 def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | Path | None = None,
@@ -120,8 +141,7 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     targets = _targets(Path(src), Path(out) if out is not None else None,
                        Path(work_dir) if work_dir is not None else None)
     if targets.journal.exists():  # a crash during the swap: complete it
-        swap(targets.journal, targets.work / "staging", targets.root, out=targets.out)
-        cleanup(targets.work)
+        _complete_swap(targets)
         return {"output": str(targets.destination), "resumed": "swap", "seconds": time.time() - started}
     plan = _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log)
     tasks = plan.tasks
@@ -131,12 +151,18 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     check_done(work, tasks)
     already = sum(work.is_done(t.task_id) for t in tasks)
     options = WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started)
-    progress = Progress(work, tasks, log=log)
+    progress = Progress(work, tasks, log=log, on_files_done=lambda: crash_point("files-done"))
     if executor == "local":
         run_local_pool(targets.work, workers=workers, options=options, on_tick=progress.tick)
     else:
-        run_datatrove(targets.work, executor=executor, workers=workers, options=options, engine=engine,
-                      finalize=None)
+        from robostream.convert.datatrove_steps import launch
+
+        job = launch(targets.work, executor=executor, workers=workers, options=options, engine=engine,
+                     src=str(targets.root), out=None if targets.out is None else str(targets.out))
+        if job is not None:
+            progress.close()
+            return {"output": str(targets.destination), "submitted": job, "files": len(tasks),
+                    "note": "SLURM runs the files and then the finalize job; rerun this command to follow or resume"}
     progress.close()
     written = sum(work.done_size(t.task_id) or 0 for t in tasks)
     if not _finalize(targets, options):

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from robostream.convert.manifest import WorkDir
 from robostream.convert.worker import ConversionFailed, WorkerOptions, load_plan, run_worker
@@ -87,6 +87,7 @@ def run_local_pool(work_dir: Path, *, workers: int, options: WorkerOptions,
 
     for _ in range(workers):
         start()
+    idle_deaths = 0
     try:
         while running:
             for sentinel in multiprocessing.connection.wait(list(running), timeout=tick_s):
@@ -99,9 +100,17 @@ def run_local_pool(work_dir: Path, *, workers: int, options: WorkerOptions,
                     raise ConversionFailed(_failed_task_message(work, options))
                 how = (f"killed by {signal.Signals(-process.exitcode).name}" if process.exitcode < 0
                        else f"exit code {process.exitcode}")
-                for lease in work.leases_held_by_pid(socket.gethostname(), process.pid, task_ids):
+                held = work.leases_held_by_pid(socket.gethostname(), process.pid, task_ids)
+                for lease in held:
                     work.record_failure(lease.task_id, lease.attempt, lease.owner,
                                         f"worker process {process.pid} died ({how}) while producing this file")
+                # A worker that dies holding nothing failed outside any task (start-up, environment): retrying
+                # forever would hang the run, so such deaths are bounded like a task's failures.
+                idle_deaths = 0 if held else idle_deaths + 1
+                if idle_deaths >= options.max_attempts:
+                    stop_all()
+                    raise ConversionFailed(f"{idle_deaths} worker processes in a row died ({how}) before taking "
+                                           "any file; see their output above")
                 if not all(work.is_done(t) for t in task_ids):
                     start()
             on_tick()
@@ -109,10 +118,3 @@ def run_local_pool(work_dir: Path, *, workers: int, options: WorkerOptions,
         stop_all()
         raise
 
-
-def run_datatrove(work_dir: Path, *, executor: Literal["datatrove-local", "slurm", "ray"], workers: int,
-                  options: WorkerOptions, engine: EngineOptions, finalize: Callable[[], None] | None) -> None:
-    """Launch the workers (and, after them, `finalize`) through datatrove; see convert/datatrove_steps.py."""
-    from robostream.convert.datatrove_steps import launch
-
-    launch(work_dir, executor=executor, workers=workers, options=options, engine=engine, finalize=finalize)

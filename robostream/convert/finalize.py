@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robostream.convert.faults import crash_point
 from robostream.convert.manifest import fsync_dir, read_json, write_json_atomic
 from robostream.convert.plan import FileTask, span_of_each_episode, video_timestamps
 from robostream.convert.planning import ConversionPlan
@@ -134,6 +135,7 @@ def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: Conversion
         raise RobostreamError(f"the episodes table is {table.nbytes / 1024 ** 2:.0f} MiB; lerobot 0.6.1 reads it as "
                               f"one file and refuses more than {EPISODES_TABLE_LIMIT_MB} MiB")
     place(DEFAULT_EPISODES_PATH.format(chunk_index=0, file_index=0), lambda p: pq.write_table(table, p))
+    crash_point("metadata-written")
     place("meta/tasks.parquet", lambda p: write_tasks(p, dataset.tasks))
     stats = aggregate_stats([stats_to_numpy(dataset.episode_stats[e.episode_index]) for e in dataset.episodes])
     stats_doc = {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in stats.items()}
@@ -188,10 +190,12 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
     if stage.exists() and root.exists() and not _is_v30(root):
         if exchange(stage, root):  # root: new; stage: old
             fsync_dir(root.parent)
+            crash_point("swap-half")
             os.rename(stage, old)
         else:
             os.rename(root, old)
             fsync_dir(root.parent)
+            crash_point("swap-half")
             os.rename(stage, root)
     elif stage.exists() and not root.exists():
         os.rename(stage, root)  # crashed between the two renames

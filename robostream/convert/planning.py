@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robostream.convert.faults import crash_point
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
 from robostream.errors import DatasetFormatError
@@ -129,6 +130,7 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
         for key, probes in batch_videos.items():
             videos[key] += probes
     _raise_problems(dataset.root, _probe_problems(dataset, data, videos))
+    crash_point("planned")
     plan = ConversionPlan(str(dataset.root.resolve()), fingerprint(dataset.root, data_limit_mb, video_limit_mb),
                           data_limit_mb, video_limit_mb, data, videos)
     return dataset, plan

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from robostream.convert.faults import crash_point
 from robostream.convert.file_tasks import write_data_file, write_video_file
 from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text, fsync_dir, read_json
 from robostream.convert.plan import FileTask
@@ -89,11 +90,13 @@ def publish(work: WorkDir, lease: Lease, task: FileTask, produced: Path, size: i
     """Move an attempt's output into the staging dataset (first attempt wins) and mark the task done."""
     final = work.staging / task.output
     final.parent.mkdir(parents=True, exist_ok=True)
+    crash_point("task-written")
     try:
         os.link(produced, final)
     except FileExistsError:
         pass  # an earlier attempt published it (outputs are only linked after fsync, so it is whole)
     fsync_dir(final.parent)
+    crash_point("task-published")
     final_size = final.stat().st_size
     if final_size != size:
         raise RobostreamError(f"{final}: {final_size} bytes already published, this attempt wrote {size}; two "

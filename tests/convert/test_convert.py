@@ -1,0 +1,153 @@
+"""Conversion output: the same for any number of workers and executors, loadable, equal to its v2.1 input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from robostream.convert import convert
+from robostream.convert.compare import compare_datasets
+from robostream.convert.verify import verify
+from robostream.datasets.map_style import LeRobotDataset
+from robostream.format.v21 import read_v21
+from robostream.synth import read_marker
+from tests.convert.conftest import DATA_MB, VIDEO_MB, copy_tree, tree_listing
+
+
+def quiet(line: str) -> None:
+    pass
+
+
+def test_reference_has_several_files_per_camera_rolling_over_at_different_episodes(reference: Path):
+    episodes = pq.read_table(next((reference / "meta/episodes").rglob("*.parquet"))).to_pydict()
+    data_files = set(episodes["data/file_index"])
+    cam0 = episodes["videos/observation.images.cam0/file_index"]
+    cam1 = episodes["videos/observation.images.cam1/file_index"]
+    assert len(data_files) >= 2 and len(set(cam0)) >= 2 and len(set(cam1)) >= 2
+    assert cam0 != cam1
+
+
+def test_two_workers_write_what_one_worker_writes(v21_root: Path, reference: Path, tmp_path: Path):
+    summary = convert(v21_root, out=tmp_path / "out", workers=2, data_file_size_in_mb=DATA_MB,
+                      video_file_size_in_mb=VIDEO_MB, log=quiet)
+    assert compare_datasets(tmp_path / "out", reference) == []
+    assert summary["files"] == len(list((tmp_path / "out").rglob("*.mp4"))) + len(
+        list((tmp_path / "out/data").rglob("*.parquet")))
+    assert summary["bytes_written"] > 0 and summary["files_resumed"] == 0
+    assert not (tmp_path / ".out.robostream-convert").exists()  # the work dir is gone
+
+
+def test_samples_of_the_converted_dataset_equal_the_v21_rows_and_frames(v21_root: Path, reference: Path):
+    source = read_v21(v21_root)
+    rows = pq.read_table([v21_root / source.data_file(e.episode_index) for e in source.episodes][0])
+    dataset = LeRobotDataset(root=reference, return_uint8=True)
+    assert len(dataset) == sum(e.length for e in source.episodes)
+    offsets = np.cumsum([0] + [e.length for e in source.episodes])
+    for episode in source.episodes:
+        rows = pq.read_table(v21_root / source.data_file(episode.episode_index)).to_pydict()
+        for frame in (0, episode.length // 2, episode.length - 1):
+            sample = dataset[int(offsets[episode.episode_index] + frame)]
+            assert int(sample["episode_index"]) == episode.episode_index and int(sample["frame_index"]) == frame
+            np.testing.assert_array_equal(sample["observation.state"].numpy(),
+                                          np.asarray(rows["observation.state"][frame], dtype=np.float32))
+            assert sample["task"] == source.tasks[rows["task_index"][frame]]
+            for camera in (0, 1):
+                frame_chw = sample[f"observation.images.cam{camera}"].numpy()
+                assert read_marker(frame_chw) == (episode.episode_index, frame, camera)
+
+
+def test_metadata_is_lerobots(v21_root: Path, reference: Path):
+    info = json.loads((reference / "meta/info.json").read_text())
+    v21 = json.loads((v21_root / "meta/info.json").read_text())
+    assert list(info) == ["codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
+                          "chunks_size", "data_files_size_in_mb", "video_files_size_in_mb", "data_path",
+                          "video_path", "robot_type", "splits"]
+    assert info["codebase_version"] == "v3.0" and "total_videos" not in info and "total_chunks" not in info
+    assert (info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (DATA_MB, VIDEO_MB)
+    assert all(f.get("fps") == 20 for f in info["features"].values() if f["dtype"] != "video")
+    assert all("fps" not in f for f in info["features"].values() if f["dtype"] == "video")
+    assert info["total_frames"] == v21["total_frames"] and info["splits"] == v21["splits"]
+    table = pq.read_table(reference / "meta/episodes/chunk-000/file-000.parquet")
+    names = table.column_names
+    assert names[:5] == ["episode_index", "data/chunk_index", "data/file_index", "dataset_from_index",
+                         "dataset_to_index"]
+    assert names[-2:] == ["meta/episodes/chunk_index", "meta/episodes/file_index"]
+    assert str(table.schema.field("stats/observation.images.cam0/mean").type) == (
+        "list<element: list<element: list<element: double>>>")
+    # to_timestamp of one episode is from_timestamp of the next inside a file; 0.0 starts each file
+    d = table.to_pydict()
+    key = "videos/observation.images.cam0"
+    for a in range(len(d["episode_index"]) - 1):
+        if d[f"{key}/file_index"][a] == d[f"{key}/file_index"][a + 1]:
+            assert d[f"{key}/to_timestamp"][a] == d[f"{key}/from_timestamp"][a + 1]
+        else:
+            assert d[f"{key}/from_timestamp"][a + 1] == 0.0
+    assert verify(reference)["problems"] == []
+
+
+def test_in_place_keeps_the_input_as_root_old(v21_root: Path, reference: Path, tmp_path: Path):
+    root = copy_tree(v21_root, tmp_path / "ds")
+    before = tree_listing(root)
+    summary = convert(root, workers=2, data_file_size_in_mb=DATA_MB, video_file_size_in_mb=VIDEO_MB, log=quiet)
+    assert summary["output"] == str(root)
+    assert compare_datasets(root, reference) == []
+    assert tree_listing(tmp_path / "ds_old") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ds_old"]  # nothing else left beside them
+
+
+def test_h264_with_b_frames_converts_and_verifies(v21_h264_root: Path, tmp_path: Path):
+    """B-frames (negative DTS): every episode's frames sit at from_timestamp + t in its file (nearest frame, PyAV).
+
+    The concatenated files' frame times drift off the k/fps grid (each episode's stream duration is a few ticks
+    shorter than frames/fps; lerobot's converter writes the same files), so this checks by time, not by index."""
+    import av
+
+    convert(v21_h264_root, out=tmp_path / "out", workers=2, data_file_size_in_mb=DATA_MB,
+            video_file_size_in_mb=0.008, log=quiet)
+    assert verify(tmp_path / "out")["problems"] == []
+    table = pq.read_table(tmp_path / "out/meta/episodes/chunk-000/file-000.parquet").to_pydict()
+    key = "videos/observation.images.cam1"
+    assert len(set(table[f"{key}/file_index"])) >= 2
+    for episode, length in enumerate(table["length"]):
+        path = tmp_path / f"out/videos/observation.images.cam1/chunk-000/file-{table[f'{key}/file_index'][episode]:03d}.mp4"
+        with av.open(str(path)) as container:
+            frames = {round(float(f.pts * f.time_base), 4): f.to_ndarray(format="rgb24")
+                      for f in container.decode(video=0)}
+        times = np.array(sorted(frames))
+        for frame in (0, length - 1):
+            target = table[f"{key}/from_timestamp"][episode] + frame / 15
+            nearest = times[np.argmin(np.abs(times - target))]
+            assert abs(nearest - target) < 1e-3
+            assert read_marker(frames[nearest]) == (episode, frame, 1)
+
+
+def test_image_dataset_without_videos(tmp_path: Path):
+    from robostream.format.v21_writer import V21Writer
+
+    rng = np.random.default_rng(0)
+    features = {"observation.image": {"dtype": "image", "shape": [32, 48, 3], "names": ["height", "width", "channels"]},
+                "observation.state": {"dtype": "float32", "shape": [3], "names": None}}
+    with V21Writer(tmp_path / "img", 10, features) as writer:
+        for length in (5, 7, 4):
+            images = rng.integers(0, 255, size=(length, 32, 48, 3), dtype=np.uint8)
+            writer.add_episode({"observation.image": images, "observation.state": rng.random((length, 3))},
+                               task="look", video_files={}, video_stats={})
+    convert(tmp_path / "img", out=tmp_path / "out", workers=2, data_file_size_in_mb=0.01, log=quiet)
+    info = json.loads((tmp_path / "out/meta/info.json").read_text())
+    assert info["video_path"] is None and not (tmp_path / "out/videos").exists()
+    schema = pq.read_schema(next((tmp_path / "out/data").rglob("*.parquet")))
+    assert str(schema.field("observation.image").type) == "struct<bytes: binary, path: string>"
+    dataset = LeRobotDataset(root=tmp_path / "out")
+    assert len(dataset) == 16 and dataset[15]["observation.image"].shape == (3, 32, 48)
+
+
+@pytest.mark.parametrize("executor", ["datatrove-local"])
+def test_datatrove_executor_writes_the_same(executor: str, v21_root: Path, reference: Path, tmp_path: Path):
+    pytest.importorskip("datatrove", reason="datatrove is a test dependency (pip install -e .[test])")
+    convert(v21_root, out=tmp_path / "out", workers=2, executor=executor, data_file_size_in_mb=DATA_MB,
+            video_file_size_in_mb=VIDEO_MB, log=quiet)
+    assert compare_datasets(tmp_path / "out", reference) == []
