@@ -75,7 +75,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--cpus-per-task", type=int, default=2)
     engine.add_argument("--mem-per-cpu-gb", type=float, default=2.0)
     engine.add_argument("--logging-dir", default=None)
-    engine.add_argument("--venv-path", default=None, help="virtualenv the SLURM jobs activate")
+    engine.add_argument("--venv-path", default=None,
+                        help="activate script the SLURM jobs source (e.g. /path/to/.venv/bin/activate)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from robostream.convert.executors import EngineOptions, run_local_pool
-from robostream.convert.faults import crash_point
 from robostream.convert.finalize import cleanup, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir, read_json, write_json_atomic
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
@@ -151,7 +150,7 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     check_done(work, tasks)
     already = sum(work.is_done(t.task_id) for t in tasks)
     options = WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started)
-    progress = Progress(work, tasks, log=log, on_files_done=lambda: crash_point("files-done"))
+    progress = Progress(work, tasks, log=log)
     if executor == "local":
         run_local_pool(targets.work, workers=workers, options=options, on_tick=progress.tick)
     else:

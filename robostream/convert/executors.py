@@ -37,7 +37,7 @@ class EngineOptions:
     mem_per_cpu_gb: float = 2.0
     logging_dir: str | None = None  # datatrove's logs; default <work dir>/datatrove
     sbatch_args: dict[str, Any] = field(default_factory=dict)
-    venv_path: str | None = None  # activated in the SLURM job before Python starts
+    venv_path: str | None = None  # activate script sourced in the SLURM job (path/to/venv/bin/activate)
 
 
 def _die_with_parent() -> None:

@@ -12,10 +12,8 @@ from robostream.convert.plan import FileTask
 
 
 class Progress:
-    def __init__(self, work: WorkDir, tasks: list[FileTask], *, log: Callable[[str], None],
-                 on_files_done: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, work: WorkDir, tasks: list[FileTask], *, log: Callable[[str], None]) -> None:
         self.work, self.tasks, self.log = work, tasks, log
-        self.on_files_done = on_files_done
         self.pending = {t.task_id for t in tasks if not work.is_done(t.task_id)}
         self.written = 0
         self.started = time.monotonic()
@@ -35,7 +33,6 @@ class Progress:
         finished = {t for t in self.pending if self.work.is_done(t)}
         if not finished:
             return
-        self.on_files_done()
         self.written += sum(self.work.done_size(t) or 0 for t in finished)
         self.pending -= finished
         done = self.total - len(self.pending)

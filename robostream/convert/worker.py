@@ -102,6 +102,7 @@ def publish(work: WorkDir, lease: Lease, task: FileTask, produced: Path, size: i
         raise RobostreamError(f"{final}: {final_size} bytes already published, this attempt wrote {size}; two "
                               "attempts of one task disagree: remove the work dir and start again")
     work.mark_done(lease, final_size)
+    crash_point("task-done")
     return final_size
 
 

@@ -55,10 +55,11 @@ def tree_listing(root: Path) -> dict[str, bytes]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, preexec_fn=None) -> subprocess.CompletedProcess:
-    """`robostream ...` in a fresh interpreter (real process: it can be killed, limited, ...)."""
+    """`robostream ...` in a fresh interpreter and its own process group (real processes: the run can be killed
+    as a whole with its workers, limited, ...)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "robostream.cli", *args], capture_output=True, text=True,
-                          env=full_env, cwd=REPO, timeout=240, preexec_fn=preexec_fn)
+                          env=full_env, cwd=REPO, timeout=240, preexec_fn=preexec_fn, start_new_session=True)
 
 
 def convert_args(src: Path, *extra: str) -> list[str]:

@@ -1,0 +1,73 @@
+"""kill -9 at every phase of a conversion, then the same command again: identical output, nothing left over.
+
+Crash points (robostream/convert/faults.py) SIGKILL the whole `robostream convert` process group (the command and
+its workers) or one worker at an exact instant; the rerun is a fresh process, as after a real crash.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from robostream.convert.compare import compare_datasets
+from robostream.convert.faults import ENV_VAR, MARK_VAR
+from tests.convert.conftest import convert_args, copy_tree, run_cli, tree_listing
+
+
+def kill_env(tmp_path: Path, spec: str) -> dict[str, str]:
+    return {ENV_VAR: spec, MARK_VAR: str(tmp_path / "killed")}
+
+
+@pytest.mark.parametrize("point", ["planned", "task-written", "task-published", "task-done", "metadata-written",
+                                   "swap-half"])
+def test_kill_9_of_the_run_then_rerun_finishes_with_identical_output(point: str, v21_root: Path, reference: Path,
+                                                                     tmp_path: Path):
+    root = copy_tree(v21_root, tmp_path / "ds")
+    before = tree_listing(root)
+    args = convert_args(root, "--workers", "2")
+    killed = run_cli("convert", *args, env=kill_env(tmp_path, f"{point}:run"))
+    assert killed.returncode == -9, killed.stderr
+    assert (tmp_path / "killed").exists()
+    resumed = run_cli("convert", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert compare_datasets(root, reference) == []
+    assert tree_listing(tmp_path / "ds_old") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ds_old", "killed"]  # no work dir, no temp files
+    if point == "planned":
+        assert "resuming" not in resumed.stderr and summary["files_resumed"] == 0
+    elif point in ("task-written", "task-published", "task-done"):
+        assert "resuming" in resumed.stderr
+        assert summary["files_resumed"] < summary["files"]  # only unfinished files were redone
+    elif point == "metadata-written":
+        assert summary["files_resumed"] == summary["files"]
+    else:
+        assert summary["resumed"] == "swap"
+
+
+def test_a_killed_worker_is_replaced_and_the_run_finishes(v21_root: Path, reference: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    result = run_cli("convert", *convert_args(v21_root, "--workers", "2", "--out", str(out)),
+                     env=kill_env(tmp_path, "task-written:process"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "killed").exists()
+    assert compare_datasets(out, reference) == []
+
+
+def test_a_file_that_keeps_failing_fails_the_run_naming_it_and_a_rerun_after_the_fix_finishes(
+        v21_root: Path, reference: Path, tmp_path: Path):
+    root = copy_tree(v21_root, tmp_path / "ds")
+    args = convert_args(root, "--workers", "2", "--out", str(tmp_path / "out"))
+    assert run_cli("convert", *args, "--dry-run").returncode == 0  # planned: sizes recorded
+    victim = root / "videos/chunk-000/observation.images.cam1/episode_000003.mp4"
+    original = victim.read_bytes()
+    victim.write_bytes(original + b"\0")
+    failed = run_cli("convert", *args)
+    assert failed.returncode == 2
+    assert "failed 3 times" in failed.stderr and str(victim) in failed.stderr and "changed" in failed.stderr
+    assert not (tmp_path / "out").exists()
+    victim.write_bytes(original)
+    assert run_cli("convert", *args).returncode == 0
+    assert compare_datasets(tmp_path / "out", reference) == []
