@@ -84,20 +84,22 @@ def _listing_problems(dataset: V21Dataset) -> list[str]:
 def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, list[dict]]) -> list[str]:
     problems = []
     for episode, probe in zip(dataset.episodes, data):
-        if probe["rows"] != episode.length:
+        if probe is not None and probe["rows"] != episode.length:
             problems.append(f"{dataset.root / dataset.data_file(episode.episode_index)}: {probe['rows']} rows, but "
                             f"meta/episodes.jsonl says episode {episode.episode_index} has {episode.length} frames")
     for key, probes in videos.items():
-        first = probes[0] if probes else None
+        first = next((p for p in probes if p is not None), None)
         for episode, probe in zip(dataset.episodes, probes):
+            if probe is None:
+                continue
             path = dataset.root / dataset.video_file(episode.episode_index, key)
             if probe["frames"] and probe["frames"] != episode.length:
                 problems.append(f"{path}: {probe['frames']} frames, but meta/episodes.jsonl says episode "
                                 f"{episode.episode_index} has {episode.length}")
             shape = [(p["codec"], p["width"], p["height"], p["pix_fmt"]) for p in (first, probe)]
             if shape[0] != shape[1]:
-                problems.append(f"{path}: {shape[1]} (codec, width, height, pix_fmt) differs from episode 0's "
-                                f"{shape[0]}; a camera's files are joined by stream copy and must match")
+                problems.append(f"{path}: {shape[1]} (codec, width, height, pix_fmt) differs from the first "
+                                f"episode's {shape[0]}; a camera's files are joined by stream copy and must match")
     return problems
 
 
@@ -125,11 +127,13 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
             results = list(pool.map(probe_episodes, *zip(*jobs)))
     else:
         results = [probe_episodes(*job) for job in jobs]
-    for batch_data, batch_videos in results:
+    unreadable: list[str] = []
+    for batch_data, batch_videos, batch_problems in results:
         data += batch_data
         for key, probes in batch_videos.items():
             videos[key] += probes
-    _raise_problems(dataset.root, _probe_problems(dataset, data, videos))
+        unreadable += batch_problems
+    _raise_problems(dataset.root, unreadable + _probe_problems(dataset, data, videos))
     crash_point("planned")
     plan = ConversionPlan(str(dataset.root.resolve()), fingerprint(dataset.root, data_limit_mb, video_limit_mb),
                           data_limit_mb, video_limit_mb, data, videos)

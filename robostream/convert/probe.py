@@ -74,9 +74,19 @@ def probe_mp4(path: Path) -> VideoProbe:
 
 
 def probe_episodes(root: str, data_files: list[str], video_files: dict[str, list[str]]
-                   ) -> tuple[list[dict], dict[str, list[dict]]]:
-    """Probe a batch of episodes (runs in a pool worker; plain dicts travel back)."""
+                   ) -> tuple[list[dict | None], dict[str, list[dict | None]], list[str]]:
+    """Probe a batch of episodes (runs in a pool worker; plain dicts travel back). A file that cannot be probed
+    gets None and its error joins the returned problems, so one report lists every bad file."""
     base = Path(root)
-    data = [asdict(probe_parquet(base / rel)) for rel in data_files]
-    videos = {key: [asdict(probe_mp4(base / rel)) for rel in files] for key, files in video_files.items()}
-    return data, videos
+    problems: list[str] = []
+
+    def probe(function, rel: str) -> dict | None:
+        try:
+            return asdict(function(base / rel))
+        except DatasetFormatError as exc:
+            problems.append(str(exc))
+            return None
+
+    data = [probe(probe_parquet, rel) for rel in data_files]
+    videos = {key: [probe(probe_mp4, rel) for rel in files] for key, files in video_files.items()}
+    return data, videos, problems
