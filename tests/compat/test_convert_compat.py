@@ -1,0 +1,137 @@
+"""Opt-in comparison of `robostream convert` (v2.1 -> v3.0) with the real lerobot 0.6.1 converter.
+
+For two v2.1 datasets (robostream's synth, 3 AV1 cameras; and an image-feature dataset without videos, written with
+V21Writer), lerobot converts a copy in place (tests/compat/lerobot_convert.py, in the lerobot interpreter) and
+robostream converts the same input with 1 and with 2 workers (`out=`). The size limits are small so that there are
+several data files and several mp4s per camera. Then:
+  * `compare_datasets(ours, lerobot's) == []`: same file set, parquet schemas and values, mp4 packets, JSON;
+  * lerobot's LeRobotDataset on lerobot's output (tests/compat/lerobot_dump.py) and robostream's LeRobotDataset on
+    robostream's output return the same samples (helpers of test_lerobot_compat.py).
+
+Enable with:  ROBOSTREAM_LEROBOT_PYTHON=/path/to/python-with-lerobot  python -m pytest tests/compat
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robostream.convert import convert
+from robostream.convert.compare import compare_datasets
+from robostream.synth import SynthConfig, generate
+from tests.compat.test_lerobot_compat import (
+    SPEC_NAMES,
+    SYNTH_DELTA,
+    _compare,
+    _dump,
+    _episode_lengths,
+    _report,
+    _run_lerobot,
+    _specs,
+)
+
+# 10 episodes of ~20 frames, 3 cameras: per episode ~6 KB of parquet and ~7-30 KB of mp4 per camera.
+VIDEO_CONFIG = SynthConfig(episodes=10, cameras=3, height=64, width=96, fps=20, episode_length=20, state_dim=6,
+                           codec="av1", gop=2, seed=21, codebase_version="v2.1")
+VIDEO_LIMITS = (0.015, 0.04)  # (data MB, video MB)
+IMAGE_LIMITS = (0.05, 0.04)  # the image dataset has ~25-35 KB of PNGs per episode
+IMAGE_SHAPE = (32, 48, 3)
+IMAGE_DELTA = {"observation.image": [-0.1, 0.0], "observation.state": [-0.1, 0.0, 0.1]}  # fps 10
+WORKERS = (1, 2)
+
+
+def _image_v21(root: Path) -> Path:
+    """A v2.1 dataset whose camera is an `image` feature (PNG in the parquet), fps 10; episode 3 changes task."""
+    from robostream.format.v21_writer import V21Writer
+
+    rng = np.random.default_rng(7)
+    features = {"observation.image": {"dtype": "image", "shape": list(IMAGE_SHAPE),
+                                      "names": ["height", "width", "channels"]},
+                "observation.state": {"dtype": "float32", "shape": [3], "names": None}}
+    with V21Writer(root, 10, features) as writer:
+        for episode, length in enumerate((5, 7, 4, 8, 6, 5)):
+            images = rng.integers(0, 255, size=(length, *IMAGE_SHAPE), dtype=np.uint8)
+            task = ["look"] * (length // 2) + ["grasp"] * (length - length // 2) if episode == 3 else "look"
+            writer.add_episode({"observation.image": images, "observation.state": rng.random((length, 3))},
+                               task=task, video_files={}, video_stats={})
+    return root
+
+
+def _convert_both(python: str, hf_home: Path, source: Path, tmp: Path, limits: tuple[float, float]) -> dict:
+    """lerobot's in-place conversion of a copy of `source`, and robostream's with each of WORKERS (`out=`)."""
+    data_mb, video_mb = limits
+    lerobot_root = Path(shutil.copytree(source, tmp / "lerobot" / "ds"))
+    _run_lerobot(python, hf_home, "lerobot_convert.py", str(lerobot_root), "--data-mb", str(data_mb),
+                 "--video-mb", str(video_mb))
+    ours = {}
+    for workers in WORKERS:
+        ours[workers] = tmp / f"ours_w{workers}"
+        convert(source, out=ours[workers], workers=workers, data_file_size_in_mb=data_mb,
+                video_file_size_in_mb=video_mb, log=lambda line: None)
+    return {"source": source, "lerobot": lerobot_root, "ours": ours}
+
+
+@pytest.fixture(scope="module")
+def video_converted(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("convert_video")
+    return _convert_both(lerobot_python, hf_home, generate(tmp / "v21", VIDEO_CONFIG), tmp, VIDEO_LIMITS)
+
+
+@pytest.fixture(scope="module")
+def image_converted(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("convert_image")
+    return _convert_both(lerobot_python, hf_home, _image_v21(tmp / "v21"), tmp, IMAGE_LIMITS)
+
+
+@pytest.fixture(params=["video", "image"])
+def converted(request: pytest.FixtureRequest) -> dict:
+    return request.getfixturevalue(f"{request.param}_converted")
+
+
+def test_lerobot_converted_in_place_with_several_files(video_converted: dict, image_converted: dict) -> None:
+    """Guard: lerobot converted the copies in place (input kept as ds_old) into several data files and several
+    mp4 files per camera."""
+    for side in (video_converted, image_converted):
+        root = side["lerobot"]
+        assert (root.parent / "ds_old" / "meta" / "episodes.jsonl").is_file()
+        assert not (root.parent / "ds_v30").exists()
+        assert len(list((root / "data").glob("chunk-*/file-*.parquet"))) >= 2, root
+    cameras = sorted((video_converted["lerobot"] / "videos").iterdir())
+    assert len(cameras) == VIDEO_CONFIG.cameras
+    for camera in cameras:
+        assert len(list(camera.glob("chunk-*/file-*.mp4"))) >= 2, camera
+    assert not (image_converted["lerobot"] / "videos").exists()
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_output_is_lerobots(converted: dict, workers: int) -> None:
+    problems = compare_datasets(converted["ours"][workers], converted["lerobot"])
+    assert problems == [], "\n".join(problems[:60])
+
+
+@pytest.fixture(scope="module")
+def video_dumped(lerobot_python: str, hf_home: Path, video_converted: dict) -> dict:
+    """lerobot's samples of lerobot's conversion; robostream then reads its own 2-worker conversion."""
+    root = video_converted["lerobot"]
+    specs = _specs(_episode_lengths(root), SYNTH_DELTA, [9, 4])
+    side = _dump(lerobot_python, hf_home, root, root.parent / "dump.npz", specs)
+    return {**side, "root": video_converted["ours"][2]}
+
+
+@pytest.fixture(scope="module")
+def image_dumped(lerobot_python: str, hf_home: Path, image_converted: dict) -> dict:
+    root = image_converted["lerobot"]
+    specs = _specs(_episode_lengths(root), IMAGE_DELTA, [3, 1])
+    side = _dump(lerobot_python, hf_home, root, root.parent / "dump.npz", specs)
+    return {**side, "root": image_converted["ours"][2]}
+
+
+@pytest.mark.parametrize("kind", ["video", "image"])
+@pytest.mark.parametrize("name", SPEC_NAMES)
+def test_converted_dataset_loads_like_lerobots(request: pytest.FixtureRequest, kind: str, name: str) -> None:
+    side = request.getfixturevalue(f"{kind}_dumped")
+    problems = _compare(side, name)
+    assert not problems, _report(problems, side, name)
