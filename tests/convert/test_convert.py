@@ -151,3 +151,24 @@ def test_datatrove_executor_writes_the_same(executor: str, v21_root: Path, refer
     convert(v21_root, out=tmp_path / "out", workers=2, executor=executor, data_file_size_in_mb=DATA_MB,
             video_file_size_in_mb=VIDEO_MB, log=quiet)
     assert compare_datasets(tmp_path / "out", reference) == []
+
+
+def test_more_than_999_chunks_keep_episode_order(tmp_path: Path):
+    """chunk-1000 sorts before chunk-101 as text (lerobot pairs files by sorted glob); paths come from the episode
+    index here, so episodes stay in order past 999 chunks."""
+    from robostream.format.v21_writer import V21Writer
+
+    features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None}}
+    with V21Writer(tmp_path / "many", 10, features, chunks_size=1) as writer:
+        for episode in range(1002):
+            writer.add_episode({"observation.state": np.full((1, 2), episode, dtype=np.float32)}, task="t",
+                               video_files={}, video_stats={})
+    assert (tmp_path / "many/data/chunk-1001/episode_001001.parquet").is_file()
+    convert(tmp_path / "many", out=tmp_path / "out", workers=2, data_file_size_in_mb=0.01, log=quiet)
+    rows = pq.read_table(sorted((tmp_path / "out/data").rglob("*.parquet"))[0], columns=["episode_index"])
+    table = pq.read_table(tmp_path / "out/meta/episodes/chunk-000/file-000.parquet").to_pydict()
+    assert table["episode_index"] == list(range(1002)) and table["dataset_from_index"] == list(range(1002))
+    states = LeRobotDataset(root=tmp_path / "out")
+    assert [int(states[i]["episode_index"]) for i in (0, 101, 999, 1000, 1001)] == [0, 101, 999, 1000, 1001]
+    assert [float(states[i]["observation.state"][0]) for i in (101, 1000)] == [101.0, 1000.0]
+    assert rows.column("episode_index").to_pylist() == sorted(rows.column("episode_index").to_pylist())
