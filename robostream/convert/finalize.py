@@ -27,9 +27,9 @@ from robostream.convert.plan import FileTask, span_of_each_episode, video_timest
 from robostream.convert.planning import ConversionPlan
 from robostream.errors import RobostreamError
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
-from robostream.format.stats import aggregate_stats
+from robostream.format.stats import aggregate_stacked
 from robostream.format.tasks import write_tasks
-from robostream.format.v21 import V21Dataset, stats_to_numpy
+from robostream.format.v21 import V21Dataset, read_episode_stats
 
 V30 = "v3.0"
 EPISODES_TABLE_LIMIT_MB = 100  # lerobot writes the episodes table as one file and refuses above this
@@ -41,19 +41,17 @@ INFO_FIELDS: dict[str, Any] = {
 }
 
 
-def _arrow_values(values: list[Any]) -> pa.Array:
-    """A column of per-episode values typed as HF datasets infers them from numpy: arrays -> nested lists."""
-    arrays = [np.asarray(v) for v in values]
-    first = arrays[0]
-    if first.ndim == 0:
-        return pa.array([a.item() for a in arrays], type=pa.from_numpy_dtype(np.result_type(*arrays)))
-    typ = pa.from_numpy_dtype(np.result_type(*arrays))
-    for _ in range(first.ndim):
-        typ = pa.list_(typ)
-    return pa.array([a.tolist() for a in arrays], type=typ)
+def _arrow_lists(stacked: np.ndarray) -> pa.Array:
+    """Per-episode arrays stacked as (E, *shape) -> nested list column, as HF datasets types numpy arrays."""
+    values: pa.Array = pa.array(stacked.reshape(-1), type=pa.from_numpy_dtype(stacked.dtype))
+    for size in reversed(stacked.shape[1:]):
+        offsets = pa.array(np.arange(0, len(values) + 1, size, dtype=np.int32))
+        values = pa.ListArray.from_arrays(offsets, values)
+    return values
 
 
-def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask]) -> pa.Table:
+def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask],
+                   stats: dict[str, dict[str, np.ndarray]]) -> pa.Table:
     """lerobot's episodes table: data placement, then each camera's (sorted), then the v2.1 episode line, then the
     flattened per-episode stats in their jsonl order, then the table's own location."""
     data_spans = span_of_each_episode([t.span for t in tasks if t.kind == "data"])
@@ -75,20 +73,13 @@ def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTa
     columns["length"] = [e.length for e in dataset.episodes]
     for name in (dataset.episodes[0].extra if dataset.episodes else {}):
         columns[name] = [e.extra.get(name) for e in dataset.episodes]
-    stats = [stats_to_numpy(dataset.episode_stats[e.episode_index]) for e in dataset.episodes]
-    for feature, feature_stats in stats[0].items():
-        for stat in feature_stats:
-            columns[f"stats/{feature}/{stat}"] = [s[feature][stat] for s in stats]
-    columns["meta/episodes/chunk_index"] = [0] * len(dataset.episodes)
-    columns["meta/episodes/file_index"] = [0] * len(dataset.episodes)
-    arrays = {}
-    for name, values in columns.items():
-        if name.startswith("stats/"):
-            arrays[name] = _arrow_values(values)
-        elif name == "tasks":
-            arrays[name] = pa.array(values, type=pa.list_(pa.string()))
-        else:
-            arrays[name] = pa.array(values)
+    arrays = {name: pa.array(values, type=pa.list_(pa.string()) if name == "tasks" else None)
+              for name, values in columns.items()}
+    for feature, feature_stats in stats.items():
+        for stat, stacked in feature_stats.items():
+            arrays[f"stats/{feature}/{stat}"] = _arrow_lists(stacked)
+    arrays["meta/episodes/chunk_index"] = pa.array(np.zeros(len(dataset.episodes), dtype=np.int64))
+    arrays["meta/episodes/file_index"] = pa.array(np.zeros(len(dataset.episodes), dtype=np.int64))
     return pa.table(arrays)
 
 
@@ -130,14 +121,15 @@ def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: Conversion
         os.replace(scratch, target)
         fsync_dir(target.parent)
 
-    table = episodes_table(dataset, plan, tasks)
+    episode_stats = read_episode_stats(dataset.root, len(dataset.episodes))
+    table = episodes_table(dataset, plan, tasks, episode_stats)
     if table.nbytes / 1024 ** 2 > EPISODES_TABLE_LIMIT_MB:
         raise RobostreamError(f"the episodes table is {table.nbytes / 1024 ** 2:.0f} MiB; lerobot 0.6.1 reads it as "
                               f"one file and refuses more than {EPISODES_TABLE_LIMIT_MB} MiB")
     place(DEFAULT_EPISODES_PATH.format(chunk_index=0, file_index=0), lambda p: pq.write_table(table, p))
     crash_point("metadata-written")
     place("meta/tasks.parquet", lambda p: write_tasks(p, dataset.tasks))
-    stats = aggregate_stats([stats_to_numpy(dataset.episode_stats[e.episode_index]) for e in dataset.episodes])
+    stats = aggregate_stacked(episode_stats)
     stats_doc = {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in stats.items()}
     place("meta/stats.json", lambda p: p.write_text(json.dumps(stats_doc, indent=4)))
     place("meta/info.json", lambda p: p.write_text(json.dumps(info_json(dataset, plan), indent=4)))

@@ -17,7 +17,7 @@ from robostream.convert.faults import crash_point
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
 from robostream.errors import DatasetFormatError
-from robostream.format.v21 import V21Dataset, read_v21
+from robostream.format.v21 import V21Dataset, read_episode_stats, read_v21
 
 PLAN_VERSION = 1
 PROBE_BATCH = 64  # episodes per pool job
@@ -115,6 +115,7 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
               ) -> tuple[V21Dataset, ConversionPlan]:
     """Preflight the dataset at `root` and plan its conversion (reads metadata, footers and mp4 headers only)."""
     dataset = read_v21(root)
+    read_episode_stats(dataset.root, len(dataset.episodes))  # refused now rather than after every file is written
     _raise_problems(dataset.root, _listing_problems(dataset))
     indices = [e.episode_index for e in dataset.episodes]
     batches = [indices[i:i + PROBE_BATCH] for i in range(0, len(indices), PROBE_BATCH)]

@@ -42,33 +42,39 @@ def image_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
-    """Combine per-episode stats of every feature into dataset stats, in one pass in episode order.
+    """Combine per-episode stats of every feature into dataset stats, in one pass in episode order."""
+    features = sorted({f for ep in per_episode for f in ep})
+    stacked = {}
+    for feat in features:
+        parts = [ep[feat] for ep in per_episode if feat in ep]
+        stacked[feat] = {k: np.stack([p[k] for p in parts]) for k in parts[0] if all(k in p for p in parts)}
+    return aggregate_stacked(stacked)
+
+
+def aggregate_stacked(stacked: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
+    """Dataset stats from per-episode stats stacked along axis 0 ({feature: {stat: (episodes, ...)}}).
 
     The arithmetic is lerobot's own (`compute_stats.aggregate_feature_stats`, 0.4-0.6) operation for operation,
     so a converted dataset's stats.json equals lerobot's to the last bit, not just within rounding.
     """
-    features = sorted({f for ep in per_episode for f in ep})
     result: dict[str, dict[str, np.ndarray]] = {}
-    for feat in features:
-        parts = [ep[feat] for ep in per_episode if feat in ep]
-        means = np.stack([p["mean"] for p in parts])
-        variances = np.stack([p["std"] ** 2 for p in parts])
-        counts = np.stack([p["count"] for p in parts])
+    for feat, stats in stacked.items():
+        means, counts = stats["mean"], stats["count"]
+        variances = stats["std"] ** 2
         total_count = counts.sum(axis=0)
         while counts.ndim < means.ndim:  # (N, 1) -> (N, 1, ...) to broadcast against the means
             counts = np.expand_dims(counts, axis=-1)
         total_mean = (means * counts).sum(axis=0) / total_count
         total_variance = ((variances + (means - total_mean) ** 2) * counts).sum(axis=0) / total_count
         agg = {
-            "min": np.min(np.stack([p["min"] for p in parts]), axis=0),
-            "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
+            "min": np.min(stats["min"], axis=0),
+            "max": np.max(stats["max"], axis=0),
             "mean": total_mean,
             "std": np.sqrt(total_variance),
             "count": total_count,
         }
-        for q in (k for k in parts[0] if k.startswith("q") and k[1:].isdigit()):
-            if all(q in p for p in parts):
-                agg[q] = (np.stack([p[q] for p in parts]) * counts).sum(axis=0) / total_count
+        for q in (k for k in stats if k.startswith("q") and k[1:].isdigit()):
+            agg[q] = (stats[q] * counts).sum(axis=0) / total_count
         result[feat] = agg
     return result
 

@@ -71,7 +71,6 @@ class V21Dataset(V21Layout):
 
     episodes: list[V21Episode]  # sorted by episode_index
     tasks: dict[int, str]  # task_index -> task, sorted by task_index
-    episode_stats: dict[int, dict[str, dict[str, Any]]]  # episode_index -> {feature: {stat: nested list}}
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -124,7 +123,7 @@ def read_v21(root: str | Path) -> V21Dataset:
     """Read and cross-check a v2.1 dataset's metadata files."""
     root = Path(root)
     info = read_info_v21(root)
-    episodes_path, tasks_path, stats_path = root / EPISODES_JSONL, root / TASKS_JSONL, root / EPISODES_STATS_JSONL
+    episodes_path, tasks_path = root / EPISODES_JSONL, root / TASKS_JSONL
     episodes = []
     for row in _read_jsonl(episodes_path):
         where = f"{episodes_path} (episode {row.get('episode_index')!r})"
@@ -155,27 +154,71 @@ def read_v21(root: str | Path) -> V21Dataset:
         if unknown:
             raise DatasetFormatError(f"{episodes_path}: episode {episode.episode_index} names task(s) {unknown} "
                                      f"that {tasks_path} does not list")
-    stats: dict[int, dict[str, dict[str, Any]]] = {}
-    for row in _read_jsonl(stats_path):
-        index = _int_field(row, "episode_index", str(stats_path))
-        if not isinstance(row.get("stats"), dict):
-            raise DatasetFormatError(f"{stats_path}: episode {index}: 'stats' must be an object")
-        stats[index] = row["stats"]
-    missing = [i for i in indices if i not in stats]
-    if missing or len(stats) != len(indices):
-        raise DatasetFormatError(f"{stats_path}: stats for {len(stats)} episodes, {episodes_path} lists "
-                                 f"{len(indices)}; episodes without stats: {missing[:10]}")
-    stats = {i: stats[i] for i in sorted(stats)}
     declared = info.get("total_episodes")
     if declared != len(episodes):
         raise DatasetFormatError(f"{root / INFO_PATH}: total_episodes is {declared!r} but {episodes_path} lists "
                                  f"{len(episodes)} episodes")
-    return V21Dataset(root, info, episodes, tasks, stats)
+    return V21Dataset(root, info, episodes, tasks)
 
 
-def stats_to_numpy(stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    """One episode's stats as lerobot casts them (`np.atleast_1d(np.array(value))`)."""
-    return {f: {k: np.atleast_1d(np.array(v)) for k, v in s.items()} for f, s in stats.items()}
+STATS_BATCH = 4096  # episodes whose stats are held as Python objects before becoming arrays
+
+
+def read_episode_stats(root: str | Path, episodes: int) -> dict[str, dict[str, np.ndarray]]:
+    """`meta/episodes_stats.jsonl` as stacked arrays {feature: {stat: (episodes, *shape)}} in episode order, keys in
+    the file's order (lerobot's episodes-table column order); streamed, so memory is the arrays, not JSON objects.
+
+    Every episode 0..episodes-1 must have stats with the same features, stats and shapes."""
+    path = Path(root) / EPISODES_STATS_JSONL
+    if not path.is_file():
+        raise MissingFileError(f"{path}: missing; a v2.1 dataset needs meta/episodes_stats.jsonl")
+    keys: list[tuple[str, str]] | None = None
+    pending: dict[tuple[str, str], list[Any]] = {}
+    parts: dict[tuple[str, str], list[np.ndarray]] = {}
+    order: list[int] = []
+
+    def flush() -> None:
+        for key, values in pending.items():
+            try:
+                parts.setdefault(key, []).append(np.array(values))
+            except ValueError as exc:  # ragged nested lists
+                raise DatasetFormatError(f"{path}: stats {key[0]}/{key[1]} change shape between episodes: {exc}")
+            values.clear()
+
+    with path.open("r", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            episode = _int_field(row, "episode_index", f"{path}:{number}")
+            stats = row.get("stats")
+            if not isinstance(stats, dict):
+                raise DatasetFormatError(f"{path}:{number}: episode {episode}: 'stats' must be an object")
+            found = [(f, k) for f, fs in stats.items() for k in fs]
+            if keys is None:
+                keys = found
+                pending = {key: [] for key in keys}
+            elif found != keys:
+                raise DatasetFormatError(f"{path}:{number}: episode {episode} has stats {sorted(found)[:6]}..., the "
+                                         f"first episode {sorted(keys)[:6]}...; every episode needs the same stats")
+            for feature, stat in keys:
+                pending[(feature, stat)].append(stats[feature][stat])
+            order.append(episode)
+            if len(order) % STATS_BATCH == 0:
+                flush()
+    flush()
+    if sorted(order) != list(range(episodes)):
+        missing = sorted(set(range(episodes)) - set(order))
+        raise DatasetFormatError(f"{path}: stats for {len(order)} episodes, the dataset has {episodes}; episodes "
+                                 f"without stats: {missing[:10]}")
+    rank = np.argsort(np.asarray(order), kind="stable")
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for feature, stat in keys or []:
+        stacked = np.concatenate(parts[(feature, stat)])
+        if stacked.ndim == 1:  # scalars: lerobot casts each with np.atleast_1d
+            stacked = stacked[:, None]
+        out.setdefault(feature, {})[stat] = stacked if order == sorted(order) else stacked[rank]
+    return out
 
 
 def read_layout(root: str | Path) -> V21Layout:

@@ -33,11 +33,12 @@ from tests.compat.test_lerobot_compat import (
     _specs,
 )
 
-# 10 episodes of ~20 frames, 3 cameras: per episode ~6 KB of parquet and ~7-30 KB of mp4 per camera.
+# 10 episodes of ~20 frames, 3 cameras: per episode ~6 KB of parquet and 6-10, 13-22, 25-39 KB of mp4 per camera,
+# so every file holds several episodes and the cameras roll over at different episodes.
 VIDEO_CONFIG = SynthConfig(episodes=10, cameras=3, height=64, width=96, fps=20, episode_length=20, state_dim=6,
                            codec="av1", gop=2, seed=21, codebase_version="v2.1")
-VIDEO_LIMITS = (0.015, 0.04)  # (data MB, video MB)
-IMAGE_LIMITS = (0.05, 0.04)  # the image dataset has ~25-35 KB of PNGs per episode
+VIDEO_LIMITS = (0.015, 0.07)  # (data MB, video MB)
+IMAGE_LIMITS = (0.09, 0.07)  # the image dataset has 22-42 KB of PNGs per episode: 3 data files
 IMAGE_SHAPE = (32, 48, 3)
 IMAGE_DELTA = {"observation.image": [-0.1, 0.0], "observation.state": [-0.1, 0.0, 0.1]}  # fps 10
 WORKERS = (1, 2)
