@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from robostream.convert.faults import crash_point
 from robostream.convert.manifest import fsync_dir, read_json, write_json_atomic
-from robostream.convert.plan import FileTask, span_of_each_episode, video_timestamps
+from robostream.convert.plan import FileTask, next_file, span_of_each_episode, video_timestamps
 from robostream.convert.planning import ConversionPlan
 from robostream.errors import RobostreamError
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
@@ -32,7 +32,8 @@ from robostream.format.tasks import write_tasks
 from robostream.format.v21 import V21Dataset, read_episode_stats
 
 V30 = "v3.0"
-EPISODES_TABLE_LIMIT_MB = 100  # lerobot writes the episodes table as one file and refuses above this
+# lerobot writes the episodes table as one file and refuses it when `nbytes // MiB > 100` (from 101 MiB in memory)
+EPISODES_TABLE_REFUSED_BYTES = 101 * 1024 ** 2
 # DatasetInfo field order of lerobot 0.6.1 (dataclasses.asdict), with the defaults of fields v2.1 may lack.
 INFO_FIELDS: dict[str, Any] = {
     "codebase_version": None, "fps": None, "features": None, "total_episodes": 0, "total_frames": 0,
@@ -83,6 +84,29 @@ def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTa
     return pa.table(arrays)
 
 
+def episode_table_files(table: pa.Table) -> list[tuple[tuple[int, int], pa.Table]]:
+    """The episodes table as lerobot 0.6.1's converter writes it: one file, meta/episodes/chunk-000/file-000.
+
+    lerobot refuses a table of 101 MiB or more (about 50k episodes of a 3-camera, 14-dof dataset). Then it is split
+    here into equal runs of episodes under the limit, in files that roll over like every v3.0 file, with each row's
+    `meta/episodes/chunk_index`/`file_index` naming its file: the layout lerobot's recorder writes and every v3.0
+    reader (lerobot's and ours) loads. A deliberate difference from lerobot, which cannot convert such datasets.
+    """
+    if table.nbytes < EPISODES_TABLE_REFUSED_BYTES:
+        return [((0, 0), table)]
+    parts = -(-table.nbytes // EPISODES_TABLE_REFUSED_BYTES)
+    rows = -(-table.num_rows // parts)
+    out, chunk_index, file_index = [], 0, 0
+    for start in range(0, table.num_rows, rows):
+        part = table.slice(start, rows)
+        for name, value in (("meta/episodes/chunk_index", chunk_index), ("meta/episodes/file_index", file_index)):
+            column = pa.array(np.full(part.num_rows, value, dtype=np.int64))
+            part = part.set_column(part.column_names.index(name), name, column)
+        out.append(((chunk_index, file_index), part))
+        chunk_index, file_index = next_file(chunk_index, file_index)
+    return out
+
+
 def info_json(dataset: V21Dataset, plan: ConversionPlan) -> dict[str, Any]:
     """info.json as lerobot 0.6.1's converter writes it (unknown keys dropped, fps on non-video features)."""
     info = json.loads(json.dumps(dataset.info))
@@ -123,10 +147,9 @@ def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: Conversion
 
     episode_stats = read_episode_stats(dataset.root, len(dataset.episodes))
     table = episodes_table(dataset, plan, tasks, episode_stats)
-    if table.nbytes / 1024 ** 2 > EPISODES_TABLE_LIMIT_MB:
-        raise RobostreamError(f"the episodes table is {table.nbytes / 1024 ** 2:.0f} MiB; lerobot 0.6.1 reads it as "
-                              f"one file and refuses more than {EPISODES_TABLE_LIMIT_MB} MiB")
-    place(DEFAULT_EPISODES_PATH.format(chunk_index=0, file_index=0), lambda p: pq.write_table(table, p))
+    for (chunk_index, file_index), part in episode_table_files(table):
+        place(DEFAULT_EPISODES_PATH.format(chunk_index=chunk_index, file_index=file_index),
+              lambda p, part=part: pq.write_table(part, p))
     crash_point("metadata-written")
     place("meta/tasks.parquet", lambda p: write_tasks(p, dataset.tasks))
     stats = aggregate_stacked(episode_stats)

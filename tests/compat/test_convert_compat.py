@@ -38,7 +38,7 @@ from tests.compat.test_lerobot_compat import (
 VIDEO_CONFIG = SynthConfig(episodes=10, cameras=3, height=64, width=96, fps=20, episode_length=20, state_dim=6,
                            codec="av1", gop=2, seed=21, codebase_version="v2.1")
 VIDEO_LIMITS = (0.015, 0.07)  # (data MB, video MB)
-IMAGE_LIMITS = (0.09, 0.07)  # the image dataset has 22-42 KB of PNGs per episode: 3 data files
+IMAGE_LIMITS = (0.09, 0.07)  # the image dataset has 22-42 KB of PNGs per episode: 2 data files
 IMAGE_SHAPE = (32, 48, 3)
 IMAGE_DELTA = {"observation.image": [-0.1, 0.0], "observation.state": [-0.1, 0.0, 0.1]}  # fps 10
 WORKERS = (1, 2)

@@ -172,3 +172,23 @@ def test_more_than_999_chunks_keep_episode_order(tmp_path: Path):
     assert [int(states[i]["episode_index"]) for i in (0, 101, 999, 1000, 1001)] == [0, 101, 999, 1000, 1001]
     assert [float(states[i]["observation.state"][0]) for i in (101, 1000)] == [101.0, 1000.0]
     assert rows.column("episode_index").to_pylist() == sorted(rows.column("episode_index").to_pylist())
+
+
+def test_an_episodes_table_above_lerobots_limit_is_split_into_files_readers_load(
+        v21_root: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from robostream.convert import finalize
+
+    monkeypatch.setattr(finalize, "EPISODES_TABLE_REFUSED_BYTES", 2000)  # a few episodes per file
+    convert(v21_root, out=tmp_path / "out", workers=2, data_file_size_in_mb=DATA_MB, video_file_size_in_mb=VIDEO_MB,
+            log=quiet)
+    files = sorted((tmp_path / "out/meta/episodes").rglob("*.parquet"))
+    assert len(files) >= 2
+    for index, path in enumerate(files):
+        column = pq.read_table(path, columns=["meta/episodes/file_index"]).column(0).to_pylist()
+        assert set(column) == {index} and path.name == f"file-{index:03d}.parquet"
+    assert verify(tmp_path / "out")["problems"] == []
+    ours, theirs = LeRobotDataset(root=tmp_path / "out"), LeRobotDataset(root=reference)
+    for index in (0, len(theirs) // 2, len(theirs) - 1):
+        a, b = ours[index], theirs[index]
+        assert a.keys() == b.keys()
+        assert all((a[k] == b[k]).all() if hasattr(a[k], "shape") else a[k] == b[k] for k in a)
