@@ -1,11 +1,33 @@
-"""robostream: fast, exact, resumable loading of LeRobot-format robot datasets into PyTorch."""
+"""robostream: fast, exact, resumable loading of LeRobot-format robot datasets into PyTorch.
 
-from robostream.datasets.loader import StreamingDataLoader
-from robostream.datasets.map_style import LeRobotDataset
-from robostream.datasets.source import SourceOptions
-from robostream.datasets.streaming import StreamingLeRobotDataset
-from robostream.video.cache import VideoDecoderCache
+The public classes are imported on first use (PEP 562), so tools that need no torch (`robostream convert`, its
+worker processes, `robostream verify`) start without importing it.
+"""
 
-__all__ = ["LeRobotDataset", "SourceOptions", "StreamingDataLoader", "StreamingLeRobotDataset",
-           "VideoDecoderCache"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "LeRobotDataset": "robostream.datasets.map_style",
+    "SourceOptions": "robostream.datasets.source",
+    "StreamingDataLoader": "robostream.datasets.loader",
+    "StreamingLeRobotDataset": "robostream.datasets.streaming",
+    "VideoDecoderCache": "robostream.video.cache",
+}
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'robostream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
