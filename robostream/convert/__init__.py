@@ -18,7 +18,7 @@ from robostream.convert.finalize import cleanup, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir, read_json, write_json_atomic
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
 from robostream.convert.progress import Progress
-from robostream.convert.worker import ConversionFailed, WorkerOptions, check_done, load_plan
+from robostream.convert.worker import ConversionFailed, Heartbeat, WorkerOptions, check_done, load_plan
 from robostream.errors import RobostreamError
 from robostream.format.v21 import read_v21
 
@@ -51,6 +51,10 @@ def _targets(root: Path, out: Path | None, work_dir: Path | None) -> Targets:
             else destination.parent / f".{destination.name}.robostream-convert")
     if out is not None and out.exists() and not (work / "swap.json").exists():
         raise FileExistsError(f"{out}: already exists; --out must name a folder that does not exist yet")
+    old = root.with_name(f"{root.name}_old")
+    if out is None and old.exists() and not (work / "swap.json").exists():
+        raise FileExistsError(f"{old}: exists; an in-place conversion keeps the input there. Move it away, or write "
+                              "the result elsewhere with --out DIR")
     destination.parent.mkdir(parents=True, exist_ok=True)
     work.parent.mkdir(parents=True, exist_ok=True)
     if os.stat(work.parent).st_dev != os.stat(destination.parent).st_dev:
@@ -89,8 +93,15 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
     lease = work.try_claim(FINALIZE, Owner.current())
     if lease is None:
         return False
-    write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks)
-    swap(targets.journal, work.staging, targets.root, out=targets.out)
+    heartbeat = Heartbeat(work, lease)  # finalize of 100k episodes takes a minute: keep others from taking over
+    try:
+        write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks)
+        if heartbeat.lost:
+            raise RobostreamError(f"{targets.work}: lost the finalize lease (stalled longer than the lease?); "
+                                  "another process finalizes")
+        swap(targets.journal, work.staging, targets.root, out=targets.out)
+    finally:
+        heartbeat.stop()
     cleanup(targets.work)
     return True
 

@@ -108,3 +108,11 @@ def test_full_disk_fails_naming_the_file_leaves_the_input_and_a_rerun_finishes(v
     assert resumed.returncode == 0, resumed.stderr
     assert compare_datasets(root, reference) == []
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["output"] == str(root)
+
+
+def test_in_place_with_an_old_copy_already_there_is_refused_before_any_work(v21_root: Path, tmp_path: Path):
+    root = copy_tree(v21_root, tmp_path / "ds")
+    (tmp_path / "ds_old").mkdir()
+    with pytest.raises(FileExistsError, match="ds_old: exists; an in-place conversion keeps the input there"):
+        convert(root, workers=1, log=lambda line: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ds_old"]
