@@ -154,6 +154,7 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
         _complete_swap(targets)
         return {"output": str(targets.destination), "resumed": "swap", "seconds": time.time() - started}
     plan = _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log)
+    planned = time.time()
     tasks = plan.tasks
     if dry_run:
         return {"output": None, "plan": str(targets.work / "plan.json"), "files": len(tasks)}
@@ -175,11 +176,14 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
                     "note": "SLURM runs the files and then the finalize job; rerun this command to follow or resume"}
     progress.close()
     written = sum(work.done_size(t.task_id) or 0 for t in tasks)
+    converted = time.time()
     if not _finalize(targets, options):
         raise RobostreamError(f"{targets.work}: another process is finalizing this conversion; wait for it")
     return {
         "output": str(targets.destination), "input_kept": None if targets.out else str(targets.root) + "_old",
         "episodes": len(plan.data), "frames": sum(d["rows"] for d in plan.data), "files": len(tasks),
         "files_resumed": already, "bytes_written": written, "workers": workers, "executor": executor,
-        "seconds": round(time.time() - started, 3), "lerobot_version_matched": LEROBOT_VERSION,
+        "seconds": round(time.time() - started, 3), "seconds_plan": round(planned - started, 3),
+        "seconds_files": round(converted - planned, 3), "seconds_finalize": round(time.time() - converted, 3),
+        "lerobot_version_matched": LEROBOT_VERSION,
     }

@@ -140,7 +140,8 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
     work = WorkDir(work_dir, lease_s=options.lease_s)
     plan = load_plan(work)
     layout = read_layout(plan.source)
-    tasks = plan.tasks
+    # Largest files first: the last files to finish are then small ones, so workers end together.
+    tasks = sorted(plan.tasks, key=lambda t: -sum(size for _, size in task_inputs(t, layout, plan)))
     owner = Owner.current()
     ran = 0
     while True:
