@@ -6,7 +6,8 @@ a 3-camera, 14-dof recording) and a plan with per-episode sizes and durations as
 times, in this process:
   * read: `read_v21` (parse and cross-check the JSON-lines metadata);
   * plan: `ConversionPlan.tasks` (cut points for data and every camera);
-  * finalize: `write_metadata` (episodes table, tasks.parquet, stats.json, info.json into a staging folder);
+  * finalize: parsing episodes_stats.jsonl (the converter does it once, at planning, and keeps the arrays in the
+    work dir) and `write_metadata` (episodes table, tasks.parquet, stats.json, info.json into a staging folder);
 and reports the peak RSS and the episodes table's size (lerobot 0.6.1 refuses to read one above 100 MiB).
 
     .venv/bin/python benchmarks/convert_finalize_scale.py --episodes 100000 --work /tmp/finalize-scale
@@ -25,7 +26,7 @@ import numpy as np
 
 from robostream.convert.finalize import write_metadata
 from robostream.convert.planning import ConversionPlan
-from robostream.format.v21 import V21_DATA_PATH, V21_VIDEO_PATH, read_v21
+from robostream.format.v21 import V21_DATA_PATH, V21_VIDEO_PATH, read_episode_stats, read_v21
 
 CAMERAS = ("observation.images.cam0", "observation.images.cam1", "observation.images.cam2")
 DOF = 14
@@ -100,7 +101,8 @@ def main() -> None:
     tasks = plan.tasks
     plan_s = time.perf_counter() - started
     started = time.perf_counter()
-    write_metadata(args.work / "staging", args.work / "tmp", dataset, plan, tasks)
+    write_metadata(args.work / "staging", args.work / "tmp", dataset, plan, tasks,
+                   read_episode_stats(root, args.episodes))
     finalize_s = time.perf_counter() - started
     table = next((args.work / "staging/meta/episodes").rglob("*.parquet"))
     print(json.dumps({

@@ -76,9 +76,15 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
                                   "another --work-dir")
         log(f"resuming the conversion planned in {targets.work}")
         return plan
-    dataset, plan = make_plan(targets.root, data_limit_mb=data_mb, video_limit_mb=video_mb, workers=workers)
+    dataset, plan, stats = make_plan(targets.root, data_limit_mb=data_mb, video_limit_mb=video_mb, workers=workers)
     log("preflight: " + json.dumps(preflight_report(dataset, plan)))
-    write_json_atomic(targets.work / "plan.json", plan.to_json())
+    work = WorkDir(targets.work)
+    try:
+        work.save_episode_stats(stats)  # before plan.json: a plan on disk always has its stats beside it
+        write_json_atomic(work.plan_path, plan.to_json())
+    except OSError as exc:
+        raise RobostreamError(f"{targets.work}: cannot write the plan ({exc}); free space there or choose another "
+                              "--work-dir on the output's filesystem") from exc
     return plan
 
 
@@ -95,7 +101,8 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
         return False
     heartbeat = Heartbeat(work, lease)  # finalize of 100k episodes takes a minute: keep others from taking over
     try:
-        write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks)
+        write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks,
+                       work.load_episode_stats())
         if heartbeat.lost:
             raise RobostreamError(f"{targets.work}: lost the finalize lease (stalled longer than the lease?); "
                                   "another process finalizes")

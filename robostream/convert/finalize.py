@@ -29,7 +29,7 @@ from robostream.errors import RobostreamError
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
 from robostream.format.stats import aggregate_stacked
 from robostream.format.tasks import write_tasks
-from robostream.format.v21 import V21Dataset, read_episode_stats
+from robostream.format.v21 import V21Dataset
 
 V30 = "v3.0"
 # lerobot writes the episodes table as one file and refuses it when `nbytes // MiB > 100` (from 101 MiB in memory)
@@ -131,8 +131,11 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask]) -> None:
-    """Write meta/ of the staged dataset (each file to a temp name in `tmp`, fsynced, then renamed)."""
+def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask],
+                   episode_stats: dict[str, dict[str, np.ndarray]]) -> None:
+    """Write meta/ of the staged dataset (each file to a temp name in `tmp`, fsynced, then renamed).
+
+    episode_stats: per-episode stats stacked along axis 0, as `format.v21.read_episode_stats` returns them."""
     tmp.mkdir(parents=True, exist_ok=True)
 
     def place(rel: str, write) -> None:
@@ -145,7 +148,6 @@ def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: Conversion
         os.replace(scratch, target)
         fsync_dir(target.parent)
 
-    episode_stats = read_episode_stats(dataset.root, len(dataset.episodes))
     table = episodes_table(dataset, plan, tasks, episode_stats)
     for (chunk_index, file_index), part in episode_table_files(table):
         place(DEFAULT_EPISODES_PATH.format(chunk_index=chunk_index, file_index=file_index),

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 
@@ -103,7 +104,28 @@ class WorkDir:
         self.path = Path(path)
         self.lease_s = lease_s
         self.plan_path = self.path / "plan.json"
+        self.stats_path = self.path / "episode_stats.npz"
         self.staging = self.path / "staging"
+
+    # -- per-episode stats, parsed once at planning (JSON parsing is most of finalize at 100k episodes) -----------
+    def save_episode_stats(self, stats: dict[str, dict[str, np.ndarray]]) -> None:
+        keys = [(feature, stat) for feature, stats_of in stats.items() for stat in stats_of]
+        arrays = {f"a{i}": stats[feature][stat] for i, (feature, stat) in enumerate(keys)}
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.stats_path.with_name(f".{self.stats_path.name}.{uuid.uuid4().hex}.tmp.npz")
+        np.savez(tmp, keys=np.array(json.dumps(keys)), **arrays)
+        with tmp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.stats_path)
+        fsync_dir(self.path)
+
+    def load_episode_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        with np.load(self.stats_path) as archive:
+            keys = json.loads(str(archive["keys"]))
+            out: dict[str, dict[str, np.ndarray]] = {}
+            for i, (feature, stat) in enumerate(keys):
+                out.setdefault(feature, {})[stat] = archive[f"a{i}"]
+        return out
 
     # -- layout ----------------------------------------------------------------------------------------------
     def _leases(self, task_id: str) -> Path:

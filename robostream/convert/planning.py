@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from robostream.convert.faults import crash_point
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
@@ -112,10 +114,13 @@ def _raise_problems(root: Path, problems: list[str]) -> None:
 
 
 def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, workers: int = 1
-              ) -> tuple[V21Dataset, ConversionPlan]:
-    """Preflight the dataset at `root` and plan its conversion (reads metadata, footers and mp4 headers only)."""
+              ) -> tuple[V21Dataset, ConversionPlan, dict[str, dict[str, np.ndarray]]]:
+    """Preflight the dataset at `root` and plan its conversion (reads metadata, footers and mp4 headers only).
+
+    Returns the metadata, the plan and the per-episode stats stacked ({feature: {stat: (episodes, ...)}}), parsed
+    now so that bad stats are refused before anything is written."""
     dataset = read_v21(root)
-    read_episode_stats(dataset.root, len(dataset.episodes))  # refused now rather than after every file is written
+    stats = read_episode_stats(dataset.root, len(dataset.episodes))
     _raise_problems(dataset.root, _listing_problems(dataset))
     indices = [e.episode_index for e in dataset.episodes]
     batches = [indices[i:i + PROBE_BATCH] for i in range(0, len(indices), PROBE_BATCH)]
@@ -138,7 +143,7 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
     crash_point("planned")
     plan = ConversionPlan(str(dataset.root.resolve()), fingerprint(dataset.root, data_limit_mb, video_limit_mb),
                           data_limit_mb, video_limit_mb, data, videos)
-    return dataset, plan
+    return dataset, plan, stats
 
 
 def preflight_report(dataset: V21Dataset, plan: ConversionPlan) -> dict[str, Any]:

@@ -9,7 +9,6 @@ written into a staging folder and renamed into place at the end.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.format.info import DEFAULT_FEATURES
+from robostream.format.staging import StagedWriter, move_into_place
 from robostream.format.stats import feature_stats, stats_to_json
 from robostream.format.v21 import (
     EPISODES_JSONL,
@@ -49,7 +49,7 @@ def _hf_feature(feature: Mapping[str, Any]) -> dict[str, Any]:
     return value
 
 
-class V21Writer:
+class V21Writer(StagedWriter):
     """Write a v2.1 dataset episode by episode; `add_episode` takes what `DatasetWriter.add_episode` takes
     (videos as already encoded per-episode mp4 files)."""
 
@@ -151,12 +151,7 @@ class V21Writer:
             "video_path": V21_VIDEO_PATH if self.video_keys else None, "features": features,
         }
         (self.stage / INFO_PATH).write_text(json.dumps(info, indent=4))
-        old = self.root.parent / f".{self.root.name}.old"
-        if self.root.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(self.root, old)
-        os.replace(self.stage, self.root)
-        shutil.rmtree(old, ignore_errors=True)
+        move_into_place(self.stage, self.root)
         return self.root
 
     def abort(self) -> None:
@@ -164,11 +159,3 @@ class V21Writer:
             handle.close()
         shutil.rmtree(self.stage, ignore_errors=True)
 
-    def __enter__(self) -> V21Writer:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.finalize()
-        else:
-            self.abort()

@@ -33,6 +33,7 @@ from robostream.format.paths import (
     DEFAULT_VIDEO_PATH,
     render_template,
 )
+from robostream.format.staging import StagedWriter, move_into_place
 from robostream.format.stats import (
     aggregate_stats,
     feature_stats,
@@ -107,7 +108,7 @@ class _CameraState:
     duration_s: float = 0.0
 
 
-class DatasetWriter:
+class DatasetWriter(StagedWriter):
     """Write a LeRobot v3.0 dataset episode by episode.
 
     `features` are the user features (`observation.state`, `action`, cameras with dtype "video" and shape
@@ -295,7 +296,7 @@ class DatasetWriter:
         stats = aggregate_stats(self._episode_stats)
         (self.stage / STATS_PATH).write_text(json.dumps(stats_to_json(stats), indent=2))
         (self.stage / INFO_PATH).write_text(json.dumps(self._info().to_json_dict(), indent=2))
-        self._swap_into_place()
+        move_into_place(self.stage, self.root)
         self._finalized = True
         return self.root
 
@@ -334,24 +335,8 @@ class DatasetWriter:
             splits={"train": f"0:{len(self._episode_rows)}"},
         )
 
-    def _swap_into_place(self) -> None:
-        old = self.root.parent / f".{self.root.name}.old"
-        if self.root.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(self.root, old)
-        os.replace(self.stage, self.root)
-        shutil.rmtree(old, ignore_errors=True)
-
     def abort(self) -> None:
         """Discard everything written so far; `root` is left as it was."""
         self._close_data_file()
         shutil.rmtree(self.stage, ignore_errors=True)
 
-    def __enter__(self) -> DatasetWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.finalize()
-        else:
-            self.abort()

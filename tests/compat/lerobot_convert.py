@@ -18,21 +18,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
-
-def _setup_offline_env(hf_home):
-    """Force offline mode and a private HF cache; must run before lerobot/huggingface_hub are imported."""
-    hf_home = hf_home or os.environ.get("HF_HOME") or tempfile.mkdtemp(prefix="lerobot_hf_home_")
-    os.makedirs(hf_home, exist_ok=True)
-    os.environ["HF_HOME"] = hf_home
-    os.environ["HF_LEROBOT_HOME"] = os.path.join(hf_home, "lerobot")
-    os.environ["HF_DATASETS_CACHE"] = os.path.join(hf_home, "datasets")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-    return hf_home
+from lerobot_offline import setup_offline_env
 
 
 def main(argv=None):
@@ -43,7 +31,7 @@ def main(argv=None):
     ap.add_argument("--video-mb", type=float, default=200.0, help="video_file_size_in_mb")
     args = ap.parse_args(argv)
 
-    _setup_offline_env(args.hf_home)
+    setup_offline_env(args.hf_home)
     import lerobot
     from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset
 

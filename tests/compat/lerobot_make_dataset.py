@@ -21,22 +21,9 @@ File-size limits are tiny so that several data and video files per camera are pr
 """
 
 import argparse
-import os
 import sys
-import tempfile
 
-
-def _setup_offline_env(hf_home):
-    """Force offline mode and a private HF cache; must run before lerobot/huggingface_hub are imported."""
-    hf_home = hf_home or os.environ.get("HF_HOME") or tempfile.mkdtemp(prefix="lerobot_hf_home_")
-    os.makedirs(hf_home, exist_ok=True)
-    os.environ["HF_HOME"] = hf_home
-    os.environ["HF_LEROBOT_HOME"] = os.path.join(hf_home, "lerobot")
-    os.environ["HF_DATASETS_CACHE"] = os.path.join(hf_home, "datasets")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-    return hf_home
+from lerobot_offline import setup_offline_env
 
 
 FPS = 10
@@ -81,7 +68,7 @@ def main(argv=None):
     ap.add_argument("--vcodec", default=None, help="default: lerobot's default (libsvtav1)")
     args = ap.parse_args(argv)
 
-    _setup_offline_env(args.hf_home)
+    setup_offline_env(args.hf_home)
 
     import shutil
     from pathlib import Path

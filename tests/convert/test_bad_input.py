@@ -85,11 +85,11 @@ def test_existing_out_and_a_work_dir_on_another_filesystem_are_refused(v21_root:
         convert(v21_root, out=tmp_path / "out", work_dir=shm / f"robostream-test-{os.getpid()}", log=print)
 
 
-FILE_LIMIT = 15_000
+FILE_LIMIT = 30_000  # above the plan and its stats (~21 KB), below the largest camera file (~38 KB)
 
 
 def _limit_file_size() -> None:
-    """A full disk, as the converter sees it: writes past 15 KB fail (EFBIG) instead of killing the process."""
+    """A full disk, as the converter sees it: writes past 30 KB fail (EFBIG) instead of killing the process."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 

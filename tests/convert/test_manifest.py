@@ -52,7 +52,7 @@ def test_a_lease_of_a_dead_local_process_is_free_at_once(tmp_path: Path):
 
 
 def test_a_late_writer_publishes_nothing(v21_root: Path, tmp_path: Path):
-    _, plan = make_plan(v21_root, data_limit_mb=DATA_MB, video_limit_mb=VIDEO_MB)
+    _, plan, _ = make_plan(v21_root, data_limit_mb=DATA_MB, video_limit_mb=VIDEO_MB)
     task = plan.tasks[-1]
     late = WorkDir(tmp_path, lease_s=-1).try_claim(task.task_id, Owner("other-host", 7, 0.0))
     WorkDir(tmp_path).try_claim(task.task_id, Owner.current())  # took over the expired lease
