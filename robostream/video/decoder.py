@@ -34,6 +34,12 @@ class VideoDecoder(Protocol):
         """Frames at the given (in-range) indices as uint8 (N, C, H, W) and their pts in seconds (N,)."""
         ...
 
+    def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
+        """The frames whose own pts lie nearest to each time, as get_frames_by_index returns them. Slower; for
+        files whose frame times are off the k/fps grid (concatenated H.264 with B-frames drifts by a few ticks per
+        episode), where index -> time by fps picks the wrong frame or runs past the end."""
+        ...
+
 
 @functools.cache
 def torchcodec_available() -> bool:
@@ -78,6 +84,18 @@ class TorchCodecVideoDecoder:
             batch = self._decoder.get_frames_at(indices=list(indices))
         except (RuntimeError, IndexError, ValueError) as exc:
             raise VideoDecodeError(f"{self.path}: decoding frames {list(indices)[:8]}... failed: {exc}") from exc
+        return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
+
+    def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
+        # The frame shown half a frame after t is the one whose pts is nearest to t (frames ~1/fps apart).
+        meta = self._decoder.metadata
+        begin = float(meta.begin_stream_seconds or 0.0)
+        end = float(meta.end_stream_seconds or begin + self.num_frames / self.fps)
+        shown = np.clip(np.asarray(times_s, dtype=np.float64) + 0.5 / self.fps, begin, np.nextafter(end, begin))
+        try:
+            batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise VideoDecodeError(f"{self.path}: decoding frames near {shown[:4].tolist()}... s failed: {exc}") from exc
         return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
 
 
@@ -141,21 +159,23 @@ class PyAVVideoDecoder:
             previous = frame
 
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
+        return self.get_frames_near_times([self._begin_s + int(i) / self.fps for i in indices])
+
+    def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
         import av
 
-        unique = sorted(set(int(i) for i in indices))
-        decoded: dict[int, tuple[np.ndarray, float]] = {}
+        decoded: dict[float, tuple[np.ndarray, float]] = {}
         try:
-            for index in unique:
-                frame = self._decode_nearest(self._begin_s + index / self.fps)
+            for time_s in sorted(set(float(t) for t in times_s)):
+                frame = self._decode_nearest(time_s)
                 if frame is None:
-                    raise VideoDecodeError(f"{self.path}: no frame decoded near index {index}")
-                decoded[index] = (frame.to_ndarray(format="rgb24"), float(frame.time))
+                    raise VideoDecodeError(f"{self.path}: no frame decoded near {time_s:.6f} s")
+                decoded[time_s] = (frame.to_ndarray(format="rgb24"), float(frame.time))
         except av.error.FFmpegError as exc:
             self._frames = None
-            raise VideoDecodeError(f"{self.path}: PyAV failed decoding near frame {index}: {exc}") from exc
-        data = torch.from_numpy(np.stack([decoded[i][0] for i in indices])).permute(0, 3, 1, 2)
-        pts = np.array([decoded[i][1] for i in indices], dtype=np.float64)
+            raise VideoDecodeError(f"{self.path}: PyAV failed decoding near {time_s:.6f} s: {exc}") from exc
+        data = torch.from_numpy(np.stack([decoded[float(t)][0] for t in times_s])).permute(0, 3, 1, 2)
+        pts = np.array([decoded[float(t)][1] for t in times_s], dtype=np.float64)
         return data, pts
 
     def close(self) -> None:

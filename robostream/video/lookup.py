@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from robostream.errors import FrameToleranceError
+from robostream.errors import FrameToleranceError, VideoDecodeError
 from robostream.video.decoder import VideoDecoder
 
 
@@ -41,8 +41,16 @@ def decode_at_timestamps(decoder: VideoDecoder, timestamps_s: Sequence[float], t
     requested = np.asarray(timestamps_s, dtype=np.float64)
     indices = frame_indices(requested, decoder.fps, decoder.num_frames)
     unique, inverse = np.unique(indices, return_inverse=True)
-    frames, pts = decoder.get_frames_by_index(unique.tolist())
-    check_tolerance(requested, pts[inverse], tolerance_s, decoder.path, context)
+    try:
+        frames, pts = decoder.get_frames_by_index(unique.tolist())
+        check_tolerance(requested, pts[inverse], tolerance_s, decoder.path, context)
+    except VideoDecodeError:
+        # Frame times off the fps grid (e.g. lerobot-concatenated H.264 with B-frames): find frames by their own
+        # pts instead; a time with no frame within tolerance still fails, naming the file and the time.
+        unique_times, inverse = np.unique(requested, return_inverse=True)
+        frames, pts = decoder.get_frames_near_times(unique_times.tolist())
+        check_tolerance(requested, pts[inverse], tolerance_s, decoder.path, context)
+        unique = unique_times
     if len(unique) == len(indices) and np.all(inverse == np.arange(len(inverse))):
         return frames
     return frames[torch.from_numpy(inverse)]
