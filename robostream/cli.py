@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from dataclasses import fields
+from pathlib import Path
 
 from robostream.errors import RobostreamError
 
@@ -39,12 +42,46 @@ def _convert(args: argparse.Namespace) -> int:
                            cpus_per_task=args.cpus_per_task, mem_per_cpu_gb=args.mem_per_cpu_gb,
                            logging_dir=args.logging_dir, venv_path=args.venv_path)
     log = (lambda line: print(line, file=sys.stderr))
-    summary = convert(args.src, out=args.out, work_dir=args.work_dir, workers=args.workers, executor=args.executor,
-                      data_file_size_in_mb=args.data_file_size_in_mb,
-                      video_file_size_in_mb=args.video_file_size_in_mb, engine=engine, lease_s=args.lease_s,
-                      max_attempts=args.max_attempts, dry_run=args.dry_run, log=log)
+    root, repo_id = _convert_source(args, log)
+    if repo_id is not None and _is_v30(root) and args.out is None:
+        summary = {"output": str(root), "note": "already v3.0 (an earlier run converted it): pushing only"}
+    else:
+        summary = convert(root, out=args.out, work_dir=args.work_dir, workers=args.workers, executor=args.executor,
+                          data_file_size_in_mb=args.data_file_size_in_mb,
+                          video_file_size_in_mb=args.video_file_size_in_mb, engine=engine, lease_s=args.lease_s,
+                          max_attempts=args.max_attempts, dry_run=args.dry_run, log=log)
+    if repo_id is not None and not args.no_push and not args.dry_run and "submitted" not in summary:
+        from robostream.convert.hub import push_v30
+
+        summary["hub"] = push_v30(Path(summary["output"]), repo_id, branch=args.branch)
     print(json.dumps(summary))
     return 0
+
+
+def _is_v30(root: Path) -> bool:
+    info = root / "meta" / "info.json"
+    return info.is_file() and json.loads(info.read_text()).get("codebase_version") == "v3.0"
+
+
+def _convert_source(args: argparse.Namespace, log) -> tuple[Path, str | None]:
+    """(local v2.1 folder, Hub repo id or None): SRC is a folder, or a repo id whose v2.1 revision is downloaded
+    to --root (default $HF_LEROBOT_HOME/REPO_ID, as lerobot) unless it is already there."""
+    src = Path(args.src)
+    if src.exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", args.src):
+        return src, args.repo_id
+    repo_id = args.src
+    if args.root is not None:
+        root = Path(args.root)
+    else:
+        from huggingface_hub import constants
+
+        root = Path(os.environ.get("HF_LEROBOT_HOME") or Path(constants.HF_HOME) / "lerobot") / repo_id
+    if not (root / "meta" / "info.json").is_file():
+        from robostream.convert.hub import download_v21
+
+        log(f"downloading {repo_id}@{args.revision} to {root}")
+        download_v21(repo_id, local_dir=root, revision=args.revision)
+    return root, args.repo_id or repo_id
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -56,7 +93,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("src", help="the v2.1 dataset folder (converted in place unless --out is given)")
+    parser.add_argument("src", help="the v2.1 dataset folder (converted in place unless --out is given), or a Hub "
+                                    "dataset REPO_ID (its v2.1 revision is downloaded, converted and pushed)")
     parser.add_argument("--out", default=None, help="write the v3.0 dataset here instead (must not exist)")
     parser.add_argument("--work-dir", default=None, help="plan, leases and the dataset being built (default: "
                         "beside the output; must be on its filesystem). Rerun the same command to resume")
@@ -68,6 +106,13 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a file's lease expires after this long without a heartbeat (then others take over)")
     parser.add_argument("--max-attempts", type=int, default=3, help="failures of one file that fail the run")
     parser.add_argument("--dry-run", action="store_true", help="preflight and plan only")
+    hub = parser.add_argument_group("Hub (SRC is a repo id, or --repo-id names where to push a local folder)")
+    hub.add_argument("--repo-id", default=None, help="push the result to this Hub dataset")
+    hub.add_argument("--root", default=None, help="where the v2.1 revision is downloaded (default "
+                     "$HF_LEROBOT_HOME/REPO_ID)")
+    hub.add_argument("--revision", default="v2.1", help="the v2.1 revision to download (tag, branch or commit)")
+    hub.add_argument("--branch", default="main", help="the branch the v3.0 files are pushed to (tag v3.0 last)")
+    hub.add_argument("--no-push", action="store_true", help="convert only: no Hub mutation at all")
     engine = parser.add_argument_group("datatrove executors (slurm, ray)")
     engine.add_argument("--tasks", type=int, default=0, help="datatrove tasks (default: --workers)")
     engine.add_argument("--partition", default=None)

@@ -17,12 +17,20 @@ It implements exactly the endpoints that huggingface_hub's ``HfApi.dataset_info`
   ``lfs_suffixes`` are, like LFS/Xet files on the real Hub, answered with a 302 to ``/cdn/...`` on this server
   (carrying ``X-Linked-Size`` / ``X-Linked-ETag``), which serves the bytes with the same Range support.
 
-Revisions: the branch ``main`` and the repo's fixed fake commit sha (40 hex characters) are both accepted.
+Writes, as huggingface_hub's commit path uses them (with ``HF_HUB_DISABLE_XET=1``: the LFS protocol, not Xet):
+``POST /api/datasets/{repo_id}/preupload/{revision}`` (LFS for ``lfs_suffixes``), ``POST
+/datasets/{repo_id}.git/info/lfs/objects/batch`` (basic transfer) and ``PUT /lfs-upload/...`` (sha256 checked),
+``POST /api/datasets/{repo_id}/commit/{branch}`` (ndjson; ``parentCommit`` checked: 412 when the branch moved),
+``POST /api/datasets/{repo_id}/tag/{revision}``, ``DELETE /api/datasets/{repo_id}/tag/{tag}``, ``GET .../refs``.
+
+Revisions: branches (``main``), tags (the ``tags`` given, at the initial commit) and commit shas; the initial
+commit is the fixed fake sha (40 hex characters); each commit makes a new one.
 Every request is recorded (method, path, status, bytes sent) so tests can check what was asked for.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -36,13 +44,11 @@ DEFAULT_SHA = "0123456789abcdef0123456789abcdef01234567"
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
-class _Repo:
-    def __init__(self, repo_id: str, folder: Path, sha: str) -> None:
-        self.repo_id, self.folder, self.sha = repo_id, Path(folder).resolve(), sha
-        self.files: dict[str, Path] = {}
-        for path in sorted(self.folder.rglob("*")):
-            if path.is_file():
-                self.files[path.relative_to(self.folder).as_posix()] = path
+class _Snapshot:
+    """The files of one commit: path -> a file on disk (the repo's initial folder) or bytes (committed later)."""
+
+    def __init__(self, files: dict[str, Path | bytes]) -> None:
+        self.files = dict(sorted(files.items()))
         self.dirs: set[str] = {""}
         for name in self.files:
             parts = name.split("/")[:-1]
@@ -50,14 +56,19 @@ class _Repo:
                 self.dirs.add("/".join(parts[:i]))
         self._oids: dict[str, str] = {}
 
-    def revision_ok(self, revision: str) -> bool:
-        return revision in ("main", self.sha)
+    def data(self, name: str) -> bytes:
+        value = self.files[name]
+        return value if isinstance(value, bytes) else value.read_bytes()
+
+    def size(self, name: str) -> int:
+        value = self.files[name]
+        return len(value) if isinstance(value, bytes) else value.stat().st_size
 
     def oid(self, name: str) -> str:
         """git blob sha1 of a file (or a stable fake id for a folder)."""
         if name not in self._oids:
             if name in self.files:
-                data = self.files[name].read_bytes()
+                data = self.data(name)
                 self._oids[name] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
             else:
                 self._oids[name] = hashlib.sha1(f"tree {name}".encode()).hexdigest()
@@ -65,7 +76,7 @@ class _Repo:
 
     def entry(self, name: str) -> dict[str, Any]:
         if name in self.files:
-            return {"type": "file", "oid": self.oid(name), "size": self.files[name].stat().st_size, "path": name}
+            return {"type": "file", "oid": self.oid(name), "size": self.size(name), "path": name}
         return {"type": "directory", "oid": self.oid(name), "size": 0, "path": name}
 
     def children(self, folder: str) -> list[str]:
@@ -83,12 +94,40 @@ class _Repo:
         return out
 
 
+class _Repo:
+    """A dataset repo: commits (sha -> snapshot), branches and tags (name -> sha), uploaded LFS objects."""
+
+    def __init__(self, repo_id: str, folder: Path, sha: str, tags: tuple[str, ...] = ()) -> None:
+        self.repo_id = repo_id
+        folder = Path(folder).resolve()
+        initial = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
+        self.commits: dict[str, _Snapshot] = {sha: _Snapshot(initial)}
+        self.branches: dict[str, str] = {"main": sha}
+        self.tags: dict[str, str] = {tag: sha for tag in tags}
+        self.lfs: dict[str, bytes] = {}  # sha256 hex -> uploaded bytes
+        self.lock = threading.Lock()
+
+    @property
+    def sha(self) -> str:
+        return self.branches["main"]
+
+    def resolve(self, revision: str) -> str | None:
+        """The commit sha a branch, tag or sha names (None: unknown)."""
+        if revision in self.commits:
+            return revision
+        return self.branches.get(revision) or self.tags.get(revision)
+
+    def snapshot(self, revision: str) -> _Snapshot | None:
+        sha = self.resolve(revision)
+        return None if sha is None else self.commits[sha]
+
+
 class HubServer:
     """``with HubServer({"local/av1": folder}) as hub: hub.endpoint`` -> ``http://127.0.0.1:<port>``."""
 
     def __init__(self, repos: dict[str, Path], sha: str = DEFAULT_SHA, page_size: int = 1000,
-                 lfs_suffixes: tuple[str, ...] = (".parquet", ".mp4")) -> None:
-        self.repos = {repo_id: _Repo(repo_id, folder, sha) for repo_id, folder in repos.items()}
+                 lfs_suffixes: tuple[str, ...] = (".parquet", ".mp4"), tags: tuple[str, ...] = ()) -> None:
+        self.repos = {repo_id: _Repo(repo_id, folder, sha, tags) for repo_id, folder in repos.items()}
         self.sha = sha
         self.page_size = page_size
         self.lfs_suffixes = lfs_suffixes
@@ -185,16 +224,55 @@ class _HubHandler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._route(head=True)
 
-    def do_POST(self) -> None:
+    def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length else b""
+
+    def do_POST(self) -> None:
+        body = self._body()
         split = urlsplit(self.path)
         segments = split.path.strip("/").split("/")
         if segments[:2] == ["api", "datasets"]:
             repo, rest = self._repo(segments[2:])
+            if repo is None:
+                return self._error(404, "RepoNotFound", "Repository not found")
             if len(rest) >= 2 and rest[0] == "paths-info":
                 return self._paths_info(repo, unquote("/".join(rest[1:])), body)
+            if len(rest) >= 2 and rest[0] == "preupload":
+                return self._preupload(repo, json.loads(body))
+            if len(rest) >= 2 and rest[0] == "commit":
+                return self._commit(repo, unquote("/".join(rest[1:])), body)
+            if len(rest) >= 2 and rest[0] == "tag":
+                return self._create_tag(repo, unquote("/".join(rest[1:])), json.loads(body))
+        if segments[:1] == ["datasets"] and len(segments) == 7 and segments[3:] == ["info", "lfs", "objects", "batch"]:
+            repo, _ = self._repo([segments[1], segments[2].removesuffix(".git")])
+            if repo is not None:
+                return self._lfs_batch(repo, json.loads(body))
         self._error(404, "NotFound", f"no route for POST {split.path}")
+
+    def do_PUT(self) -> None:
+        body = self._body()
+        segments = urlsplit(self.path).path.strip("/").split("/")
+        if segments[:1] == ["lfs-upload"] and len(segments) == 4:
+            repo, rest = self._repo(segments[1:])
+            if repo is not None:
+                if hashlib.sha256(body).hexdigest() != rest[0]:
+                    return self._error(400, "BadRequest", "uploaded bytes do not match the oid")
+                with repo.lock:
+                    repo.lfs[rest[0]] = body
+                return self._send(200, b"")
+        self._error(404, "NotFound", f"no route for PUT {self.path}")
+
+    def do_DELETE(self) -> None:
+        segments = urlsplit(self.path).path.strip("/").split("/")
+        if segments[:2] == ["api", "datasets"]:
+            repo, rest = self._repo(segments[2:])
+            if repo is not None and len(rest) == 2 and rest[0] == "tag":
+                with repo.lock:
+                    if repo.tags.pop(unquote(rest[1]), None) is None:
+                        return self._error(404, "RevisionNotFound", f"tag {rest[1]} not found")
+                return self._send(200, b"")
+        self._error(404, "NotFound", f"no route for DELETE {self.path}")
 
     def _route(self, head: bool) -> None:
         split = urlsplit(self.path)
@@ -210,24 +288,31 @@ class _HubHandler(BaseHTTPRequestHandler):
                 return self._info(repo, unquote("/".join(rest[1:])), head)
             if rest[0] == "tree" and len(rest) >= 2:
                 return self._tree(repo, unquote(rest[1]), unquote("/".join(rest[2:])), query, head)
+            if rest[0] == "refs":
+                return self._json(200, {"branches": [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": s}
+                                                     for b, s in repo.branches.items()],
+                                        "tags": [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": s}
+                                                 for t, s in repo.tags.items()], "converts": []})
         elif segments[:1] == ["datasets"] and len(segments) >= 6 and segments[3] == "resolve":
             repo, rest = self._repo(segments[1:])
             return self._resolve(repo, unquote(rest[1]), unquote("/".join(rest[2:])), head)
         elif segments[:1] == ["cdn"] and len(segments) >= 5:
             repo, rest = self._repo(segments[1:])
-            if repo is not None and rest[0] == repo.sha:
-                return self._file(repo, unquote("/".join(rest[1:])), head, {})
+            if repo is not None and rest[0] in repo.commits:
+                # same host as the API, so huggingface_hub follows this redirect for metadata: it needs the commit
+                return self._file(repo.commits[rest[0]], unquote("/".join(rest[1:])), head, {"X-Repo-Commit": rest[0]})
         self._error(404, "NotFound", f"no route for {self.command} {split.path}", head)
 
     # -- endpoints ---------------------------------------------------------------------------------------------
     def _info(self, repo: _Repo, revision: str, head: bool) -> None:
-        if not repo.revision_ok(revision):
+        sha = repo.resolve(revision)
+        if sha is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
         self._json(200, {
             "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
             "id": repo.repo_id,
             "author": repo.repo_id.split("/")[0],
-            "sha": repo.sha,
+            "sha": sha,
             "lastModified": "2024-01-01T00:00:00.000Z",
             "createdAt": "2024-01-01T00:00:00.000Z",
             "private": False,
@@ -236,17 +321,18 @@ class _HubHandler(BaseHTTPRequestHandler):
             "downloads": 0,
             "likes": 0,
             "tags": ["LeRobot"],
-            "siblings": [{"rfilename": name} for name in repo.files],
+            "siblings": [{"rfilename": name} for name in repo.commits[sha].files],
         })
 
     def _tree(self, repo: _Repo, revision: str, path: str, query: dict[str, list[str]], head: bool) -> None:
-        if not repo.revision_ok(revision):
+        snapshot = repo.snapshot(revision)
+        if snapshot is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
         path = path.strip("/")
-        if path not in repo.dirs:
+        if path not in snapshot.dirs:
             return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head)
         recursive = (query.get("recursive") or ["False"])[0].lower() in ("1", "true")
-        names = repo.listing(path, recursive)
+        names = snapshot.listing(path, recursive)
         cursor = int((query.get("cursor") or ["0"])[0])
         page = names[cursor: cursor + self.server_hub.page_size]
         headers = {}
@@ -257,40 +343,39 @@ class _HubHandler(BaseHTTPRequestHandler):
             url = f"{self.server_hub.endpoint}/api/datasets/{repo.repo_id}/tree/{quote(revision, safe='')}" \
                   f"{encoded}?{urlencode(params)}"
             headers["Link"] = f'<{url}>; rel="next"'
-        self._json(200, [repo.entry(n) for n in page], headers)
+        self._json(200, [snapshot.entry(n) for n in page], headers)
 
-    def _paths_info(self, repo: _Repo | None, revision: str, body: bytes) -> None:
-        if repo is None:
-            return self._error(404, "RepoNotFound", "Repository not found")
-        if not repo.revision_ok(revision):
+    def _paths_info(self, repo: _Repo, revision: str, body: bytes) -> None:
+        snapshot = repo.snapshot(revision)
+        if snapshot is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         form = parse_qs(body.decode("utf-8"))
         paths = [p.strip("/") for p in form.get("paths", [])]
-        self._json(200, [repo.entry(p) for p in paths if p in repo.files or (p and p in repo.dirs)])
+        self._json(200, [snapshot.entry(p) for p in paths if p in snapshot.files or (p and p in snapshot.dirs)])
 
     def _resolve(self, repo: _Repo | None, revision: str, path: str, head: bool) -> None:
         if repo is None:
             return self._error(404, "RepoNotFound", "Repository not found", head)
-        if not repo.revision_ok(revision):
+        sha = repo.resolve(revision)
+        if sha is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
-        if path not in repo.files:
+        snapshot = repo.commits[sha]
+        if path not in snapshot.files:
             return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head)
-        common = {"X-Repo-Commit": repo.sha, "ETag": f'"{repo.oid(path)}"'}
+        common = {"X-Repo-Commit": sha, "ETag": f'"{snapshot.oid(path)}"'}
         if path.endswith(self.server_hub.lfs_suffixes):
             # LFS/Xet files on the Hub: a redirect to the storage host, metadata on the redirect itself
-            location = f"/cdn/{repo.repo_id}/{repo.sha}/{quote(path)}"
-            size = repo.files[path].stat().st_size
-            return self._send(302, b"", {**common, "Location": location, "X-Linked-Size": str(size),
-                                         "X-Linked-ETag": f'"{repo.oid(path)}"'}, head=head)
-        self._file(repo, path, head, common)
+            location = f"/cdn/{repo.repo_id}/{sha}/{quote(path)}"
+            return self._send(302, b"", {**common, "Location": location, "X-Linked-Size": str(snapshot.size(path)),
+                                         "X-Linked-ETag": f'"{snapshot.oid(path)}"'}, head=head)
+        self._file(snapshot, path, head, common)
 
-    def _file(self, repo: _Repo, path: str, head: bool, headers: dict[str, str]) -> None:
-        file = repo.files.get(path)
-        if file is None:
+    def _file(self, snapshot: _Snapshot, path: str, head: bool, headers: dict[str, str]) -> None:
+        if path not in snapshot.files:
             return self._error(404, "EntryNotFound", f"{path} not found", head)
-        data = file.read_bytes()
+        data = snapshot.data(path)
         size = len(data)
-        headers = {**headers, "Accept-Ranges": "bytes", "ETag": f'"{repo.oid(path)}"'}
+        headers = {**headers, "Accept-Ranges": "bytes", "ETag": f'"{snapshot.oid(path)}"'}
         spec = self.headers.get("Range")
         if spec:
             match = _RANGE.match(spec.strip())
@@ -308,3 +393,61 @@ class _HubHandler(BaseHTTPRequestHandler):
             return self._send(206, body, {**headers, "Content-Range": f"bytes {start}-{end}/{size}"},
                               content_type="application/octet-stream", head=head)
         self._send(200, data, headers, content_type="application/octet-stream", head=head)
+
+    # -- writes: preupload, LFS batch + upload, commit, tags -------------------------------------------------
+    def _preupload(self, repo: _Repo, payload: dict[str, Any]) -> None:
+        files = [{"path": f["path"], "shouldIgnore": False, "oid": None,
+                  "uploadMode": "lfs" if f["path"].endswith(self.server_hub.lfs_suffixes) else "regular"}
+                 for f in payload["files"]]
+        self._json(200, {"files": files, "commitOid": repo.sha})
+
+    def _lfs_batch(self, repo: _Repo, payload: dict[str, Any]) -> None:
+        objects = []
+        for obj in payload["objects"]:
+            entry = {"oid": obj["oid"], "size": obj["size"]}
+            if obj["oid"] not in repo.lfs:
+                href = f"{self.server_hub.endpoint}/lfs-upload/{repo.repo_id}/{obj['oid']}"
+                entry["actions"] = {"upload": {"href": href, "header": {}}}
+            objects.append(entry)
+        self._json(200, {"transfer": "basic", "objects": objects})
+
+    def _commit(self, repo: _Repo, revision: str, body: bytes) -> None:
+        lines = [json.loads(line) for line in body.decode("utf-8").splitlines() if line.strip()]
+        header = lines[0]["value"]
+        with repo.lock:
+            if revision not in repo.branches:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            parent = repo.branches[revision]
+            if header.get("parentCommit") not in (None, parent):
+                return self._error(412, "PreconditionFailed", f"A commit has happened since {header['parentCommit']}")
+            files = dict(repo.commits[parent].files)
+            for line in lines[1:]:
+                key, value = line["key"], line["value"]
+                if key == "file":
+                    files[value["path"]] = base64.b64decode(value["content"])
+                elif key == "lfsFile":
+                    if value["oid"] not in repo.lfs:
+                        return self._error(422, "LfsObjectMissing", f"{value['path']}: LFS object not uploaded")
+                    files[value["path"]] = repo.lfs[value["oid"]]
+                elif key == "deletedFile":
+                    if files.pop(value["path"], None) is None:
+                        return self._error(404, "EntryNotFound", f"A file with this name doesn't exist: {value['path']}")
+                elif key == "deletedFolder":
+                    prefix = value["path"].rstrip("/") + "/"
+                    for name in [n for n in files if n.startswith(prefix)]:
+                        del files[name]
+            sha = hashlib.sha1(f"{parent}{len(repo.commits)}{body!r}".encode()).hexdigest()
+            repo.commits[sha] = _Snapshot(files)
+            repo.branches[revision] = sha
+        self._json(200, {"commitUrl": f"{self.server_hub.endpoint}/datasets/{repo.repo_id}/commit/{sha}",
+                         "commitOid": sha, "pullRequestUrl": None})
+
+    def _create_tag(self, repo: _Repo, revision: str, payload: dict[str, Any]) -> None:
+        with repo.lock:
+            sha = repo.resolve(revision)
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            if payload["tag"] in repo.tags:
+                return self._error(409, "Conflict", f"tag {payload['tag']} already exists")
+            repo.tags[payload["tag"]] = sha
+        self._send(200, b"")
