@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from robostream.convert.compare import compare_datasets
 from tests.convert.conftest import DATA_MB, VIDEO_MB, run_cli
 from tests.remote.hub_server import HubServer
