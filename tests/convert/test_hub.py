@@ -72,3 +72,37 @@ def test_a_missing_v21_revision_is_a_clear_error(v21_root: Path, tmp_path: Path)
         result = run_cli("convert", REPO, *sizes_args(), env=hub_env(server, tmp_path / "home"))
     assert result.returncode == 2
     assert "no revision 'v2.1' on the Hub" in result.stderr
+
+
+def test_push_in_chunks_retries_a_moved_branch_and_tags_the_last_commit(v21_root: Path, reference: Path,
+                                                                         tmp_path: Path, monkeypatch):
+    """push_v30 in this process: several commits (max_operations), the first made against a stale head (the
+    branch moved after it was read: the server answers 412 and the commit is redone on the new head)."""
+    from huggingface_hub import HfApi, constants
+
+    from robostream.convert import hub
+
+    with HubServer({REPO: v21_root}, tags=("v2.1",)) as server:
+        monkeypatch.setattr(constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True, raising=False)
+        monkeypatch.setenv("HF_TOKEN", "hf_fake_local_token")
+        repo = server.repos[REPO]
+        stale = [repo.sha]
+        real_repo_info = HfApi.repo_info
+
+        def repo_info_once_stale(self, *args, **kwargs):
+            info = real_repo_info(self, *args, **kwargs)
+            if stale:  # someone pushed right after we read the head
+                repo.branches["main"] = "f" * 40
+                repo.commits["f" * 40] = repo.commits[stale.pop()]
+            return info
+
+        monkeypatch.setattr(HfApi, "repo_info", repo_info_once_stale)
+        summary = hub.push_v30(reference, REPO, max_operations=10)
+    assert len(summary["commits"]) >= 3 and summary["commits"][-1] == repo.branches["main"]
+    assert repo.tags["v3.0"] == repo.branches["main"]
+    assert any(r[1].endswith("/commit/main") and r[2] == 412 for r in server.log())  # the refused stale commit
+    pushed = repo.commits[repo.branches["main"]]
+    assert sorted(pushed.files) == sorted(p.relative_to(reference).as_posix() for p in reference.rglob("*")
+                                          if p.is_file())
