@@ -208,3 +208,53 @@ def test_ray_executor_writes_the_same(v21_root: Path, reference: Path, tmp_path:
         ray.shutdown()
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert compare_datasets(tmp_path / "out", reference) == []
+
+
+def _depth_mp4(path: Path, episode: int, length: int) -> np.ndarray:
+    """Lossless 12-bit HEVC (gray12le), lerobot's depth-camera encoding; returns the frames written."""
+    import av
+
+    frames = ((np.arange(48 * 64, dtype=np.uint16).reshape(48, 64) * 7 + episode * 1000)[None]
+              + 37 * np.arange(length, dtype=np.uint16)[:, None, None]) % 4096
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx265", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "gray12le"
+        stream.options = {"x265-params": "lossless=1:log-level=none"}
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="gray12le")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return frames
+
+
+def test_depth_camera_12_bit_hevc_is_copied_losslessly(tmp_path: Path):
+    import av
+
+    from robostream.format.v21_writer import V21Writer
+
+    features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
+                "observation.images.depth": {"dtype": "video", "shape": [48, 64, 1],
+                                             "names": ["height", "width", "channels"]}}
+    written = []
+    with V21Writer(tmp_path / "depth", 10, features, codec="hevc") as writer:
+        for episode, length in enumerate((6, 9, 5, 7)):
+            mp4 = tmp_path / f"ep{episode}.mp4"
+            written.append(_depth_mp4(mp4, episode, length))
+            stats = {k: np.full((1, 1, 1), 0.5) for k in ("min", "max", "mean", "std")}
+            writer.add_episode({"observation.state": np.zeros((length, 2), np.float32)}, task="depth",
+                               video_files={"observation.images.depth": mp4},
+                               video_stats={"observation.images.depth": {**stats, "count": np.array([length])}})
+    convert(tmp_path / "depth", out=tmp_path / "out", workers=2, video_file_size_in_mb=0.004, log=quiet)
+    assert verify(tmp_path / "out")["problems"] == []
+    table = pq.read_table(tmp_path / "out/meta/episodes/chunk-000/file-000.parquet").to_pydict()
+    key = "videos/observation.images.depth"
+    assert len(set(table[f"{key}/file_index"])) >= 2
+    for episode, frames in enumerate(written):
+        path = tmp_path / f"out/videos/observation.images.depth/chunk-000/file-{table[f'{key}/file_index'][episode]:03d}.mp4"
+        with av.open(str(path)) as container:
+            decoded = {round(float(f.pts * f.time_base), 3): f.to_ndarray() for f in container.decode(video=0)}
+        start = table[f"{key}/from_timestamp"][episode]
+        for index, frame in enumerate(frames):
+            got = decoded[round(start + index / 10, 3)]
+            assert got.dtype == np.uint16 and np.array_equal(got, frame)
