@@ -37,13 +37,14 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from robostream.convert import EngineOptions, convert
+    from robostream.convert.finalize import is_v30
 
     engine = EngineOptions(tasks=args.tasks, partition=args.partition, time=args.time,
                            cpus_per_task=args.cpus_per_task, mem_per_cpu_gb=args.mem_per_cpu_gb,
                            logging_dir=args.logging_dir, venv_path=args.venv_path)
     log = (lambda line: print(line, file=sys.stderr))
     root, repo_id = _convert_source(args, log)
-    if repo_id is not None and _is_v30(root) and args.out is None:
+    if repo_id is not None and is_v30(root) and args.out is None:
         summary = {"output": str(root), "note": "already v3.0 (an earlier run converted it): pushing only"}
     else:
         summary = convert(root, out=args.out, work_dir=args.work_dir, workers=args.workers, executor=args.executor,
@@ -56,11 +57,6 @@ def _convert(args: argparse.Namespace) -> int:
         summary["hub"] = push_v30(Path(summary["output"]), repo_id, branch=args.branch)
     print(json.dumps(summary))
     return 0
-
-
-def _is_v30(root: Path) -> bool:
-    info = root / "meta" / "info.json"
-    return info.is_file() and json.loads(info.read_text()).get("codebase_version") == "v3.0"
 
 
 def _convert_source(args: argparse.Namespace, log) -> tuple[Path, str | None]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from robostream.convert.executors import EngineOptions, run_local_pool
-from robostream.convert.finalize import cleanup, swap, write_metadata
+from robostream.convert.finalize import cleanup, is_v30, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir, read_json, write_json_atomic
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
 from robostream.convert.progress import Progress
@@ -91,6 +91,8 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
 def _finalize(targets: Targets, options: WorkerOptions) -> bool:
     """Write the metadata and swap, under the finalize lease; False if another process is finalizing."""
     work = WorkDir(targets.work, lease_s=options.lease_s)
+    if not work.plan_path.exists():
+        return False  # finished and cleaned up by another process a moment ago
     plan = load_plan(work)
     unfinished = [t.output for t in plan.tasks if not work.is_done(t.task_id)]
     if unfinished:
@@ -113,6 +115,17 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
     return True
 
 
+def _finalize_or_wait(targets: Targets, options: WorkerOptions) -> bool:
+    """Finalize here (True), or, when another process sharing the work dir holds the finalize lease, wait until it
+    has finished (False); a finalizer that dies is taken over when its lease lapses."""
+    while True:
+        if not targets.work.exists() and is_v30(targets.destination):
+            return False
+        if _finalize(targets, options):
+            return True
+        time.sleep(options.poll_s)
+
+
 def finish_conversion(src: str | Path, *, out: str | Path | None, work_dir: str | Path | None,
                       options: WorkerOptions) -> None:
     """Finalize a conversion whose files are all done (the SLURM finalize job runs this)."""
@@ -120,8 +133,8 @@ def finish_conversion(src: str | Path, *, out: str | Path | None, work_dir: str 
                        Path(work_dir) if work_dir is not None else None)
     if targets.journal.exists():
         _complete_swap(targets)
-    elif not _finalize(targets, options):
-        raise RobostreamError(f"{targets.work}: another process is finalizing this conversion; wait for it")
+    else:
+        _finalize_or_wait(targets, options)
 
 
 def _complete_swap(targets: Targets) -> None:
@@ -184,8 +197,9 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     progress.close()
     written = sum(work.done_size(t.task_id) or 0 for t in tasks)
     converted = time.time()
-    if not _finalize(targets, options):
-        raise RobostreamError(f"{targets.work}: another process is finalizing this conversion; wait for it")
+    if not _finalize_or_wait(targets, options):
+        return {"output": str(targets.destination), "finished_by_another_process": True,
+                "seconds": round(time.time() - started, 3)}
     return {
         "output": str(targets.destination), "input_kept": None if targets.out else str(targets.root) + "_old",
         "episodes": len(plan.data), "frames": sum(d["rows"] for d in plan.data), "files": len(tasks),

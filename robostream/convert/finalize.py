@@ -182,7 +182,7 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(errno, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(errno)}")
 
 
-def _is_v30(root: Path) -> bool:
+def is_v30(root: Path) -> bool:
     doc = read_json(root / "meta" / "info.json") if root.is_dir() else None
     return isinstance(doc, dict) and doc.get("codebase_version") == V30
 
@@ -194,7 +194,7 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
     `out`: the staged dataset is renamed to `out`, which must not exist; the input is not touched.
     """
     if out is not None:
-        if not (out.exists() and _is_v30(out) and not stage.exists()):
+        if not (out.exists() and is_v30(out) and not stage.exists()):
             os.rename(stage, out)  # fails if out exists (non-empty)
         fsync_dir(out.parent)
         return
@@ -204,7 +204,7 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
             raise RobostreamError(f"{old}: exists; the input is kept there after an in-place conversion. Move it "
                                   "away (or pass --out DIR) and run again")
         write_json_atomic(journal, {"root": str(root), "old": str(old), "stage": str(stage)})
-    if stage.exists() and root.exists() and not _is_v30(root):
+    if stage.exists() and root.exists() and not is_v30(root):
         if exchange(stage, root):  # root: new; stage: old
             fsync_dir(root.parent)
             crash_point("swap-half")
@@ -216,7 +216,7 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
             os.rename(stage, root)
     elif stage.exists() and not root.exists():
         os.rename(stage, root)  # crashed between the two renames
-    elif stage.exists() and _is_v30(root) and not old.exists():
+    elif stage.exists() and is_v30(root) and not old.exists():
         os.rename(stage, old)  # crashed after the exchange
     fsync_dir(root.parent)
 

@@ -138,6 +138,8 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
     Raises ConversionFailed when a task has failed `max_attempts` times (by this or any other worker).
     """
     work = WorkDir(work_dir, lease_s=options.lease_s)
+    if not work.path.exists():
+        return 0  # finished (and cleaned up) by another process before this worker started
     plan = load_plan(work)
     layout = read_layout(plan.source)
     # Largest files first: the last files to finish are then small ones, so workers end together.
@@ -146,7 +148,7 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
     ran = 0
     while True:
         remaining = [t for t in tasks if not work.is_done(t.task_id)]
-        if not remaining:
+        if not remaining or not work.plan_path.exists():  # all done, or finished and cleaned up by another process
             return ran
         claimed = False
         for task in remaining:

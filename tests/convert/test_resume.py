@@ -71,3 +71,24 @@ def test_a_file_that_keeps_failing_fails_the_run_naming_it_and_a_rerun_after_the
     victim.write_bytes(original)
     assert run_cli("convert", *args).returncode == 0
     assert compare_datasets(tmp_path / "out", reference) == []
+
+
+def test_two_commands_sharing_the_work_dir_convert_together(v21_root: Path, reference: Path, tmp_path: Path):
+    """Two `robostream convert` commands (as on two machines sharing the folder) on one conversion: both exit 0,
+    the files are split between them by the leases, one finalizes, the other reports it."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.convert.conftest import REPO
+
+    args = [sys.executable, "-m", "robostream.cli", "convert",
+            *convert_args(v21_root, "--workers", "1", "--out", str(tmp_path / "out"))]
+    runs = [subprocess.Popen(args, cwd=REPO, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=240) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert sum(bool(s.get("finished_by_another_process")) for s in summaries) <= 1
+    assert compare_datasets(tmp_path / "out", reference) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
