@@ -76,13 +76,12 @@ def write_metadata_only(root: Path, episodes: int) -> None:
 
 def fake_plan(root: Path, episodes: int) -> ConversionPlan:
     rng = np.random.default_rng(1)
-    source = read_v21(root)
-    data = [{"bytes": int(b), "uncompressed_mb": float(b) / 2 ** 20 * 1.5, "rows": e.length}
-            for b, e in zip(rng.integers(30_000, 60_000, size=episodes), source.episodes)]
-    videos = {c: [{"bytes": int(b), "duration_s": e.length / 30, "frames": e.length, "codec": "av1", "width": 640,
-                   "height": 480, "pix_fmt": "yuv420p"} for b, e in zip(rng.integers(2e6, 4e6, size=episodes),
-                                                                         source.episodes)] for c in CAMERAS}
-    return ConversionPlan(str(root), "bench", 100, 200, data, videos)
+    lengths = np.array([e.length for e in read_v21(root).episodes])
+    data_bytes = rng.integers(30_000, 60_000, size=episodes)
+    data = {"bytes": data_bytes, "uncompressed_mb": data_bytes / 2 ** 20 * 1.5, "rows": lengths}
+    videos = {c: {"bytes": rng.integers(2_000_000, 4_000_000, size=episodes), "duration_s": lengths / 30,
+                  "frames": lengths} for c in CAMERAS}
+    return ConversionPlan(str(root), "bench", 100, 200, data, videos, {c: "av1" for c in CAMERAS})
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from robostream.convert.executors import EngineOptions, run_local_pool
 from robostream.convert.finalize import cleanup, is_v30, swap, write_metadata
-from robostream.convert.manifest import Owner, WorkDir, read_json, write_json_atomic
+from robostream.convert.manifest import Owner, WorkDir
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
 from robostream.convert.progress import Progress
 from robostream.convert.worker import ConversionFailed, Heartbeat, WorkerOptions, check_done, load_plan
@@ -66,9 +66,8 @@ def _targets(root: Path, out: Path | None, work_dir: Path | None) -> Targets:
 
 def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) -> ConversionPlan:
     """Load the work dir's plan (same input and options only), or preflight and plan now."""
-    doc = read_json(targets.work / "plan.json")
-    if doc is not None:
-        plan = ConversionPlan.from_json(doc)
+    plan = ConversionPlan.load(targets.work / "plan.json")
+    if plan is not None:
         if plan.source != str(targets.root.resolve()) or plan.fingerprint != fingerprint(targets.root, data_mb,
                                                                                            video_mb):
             raise RobostreamError(f"{targets.work}: holds another conversion ({plan.source}, data {plan.data_limit_mb} "
@@ -81,7 +80,7 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
     work = WorkDir(targets.work)
     try:
         work.save_episode_stats(stats)  # before plan.json: a plan on disk always has its stats beside it
-        write_json_atomic(work.plan_path, plan.to_json())
+        plan.save(work.plan_path)
     except OSError as exc:
         raise RobostreamError(f"{targets.work}: cannot write the plan ({exc}); free space there or choose another "
                               "--work-dir on the output's filesystem") from exc
@@ -202,7 +201,7 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
                 "seconds": round(time.time() - started, 3)}
     return {
         "output": str(targets.destination), "input_kept": None if targets.out else str(targets.root) + "_old",
-        "episodes": len(plan.data), "frames": sum(d["rows"] for d in plan.data), "files": len(tasks),
+        "episodes": plan.episodes, "frames": int(plan.data["rows"].sum()), "files": len(tasks),
         "files_resumed": already, "bytes_written": written, "workers": workers, "executor": executor,
         "seconds": round(time.time() - started, 3), "seconds_plan": round(planned - started, 3),
         "seconds_files": round(converted - planned, 3), "seconds_finalize": round(time.time() - converted, 3),

@@ -59,13 +59,13 @@ def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTa
     columns: dict[str, list[Any]] = {"episode_index": [e.episode_index for e in dataset.episodes]}
     columns["data/chunk_index"] = [s.chunk_index for s in data_spans]
     columns["data/file_index"] = [s.file_index for s in data_spans]
-    ends = np.cumsum([d["rows"] for d in plan.data]).tolist()
+    ends = np.cumsum(plan.data["rows"]).tolist()
     columns["dataset_from_index"] = [0] + ends[:-1]
     columns["dataset_to_index"] = ends
     for key in sorted(plan.videos):
         spans = [t.span for t in tasks if t.video_key == key]
         per_episode = span_of_each_episode(spans)
-        stamps = video_timestamps([v["duration_s"] for v in plan.videos[key]], spans)
+        stamps = video_timestamps(plan.videos[key]["duration_s"].tolist(), spans)
         columns[f"videos/{key}/chunk_index"] = [s.chunk_index for s in per_episode]
         columns[f"videos/{key}/file_index"] = [s.file_index for s in per_episode]
         columns[f"videos/{key}/from_timestamp"] = [a for a, _ in stamps]

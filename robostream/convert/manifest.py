@@ -54,6 +54,23 @@ def write_json_atomic(path: Path, doc: Any) -> None:
     fsync_dir(path.parent)
 
 
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Named arrays to one .npz (names kept in order, any characters), written like write_json_atomic."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.npz")
+    np.savez(tmp, names=np.array(json.dumps(list(arrays))), **{f"a{i}": a for i, a in enumerate(arrays.values())})
+    with tmp.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def load_arrays(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as archive:
+        names = json.loads(str(archive["names"]))
+        return {name: archive[f"a{i}"] for i, name in enumerate(names)}
+
+
 def read_json(path: Path) -> Any | None:
     """The document at `path`, or None if it does not exist."""
     try:
@@ -109,22 +126,14 @@ class WorkDir:
 
     # -- per-episode stats, parsed once at planning (JSON parsing is most of finalize at 100k episodes) -----------
     def save_episode_stats(self, stats: dict[str, dict[str, np.ndarray]]) -> None:
-        keys = [(feature, stat) for feature, stats_of in stats.items() for stat in stats_of]
-        arrays = {f"a{i}": stats[feature][stat] for i, (feature, stat) in enumerate(keys)}
-        self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.stats_path.with_name(f".{self.stats_path.name}.{uuid.uuid4().hex}.tmp.npz")
-        np.savez(tmp, keys=np.array(json.dumps(keys)), **arrays)
-        with tmp.open("rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.stats_path)
-        fsync_dir(self.path)
+        save_arrays(self.stats_path, {f"{feature}\x1f{stat}": array for feature, stats_of in stats.items()
+                                      for stat, array in stats_of.items()})
 
     def load_episode_stats(self) -> dict[str, dict[str, np.ndarray]]:
-        with np.load(self.stats_path) as archive:
-            keys = json.loads(str(archive["keys"]))
-            out: dict[str, dict[str, np.ndarray]] = {}
-            for i, (feature, stat) in enumerate(keys):
-                out.setdefault(feature, {})[stat] = archive[f"a{i}"]
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for key, array in load_arrays(self.stats_path).items():
+            feature, stat = key.split("\x1f")
+            out.setdefault(feature, {})[stat] = array
         return out
 
     # -- layout ----------------------------------------------------------------------------------------------

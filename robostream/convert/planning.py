@@ -16,42 +16,64 @@ from typing import Any
 import numpy as np
 
 from robostream.convert.faults import crash_point
+from robostream.convert.manifest import load_arrays, read_json, save_arrays, write_json_atomic
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
 from robostream.errors import DatasetFormatError
 from robostream.format.v21 import V21Dataset, read_episode_stats, read_v21
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 PROBE_BATCH = 64  # episodes per pool job
 MAX_LISTED = 20  # problems printed in one error
 
 
+DATA_COLUMNS = ("bytes", "uncompressed_mb", "rows")
+VIDEO_COLUMNS = ("bytes", "duration_s", "frames")
+
+
 @dataclass(frozen=True)
 class ConversionPlan:
-    """What planning found and decided; saved as the work dir's plan.json."""
+    """What planning found and decided: the work dir's plan.json (scalars) and probes.npz (per-episode columns,
+    a few arrays, so a worker's memory for the plan is ~8 bytes per episode and file, not a JSON object each)."""
 
     source: str
     fingerprint: str  # of the input metadata and the options: a work dir only resumes the same conversion
     data_limit_mb: float
     video_limit_mb: float
-    data: list[dict[str, Any]]  # per episode: bytes, uncompressed_mb, rows
-    videos: dict[str, list[dict[str, Any]]]  # per camera, per episode: bytes, duration_s, frames, codec, ...
+    data: dict[str, np.ndarray]  # per episode: bytes, uncompressed_mb, rows
+    videos: dict[str, dict[str, np.ndarray]]  # per camera, per episode: bytes, duration_s, frames
+    codecs: dict[str, str]  # per camera (the same for all its episodes: preflight checks it)
+
+    @property
+    def episodes(self) -> int:
+        return len(self.data["rows"])
 
     @property
     def tasks(self) -> list[FileTask]:
-        return file_tasks([d["uncompressed_mb"] for d in self.data],
-                          {k: [v["bytes"] / 1024 ** 2 for v in vs] for k, vs in self.videos.items()},
+        # Python floats in, as lerobot sums them: the cut points depend on the exact float arithmetic.
+        return file_tasks(self.data["uncompressed_mb"].tolist(),
+                          {k: (v["bytes"] / 1024 ** 2).tolist() for k, v in self.videos.items()},
                           data_limit_mb=self.data_limit_mb, video_limit_mb=self.video_limit_mb)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"version": PLAN_VERSION, "source": self.source, "fingerprint": self.fingerprint,
-                "data_limit_mb": self.data_limit_mb, "video_limit_mb": self.video_limit_mb,
-                "data": self.data, "videos": self.videos}
+    def save(self, plan_path: Path) -> None:
+        """probes.npz first, then plan.json (atomically): a plan.json on disk always has its probes beside it."""
+        arrays = {f"data/{c}": self.data[c] for c in DATA_COLUMNS}
+        arrays.update({f"videos/{k}/{c}": v[c] for k, v in self.videos.items() for c in VIDEO_COLUMNS})
+        save_arrays(plan_path.with_name("probes.npz"), arrays)
+        write_json_atomic(plan_path, {"version": PLAN_VERSION, "source": self.source,
+                                      "fingerprint": self.fingerprint, "data_limit_mb": self.data_limit_mb,
+                                      "video_limit_mb": self.video_limit_mb, "codecs": self.codecs})
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> ConversionPlan:
-        return cls(doc["source"], doc["fingerprint"], doc["data_limit_mb"], doc["video_limit_mb"], doc["data"],
-                   doc["videos"])
+    def load(cls, plan_path: Path) -> ConversionPlan | None:
+        doc = read_json(plan_path)
+        if doc is None:
+            return None
+        arrays = load_arrays(plan_path.with_name("probes.npz"))
+        data = {c: arrays[f"data/{c}"] for c in DATA_COLUMNS}
+        videos = {k: {c: arrays[f"videos/{k}/{c}"] for c in VIDEO_COLUMNS} for k in doc["codecs"]}
+        return cls(doc["source"], doc["fingerprint"], doc["data_limit_mb"], doc["video_limit_mb"], data, videos,
+                   doc["codecs"])
 
 
 def fingerprint(root: Path, data_limit_mb: float, video_limit_mb: float) -> str:
@@ -142,7 +164,10 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
     _raise_problems(dataset.root, unreadable + _probe_problems(dataset, data, videos))
     crash_point("planned")
     plan = ConversionPlan(str(dataset.root.resolve()), fingerprint(dataset.root, data_limit_mb, video_limit_mb),
-                          data_limit_mb, video_limit_mb, data, videos)
+                          data_limit_mb, video_limit_mb,
+                          {c: np.array([d[c] for d in data]) for c in DATA_COLUMNS},
+                          {k: {c: np.array([p[c] for p in ps]) for c in VIDEO_COLUMNS} for k, ps in videos.items()},
+                          {k: ps[0]["codec"] for k, ps in videos.items() if ps})
     return dataset, plan, stats
 
 
@@ -152,11 +177,11 @@ def preflight_report(dataset: V21Dataset, plan: ConversionPlan) -> dict[str, Any
     return {
         "source": plan.source,
         "episodes": len(dataset.episodes),
-        "frames": sum(d["rows"] for d in plan.data),
+        "frames": int(plan.data["rows"].sum()),
         "cameras": dataset.video_keys,
         "image_features": dataset.image_keys,
-        "input_bytes": sum(d["bytes"] for d in plan.data) + sum(v["bytes"] for vs in plan.videos.values() for v in vs),
+        "input_bytes": int(plan.data["bytes"].sum() + sum(v["bytes"].sum() for v in plan.videos.values())),
         "data_files": sum(t.kind == "data" for t in tasks),
         "video_files": {k: sum(t.video_key == k for t in tasks) for k in dataset.video_keys},
-        "codecs": {k: vs[0]["codec"] for k, vs in plan.videos.items() if vs},
+        "codecs": plan.codecs,
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from robostream.convert.faults import crash_point
 from robostream.convert.file_tasks import write_data_file, write_video_file
-from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text, fsync_dir, read_json
+from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text, fsync_dir
 from robostream.convert.plan import FileTask
 from robostream.convert.planning import ConversionPlan
 from robostream.errors import DatasetFormatError, RobostreamError
@@ -57,20 +57,20 @@ class Heartbeat:
 
 
 def load_plan(work: WorkDir) -> ConversionPlan:
-    doc = read_json(work.plan_path)
-    if doc is None:
+    plan = ConversionPlan.load(work.plan_path)
+    if plan is None:
         raise RobostreamError(f"{work.plan_path}: no conversion plan; start the conversion with `robostream "
                               "convert` (it plans before any worker runs)")
-    return ConversionPlan.from_json(doc)
+    return plan
 
 
 def task_inputs(task: FileTask, layout: V21Layout, plan: ConversionPlan) -> list[tuple[Path, int]]:
     """(path, size in bytes recorded at planning) of every input file of `task`."""
     episodes = range(task.span.first, task.span.end)
     if task.kind == "data":
-        return [(layout.root / layout.data_file(e), plan.data[e]["bytes"]) for e in episodes]
-    return [(layout.root / layout.video_file(e, task.video_key), plan.videos[task.video_key][e]["bytes"])
-            for e in episodes]
+        return [(layout.root / layout.data_file(e), int(plan.data["bytes"][e])) for e in episodes]
+    sizes = plan.videos[task.video_key]["bytes"]
+    return [(layout.root / layout.video_file(e, task.video_key), int(sizes[e])) for e in episodes]
 
 
 def produce(task: FileTask, inputs: list[tuple[Path, int]], out: Path, image_keys: list[str]) -> int:
