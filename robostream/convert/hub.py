@@ -36,22 +36,40 @@ def download_v21(repo_id: str, *, local_dir: Path, revision: str = "v2.1", token
 
 
 def _commit_with_retry(api: HfApi, repo_id: str, branch: str, operations: list, message: str) -> str:
-    for attempt in range(COMMIT_ATTEMPTS):
+    """One commit against the branch head as read just before; redone on the new head when the branch moved in
+    between (the Hub answers 412), up to COMMIT_ATTEMPTS times."""
+    attempt = 1
+    while True:
         head = api.repo_info(repo_id, repo_type="dataset", revision=branch).sha
         try:
-            info = api.create_commit(repo_id, operations, commit_message=message, repo_type="dataset",
-                                     revision=branch, parent_commit=head)
-            return info.oid
+            return api.create_commit(repo_id, operations, commit_message=message, repo_type="dataset",
+                                     revision=branch, parent_commit=head).oid
         except HfHubHTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else None
-            if status != 412 or attempt == COMMIT_ATTEMPTS - 1:
+            moved = exc.response is not None and exc.response.status_code == 412
+            if not moved or attempt == COMMIT_ATTEMPTS:
                 raise
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 def push_v30(root: Path, repo_id: str, *, branch: str = "main", token: str | None = None,
              max_operations: int = MAX_OPERATIONS) -> dict[str, object]:
-    """Replace the v2.1 files of `branch` by the v3.0 dataset at `root`, then tag the result `v3.0`."""
+    """Replace the v2.1 files of `branch` by the v3.0 dataset at `root`, then tag the result `v3.0`.
+
+    Args:
+        root: the converted (v3.0) dataset folder.
+        repo_id: the Hub dataset to push to.
+        branch: the branch whose files are replaced.
+        token: Hub token (default: huggingface_hub's own lookup).
+        max_operations: additions + deletions per commit.
+    """
+    try:
+        return _push(root, repo_id, branch=branch, token=token, max_operations=max_operations)
+    except HfHubHTTPError as exc:
+        raise RobostreamError(f"pushing {root} to {repo_id}@{branch} failed: {exc}. The converted dataset stays at "
+                              f"{root}; run the same command again to push it") from exc
+
+
+def _push(root: Path, repo_id: str, *, branch: str, token: str | None, max_operations: int) -> dict[str, object]:
     api = HfApi(token=token)
     existing = api.list_repo_files(repo_id, repo_type="dataset", revision=branch)
     local = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
