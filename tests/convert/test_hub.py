@@ -106,3 +106,15 @@ def test_push_in_chunks_retries_a_moved_branch_and_tags_the_last_commit(v21_root
     pushed = repo.commits[repo.branches["main"]]
     assert sorted(pushed.files) == sorted(p.relative_to(reference).as_posix() for p in reference.rglob("*")
                                           if p.is_file())
+
+
+def test_repo_id_pushes_a_local_folders_conversion(v21_root: Path, reference: Path, tmp_path: Path):
+    with HubServer({REPO: v21_root}, tags=("v2.1",)) as server:
+        result = run_cli("convert", str(v21_root), "--out", str(tmp_path / "out"), "--repo-id", REPO, *sizes_args(),
+                         env=hub_env(server, tmp_path / "home"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        repo = server.repos[REPO]
+        pushed = repo.commits[repo.tags["v3.0"]]
+        assert all(pushed.data(name) == (tmp_path / "out" / name).read_bytes() for name in pushed.files)
+    assert compare_datasets(tmp_path / "out", reference) == []
+    assert not (tmp_path / "home/lerobot").exists()  # nothing downloaded
