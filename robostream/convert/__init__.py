@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from robostream.convert.executors import EngineOptions, run_local_pool
+from robostream.convert.executors import EngineOptions, LocalPool
 from robostream.convert.finalize import cleanup, is_v30, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
@@ -172,18 +172,28 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     if targets.journal.exists():  # a crash during the swap: complete it
         _complete_swap(targets)
         return {"output": str(targets.destination), "resumed": "swap", "seconds": time.time() - started}
-    plan = _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log)
+    options = WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started)
+    pool = LocalPool(targets.work, workers=workers, options=options) if executor == "local" and not dry_run else None
+    fresh = not (targets.work / "plan.json").exists()
+    if pool is not None and fresh:
+        pool.start()  # the workers import their libraries while this process plans (resuming: after the count)
+    try:
+        plan = _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log)
+    except BaseException:
+        if pool is not None:
+            pool.stop()
+        raise
     planned = time.time()
     tasks = plan.tasks
     if dry_run:
         return {"output": None, "plan": str(targets.work / "plan.json"), "files": len(tasks)}
     work = WorkDir(targets.work, lease_s=lease_s)
-    check_done(work, tasks)
-    already = sum(work.is_done(t.task_id) for t in tasks)
-    options = WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started)
+    if not fresh:
+        check_done(work, tasks)
+    already = 0 if fresh else sum(work.is_done(t.task_id) for t in tasks)
     progress = Progress(work, tasks, log=log)
-    if executor == "local":
-        run_local_pool(targets.work, workers=workers, options=options, on_tick=progress.tick)
+    if pool is not None:
+        pool.run(on_tick=progress.tick)
     else:
         from robostream.convert.datatrove_steps import launch
 

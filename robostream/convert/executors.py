@@ -14,6 +14,7 @@ import multiprocessing.connection
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from robostream.convert.manifest import WorkDir
 from robostream.convert.worker import ConversionFailed, WorkerOptions, load_plan, run_worker
 
 EXIT_TASK_FAILED = 3
+PLAN_POLL_S = 0.02
 _PR_SET_PDEATHSIG = 1
 
 
@@ -47,8 +49,12 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _worker_main(work_dir: str, options: WorkerOptions) -> None:
+def _worker_main(work_dir: str, options: WorkerOptions, wait_for_plan: bool) -> None:
     _die_with_parent()
+    if wait_for_plan:  # started while the command plans: importing pyarrow/PyAV overlaps planning
+        plan = WorkDir(work_dir).plan_path
+        while not plan.exists():
+            time.sleep(PLAN_POLL_S)  # the parent kills this process if planning fails (and it dies with the parent)
     try:
         run_worker(work_dir, options)
     except ConversionFailed as exc:
@@ -65,56 +71,68 @@ def _failed_task_message(work: WorkDir, options: WorkerOptions) -> str:
     return "a worker reported a failed task, but no task has reached the attempt limit"
 
 
-def run_local_pool(work_dir: Path, *, workers: int, options: WorkerOptions,
-                   on_tick: Callable[[], None] = lambda: None, tick_s: float = 0.5) -> None:
-    """Run `workers` worker processes until every task is done; raise ConversionFailed if one cannot be done."""
-    work = WorkDir(work_dir, lease_s=options.lease_s)
-    task_ids = [t.task_id for t in load_plan(work).tasks]
-    context = multiprocessing.get_context("spawn")  # no inherited Arrow/FFmpeg threads or locks
-    running: dict[Any, Any] = {}
+class LocalPool:
+    """`workers` worker processes on this machine, watched until every task is done.
 
-    def start() -> None:
-        process = context.Process(target=_worker_main, args=(str(work_dir), options), name="robostream-convert")
+    `start()` may be called before the plan exists (the workers import their libraries while the command plans,
+    then wait for plan.json); `run()` watches them: a worker killed mid-file gets a failure recorded for that file
+    and a replacement; a file that fails `max_attempts` times stops all and raises ConversionFailed.
+    """
+
+    def __init__(self, work_dir: Path, *, workers: int, options: WorkerOptions) -> None:
+        self.work_dir, self.workers, self.options = work_dir, workers, options
+        self.context = multiprocessing.get_context("spawn")  # no inherited Arrow/FFmpeg threads or locks
+        self.running: dict[Any, Any] = {}
+
+    def _start_one(self) -> None:
+        wait_for_plan = not WorkDir(self.work_dir).plan_path.exists()
+        process = self.context.Process(target=_worker_main, args=(str(self.work_dir), self.options, wait_for_plan),
+                                       name="robostream-convert")
         process.start()
-        running[process.sentinel] = process
+        self.running[process.sentinel] = process
 
-    def stop_all() -> None:
-        for process in running.values():
+    def start(self) -> None:
+        while len(self.running) < self.workers:
+            self._start_one()
+
+    def stop(self) -> None:
+        for process in self.running.values():
             process.kill()
-        for process in running.values():
+        for process in self.running.values():
             process.join()
-        running.clear()
+        self.running.clear()
 
-    for _ in range(workers):
-        start()
-    idle_deaths = 0
-    try:
-        while running:
-            for sentinel in multiprocessing.connection.wait(list(running), timeout=tick_s):
-                process = running.pop(sentinel)
-                process.join()
-                if process.exitcode == 0:
-                    continue
-                if process.exitcode == EXIT_TASK_FAILED:
-                    stop_all()
-                    raise ConversionFailed(_failed_task_message(work, options))
-                how = (f"killed by {signal.Signals(-process.exitcode).name}" if process.exitcode < 0
-                       else f"exit code {process.exitcode}")
-                held = work.leases_held_by_pid(socket.gethostname(), process.pid, task_ids)
-                for lease in held:
-                    work.record_failure(lease.task_id, lease.attempt, lease.owner,
-                                        f"worker process {process.pid} died ({how}) while producing this file")
-                # A worker that dies holding nothing failed outside any task (start-up, environment): retrying
-                # forever would hang the run, so such deaths are bounded like a task's failures.
-                idle_deaths = 0 if held else idle_deaths + 1
-                if idle_deaths >= options.max_attempts:
-                    stop_all()
-                    raise ConversionFailed(f"{idle_deaths} worker processes in a row died ({how}) before taking "
-                                           "any file; see their output above")
-                if not all(work.is_done(t) for t in task_ids):
-                    start()
-            on_tick()
-    except BaseException:
-        stop_all()
-        raise
-
+    def run(self, on_tick: Callable[[], None] = lambda: None, tick_s: float = 0.5) -> None:
+        work = WorkDir(self.work_dir, lease_s=self.options.lease_s)
+        task_ids = [t.task_id for t in load_plan(work).tasks]
+        self.start()
+        idle_deaths = 0
+        try:
+            while self.running:
+                for sentinel in multiprocessing.connection.wait(list(self.running), timeout=tick_s):
+                    process = self.running.pop(sentinel)
+                    process.join()
+                    if process.exitcode == 0:
+                        continue
+                    if process.exitcode == EXIT_TASK_FAILED:
+                        self.stop()
+                        raise ConversionFailed(_failed_task_message(work, self.options))
+                    how = (f"killed by {signal.Signals(-process.exitcode).name}" if process.exitcode < 0
+                           else f"exit code {process.exitcode}")
+                    held = work.leases_held_by_pid(socket.gethostname(), process.pid, task_ids)
+                    for lease in held:
+                        work.record_failure(lease.task_id, lease.attempt, lease.owner,
+                                            f"worker process {process.pid} died ({how}) while producing this file")
+                    # A worker that dies holding nothing failed outside any task (start-up, environment):
+                    # retrying forever would hang the run, so such deaths are bounded like a task's failures.
+                    idle_deaths = 0 if held else idle_deaths + 1
+                    if idle_deaths >= self.options.max_attempts:
+                        self.stop()
+                        raise ConversionFailed(f"{idle_deaths} worker processes in a row died ({how}) before "
+                                               "taking any file; see their output above")
+                    if not all(work.is_done(t) for t in task_ids):
+                        self._start_one()
+                on_tick()
+        except BaseException:
+            self.stop()
+            raise

@@ -24,6 +24,9 @@ from robostream.format.v21 import V21Dataset, read_episode_stats, read_v21
 
 PLAN_VERSION = 2
 PROBE_BATCH = 64  # episodes per pool job
+# Probing runs ~2,000 files/s in one process; below this many episodes a process pool costs more to start (its
+# processes import pyarrow and PyAV, beside the conversion workers already starting) than it saves.
+PROBE_POOL_MIN_EPISODES = 2_000
 MAX_LISTED = 20  # problems printed in one error
 
 
@@ -150,7 +153,7 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
              {k: [dataset.video_file(e, k) for e in batch] for k in dataset.video_keys}) for batch in batches]
     data: list[dict] = []
     videos: dict[str, list[dict]] = {k: [] for k in dataset.video_keys}
-    if workers > 1 and len(jobs) > 1:
+    if workers > 1 and len(indices) >= PROBE_POOL_MIN_EPISODES:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(probe_episodes, *zip(*jobs)))
     else:
