@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -192,7 +193,14 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     try:
         with writer, ProcessPoolExecutor(max_workers=jobs) as pool:
             work = [(asdict(config), e, n, tmp) for e, n in enumerate(lengths)]
-            for episode, encoded in enumerate(pool.map(_encode_episode, work)):
+            encoded_episodes = pool.map(_encode_episode, work)
+            if sys.stderr.isatty():  # a live bar on a terminal; logs (CI) get nothing extra
+                from rich.console import Console
+                from rich.progress import track
+
+                encoded_episodes = track(encoded_episodes, total=len(work), description="synth: episodes",
+                                         console=Console(stderr=True), transient=True)
+            for episode, encoded in enumerate(encoded_episodes):
                 writer.add_episode(
                     episode_table(episode, lengths[episode], config.state_dim, config.seed),
                     task=episode_tasks(episode, lengths[episode]),

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from robostream.cli import main
 from robostream.synth import read_marker
 
@@ -42,3 +44,42 @@ def test_inspect_fails_clearly_on_a_broken_dataset(av1_root, tmp_path, capsys):
     (root / "meta/info.json").write_text("{")
     assert main(["inspect", str(root)]) == 2
     assert "malformed JSON" in capsys.readouterr().err
+
+
+def test_version():
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+
+
+def _synth_stderr(tmp_path, name: str, terminal: bool) -> str:
+    """stderr of `robostream synth` on a pseudo-terminal (terminal=True) or a pipe."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "robostream.cli", "synth", str(tmp_path / name), "--episodes", "3", "--cameras",
+            "1", "--height", "48", "--width", "64", "--episode-length", "4", "--jobs", "1"]
+    if not terminal:
+        return subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stderr
+    controller, terminal_fd = pty.openpty()
+    proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=terminal_fd, timeout=120, check=True)
+    os.close(terminal_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(controller)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_synth_shows_progress_on_a_terminal_and_nothing_in_logs(tmp_path):
+    assert "synth: episodes" in _synth_stderr(tmp_path, "tty", terminal=True)
+    assert "synth: episodes" not in _synth_stderr(tmp_path, "pipe", terminal=False)
