@@ -124,10 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     from robostream.synth import SynthConfig
 
     defaults = {f.name: f.default for f in fields(SynthConfig)}
-    from robostream import __version__
+    from importlib.metadata import version
 
     parser = argparse.ArgumentParser(prog="robostream", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"robostream {__version__}")
+    parser.add_argument("--version", action="version", version=f"robostream {version('robostream')}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     synth = sub.add_parser("synth", help="generate the deterministic sample dataset (LeRobot v3.0)")
