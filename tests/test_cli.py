@@ -46,10 +46,13 @@ def test_inspect_fails_clearly_on_a_broken_dataset(av1_root, tmp_path, capsys):
     assert "malformed JSON" in capsys.readouterr().err
 
 
-def test_version():
+def test_version(capsys):
+    import robostream
+
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"robostream {robostream.__version__}"
 
 
 def _synth_stderr(tmp_path, name: str, terminal: bool) -> str:
