@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
+
+from robostream.format.info import DEFAULT_FEATURES
 
 
 def move_into_place(stage: Path, root: Path) -> None:
@@ -20,7 +23,20 @@ def move_into_place(stage: Path, root: Path) -> None:
 
 
 class StagedWriter:
-    """Mixin: `with Writer(...) as w:` finalizes on success and aborts (leaving `root` as it was) on error."""
+    """Base of the writers: `root`, `fps`, the features with the default index columns, a fresh staging folder
+    beside `root`; `with Writer(...) as w:` finalizes on success and aborts (leaving `root` as it was) on error."""
+
+    def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
+                 overwrite: bool) -> None:
+        self.root = Path(root)
+        if self.root.exists() and not overwrite:
+            raise FileExistsError(f"{self.root}: already exists; pass overwrite=True to replace it")
+        self.fps = int(fps)
+        # copies: a writer adds keys (fps) to its features, never to the caller's or to DEFAULT_FEATURES
+        self.features = {k: dict(v) for k, v in {**features, **DEFAULT_FEATURES}.items()}
+        self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
+        self.stage = self.root.parent / f".{self.root.name}.writing"
+        shutil.rmtree(self.stage, ignore_errors=True)  # a previous interrupted write
 
     def finalize(self) -> Path:
         raise NotImplementedError

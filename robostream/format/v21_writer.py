@@ -56,16 +56,9 @@ class V21Writer(StagedWriter):
     def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
                  robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
                  chunks_size: int = 1000, overwrite: bool = False) -> None:
-        self.root = Path(root)
-        if self.root.exists() and not overwrite:
-            raise FileExistsError(f"{self.root}: already exists; pass overwrite=True to replace it")
-        self.fps = int(fps)
-        self.features = {**{k: dict(v) for k, v in features.items()}, **DEFAULT_FEATURES}
-        self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
+        super().__init__(root, fps, features, overwrite=overwrite)
         self.codec, self.gop, self.crf = codec, gop, crf
         self.robot_type, self.chunks_size = robot_type, chunks_size
-        self.stage = self.root.parent / f".{self.root.name}.writing"
-        shutil.rmtree(self.stage, ignore_errors=True)
         (self.stage / "meta").mkdir(parents=True)
         columns = [(k, f) for k, f in self.features.items() if f["dtype"] != "video"]
         hf_features = {"info": {"features": {k: _hf_feature(f) for k, f in columns}}}

@@ -119,23 +119,16 @@ class DatasetWriter(StagedWriter):
                  robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
                  preset: str | int | None = None, data_files_size_in_mb: float = 100, video_files_size_in_mb: float = 200,
                  chunks_size: int = 1000, overwrite: bool = False) -> None:
-        self.root = Path(root)
-        if self.root.exists() and not overwrite:
-            raise FileExistsError(f"{self.root}: already exists; pass overwrite=True to replace it")
-        self.fps = int(fps)
-        self.features = {**{k: dict(v) for k, v in features.items()}, **DEFAULT_FEATURES}
+        super().__init__(root, fps, features, overwrite=overwrite)
         for feat in self.features.values():
             if feat["dtype"] not in ("video", "image", "string"):
                 feat.setdefault("fps", self.fps)
-        self.video_keys = [k for k, f in self.features.items() if f["dtype"] == "video"]
         self.codec, self.gop, self.crf, self.preset = codec, gop, crf, preset
         self.robot_type = robot_type
         self.data_limit = int(data_files_size_in_mb * MB)
         self.video_limit = int(video_files_size_in_mb * MB)
         self.data_files_size_in_mb, self.video_files_size_in_mb = data_files_size_in_mb, video_files_size_in_mb
         self.chunks_size = chunks_size
-        self.stage = self.root.parent / f".{self.root.name}.writing"
-        shutil.rmtree(self.stage, ignore_errors=True)  # a previous interrupted write
         self.stage.mkdir(parents=True)
         self._episode_tmp = Path(tempfile.mkdtemp(prefix="episodes-", dir=self.stage))
         self._schema = pa.schema([(k, arrow_type(f)) for k, f in self.features.items() if f["dtype"] != "video"])

@@ -113,21 +113,22 @@ def test_output_is_lerobots(converted: dict, workers: int) -> None:
     assert problems == [], "\n".join(problems[:60])
 
 
+def _lerobot_samples(lerobot_python: str, hf_home: Path, converted: dict, delta: dict, episodes: list[int]) -> dict:
+    """lerobot's samples of lerobot's conversion; robostream then reads its own 2-worker conversion."""
+    root = converted["lerobot"]
+    side = _dump(lerobot_python, hf_home, root, root.parent / "dump.npz", _specs(_episode_lengths(root), delta,
+                                                                                 episodes))
+    return {**side, "root": converted["ours"][2]}
+
+
 @pytest.fixture(scope="module")
 def video_dumped(lerobot_python: str, hf_home: Path, video_converted: dict) -> dict:
-    """lerobot's samples of lerobot's conversion; robostream then reads its own 2-worker conversion."""
-    root = video_converted["lerobot"]
-    specs = _specs(_episode_lengths(root), SYNTH_DELTA, [9, 4])
-    side = _dump(lerobot_python, hf_home, root, root.parent / "dump.npz", specs)
-    return {**side, "root": video_converted["ours"][2]}
+    return _lerobot_samples(lerobot_python, hf_home, video_converted, SYNTH_DELTA, [9, 4])
 
 
 @pytest.fixture(scope="module")
 def image_dumped(lerobot_python: str, hf_home: Path, image_converted: dict) -> dict:
-    root = image_converted["lerobot"]
-    specs = _specs(_episode_lengths(root), IMAGE_DELTA, [3, 1])
-    side = _dump(lerobot_python, hf_home, root, root.parent / "dump.npz", specs)
-    return {**side, "root": image_converted["ours"][2]}
+    return _lerobot_samples(lerobot_python, hf_home, image_converted, IMAGE_DELTA, [3, 1])
 
 
 @pytest.mark.parametrize("kind", ["video", "image"])
