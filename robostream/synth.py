@@ -53,6 +53,8 @@ class SynthConfig:
     video_file_mb: float = 200
     seed: int = 0
     codebase_version: str = "v3.0"  # or "v2.1": one file per episode (the converter's input)
+    content: str = "noisy"  # "noisy": per-camera sensor noise (expensive to decode); "smooth": none, like the
+    # low-noise scenes lerobot's recorder writes (cheap to decode: where per-sample overhead shows most)
 
 
 def camera_key(camera: int) -> str:
@@ -91,8 +93,12 @@ def read_marker(frame: np.ndarray, rows: int = 3) -> tuple[int, ...]:
     return tuple(values)
 
 
-def render_camera(episode: int, camera: int, length: int, height: int, width: int, seed: int) -> np.ndarray:
-    """uint8 (T, H, W, 3) frames of one camera of one episode."""
+CONTENTS = ("noisy", "smooth")
+
+
+def render_camera(episode: int, camera: int, length: int, height: int, width: int, seed: int,
+                  content: str = "noisy") -> np.ndarray:
+    """uint8 (T, H, W, 3) frames of one camera of one episode; `content` "smooth" leaves the sensor noise out."""
     rng = np.random.default_rng([seed, episode, camera])
     t = np.arange(length, dtype=np.float32)[:, None, None]
     y = np.arange(height, dtype=np.float32)[None, :, None]
@@ -104,11 +110,12 @@ def render_camera(episode: int, camera: int, length: int, height: int, width: in
     disc = ((y - cy) ** 2 + (x - cx) ** 2) < (0.12 * min(height, width)) ** 2
     frames = np.empty((length, height, width, 3), dtype=np.uint8)
     tint = np.array([1.0, 0.8 + 0.1 * camera, 0.6], dtype=np.float32)
-    noise_amplitude = 3 + 5 * camera
+    noise_amplitude = 3 + 5 * camera if content == "noisy" else 0
     for i in range(length):
         base = np.where(disc[i], 220.0, gradient[i])[..., None] * tint
-        noise = rng.normal(0, noise_amplitude, size=(height, width, 1)).astype(np.float32)
-        frames[i] = np.clip(base + noise, 0, 255).astype(np.uint8)
+        if noise_amplitude:
+            base = base + rng.normal(0, noise_amplitude, size=(height, width, 1)).astype(np.float32)
+        frames[i] = np.clip(base, 0, 255).astype(np.uint8)
         draw_marker(frames[i], (episode, i, camera))
     return frames
 
@@ -143,7 +150,7 @@ def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, di
     config = SynthConfig(**config_dict)
     out = {}
     for camera in range(config.cameras):
-        frames = render_camera(episode, camera, length, config.height, config.width, config.seed)
+        frames = render_camera(episode, camera, length, config.height, config.width, config.seed, config.content)
         path = Path(tmp) / f"ep{episode:06d}-cam{camera}.mp4"
         for attempt in range(ENCODE_ATTEMPTS):
             try:
@@ -166,6 +173,8 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
              jobs: int | None = None) -> Path:
     """Write the synthetic dataset to `root` and return it. Same config and seed give the same dataset."""
     marker_geometry(config.height, config.width)
+    if config.content not in CONTENTS:
+        raise ValueError(f"content={config.content!r}: choose one of {CONTENTS}")
     if config.episodes >= 2 ** MARKER_BITS or config.episode_length * 1.25 >= 2 ** MARKER_BITS:
         raise ValueError("episodes and episode_length must stay below 65536 for the frame marker")
     features = {

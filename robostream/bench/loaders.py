@@ -12,14 +12,13 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from robostream.bench.probe import TimedIterable, TimedMapDataset
-from robostream.datasets.batch_buffers import BatchBuffers
+from robostream.bench.probe import BatchProbe, TimedMapDataset
+from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.source import SourceOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
@@ -69,34 +68,27 @@ def frames_per_sample(dataset: LeRobotDataset | StreamingLeRobotDataset) -> int:
 def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
     """One process, no workers: where a sample's time goes (decode vs everything else, i.e. fetch and assembly).
 
+    The streaming dataset runs through StreamingDataLoader in-process (batches assembled whole, as its workers do).
     Remote reads happen inside the decoders' file reads, so the time readers waited for bytes moves from decode
     to fetch.
     """
     dataset = _dataset(params)
     if isinstance(dataset, StreamingLeRobotDataset):
-        produced = itertools.islice(dataset, samples)
+        batch_size = int(params["batch_size"])
+        batches = itertools.islice(StreamingDataLoader(dataset, batch_size=batch_size), -(-samples // batch_size))
+        produced = (len(batch["index"]) for batch in batches)
     else:
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params.get("seed", 0)))
-        produced = (dataset[int(i)] for i in order[:samples])
+        produced = (1 for i in order[:samples] if dataset[int(i)] is not None)
     storage = dataset.meta.data_storage
     wait_before = 0.0 if storage.is_local else storage.blocks.wait_s
     start = time.perf_counter()
-    done = sum(1 for _ in produced)
+    done = sum(produced)
     seconds = time.perf_counter() - start
     wait = 0.0 if storage.is_local else storage.blocks.wait_s - wait_before
     decode = dataset.cameras.decode_seconds - wait
     return {"samples": done, "seconds": seconds, "decode_s": decode, "fetch_s": seconds - decode,
             "samples_per_s": done / seconds if seconds else 0.0}
-
-
-class Adopting:
-    """Iterates a DataLoader as StreamingDataLoader does: each batch adopted by the batch buffers (if any)."""
-
-    def __init__(self, loader: DataLoader, buffers: BatchBuffers | None) -> None:
-        self.loader, self.buffers = loader, buffers
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader) if self.buffers is None else self.buffers.adopting(self.loader)
 
 
 def build(params: dict[str, Any]) -> dict[str, Any]:
@@ -105,14 +97,11 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     stats = dataset.cameras.cache.stats
     options = _loader_options(params)
     if isinstance(dataset, StreamingLeRobotDataset):
-        # StreamingDataLoader's batch path (reused shared-memory batch buffers) around the timed dataset; the
-        # resume bookkeeping it adds is a counter per batch.
-        buffers = BatchBuffers.for_loader(options.get("prefetch_factor")) if options["num_workers"] else None
-        if buffers is not None:
-            options["collate_fn"] = buffers.collate
-        loader = Adopting(DataLoader(TimedIterable(dataset, stats), **options), buffers)
+        # The loader users run, timed through its on_batch hook (per-batch production time, cache counters).
+        loader = StreamingDataLoader(dataset, on_batch=BatchProbe(stats), **options)
 
         def counts() -> dict[str, int]:
+            buffers = loader.batch_buffers
             return {**dataset.frame_counts(), **(buffers.stats() if buffers is not None else {})}
     else:
         rank, world = resolve_rank_world()

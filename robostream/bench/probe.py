@@ -10,9 +10,9 @@ lerobot's own interpreter and torch:
 SPEC names a factory `"module:function"` or `"/path/file.py:function"` and its parameters. The factory returns a
 dict with `loader` (an iterable of batches), `frames_per_sample` (camera frames in one sample) and optional
 callables `counts()` (frames decoded/delivered, bytes read: whole-run totals) and `split(n)` (a single-process
-pass over n samples that separates fetch from decode time). It wraps its dataset in `TimedMapDataset` or
-`TimedIterable` so that every sample carries how long its worker took to produce it and the worker's
-decoder-cache counters.
+pass over n samples that separates fetch from decode time). A map-style loader wraps its dataset in `TimedMapDataset` so that every sample carries how long its worker took to produce it and the worker's
+decoder-cache counters; a loader that assembles whole batches takes `BatchProbe` as its hook instead (each sample
+then carries its batch's production time divided by the batch size).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 import torch
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset, get_worker_info
 
 # What a worker attaches to each sample, in one float64 tensor (one small tensor per sample keeps the probe's cost
 # low): production time (s), worker id (-1 in-process), then the worker's cumulative decoder-cache counters.
@@ -51,6 +51,24 @@ def _instrument(sample: dict[str, Any], seconds: float, worker_stats: WorkerStat
     return sample
 
 
+def instrument_batch(batch: dict[str, Any], seconds: float, worker_stats: WorkerStats = None) -> None:
+    """For a batch assembled whole: every sample gets the batch's production time divided by its size (there is no
+    per-sample time), the worker and the worker's cache counters, as `_instrument` gives a sample."""
+    size = len(batch[next(k for k in batch if isinstance(batch[k], torch.Tensor))])
+    row = _instrument({}, seconds / max(1, size), worker_stats)[PROBE_KEY]
+    batch[PROBE_KEY] = row.expand(size, -1).clone()
+
+
+class BatchProbe:
+    """A StreamingDataLoader `on_batch` hook that instruments each batch (picklable for spawned workers)."""
+
+    def __init__(self, worker_stats: WorkerStats = None) -> None:
+        self.worker_stats = worker_stats
+
+    def __call__(self, batch: dict[str, Any], seconds: float) -> None:
+        instrument_batch(batch, seconds, self.worker_stats)
+
+
 class TimedMapDataset(Dataset):
     """A map-style dataset whose samples also carry their production time and the worker's cache counters."""
 
@@ -64,20 +82,6 @@ class TimedMapDataset(Dataset):
         start = time.perf_counter()
         sample = self.inner[index]
         return _instrument(sample, time.perf_counter() - start, self.worker_stats)
-
-
-class TimedIterable(IterableDataset):
-    """An iterable dataset whose samples carry the time since the worker's previous sample (its production time)."""
-
-    def __init__(self, inner: IterableDataset, worker_stats: WorkerStats = None) -> None:
-        self.inner, self.worker_stats = inner, worker_stats
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        start = time.perf_counter()
-        for sample in self.inner:
-            now = time.perf_counter()
-            yield _instrument(sample, now - start, self.worker_stats)
-            start = time.perf_counter()  # the consumer's time between two pulls is not the worker's work
 
 
 class MemorySampler:

@@ -14,7 +14,7 @@ waits. Small tensors, strings and everything else go through torch's `default_co
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,28 +56,41 @@ class BatchBuffers:
     # -- worker side -----------------------------------------------------------------------------------------
     def collate(self, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """torch's default_collate, with the large tensors written into a free slot of this worker."""
-        info = get_worker_info()
         large = _large_keys(samples, self.min_bytes)
-        if info is None or not large:
+        if get_worker_info() is None or not large:
             return default_collate(samples)  # in-process batches need no shared memory
+        specs = {k: ((len(samples), *samples[0][k].shape), samples[0][k].dtype) for k in large}
+        tensors, marker = self.allocate(specs)
+        batch = default_collate([{k: v for k, v in s.items() if k not in large} for s in samples])
+        for key, out in tensors.items():
+            batch[key] = torch.stack([s[key] for s in samples], out=out)
+        if marker is not None:
+            batch[SLOT_KEY] = marker
+        return batch
+
+    def allocate(self, specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]
+                 ) -> tuple[dict[str, torch.Tensor], tuple[int, int, str] | None]:
+        """Uninitialised tensors of the given shapes and dtypes, laid out in one free slot of this worker, and
+        the marker that goes into the batch under SLOT_KEY so the main process frees the slot once the batch is
+        gone. Outside a worker, or with no slot free, fresh memory (shared in a worker) and no marker."""
+        info = get_worker_info()
+        if info is None:
+            return {k: torch.empty(shape, dtype=dtype) for k, (shape, dtype) in specs.items()}, None
         worker = info.id % MAX_WORKERS
         free = self._free.numpy()[worker]
         open_slots = np.flatnonzero(free)
-        if not len(open_slots):
+        layout, size = _layout(specs)
+        if len(open_slots):
+            slot = int(open_slots[0])
+            storage = self._slot_storage(slot, size)
+            free[slot] = 0
+            self._counts.numpy()[worker, 0] += 1
+        else:
+            storage = torch.UntypedStorage._new_shared(max(size, 1))
             self._counts.numpy()[worker, 1] += 1
-            return default_collate(samples)
-        slot = int(open_slots[0])
-        layout, size = _layout(samples, large)
-        storage = self._slot_storage(slot, size)
-        free[slot] = 0
-        self._counts.numpy()[worker, 0] += 1
-        batch = default_collate([{k: v for k, v in s.items() if k not in large} for s in samples])
-        for key, (offset, dtype, shape) in layout.items():
-            out = torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
-            torch.stack([s[key] for s in samples], out=out)
-            batch[key] = out
-        batch[SLOT_KEY] = (worker, slot, large[0])
-        return batch
+        tensors = {key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
+                   for key, (offset, dtype, shape) in layout.items()}
+        return tensors, ((worker, slot, next(iter(specs))) if len(open_slots) else None)
 
     def _slot_storage(self, slot: int, size: int) -> torch.UntypedStorage:
         storages = self._storages.get()
@@ -116,13 +129,11 @@ def _large_keys(samples: Sequence[dict[str, Any]], min_bytes: int) -> list[str]:
                     for s in samples)]
 
 
-def _layout(samples: Sequence[dict[str, Any]], keys: list[str]) -> tuple[dict[str, tuple[int, torch.dtype,
-                                                                                          tuple[int, ...]]], int]:
-    """Byte offset, dtype and batch shape of each pooled key inside a slot, and the bytes the slot needs."""
+def _layout(specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]
+            ) -> tuple[dict[str, tuple[int, torch.dtype, tuple[int, ...]]], int]:
+    """Byte offset, dtype and shape of each tensor inside a slot, and the bytes the slot needs."""
     layout, offset = {}, 0
-    for key in keys:
-        elem = samples[0][key]
-        shape = (len(samples), *elem.shape)
-        layout[key] = (offset, elem.dtype, shape)
-        offset += -(-len(samples) * elem.numel() * elem.element_size() // ALIGN) * ALIGN
+    for key, (shape, dtype) in specs.items():
+        layout[key] = (offset, dtype, tuple(shape))
+        offset += -(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // ALIGN) * ALIGN
     return layout, offset

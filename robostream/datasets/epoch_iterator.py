@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
+from robostream.datasets.batch_assembly import Allocate as BatchAllocate
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.frame_source import FrameSource
 from robostream.datasets.piece_reader import PieceReader
@@ -58,6 +60,27 @@ class EpochIterator:
         self._readers: dict[tuple[int, int], PieceReader] = {}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        for pick in self._quota_picks():
+            reader, position = self._take(pick)
+            sample = self.source.sample(reader, position, self._frames(reader, position), self.worker)
+            self.emitted += 1
+            yield sample
+
+    def batches(self, batch_size: int, drop_last: bool, allocate: BatchAllocate) -> Iterator[dict[str, Any]]:
+        """The same samples as iteration, as whole batches of `batch_size` (the last one short unless
+        `drop_last`): what a DataLoader worker gives when it collates this role's samples."""
+        picks = self._quota_picks()
+        while True:
+            refs = [self._take(pick) for pick in itertools.islice(picks, batch_size)]
+            if not refs or (drop_last and len(refs) < batch_size):
+                return
+            video = [self._frames(reader, position) for reader, position in refs]
+            batch = self.source.batch(refs, video, self.worker, allocate)
+            self.emitted += len(refs)
+            yield batch
+
+    def _quota_picks(self) -> Iterator[Pick]:
+        """Every pick this role yields in the pass: its segments' samples, then repeats up to its quota."""
         plan = self.plan
         if plan.quotas[self.role] and not len(self.rows):
             raise ValueError(f"consumer role {self.role} owns no samples of this epoch but must yield "
@@ -65,10 +88,7 @@ class EpochIterator:
         picks = self._picks(plan.positions[self.rows])
         # A consumer owed more than its segments hold (uneven="pad") repeats its epoch's samples from the start.
         repeats = itertools.islice(self._repeats(), plan.repeats_done[self.role], None)
-        for pick in itertools.islice(itertools.chain(picks, repeats), plan.quotas[self.role]):
-            sample = self._sample(pick)
-            self.emitted += 1
-            yield sample
+        return itertools.islice(itertools.chain(picks, repeats), plan.quotas[self.role])
 
     def _repeats(self) -> Iterator[Pick]:
         while len(self.rows):
@@ -91,7 +111,8 @@ class EpochIterator:
             for piece, position in zip(piece_ids.tolist(), positions.tolist()):
                 yield stream, piece, position
 
-    def _sample(self, pick: Pick) -> dict[str, Any]:
+    def _take(self, pick: Pick) -> tuple[PieceReader, int]:
+        """The live piece reader of a pick (opened on its first sample, dropped after its last) and the position."""
         stream, piece, position = pick
         key = (stream, piece)
         reader = self._readers.get(key)
@@ -101,14 +122,21 @@ class EpochIterator:
             reader = self._readers[key] = self.source.open_piece(self.episodes[selected], first, stop, self.worker)
             for selected, first, stop in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
                 self.source.read_ahead(self.episodes[selected], first, stop, self.worker)
+            if self.source.meta.video_keys:
+                self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
+        if position == len(reader.sample_frames) - 1:
+            del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
+        return reader, position
+
+    def _frames(self, reader: PieceReader, position: int) -> dict[str, list[torch.Tensor]]:
+        """The sample's decoded window frames per camera, with the working-set counters kept."""
+        if not self.source.meta.video_keys:
+            return {}
         held = reader.resident
-        sample = self.source.sample(reader, position, self.worker)
-        if self.source.meta.video_keys:
-            self._live_frames += reader.resident - held  # a running total: only this reader's count changed
-            self.counters.peak(self.worker, "peak_piece_frames", reader.resident)
-            self.counters.peak(self.worker, "peak_live_frames", self._live_frames)
-            self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
+        frames = reader.window_frames(position)
+        self._live_frames += reader.resident - held  # a running total: only this reader's count changed
+        self.counters.peak(self.worker, "peak_piece_frames", reader.resident)
+        self.counters.peak(self.worker, "peak_live_frames", self._live_frames)
         if position == len(reader.sample_frames) - 1:
             self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
-            del self._readers[key]
-        return sample
+        return frames

@@ -7,13 +7,14 @@ the rows and video bytes of the pieces that go live next are fetched ahead in ba
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
+from robostream.datasets.batch_assembly import Allocate, BatchAssembler
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.piece_reader import PieceReader
@@ -41,6 +42,8 @@ class FrameSource:
         """
         self.meta = meta
         self.assembler = assembler
+        # Batches are assembled whole unless transforms must see each sample (then: samples + collate).
+        self.batches = BatchAssembler(assembler) if assembler.image_transforms is None else None
         self.cameras = cameras
         self.counters = counters
         self.stride = stride
@@ -60,19 +63,36 @@ class FrameSource:
         return PieceReader(rows, frames, self.assembler.camera_window_frames(frames, len(rows)),
                            partial(self._decode, worker), self.decode_ahead)
 
-    def sample(self, reader: PieceReader, position: int, worker: int) -> dict[str, Any]:
-        video = reader.frames_for(position) if self.meta.video_keys else {}
-        if video:
-            self.counters.add(worker, "frames_delivered", sum(len(v) for v in video.values()))
+    def sample(self, reader: PieceReader, position: int, frames: Mapping[str, Sequence[torch.Tensor]],
+               worker: int) -> dict[str, Any]:
+        """The sample at `position` of a piece; frames: its window frames per camera (PieceReader.window_frames)."""
+        video = {key: _window(window) for key, window in frames.items()}
+        self._count(worker, [frames])
+        return self.assembler.assemble(reader.rows, int(reader.sample_frames[position]), video)
+
+    def batch(self, refs: Sequence[tuple[PieceReader, int]], frames: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+              worker: int, allocate: Allocate) -> dict[str, Any]:
+        """The batch of several samples, as torch's collate of their `sample`s would give it."""
+        self._count(worker, frames)
+        rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
+        return self.batches.assemble(rows, frames, allocate)
+
+    def _count(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
+        if self.meta.video_keys:
+            self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
         storage = self.meta.data_storage
         if not storage.is_local:
             self.counters.set(worker, "bytes_read", storage.counter.bytes)
             self.counters.set(worker, "read_wait_us", int(storage.blocks.wait_s * 1e6))
             self.counters.set(worker, "block_bytes_peak", storage.blocks.peak_bytes)
-        return self.assembler.assemble(reader.rows, int(reader.sample_frames[position]), video)
 
     def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
                 ) -> dict[str, torch.Tensor]:
         self.counters.add(worker, "frames_decoded", sum(len(f) for f in frames_by_key.values()))
         return self.cameras.decode_many(rows.episode, {k: self.assembler.timestamps(rows, f)
                                                        for k, f in frames_by_key.items()})
+
+
+def _window(frames: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(T, C, H, W) from T decoded frames; one frame stays a view (the DataLoader's collate copies it anyway)."""
+    return frames[0].unsqueeze(0) if len(frames) == 1 else torch.stack(list(frames))

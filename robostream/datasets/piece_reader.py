@@ -39,14 +39,16 @@ class PieceReader:
             # The last position wins when a dict is built from pairs in increasing position order.
             self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
 
-    def frames_for(self, position: int) -> dict[str, torch.Tensor]:
-        """uint8 (T, C, H, W) per camera for the sample at `position`, then forget frames no longer needed."""
-        if any(r not in self.frames[k] for k, rows in self.needed.items() for r in rows[position].tolist()):
+    def window_frames(self, position: int) -> dict[str, list[torch.Tensor]]:
+        """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
+        needed (the batch path copies them straight into the batch, a sample stacks them)."""
+        needed = {k: rows[position].tolist() for k, rows in self.needed.items()}
+        if any(r not in self.frames[k] for k, rows in needed.items() for r in rows):
             self._fill(position)
-        out = {k: _window([self.frames[k][r] for r in rows[position].tolist()]) for k, rows in self.needed.items()}
-        for key, rows in self.needed.items():
+        out = {k: [self.frames[k][r] for r in rows] for k, rows in needed.items()}
+        for key, rows in needed.items():
             last_use, store = self._last_use[key], self.frames[key]
-            for row in np.unique(rows[position]).tolist():
+            for row in rows:
                 if last_use[row] <= position and store.pop(row, None) is not None:
                     self.resident -= 1
         return out
@@ -68,7 +70,3 @@ class PieceReader:
                 self.frames[key][row] = frame
             self.resident += len(wanted[key])
 
-
-def _window(frames: list[torch.Tensor]) -> torch.Tensor:
-    """(T, C, H, W) from T decoded frames; one frame stays a view (the DataLoader's collate copies it anyway)."""
-    return frames[0].unsqueeze(0) if len(frames) == 1 else torch.stack(frames)

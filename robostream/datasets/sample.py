@@ -20,7 +20,7 @@ from robostream.plan.windows import window_indices
 Windows = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # per windowed key: frames to read, padding mask
 
 
-def _decode_png(cell: Mapping[str, Any]) -> torch.Tensor:
+def decode_png(cell: Mapping[str, Any]) -> torch.Tensor:
     from PIL import Image
 
     image = np.asarray(Image.open(io.BytesIO(cell["bytes"])).convert("RGB"))
@@ -69,7 +69,7 @@ class SampleAssembler:
         for key, values in rows.strings.items():
             item[key] = values[frame]
         for key, cells in rows.images.items():
-            images = torch.stack([_decode_png(cells[int(f)].as_py()) for f in query.get(key, [frame])])
+            images = torch.stack([decode_png(cells[int(f)].as_py()) for f in query.get(key, [frame])])
             item[key] = self._finish_camera(images, squeeze=key not in query)
         for key, decoded in video_frames.items():
             item[key] = self._finish_camera(decoded, squeeze=decoded.shape[0] == 1)

@@ -19,13 +19,18 @@ videos/, so start-up and memory do not grow with the dataset; every process plan
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from robostream.datasets.batch_assembly import TensorSpecs, allocate_fresh
+from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
@@ -51,6 +56,45 @@ from robostream.plan.windows import delta_offsets
 
 STATE_VERSION = 2  # 1: one offset per canonical stream (still read)
 
+# Called in the process that assembled a batch with the batch and the seconds it took; may add keys to it.
+BatchHook = Callable[[dict[str, Any], float], None]
+
+
+@dataclass(frozen=True)
+class LoaderBatching:
+    """How a loader's iteration yields whole batches (see StreamingDataLoader)."""
+
+    batch_size: int
+    drop_last: bool
+    buffers: BatchBuffers | None  # shared-memory slots for worker processes; None: fresh memory
+    on_batch: BatchHook | None = None
+
+
+def _timed_batches(iterator: EpochIterator, batching: LoaderBatching) -> Iterator[dict[str, Any]]:
+    """The iterator's batches, in reused slots when the loader has buffers, each passed to the hook with the time
+    this process spent producing it (the consumer's time between two pulls is not counted)."""
+    markers: list[Any] = []
+
+    def allocate(specs: TensorSpecs) -> dict[str, torch.Tensor]:
+        if batching.buffers is None:
+            return allocate_fresh(specs)
+        tensors, marker = batching.buffers.allocate(specs)
+        markers.append(marker)
+        return tensors
+
+    batches = iterator.batches(batching.batch_size, batching.drop_last, allocate)
+    while True:
+        started = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            return
+        marker = markers.pop() if markers else None
+        if marker is not None:
+            batch[SLOT_KEY] = marker
+        if batching.on_batch is not None:
+            batching.on_batch(batch, time.perf_counter() - started)
+        yield batch
+
 
 class StreamingLeRobotDataset(IterableDataset):
     """Iterable, resumable, rank- and worker-aware reader of a LeRobot v3.0 dataset (same samples as map-style)."""
@@ -62,7 +106,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: Literal["torchcodec", "pyav"] | None = None, video_decode_device: str = "cpu",
                  pool_size: int = 8, canonical_streams: int | None = None, uneven: Literal["pad", "drop"] = "pad",
-                 partition: Literal["contiguous", "files"] = "contiguous", decode_ahead: int = 4,
+                 partition: Literal["contiguous", "files"] = "contiguous", decode_ahead: int = 8,
                  prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
                  source: SourceOptions | None = None, rank: int | None = None, world_size: int | None = None) -> None:
         """
@@ -125,6 +169,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
         self._iterator: EpochIterator | None = None  # this process's current pass
+        self._batching: LoaderBatching | None = None  # set while a StreamingDataLoader starts its iteration
 
     # -- layout and plan ---------------------------------------------------------------------------------------
     def consumer(self, num_workers: int | None = None, worker: int | None = None) -> Consumer:
@@ -253,7 +298,27 @@ class StreamingLeRobotDataset(IterableDataset):
                                        counters=self.counters, episodes=self.episodes, seed=self.seed,
                                        epoch=self.epoch, shuffle=self.shuffle, pool_size=self.pool_size,
                                        prefetch_pieces=self.prefetch_pieces)
-        return iter(self._iterator)
+        if self._batching is None:
+            return iter(self._iterator)
+        return _timed_batches(self._iterator, self._batching)
+
+    @property
+    def assembles_batches(self) -> bool:
+        """Whether a loader can have whole batches assembled here (not with image_transforms, which run per
+        sample)."""
+        return self.source.batches is not None
+
+    @contextlib.contextmanager
+    def batching(self, batching: LoaderBatching) -> Iterator[None]:
+        """Iterations started inside yield whole batches (StreamingDataLoader wraps its iterator's creation:
+        worker processes copy the dataset then, and in-process loading calls iter() then)."""
+        if not self.assembles_batches:
+            raise ValueError("this dataset has image_transforms, which run per sample: batch it with a collate")
+        self._batching = batching
+        try:
+            yield
+        finally:
+            self._batching = None
 
     def frame_counts(self) -> dict[str, int]:
         """Frames decoded and delivered over this process and its DataLoader workers, the peak decoded-frame

@@ -1,0 +1,131 @@
+"""Whole batches assembled at once: the streaming loader's fast path, equal to torch's collate of the samples.
+
+The per-sample path builds a dict of small tensors per sample (SampleAssembler.assemble) and torch's collate then
+stacks B of each. Here the batch's tensors are allocated once (in DataLoader workers: one reused shared-memory
+slot, see batch_buffers.py), numeric columns are written with numpy per piece of the batch, and each camera frame
+is copied once from the decoder's output into its place in the batch, laid out as (C, H, W). Keys, order, dtypes,
+shapes and values are those of `default_collate([assemble(...) for each sample])` (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from robostream.datasets.sample import SampleAssembler, decode_png
+from robostream.errors import DatasetFormatError
+from robostream.format.data_rows import EpisodeRows
+from robostream.plan.windows import window_indices
+
+# key -> (shape, dtype) of the batch tensor
+TensorSpecs = dict[str, tuple[tuple[int, ...], torch.dtype]]
+# TensorSpecs -> an uninitialised tensor per key (fresh memory, or a reused shared-memory slot in a worker)
+Allocate = Callable[[TensorSpecs], dict[str, torch.Tensor]]
+BatchRef = tuple[EpisodeRows, int]  # (the episode's rows, frame within the episode) of one sample
+
+
+def allocate_fresh(specs: TensorSpecs) -> dict[str, torch.Tensor]:
+    return {key: torch.empty(shape, dtype=dtype) for key, (shape, dtype) in specs.items()}
+
+
+class BatchAssembler:
+    """Builds the batch of B samples from their rows, frames and decoded camera frames."""
+
+    def __init__(self, assembler: SampleAssembler) -> None:
+        if assembler.image_transforms is not None:
+            raise ValueError("image_transforms run per sample: batches with transforms go through the per-sample "
+                             "path")
+        self.sample = assembler
+        self.meta = assembler.meta
+
+    def assemble(self, refs: Sequence[BatchRef], video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+                 allocate: Allocate = allocate_fresh) -> dict[str, Any]:
+        """The batch of `refs`; video[i][key] holds the T uint8 (C, H, W) frames of sample i's window of `key`."""
+        first_rows = refs[0][0]
+        frames = np.fromiter((f for _, f in refs), dtype=np.int64, count=len(refs))
+        lengths = np.fromiter((len(r) for r, _ in refs), dtype=np.int64, count=len(refs))
+        query, pads = {}, {}
+        for key, offsets in self.sample.delta_offsets.items():
+            query[key], pads[key] = window_indices(frames[:, None], 0, lengths[:, None], offsets[None, :])
+        specs: TensorSpecs = {f"{key}_is_pad": (pad.shape, torch.bool) for key, pad in pads.items()}
+        for key, values in first_rows.columns.items():
+            window = query[key].shape[1:] if key in query else ()
+            specs[key] = ((len(refs), *window, *values.shape[1:]), _torch_dtype(values.dtype))
+        camera_dtype = torch.uint8 if self.sample.return_uint8 else torch.float32
+        for key in first_rows.images:
+            specs[key] = (self._image_shape(key, query, refs), camera_dtype)
+        for key in self.meta.video_keys:
+            window = video[0][key]
+            squeeze = () if len(window) == 1 else (len(window),)
+            specs[key] = ((len(refs), *squeeze, *window[0].shape), camera_dtype)
+        out = allocate(specs)
+        batch: dict[str, Any] = {}
+        for key, pad in pads.items():
+            out[f"{key}_is_pad"].numpy()[:] = pad
+            batch[f"{key}_is_pad"] = out[f"{key}_is_pad"]
+        self._write_columns(refs, frames, query, out)
+        for key in first_rows.columns:
+            batch[key] = out[key]
+        for key in first_rows.strings:
+            batch[key] = [rows.strings[key][frame] for rows, frame in refs]
+        for key in first_rows.images:
+            for i, (rows, frame) in enumerate(refs):
+                cells = rows.images[key]
+                picks = query[key][i].tolist() if key in query else [frame]
+                images = [decode_png(cells[int(f)].as_py()) for f in picks]
+                _copy_window(out[key][i], images, key, rows.episode)
+            batch[key] = self._finish(out[key])
+        for key in self.meta.video_keys:
+            for i, (rows, _) in enumerate(refs):
+                _copy_window(out[key][i], video[i][key], key, rows.episode)
+            batch[key] = self._finish(out[key])
+        batch["task"] = [self.meta.task(int(rows.columns["task_index"][frame])) for rows, frame in refs]
+        return batch
+
+    def _write_columns(self, refs: Sequence[BatchRef], frames: np.ndarray, query: Mapping[str, np.ndarray],
+                       out: Mapping[str, torch.Tensor]) -> None:
+        """Numeric columns: one numpy take per key for each run of consecutive samples from the same episode."""
+        targets = {key: out[key].numpy() for key in refs[0][0].columns}
+        start = 0
+        while start < len(refs):
+            rows = refs[start][0]
+            stop = start + 1
+            while stop < len(refs) and refs[stop][0] is rows:
+                stop += 1
+            for key, values in rows.columns.items():
+                picks = query[key][start:stop] if key in query else frames[start:stop]
+                targets[key][start:stop] = values[picks]
+            start = stop
+
+    def _image_shape(self, key: str, query: Mapping[str, np.ndarray], refs: Sequence[BatchRef]) -> tuple[int, ...]:
+        height, width, channels = self.meta.info.features[key]["shape"]
+        window = (query[key].shape[1],) if key in query else ()
+        return (len(refs), *window, channels, height, width)
+
+    def _finish(self, cameras: torch.Tensor) -> torch.Tensor:
+        """uint8 frames were written; float batches hold the converted values, scaled here in place."""
+        if not self.sample.return_uint8:
+            cameras.div_(255.0)  # the same float32 arithmetic as SampleAssembler's `frames.to(float32) / 255.0`
+        return cameras
+
+
+def _copy_window(dest: torch.Tensor, frames: Sequence[torch.Tensor], key: str, episode: int) -> None:
+    """Copy T (C, H, W) frames into dest, (C, H, W) when T == 1 else (T, C, H, W); converts uint8 -> float."""
+    expected = dest.shape[-3:]
+    for frame in frames:
+        if frame.shape != expected:
+            raise DatasetFormatError(
+                f"episode {episode}, camera {key!r}: decoded frames of shape {tuple(frame.shape)} where the batch "
+                f"holds {tuple(expected)}: all episodes of a camera must have one size")
+    if len(frames) == 1:
+        dest.copy_(frames[0])
+        return
+    for slot, frame in zip(dest, frames):
+        slot.copy_(frame)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
