@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from robostream.bench.probe import CACHE_FIELDS
+
 PERCENTILES = (50, 95, 99)
 CDF_POINTS = 101  # latency quantiles kept in a result for the CDF plot
 
@@ -46,10 +48,9 @@ def cache_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float] | Non
         last.update(record.get("worker_stats") or {})
     if not last:
         return None
-    hits, misses, evictions, size = (float(sum(v[i] for v in last.values())) for i in range(4))
-    lookups = hits + misses
-    return {"hits": hits, "misses": misses, "evictions": evictions, "size": size,
-            "hit_rate": hits / lookups if lookups else 0.0}
+    totals = {name: float(sum(v[i] for v in last.values() if i < len(v))) for i, name in enumerate(CACHE_FIELDS)}
+    lookups = totals["hits"] + totals["misses"]
+    return {**totals, "hit_rate": totals["hits"] / lookups if lookups else 0.0}
 
 
 def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
@@ -88,6 +89,11 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     cache = cache_totals(records)
     if cache is not None:
         out["video_decoder_cache"] = cache
+        # Whole-run counts over whole-run frames (the cache counters include the warm-up batches too).
+        delivered = sum(len(r["episodes"]) for r in records) * trace["frames_per_sample"]
+        if delivered and cache.get("decoder_calls"):
+            out["decoder_calls_per_100_frames"] = 100 * cache["decoder_calls"] / delivered
+            out["seeks_per_100_frames"] = 100 * cache["seeks"] / delivered
     split = trace.get("split")
     if split:
         out["single_process_samples_per_s"] = split["samples_per_s"]

@@ -34,7 +34,7 @@ from torch.utils.data import Dataset, get_worker_info
 # What a worker attaches to each sample, in one float64 tensor (one small tensor per sample keeps the probe's cost
 # low): production time (s), worker id (-1 in-process), then the worker's cumulative decoder-cache counters.
 PROBE_KEY = "bench_probe"
-CACHE_FIELDS = ("hits", "misses", "evictions", "size")
+CACHE_FIELDS = ("hits", "misses", "evictions", "size", "decoder_calls", "seeks")
 RSS_INTERVAL_S = 0.05
 PSS_INTERVAL_S = 2.0
 

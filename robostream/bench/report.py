@@ -30,6 +30,7 @@ COLUMNS = (
     ("data wait", "data_wait_frac", "{:.2f}"),
     ("fetch/decode ms", None, None),
     ("cache hit rate", None, None),
+    ("calls / seeks per 100 frames", None, None),
 )
 
 
@@ -100,6 +101,9 @@ def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) 
         elif title == "fetch/decode ms":
             cells.append(f"{m['fetch_ms_per_sample']:.1f} / {m['decode_ms_per_sample']:.1f}"
                          if "fetch_ms_per_sample" in m else "-")
+        elif title == "calls / seeks per 100 frames":
+            cells.append(f"{m['decoder_calls_per_100_frames']:.1f} / {m['seeks_per_100_frames']:.1f}"
+                         if "seeks_per_100_frames" in m else "-")
         else:
             cache = m.get("video_decoder_cache")
             cells.append(f"{cache['hit_rate']:.3f} ({cache['misses']:.0f} misses, {cache['evictions']:.0f} evicted)"

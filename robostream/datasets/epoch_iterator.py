@@ -74,6 +74,11 @@ class EpochIterator:
             refs = [self._take(pick) for pick in itertools.islice(picks, batch_size)]
             if not refs or (drop_last and len(refs) < batch_size):
                 return
+            if self.source.meta.video_keys:
+                readers = {id(reader): reader for reader, _ in refs}
+                held = sum(reader.resident for reader in readers.values())
+                self.source.prefill(refs, self.worker)
+                self._live_frames += sum(reader.resident for reader in readers.values()) - held
             video = [self._frames(reader, position) for reader, position in refs]
             batch = self.source.batch(refs, video, self.worker, allocate)
             self.emitted += len(refs)

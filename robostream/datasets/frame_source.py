@@ -77,6 +77,25 @@ class FrameSource:
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
         return self.batches.assemble(rows, frames, allocate)
 
+    def prefill(self, refs: Sequence[tuple[PieceReader, int]], worker: int) -> None:
+        """Decode what the batch's pieces miss, with their look-ahead, in one decoder call per camera file
+        (instead of one per piece and camera): each piece's first sample in the batch decides its frames."""
+        requests, seen = [], set()
+        for reader, position in refs:
+            if id(reader) not in seen:
+                seen.add(id(reader))
+                wanted = reader.missing(position)
+                if wanted:
+                    requests.append((reader, wanted))
+        if not requests:
+            return
+        self.counters.add(worker, "frames_decoded", sum(len(f) for _, w in requests for f in w.values()))
+        decoded = self.cameras.decode_episodes(
+            [(reader.rows.episode, {k: self.assembler.timestamps(reader.rows, f) for k, f in wanted.items()})
+             for reader, wanted in requests])
+        for (reader, wanted), frames in zip(requests, decoded):
+            reader.add(wanted, frames)
+
     def _count(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
         if self.meta.video_keys:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))

@@ -8,7 +8,7 @@ decode each frame about once, and memory per live piece stays at the window's wo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -42,9 +42,10 @@ class PieceReader:
     def window_frames(self, position: int) -> dict[str, list[torch.Tensor]]:
         """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
         needed (the batch path copies them straight into the batch, a sample stacks them)."""
+        wanted = self.missing(position)
+        if wanted:
+            self.add(wanted, self._decode(self.rows, wanted))
         needed = {k: rows[position].tolist() for k, rows in self.needed.items()}
-        if any(r not in self.frames[k] for k, rows in needed.items() for r in rows):
-            self._fill(position)
         out = {k: [self.frames[k][r] for r in rows] for k, rows in needed.items()}
         for key, rows in needed.items():
             last_use, store = self._last_use[key], self.frames[key]
@@ -53,20 +54,24 @@ class PieceReader:
                     self.resident -= 1
         return out
 
-    def _fill(self, position: int) -> None:
+    def missing(self, position: int) -> dict[str, np.ndarray]:
+        """What to decode before the sample at `position`: nothing ({}) when its frames are all held, else per
+        camera the frames of the next `decode_ahead` samples not held yet (one decoder call per camera)."""
+        if all(r in self.frames[k] for k, rows in self.needed.items() for r in rows[position].tolist()):
+            return {}
         ahead = slice(position, min(position + self.decode_ahead, len(self.sample_frames)))
         wanted = {}
         for key, rows in self.needed.items():
-            candidates = np.unique(rows[ahead])
-            todo = [r for r in candidates.tolist() if r not in self.frames[key]]
+            store = self.frames[key]
+            todo = [r for r in np.unique(rows[ahead]).tolist() if r not in store]
             if todo:
                 wanted[key] = np.asarray(todo, dtype=np.int64)
-        for key, frames in self._decode(self.rows, wanted).items():
-            if self.needed[key].shape[1] > 1:
-                # Decoders hand out channels-last views; a frame shared by several windows is laid out as CHW
-                # once here, so each window's stack is a plain copy instead of a transposing one.
-                frames = frames.contiguous()
+        return wanted
+
+    def add(self, wanted: Mapping[str, np.ndarray], decoded: Mapping[str, Sequence[torch.Tensor]]) -> None:
+        """Hold the frames decoded for `missing`'s answer: decoded[key] holds a uint8 (C, H, W) frame for each
+        of wanted[key] (an (N, C, H, W) tensor or a list)."""
+        for key, frames in decoded.items():
             for row, frame in zip(wanted[key].tolist(), frames):
                 self.frames[key][row] = frame
             self.resident += len(wanted[key])
-

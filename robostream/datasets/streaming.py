@@ -106,7 +106,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: Literal["torchcodec", "pyav"] | None = None, video_decode_device: str = "cpu",
                  pool_size: int = 8, canonical_streams: int | None = None, uneven: Literal["pad", "drop"] = "pad",
-                 partition: Literal["contiguous", "files"] = "contiguous", decode_ahead: int = 8,
+                 partition: Literal["contiguous", "files"] = "contiguous", decode_ahead: int = 4,
                  prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
                  source: SourceOptions | None = None, rank: int | None = None, world_size: int | None = None) -> None:
         """

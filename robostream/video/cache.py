@@ -34,6 +34,7 @@ class _State:
         self.lock = threading.Lock()
         self.entries: OrderedDict[DecoderKey, _Entry] = OrderedDict()
         self.hits = self.misses = self.evictions = 0
+        self.evicted_calls = self.evicted_seeks = 0  # decoding counts of decoders no longer open
 
 
 class VideoDecoderCache:
@@ -64,8 +65,10 @@ class VideoDecoderCache:
             state.entries.move_to_end(key)
             while len(state.entries) > self.max_size:
                 # An evicted decoder still in use by another thread stays alive until that thread drops it.
-                state.entries.popitem(last=False)
+                _, evicted = state.entries.popitem(last=False)
                 state.evictions += 1
+                state.evicted_calls += evicted.decoder.calls
+                state.evicted_seeks += evicted.decoder.seeks
         return entry
 
     @contextmanager
@@ -76,16 +79,21 @@ class VideoDecoderCache:
             yield entry.decoder
 
     def stats(self) -> dict[str, float | int]:
-        """hits, misses, evictions, hit_rate (hits / lookups, 0 before any lookup) and size (open decoders)."""
+        """hits, misses, evictions, hit_rate (hits / lookups, 0 before any lookup), size (open decoders), and the
+        decoding requests (decoder_calls) and jumps in the frame sequence (seeks) of all decoders this process
+        opened."""
         state = self._state.get()
         with state.lock:
             lookups = state.hits + state.misses
+            decoders = [entry.decoder for entry in state.entries.values()]
             return {
                 "hits": state.hits,
                 "misses": state.misses,
                 "evictions": state.evictions,
                 "hit_rate": state.hits / lookups if lookups else 0.0,
                 "size": len(state.entries),
+                "decoder_calls": state.evicted_calls + sum(d.calls for d in decoders),
+                "seeks": state.evicted_seeks + sum(d.seeks for d in decoders),
             }
 
     def clear(self) -> None:

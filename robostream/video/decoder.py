@@ -29,6 +29,8 @@ class VideoDecoder(Protocol):
     path: str
     fps: float
     num_frames: int
+    calls: int  # decoding requests served
+    seeks: int  # jumps in the frame sequence asked for (see count_jumps)
 
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
         """Frames at the given (in-range) indices as uint8 (N, C, H, W) and their pts in seconds (N,)."""
@@ -49,6 +51,13 @@ def torchcodec_available() -> bool:
     except (ImportError, OSError, RuntimeError):
         return False
     return True
+
+
+def count_jumps(previous: int | None, indices: Sequence[int]) -> int:
+    """Jumps in a decoder's frame sequence: the first frame asked for unless it follows the last one decoded, and
+    every gap inside a (sorted) request. Each makes the decoder seek, or decode frames nobody asked for."""
+    first = 0 if previous is not None and indices[0] == previous + 1 else 1
+    return first + sum(1 for a, b in zip(indices, indices[1:]) if b != a + 1)
 
 
 def default_backend() -> str:
@@ -78,8 +87,16 @@ class TorchCodecVideoDecoder:
         meta = self._decoder.metadata
         self.num_frames = int(meta.num_frames)
         self.fps = float(meta.average_fps)
+        self.calls = self.seeks = 0
+        self._last: int | None = None  # last frame index decoded
+
+    def _count(self, indices: Sequence[int]) -> None:
+        self.calls += 1
+        self.seeks += count_jumps(self._last, indices)
+        self._last = int(indices[-1])
 
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
+        self._count(indices)
         try:
             batch = self._decoder.get_frames_at(indices=list(indices))
         except (RuntimeError, IndexError, ValueError) as exc:
@@ -92,6 +109,7 @@ class TorchCodecVideoDecoder:
         begin = float(meta.begin_stream_seconds or 0.0)
         end = float(meta.end_stream_seconds or begin + self.num_frames / self.fps)
         shown = np.clip(np.asarray(times_s, dtype=np.float64) + 0.5 / self.fps, begin, np.nextafter(end, begin))
+        self._count(np.floor((shown - begin) * self.fps).astype(np.int64).tolist())
         try:
             batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
         except (RuntimeError, IndexError, ValueError) as exc:
@@ -125,6 +143,7 @@ class PyAVVideoDecoder:
         self._frames = None  # live decode generator, or None when a seek is needed
         self._pending = None  # the next decoded frame not yet consumed
         self._last_time = -np.inf  # time of the last frame taken from the generator
+        self.calls = self.seeks = 0
 
     def _count_packets(self) -> int:
         count = sum(1 for p in self._container.demux(self._stream) if p.size)
@@ -143,6 +162,7 @@ class PyAVVideoDecoder:
     def _decode_nearest(self, target_s: float):
         half = 0.5 / self.fps
         if self._frames is None or target_s < self._last_time - half or target_s - self._last_time > self._reseek_after_s:
+            self.seeks += 1
             self._container.seek(max(0, int(round(target_s / self._time_base))), stream=self._stream, backward=True)
             self._frames = self._container.decode(self._stream)
             self._pending = None
@@ -165,6 +185,7 @@ class PyAVVideoDecoder:
         import av
 
         decoded: dict[float, tuple[np.ndarray, float]] = {}
+        self.calls += 1
         try:
             for time_s in sorted(set(float(t) for t in times_s)):
                 frame = self._decode_nearest(time_s)

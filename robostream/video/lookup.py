@@ -13,6 +13,7 @@ import torch
 
 from robostream.errors import FrameToleranceError, VideoDecodeError
 from robostream.video.decoder import VideoDecoder
+from robostream.video.layout import gather_chw
 
 
 def frame_indices(timestamps_s: Sequence[float], fps: float, num_frames: int) -> np.ndarray:
@@ -35,9 +36,10 @@ def check_tolerance(requested_s: np.ndarray, decoded_s: np.ndarray, tolerance_s:
             f"frame rate; pass a larger tolerance_s only if you know the timestamps are approximate.")
 
 
-def decode_at_timestamps(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float,
-                         context: str = "") -> torch.Tensor:
-    """uint8 (N, C, H, W) frames nearest to each timestamp; repeated timestamps are decoded once."""
+def decode_unique(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float, context: str = ""
+                  ) -> tuple[torch.Tensor, np.ndarray]:
+    """Each distinct frame once, in file order, and per timestamp the position of its frame among them:
+    the frame for timestamps_s[i] is frames[inverse[i]] (uint8 (N, C, H, W), possibly a channels-last view)."""
     requested = np.asarray(timestamps_s, dtype=np.float64)
     indices = frame_indices(requested, decoder.fps, decoder.num_frames)
     unique, inverse = np.unique(indices, return_inverse=True)
@@ -50,7 +52,11 @@ def decode_at_timestamps(decoder: VideoDecoder, timestamps_s: Sequence[float], t
         unique_times, inverse = np.unique(requested, return_inverse=True)
         frames, pts = decoder.get_frames_near_times(unique_times.tolist())
         check_tolerance(requested, pts[inverse], tolerance_s, decoder.path, context)
-        unique = unique_times
-    if len(unique) == len(indices) and np.all(inverse == np.arange(len(inverse))):
-        return frames
-    return frames[torch.from_numpy(inverse)]
+    return frames, inverse
+
+
+def decode_at_timestamps(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float,
+                         context: str = "") -> torch.Tensor:
+    """Contiguous uint8 (N, C, H, W) frames nearest to each timestamp; repeated timestamps are decoded once."""
+    frames, inverse = decode_unique(decoder, timestamps_s, tolerance_s, context)
+    return gather_chw(frames, inverse)
