@@ -57,11 +57,16 @@ class BatchAssembler:
         camera_dtype = torch.uint8 if self.sample.return_uint8 else torch.float32
         for key in first_rows.images:
             specs[key] = (self._image_shape(key, query, refs), camera_dtype)
+        on_device = {}  # cameras decoded on a GPU (NVDEC) stay there, outside the (CPU) allocation
         for key in self.meta.video_keys:
             window = video[0][key]
             squeeze = () if len(window) == 1 else (len(window),)
-            specs[key] = ((len(refs), *squeeze, *window[0].shape), camera_dtype)
-        out = allocate(specs)
+            shape = (len(refs), *squeeze, *window[0].shape)
+            if window[0].device.type == "cpu":
+                specs[key] = (shape, camera_dtype)
+            else:
+                on_device[key] = torch.empty(shape, dtype=camera_dtype, device=window[0].device)
+        out = {**allocate(specs), **on_device}
         batch: dict[str, Any] = {}
         for key, pad in pads.items():
             out[f"{key}_is_pad"].numpy()[:] = pad

@@ -88,9 +88,7 @@ class BatchBuffers:
         else:
             storage = torch.UntypedStorage._new_shared(max(size, 1))
             self._counts.numpy()[worker, 1] += 1
-        tensors = {key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
-                   for key, (offset, dtype, shape) in layout.items()}
-        return tensors, ((worker, slot, next(iter(specs))) if len(open_slots) else None)
+        return _tensors_in(storage, layout), ((worker, slot, next(iter(specs))) if len(open_slots) else None)
 
     def _slot_storage(self, slot: int, size: int) -> torch.UntypedStorage:
         storages = self._storages.get()
@@ -127,6 +125,18 @@ def _large_keys(samples: Sequence[dict[str, Any]], min_bytes: int) -> list[str]:
             if isinstance(v, torch.Tensor) and v.numel() * v.element_size() * len(samples) >= min_bytes
             and all(isinstance(s[k], torch.Tensor) and s[k].shape == v.shape and s[k].dtype == v.dtype
                     for s in samples)]
+
+
+def shared_tensors(specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, torch.Tensor]:
+    """Uninitialised tensors in one new shared-memory block: what a worker sends without a further copy."""
+    layout, size = _layout(specs)
+    return _tensors_in(torch.UntypedStorage._new_shared(max(size, 1)), layout)
+
+
+def _tensors_in(storage: torch.UntypedStorage, layout: Mapping[str, tuple[int, torch.dtype, tuple[int, ...]]]
+                ) -> dict[str, torch.Tensor]:
+    return {key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
+            for key, (offset, dtype, shape) in layout.items()}
 
 
 def _layout(specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from robostream.datasets.batch_assembly import TensorSpecs, allocate_fresh
-from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers
+from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers, shared_tensors
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
@@ -77,7 +77,8 @@ def _timed_batches(iterator: EpochIterator, batching: LoaderBatching) -> Iterato
 
     def allocate(specs: TensorSpecs) -> dict[str, torch.Tensor]:
         if batching.buffers is None:
-            return allocate_fresh(specs)
+            # A worker's batch goes to the main process: shared memory now saves a copy into it when sent.
+            return allocate_fresh(specs) if get_worker_info() is None else shared_tensors(specs)
         tensors, marker = batching.buffers.allocate(specs)
         markers.append(marker)
         return tensors

@@ -64,6 +64,8 @@ def arrow_type(feature: Mapping[str, Any]) -> pa.DataType:
 
 def column_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     typ = arrow_type(feature)
+    if feature["dtype"] == "string":
+        return pa.array([str(v) for v in np.asarray(values).reshape(-1)], type=typ)
     values = np.asarray(values)
     if list(feature["shape"]) == [1]:
         return pa.array(values.reshape(len(values)).astype(feature["dtype"]), type=typ)

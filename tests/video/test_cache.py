@@ -23,9 +23,29 @@ def test_stats_are_exact_on_a_known_access_pattern(video_files):
     for path in pattern:
         with cache.use(path) as decoder:
             assert decoder.path == path
-    assert cache.stats() == {"hits": 3, "misses": 5, "evictions": 3, "hit_rate": 3 / 8, "size": 2}
+    assert cache.stats() == {"hits": 3, "misses": 5, "evictions": 3, "hit_rate": 3 / 8, "size": 2,
+                             "decoder_calls": 0, "seeks": 0}
     cache.clear()
-    assert cache.stats() == {"hits": 0, "misses": 0, "evictions": 0, "hit_rate": 0.0, "size": 0}
+    assert cache.stats() == {"hits": 0, "misses": 0, "evictions": 0, "hit_rate": 0.0, "size": 0,
+                             "decoder_calls": 0, "seeks": 0}
+
+
+@pytest.mark.parametrize("backend", ["torchcodec", "pyav"])
+def test_decoder_calls_and_seeks_are_counted_across_evictions(video_files, backend):
+    a, b = video_files[:2]
+    cache = VideoDecoderCache(max_size=1)
+    requests = [(a, [0, 1, 2]), (a, [3, 4]), (a, [9]), (a, [2, 3, 7]), (b, [0]), (a, [0])]
+    for path, frames in requests:
+        with cache.use(path, backend) as decoder:
+            decoder.get_frames_by_index(frames)
+    stats = cache.stats()
+    assert stats["decoder_calls"] == len(requests) and stats["evictions"] == 2
+    if backend == "torchcodec":
+        # Jumps: the first request, 4 -> 9, 9 -> 2 and 3 -> 7, b's first, a reopened.
+        assert stats["seeks"] == 6
+    else:
+        # PyAV re-seeks only backwards or past its look-ahead: the first request, 9 -> 2, b's first, a reopened.
+        assert stats["seeks"] == 4
 
 
 def test_same_decoder_is_returned_and_backends_are_separate_entries(video_files):
