@@ -1,14 +1,15 @@
 """Shared-memory batch buffers that DataLoader workers reuse instead of allocating for every batch.
 
-torch's default collate puts every batch of a worker into freshly created shared memory; for camera batches
-(tens to hundreds of MiB) creating and first touching those pages costs about as much as copying the frames twice.
-Here each worker keeps a few shared-memory slots and collates the large tensors of a batch into a free one.
+Creating and first touching fresh shared memory for every batch (what torch's collate does in a worker) costs
+about as much as copying the frames twice for camera batches (tens to hundreds of MiB). Here each worker keeps a
+few shared-memory slots: the streaming dataset lays a whole batch out in a free one (`allocate`), and the
+per-sample path collates the large tensors of a batch into one (`collate`).
 
 A slot is reused only after the main process has dropped every tensor and view of the batch that used it: the main
 process attaches a finalizer to the slot's storage when the batch arrives (`adopt`), and the finalizer marks the
 slot free in a small table in shared memory. When no slot is free (the training loop still holds older batches, or
-a batch was handed to yet another process), the worker allocates a fresh one like torch's collate does, so it never
-waits. Small tensors, strings and everything else go through torch's `default_collate` unchanged.
+a batch was handed to yet another process), the worker allocates fresh shared memory, so it never waits. In the
+per-sample path small tensors, strings and everything else go through torch's `default_collate` unchanged.
 """
 
 from __future__ import annotations

@@ -132,7 +132,9 @@ class StreamingLeRobotDataset(IterableDataset):
             uneven: how ranks are kept at equal batch counts: "pad" repeats a few samples on ranks that have fewer,
                 "drop" skips the few extra on the others.
             partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
-            decode_ahead: samples of a piece whose missing frames are decoded in one call (memory vs calls).
+            decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are
+                decoded in runs of this many samples, one seek per run (memory vs seeks: 8 is ~10% faster than 4
+                on cheap-to-decode video, for ~2x the decoded frames held).
             prefetch_pieces: upcoming pieces per stream whose rows and video bytes are fetched in background
                 threads (remote data only), within the read buffer.
             video_decoder_cache_size: open decoders kept per process (default: 2 per camera).

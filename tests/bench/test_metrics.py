@@ -49,12 +49,17 @@ def test_nothing_timed_is_an_error_not_a_zero():
 def test_decoded_per_delivered_cache_and_split():
     trace = _trace([1.0, 2.0])
     trace["counts"] = {"frames_decoded": 30, "frames_delivered": 120, "bytes_read": 0}
-    trace["records"][0]["worker_stats"] = {"0": [1, 2, 0, 2], "1": [0, 3, 1, 2]}
-    trace["records"][1]["worker_stats"] = {"0": [5, 2, 0, 2]}  # later report of worker 0 replaces its first
+    # hits, misses, evictions, size, decoder calls, seeks
+    trace["records"][0]["worker_stats"] = {"0": [1, 2, 0, 2, 4, 3], "1": [0, 3, 1, 2, 2, 2]}
+    trace["records"][1]["worker_stats"] = {"0": [5, 2, 0, 2, 6, 4]}  # later report of worker 0 replaces its first
     trace["split"] = {"samples": 10, "seconds": 1.0, "decode_s": 0.6, "fetch_s": 0.4, "samples_per_s": 10.0}
     m = summarize(trace, warmup_batches=1)
     assert m["decoded_per_delivered"] == 0.25 and m["decoded_frames_per_s"] == pytest.approx(m["frames_per_s"] / 4)
-    assert m["video_decoder_cache"] == {"hits": 5, "misses": 5, "evictions": 1, "size": 4, "hit_rate": 0.5}
+    assert m["video_decoder_cache"] == {"hits": 5, "misses": 5, "evictions": 1, "size": 4, "decoder_calls": 8,
+                                        "seeks": 6, "hit_rate": 0.5}
+    # per 100 frames delivered over the whole run (2 batches x 4 samples x 3 frames)
+    assert m["decoder_calls_per_100_frames"] == pytest.approx(800 / 24)
+    assert m["seeks_per_100_frames"] == pytest.approx(600 / 24)
     assert m["fetch_ms_per_sample"] == pytest.approx(40.0) and m["decode_ms_per_sample"] == pytest.approx(60.0)
     assert m["bytes_read"] == 0
     assert cache_totals([{"episodes": []}]) is None

@@ -9,6 +9,7 @@ temporary directory) before lerobot / huggingface_hub are imported.
 Usage:
     python lerobot_make_dataset.py OUT_ROOT [--hf-home DIR] [--episodes 5] [--data-mb 0.004] [--video-mb 0.02]
                                    [--chunks-size N] [--meta-buffer 10] [--vcodec libsvtav1]
+                                   [--cameras N --size HxW --fps F --length L]   (benchmark-sized datasets)
 
 Content (deterministic):
   * 2 video cameras (H x W x 3):
@@ -66,7 +67,15 @@ def main(argv=None):
     ap.add_argument("--chunks-size", type=int, default=None, help="max files per chunk dir (lerobot default 1000)")
     ap.add_argument("--meta-buffer", type=int, default=10, help="episodes buffered before a meta/episodes flush")
     ap.add_argument("--vcodec", default=None, help="default: lerobot's default (libsvtav1)")
+    ap.add_argument("--cameras", type=int, default=None, help="N cameras cam0.. of --size instead of front/wrist")
+    ap.add_argument("--size", default="256x256", help="HxW of every camera with --cameras")
+    ap.add_argument("--fps", type=int, default=FPS)
+    ap.add_argument("--length", type=int, default=None, help="frames per episode (default: the LENGTHS cycle)")
     args = ap.parse_args(argv)
+    cams = CAMS
+    if args.cameras:
+        h, w = (int(v) for v in args.size.split("x"))
+        cams = {f"observation.images.cam{i}": (h, w) for i in range(args.cameras)}
 
     setup_offline_env(args.hf_home)
 
@@ -84,7 +93,7 @@ def main(argv=None):
         "observation.state": {"dtype": "float32", "shape": (6,), "names": [f"j{i}" for i in range(6)]},
         "action": {"dtype": "float32", "shape": (6,), "names": [f"j{i}" for i in range(6)]},
     }
-    for cam, (h, w) in CAMS.items():
+    for cam, (h, w) in cams.items():
         features[cam] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
 
     kwargs = {}
@@ -95,7 +104,7 @@ def main(argv=None):
 
     ds = LeRobotDataset.create(
         repo_id="local/test",
-        fps=FPS,
+        fps=args.fps,
         features=features,
         root=root,
         robot_type="synthetic",
@@ -109,12 +118,12 @@ def main(argv=None):
         ds.meta.update_chunk_settings(chunks_size=args.chunks_size)
 
     for ep in range(args.episodes):
-        n = LENGTHS[ep % len(LENGTHS)]
+        n = args.length or LENGTHS[ep % len(LENGTHS)]
         task = TASKS[ep % 2]
         for fr in range(n):
             state = (ep * 1000 + fr + np.arange(6) / 10).astype(np.float32)
             frame = {"observation.state": state, "action": (state + 0.5).astype(np.float32), "task": task}
-            for cam_id, (cam, (h, w)) in enumerate(CAMS.items()):
+            for cam_id, (cam, (h, w)) in enumerate(cams.items()):
                 frame[cam] = make_image(h, w, ep, fr, cam_id)
             ds.add_frame(frame)
         ds.save_episode()
@@ -122,7 +131,7 @@ def main(argv=None):
 
     if hasattr(ds, "finalize"):
         ds.finalize()
-    print("video codec:", {k: ds.meta.features[k].get("info", {}).get("video.codec") for k in CAMS})
+    print("video codec:", {k: ds.meta.features[k].get("info", {}).get("video.codec") for k in cams})
     print("total_frames:", ds.meta.total_frames, "total_episodes:", ds.meta.total_episodes)
     return 0
 
