@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def _limit_per_core(root: str, frames: int) -> float:
     files = sorted({meta.video_file(int(e), k) for k in meta.video_keys for e in meta.episodes.episode_index})
     decoded, seconds = 0, 0.0
     for relative in files:
-        decoder = VideoDecoder(str(meta.root / relative), seek_mode="approximate")
+        decoder = VideoDecoder(str(Path(root) / relative), seek_mode="approximate")
         n = min(frames // len(files), decoder.metadata.num_frames)
         started = time.perf_counter()
         for start in range(0, n, 32):
@@ -100,6 +101,9 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))
     loader_rate = _two_workers(args.root, args.batches, args.decode_ahead)  # the whole machine first
     os.sched_setaffinity(0, {cores[0]})
+    import torch
+
+    torch.set_num_threads(1)  # as in a DataLoader worker; idle intra-op threads would spin on the one core
     from robostream.format.metadata import load_metadata
 
     cameras = len(load_metadata(args.root).video_keys)

@@ -22,7 +22,7 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
-from robostream.video.layout import frames_chw
+from robostream.video.layout import FramePool, frames_chw
 from robostream.video.lookup import decode_at_timestamps, decode_unique
 
 
@@ -43,6 +43,7 @@ class CameraReader:
         self.cache = VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
         # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
         self._executor = ProcessLocal(partial(decode_pool, len(meta.video_keys)))
+        self.frame_pool = ProcessLocal(FramePool)  # frames the batch path gives back, decoded into again
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
     def decode(self, episode_index: int, key: str, timestamps_s: Sequence[float]) -> torch.Tensor:
@@ -117,7 +118,7 @@ class CameraReader:
             stops = np.cumsum([len(t) for t in times]).tolist()
             # Each request gets its own CHW frames, laid out while hot in cache; no piece holds another's.
             for i, start, stop in zip(group, [0, *stops[:-1]], stops):
-                out[i][key] = frames_chw(frames, inverse[start:stop])
+                out[i][key] = frames_chw(frames, inverse[start:stop], self.frame_pool.get())
 
 
 def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str) -> VideoDecoder:

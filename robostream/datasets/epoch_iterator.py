@@ -79,8 +79,10 @@ class EpochIterator:
                 held = sum(reader.resident for reader in readers.values())
                 self.source.prefill(refs, self.worker)
                 self._live_frames += sum(reader.resident for reader in readers.values()) - held
-            video = [self._frames(reader, position) for reader, position in refs]
+            released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
+            video = [self._frames(reader, position, released) for reader, position in refs]
             batch = self.source.batch(refs, video, self.worker, allocate)
+            self.source.cameras.frame_pool.get().give(released)
             self.emitted += len(refs)
             yield batch
 
@@ -133,12 +135,14 @@ class EpochIterator:
             del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
         return reader, position
 
-    def _frames(self, reader: PieceReader, position: int) -> dict[str, list[torch.Tensor]]:
-        """The sample's decoded window frames per camera, with the working-set counters kept."""
+    def _frames(self, reader: PieceReader, position: int, released: list[torch.Tensor] | None = None
+                ) -> dict[str, list[torch.Tensor]]:
+        """The sample's decoded window frames per camera, with the working-set counters kept (frames forgotten
+        go to `released`, see PieceReader.window_frames)."""
         if not self.source.meta.video_keys:
             return {}
         held = reader.resident
-        frames = reader.window_frames(position)
+        frames = reader.window_frames(position, released)
         self._live_frames += reader.resident - held  # a running total: only this reader's count changed
         self.counters.peak(self.worker, "peak_piece_frames", reader.resident)
         self.counters.peak(self.worker, "peak_live_frames", self._live_frames)

@@ -39,9 +39,11 @@ class PieceReader:
             # The last position wins when a dict is built from pairs in increasing position order.
             self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
 
-    def window_frames(self, position: int) -> dict[str, list[torch.Tensor]]:
+    def window_frames(self, position: int, released: list[torch.Tensor] | None = None
+                      ) -> dict[str, list[torch.Tensor]]:
         """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
-        needed (the batch path copies them straight into the batch, a sample stacks them)."""
+        needed (the batch path copies them straight into the batch, a sample stacks them); forgotten frames are
+        appended to `released` when given."""
         wanted = self.missing(position)
         if wanted:
             self.add(wanted, self._decode(self.rows, wanted))
@@ -50,8 +52,12 @@ class PieceReader:
         for key, rows in needed.items():
             last_use, store = self._last_use[key], self.frames[key]
             for row in rows:
-                if last_use[row] <= position and store.pop(row, None) is not None:
-                    self.resident -= 1
+                if last_use[row] <= position:
+                    frame = store.pop(row, None)
+                    if frame is not None:
+                        self.resident -= 1
+                        if released is not None:
+                            released.append(frame)
         return out
 
     def missing(self, position: int) -> dict[str, np.ndarray]:
