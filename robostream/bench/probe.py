@@ -74,6 +74,14 @@ class TimedMapDataset(Dataset):
 
     def __init__(self, inner: Dataset, worker_stats: WorkerStats = None) -> None:
         self.inner, self.worker_stats = inner, worker_stats
+        if hasattr(inner, "__getitems__"):  # a dataset that serves a batch's indices at once is timed that way
+            self.__getitems__ = self._timed_items
+
+    def _timed_items(self, indices: list[int]) -> list[dict[str, Any]]:
+        start = time.perf_counter()
+        samples = self.inner.__getitems__(indices)
+        seconds = (time.perf_counter() - start) / max(1, len(samples))
+        return [_instrument(sample, seconds, self.worker_stats) for sample in samples]
 
     def __len__(self) -> int:
         return len(self.inner)

@@ -95,7 +95,7 @@ class CameraReader:
             for future in [pool.submit(job) for job in jobs]:
                 future.result()
         self.decode_seconds += time.perf_counter() - started
-        return out
+        return [{key: frames[key] for key in times_by_key} for frames, (_, times_by_key) in zip(out, requests)]
 
     def _decode_camera(self, key: str, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]],
                        indices: Sequence[int], out: list[dict[str, Sequence[torch.Tensor]]]) -> None:

@@ -19,7 +19,7 @@ from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.piece_reader import PieceReader
 from robostream.datasets.prefetch import Prefetcher
-from robostream.datasets.sample import SampleAssembler
+from robostream.datasets.sample import SampleAssembler, stack_window
 from robostream.format.data_rows import DataRowReader, EpisodeRows
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.schedule import piece_sample_order
@@ -66,7 +66,7 @@ class FrameSource:
     def sample(self, reader: PieceReader, position: int, frames: Mapping[str, Sequence[torch.Tensor]],
                worker: int) -> dict[str, Any]:
         """The sample at `position` of a piece; frames: its window frames per camera (PieceReader.window_frames)."""
-        video = {key: _window(window) for key, window in frames.items()}
+        video = {key: stack_window(window) for key, window in frames.items()}
         self._count(worker, [frames])
         return self.assembler.assemble(reader.rows, int(reader.sample_frames[position]), video)
 
@@ -111,7 +111,3 @@ class FrameSource:
         return self.cameras.decode_many(rows.episode, {k: self.assembler.timestamps(rows, f)
                                                        for k, f in frames_by_key.items()})
 
-
-def _window(frames: Sequence[torch.Tensor]) -> torch.Tensor:
-    """(T, C, H, W) from T decoded frames; one frame stays a view (the DataLoader's collate copies it anyway)."""
-    return frames[0].unsqueeze(0) if len(frames) == 1 else torch.stack(list(frames))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.sample import SampleAssembler
+from robostream.datasets.sample import SampleAssembler, stack_window
 from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
 from robostream.format.data_columns import DataColumns
 from robostream.plan.windows import delta_offsets
@@ -114,3 +114,18 @@ class LeRobotDataset(torch.utils.data.Dataset):
                   for k, frames in self.assembler.video_frames(frame, windows[0]).items()}
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         return self.assembler.assemble(rows, frame, video, windows)
+
+    def __getitems__(self, positions: Sequence[int]) -> list[dict[str, Any]]:
+        """The samples at `positions` (what torch's DataLoader asks for per batch), equal to `self[p]` for each;
+        their frames are decoded together, one decoder call per camera file instead of one per sample and camera."""
+        prepared, requests = [], []
+        for position in positions:
+            episode, frame = self.locate(position)
+            rows = self.rows.episode(episode)
+            windows = self.assembler.windows(frame, len(rows))
+            prepared.append((rows, frame, windows))
+            requests.append((episode, {k: self.assembler.timestamps(rows, frames)
+                                       for k, frames in self.assembler.video_frames(frame, windows[0]).items()}))
+        decoded = self.cameras.decode_episodes(requests) if self.meta.video_keys else [{} for _ in requests]
+        return [self.assembler.assemble(rows, frame, {k: stack_window(f) for k, f in video.items()}, windows)
+                for (rows, frame, windows), video in zip(prepared, decoded)]

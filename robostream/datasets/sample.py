@@ -7,7 +7,7 @@ Everything here works in frames within the episode (row i of `EpisodeRows` is fr
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,11 @@ def decode_png(cell: Mapping[str, Any]) -> torch.Tensor:
 
     image = np.asarray(Image.open(io.BytesIO(cell["bytes"])).convert("RGB"))
     return torch.from_numpy(image.copy()).permute(2, 0, 1)
+
+
+def stack_window(frames: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(T, C, H, W) from T decoded frames; one frame stays a view (the DataLoader's collate copies it anyway)."""
+    return frames[0].unsqueeze(0) if len(frames) == 1 else torch.stack(list(frames))
 
 
 class SampleAssembler:

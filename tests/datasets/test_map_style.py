@@ -111,3 +111,23 @@ def test_decoder_cache_stats_reflect_reads(av1_root):
     stats = dataset.video_decoder_cache_stats()
     assert stats["hits"] + stats["misses"] == 10 * len(dataset.meta.video_keys)
     assert stats["misses"] <= 4 and stats["size"] == stats["misses"]
+
+
+@pytest.mark.parametrize("options", [dict(return_uint8=True),
+                                     dict(delta_timestamps={"observation.images.cam0": [-0.1, 0.0, 0.05],
+                                                            "action": [0.0, 0.05]})])
+def test_a_batch_of_indices_equals_the_samples_one_by_one(av1_root, options):
+    """__getitems__ (what torch's DataLoader calls per batch) decodes a batch's frames together, same samples."""
+    dataset = LeRobotDataset(root=av1_root, **options)
+    positions = [len(dataset) - 1, 0, 5, 5, 40, 23, 24, 1, 100]
+    together = dataset.__getitems__(positions)
+    for position, sample in zip(positions, together):
+        alone = dataset[position]
+        assert list(sample) == list(alone)
+        for key, value in alone.items():
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == sample[key].dtype and torch.equal(value, sample[key]), key
+            else:
+                assert value == sample[key], key
+    batch = next(iter(torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1)))
+    assert torch.equal(batch["index"], torch.arange(4))
