@@ -22,8 +22,11 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
-from robostream.video.layout import FramePool, frames_chw
+from robostream.video.layout import FramePool, frames_chw, gather_chw
 from robostream.video.lookup import decode_at_timestamps, decode_unique
+
+
+FRAMES_PER_CALL = 64  # frames per grouped decoder call: ~12 MiB of 256x256 RGB output at a time
 
 
 class CameraReader:
@@ -75,11 +78,12 @@ class CameraReader:
         return frames
 
 
-    def decode_episodes(self, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]]
+    def decode_episodes(self, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]], *, pooled: bool
                         ) -> list[dict[str, Sequence[torch.Tensor]]]:
-        """The frames `decode_many` gives for each (episode, timestamps by camera) request, as separate (C, H, W)
-        tensors, with one decoder call per camera file for all requests together (a batch's pieces share files:
-        fewer calls, each in file order)."""
+        """The frames `decode_many` gives for each (episode, timestamps by camera) request, with one decoder call
+        per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order).
+        pooled: separate (C, H, W) frames from the frame pool (the streaming batch path gives them back); else one
+        (T, C, H, W) tensor per request and camera, as `decode_many`."""
         started = time.perf_counter()
         out: list[dict[str, Sequence[torch.Tensor]]] = [{} for _ in requests]
         by_camera: dict[str, list[int]] = {}
@@ -87,7 +91,7 @@ class CameraReader:
             for key in times_by_key:
                 by_camera.setdefault(key, []).append(i)
         pool = self._executor.get() if len(by_camera) > 1 else None
-        jobs = [partial(self._decode_camera, key, requests, indices, out) for key, indices in by_camera.items()]
+        jobs = [partial(self._decode_camera, key, requests, indices, out, pooled) for key, indices in by_camera.items()]
         if pool is None:
             for job in jobs:
                 job()
@@ -98,12 +102,17 @@ class CameraReader:
         return [{key: frames[key] for key in times_by_key} for frames, (_, times_by_key) in zip(out, requests)]
 
     def _decode_camera(self, key: str, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-                       indices: Sequence[int], out: list[dict[str, Sequence[torch.Tensor]]]) -> None:
-        """One camera's frames of several requests: their times in each file concatenated into one call."""
-        by_file: dict[str, list[int]] = {}
+                       indices: Sequence[int], out: list[dict[str, Sequence[torch.Tensor]]], pooled: bool) -> None:
+        """One camera's frames of several requests: their times in each file concatenated into one call (of at
+        most FRAMES_PER_CALL frames unless one request alone has more: the decoder's output is transient memory)."""
+        by_file: dict[str, list[list[int]]] = {}
         for i in indices:
-            by_file.setdefault(self.meta.video_file(requests[i][0], key), []).append(i)
-        for relative, group in by_file.items():
+            calls = by_file.setdefault(self.meta.video_file(requests[i][0], key), [[]])
+            if calls[-1] and sum(len(requests[j][1][key]) for j in calls[-1]) + len(requests[i][1][key]) \
+                    > FRAMES_PER_CALL:
+                calls.append([])
+            calls[-1].append(i)
+        for relative, group in ((r, g) for r, calls in by_file.items() for g in calls):
             times = [self.meta.episodes.video_span(requests[i][0], key).from_timestamp
                      + np.asarray(requests[i][1][key], dtype=np.float64) for i in group]
             try:
@@ -118,7 +127,8 @@ class CameraReader:
             stops = np.cumsum([len(t) for t in times]).tolist()
             # Each request gets its own CHW frames, laid out while hot in cache; no piece holds another's.
             for i, start, stop in zip(group, [0, *stops[:-1]], stops):
-                out[i][key] = frames_chw(frames, inverse[start:stop], self.frame_pool.get())
+                picks = inverse[start:stop]
+                out[i][key] = frames_chw(frames, picks, self.frame_pool.get()) if pooled else gather_chw(frames, picks)
 
 
 def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str) -> VideoDecoder:

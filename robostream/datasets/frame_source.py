@@ -92,7 +92,7 @@ class FrameSource:
         self.counters.add(worker, "frames_decoded", sum(len(f) for _, w in requests for f in w.values()))
         decoded = self.cameras.decode_episodes(
             [(reader.rows.episode, {k: self.assembler.timestamps(reader.rows, f) for k, f in wanted.items()})
-             for reader, wanted in requests])
+             for reader, wanted in requests], pooled=True)
         for (reader, wanted), frames in zip(requests, decoded):
             reader.add(wanted, frames)
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.sample import SampleAssembler, stack_window
+from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
 from robostream.format.data_columns import DataColumns
 from robostream.plan.windows import delta_offsets
@@ -126,6 +126,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             prepared.append((rows, frame, windows))
             requests.append((episode, {k: self.assembler.timestamps(rows, frames)
                                        for k, frames in self.assembler.video_frames(frame, windows[0]).items()}))
-        decoded = self.cameras.decode_episodes(requests) if self.meta.video_keys else [{} for _ in requests]
-        return [self.assembler.assemble(rows, frame, {k: stack_window(f) for k, f in video.items()}, windows)
+        decoded = (self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys
+                   else [{} for _ in requests])
+        return [self.assembler.assemble(rows, frame, video, windows)
                 for (rows, frame, windows), video in zip(prepared, decoded)]
