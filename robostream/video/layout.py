@@ -27,28 +27,31 @@ class FramePool:
     first touch (glibc maps blocks that size anew, or trims and regrows its heap), about as much as the layout copy
     itself; reused buffers are warm and keep the heap from fragmenting."""
 
-    def __init__(self, max_frames: int = 1024) -> None:
-        self.max_frames = max_frames  # buffers kept beyond this are left to the allocator
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes  # buffers given back beyond this are left to the allocator
         self._free: dict[tuple[tuple[int, ...], torch.dtype], list[torch.Tensor]] = {}
+        self._bytes = 0
         self.reused = 0
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         free = self._free.get((tuple(shape), dtype))
         if free:
             self.reused += 1
-            return free.pop()
+            frame = free.pop()
+            self._bytes -= frame.untyped_storage().nbytes()
+            return frame
         return torch.empty(shape, dtype=dtype)
 
     def give(self, frames: list[torch.Tensor]) -> None:
         """Take back frames nobody reads any more; only whole CPU tensors (not views of a larger one) are kept."""
-        kept = sum(len(v) for v in self._free.values())
         for frame in frames:
-            if kept >= self.max_frames:
+            size = frame.untyped_storage().nbytes()
+            if self._bytes + size > self.max_bytes:
                 return
             if (frame.device.type == "cpu" and frame.storage_offset() == 0 and frame.is_contiguous()
-                    and frame.untyped_storage().nbytes() == frame.numel() * frame.element_size()):
+                    and size == frame.numel() * frame.element_size()):
                 self._free.setdefault((tuple(frame.shape), frame.dtype), []).append(frame)
-                kept += 1
+                self._bytes += size
 
 
 def frames_chw(frames: torch.Tensor, picks: np.ndarray, pool: FramePool | None = None) -> list[torch.Tensor]:
