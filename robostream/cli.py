@@ -30,7 +30,17 @@ def _synth(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from robostream.summary import describe, render
 
-    summary = describe(args.root)
+    if sys.stderr.isatty():  # a live spinner on a terminal (large datasets take seconds); logs get nothing extra
+        from rich.console import Console
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        # Live draws at once when entered with a renderable: even a fast inspect shows what it was doing.
+        with Live(Spinner("dots", text="inspect: reading the metadata, probing every video file"),
+                  console=Console(stderr=True), transient=True):
+            summary = describe(args.root)
+    else:
+        summary = describe(args.root)
     print(json.dumps(summary, indent=2) if args.json else render(summary))
     return 0
 

@@ -57,13 +57,19 @@ def test_version(capsys):
 
 def _synth_stderr(tmp_path, name: str, terminal: bool) -> str:
     """stderr of `robostream synth` on a pseudo-terminal (terminal=True) or a pipe."""
+    import sys
+
+    return _stderr([sys.executable, "-m", "robostream.cli", "synth", str(tmp_path / name), "--episodes", "3",
+                    "--cameras", "1", "--height", "48", "--width", "64", "--episode-length", "4", "--jobs", "1"],
+                   terminal)
+
+
+def _stderr(args: list[str], terminal: bool) -> str:
+    """stderr of a command run on a pseudo-terminal (terminal=True) or a pipe."""
     import os
     import pty
     import subprocess
-    import sys
 
-    args = [sys.executable, "-m", "robostream.cli", "synth", str(tmp_path / name), "--episodes", "3", "--cameras",
-            "1", "--height", "48", "--width", "64", "--episode-length", "4", "--jobs", "1"]
     if not terminal:
         return subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stderr
     controller, terminal_fd = pty.openpty()
@@ -86,3 +92,11 @@ def _synth_stderr(tmp_path, name: str, terminal: bool) -> str:
 def test_synth_shows_progress_on_a_terminal_and_nothing_in_logs(tmp_path):
     assert "synth: episodes" in _synth_stderr(tmp_path, "tty", terminal=True)
     assert "synth: episodes" not in _synth_stderr(tmp_path, "pipe", terminal=False)
+
+
+def test_inspect_shows_what_it_does_on_a_terminal_and_nothing_in_logs(av1_root):
+    import sys
+
+    args = [sys.executable, "-m", "robostream.cli", "inspect", str(av1_root)]
+    assert "inspect: reading the metadata" in _stderr(args, terminal=True)
+    assert "inspect: reading" not in _stderr(args, terminal=False)
