@@ -66,20 +66,11 @@ class CameraReader:
             raise type(exc)(f"{exc}{context}") from exc
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
-        """Several cameras of one episode, in parallel threads when the process has cores to spare."""
-        started = time.perf_counter()
-        keys = list(timestamps_by_key)
-        pool = self._executor.get() if len(keys) > 1 else None
-        if pool is None:
-            frames = {k: self.decode(episode_index, k, timestamps_by_key[k]) for k in keys}
-        else:
-            futures = [pool.submit(self.decode, episode_index, k, timestamps_by_key[k]) for k in keys]
-            frames = {k: f.result() for k, f in zip(keys, futures)}
-        self.decode_seconds += time.perf_counter() - started
-        return frames
+        """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
+        cores to spare)."""
+        return self.decode_episodes([(episode_index, timestamps_by_key)], pooled=False)[0]
 
-
-    def decode_episodes(self, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]], *, pooled: bool
+    def decode_episodes(self, requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]], *, pooled: bool
                         ) -> list[dict[str, Sequence[torch.Tensor]]]:
         """The frames `decode_many` gives for each (episode, timestamps by camera) request, with one decoder call
         per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order).
@@ -102,7 +93,7 @@ class CameraReader:
         self.decode_seconds += time.perf_counter() - started
         return [{key: frames[key] for key in times_by_key} for frames, (_, times_by_key) in zip(out, requests)]
 
-    def _decode_camera(self, key: str, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+    def _decode_camera(self, key: str, requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]],
                        indices: Sequence[int], out: list[dict[str, Sequence[torch.Tensor]]], pooled: bool) -> None:
         """One camera's frames of several requests: their times in each file concatenated into one call (of at
         most FRAMES_PER_CALL frames unless one request alone has more: the decoder's output is transient memory)."""

@@ -44,10 +44,10 @@ class PieceReader:
         """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
         needed (the batch path copies them straight into the batch, a sample stacks them); forgotten frames are
         appended to `released` when given."""
-        wanted = self.missing(position)
-        if wanted:
-            self.add(wanted, self._decode(self.rows, wanted))
         needed = {k: rows[position].tolist() for k, rows in self.needed.items()}
+        if not self._held(needed):
+            wanted = self._ahead(position)
+            self.add(wanted, self._decode(self.rows, wanted))
         out = {k: [self.frames[k][r] for r in rows] for k, rows in needed.items()}
         for key, rows in needed.items():
             last_use, store = self._last_use[key], self.frames[key]
@@ -63,8 +63,15 @@ class PieceReader:
     def missing(self, position: int) -> dict[str, np.ndarray]:
         """What to decode before the sample at `position`: nothing ({}) when its frames are all held, else per
         camera the frames of the next `decode_ahead` samples not held yet (one decoder call per camera)."""
-        if all(r in self.frames[k] for k, rows in self.needed.items() for r in rows[position].tolist()):
+        if self._held({k: rows[position].tolist() for k, rows in self.needed.items()}):
             return {}
+        return self._ahead(position)
+
+    def _held(self, needed: Mapping[str, list[int]]) -> bool:
+        return all(r in self.frames[k] for k, rows in needed.items() for r in rows)
+
+    def _ahead(self, position: int) -> dict[str, np.ndarray]:
+        """Per camera the frames of the `decode_ahead` samples from `position` on that are not held yet."""
         ahead = slice(position, min(position + self.decode_ahead, len(self.sample_frames)))
         wanted = {}
         for key, rows in self.needed.items():
