@@ -47,9 +47,10 @@ def measure(root: str, ranks: int, workers: int, resume_on: tuple[int, int], rep
     plan_s, plan = _best(lambda: dataset.epoch_plan(ranks, workers), repeat)
 
     def first_pick():
-        iterator = EpochIterator(plan, role=0, worker=0, source=dataset.source, counters=dataset.counters,
-                                 episodes=dataset.episodes, seed=dataset.seed, epoch=dataset.epoch,
-                                 shuffle=dataset.shuffle, pool_size=dataset.pool_size, prefetch_pieces=0)
+        iterator = EpochIterator(plan, role=0, worker=0, sources=dataset.sources, schema=None,
+                                 mixture_batches=None, counters=dataset.counters, seed=dataset.seed,
+                                 epoch=dataset.epoch, shuffle=dataset.shuffle, pool_size=dataset.pool_size,
+                                 prefetch_pieces=0)
         return next(iterator._picks(plan.positions[iterator.rows]))
 
     pick_s, _ = _best(first_pick, repeat)

@@ -11,6 +11,7 @@ from typing import Any
 
 _EXPORTS = {
     "LeRobotDataset": "robostream.datasets.map_style",
+    "Source": "robostream.datasets.mixture",
     "SourceOptions": "robostream.datasets.source",
     "StreamingDataLoader": "robostream.datasets.loader",
     "StreamingLeRobotDataset": "robostream.datasets.streaming",

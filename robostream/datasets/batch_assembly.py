@@ -10,6 +10,7 @@ shapes and values are those of `default_collate([assemble(...) for each sample])
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,19 @@ TensorSpecs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 # TensorSpecs -> an uninitialised tensor per key (fresh memory, or a reused shared-memory slot in a worker)
 Allocate = Callable[[TensorSpecs], dict[str, torch.Tensor]]
 BatchRef = tuple[EpisodeRows, int]  # (the episode's rows, frame within the episode) of one sample
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """What `BatchAssembler.prepare` works out before anything is written."""
+
+    frames: np.ndarray  # per sample: its frame within its episode
+    query: dict[str, np.ndarray]  # per windowed key: (B, T) frames to read
+    pads: dict[str, np.ndarray]  # per windowed key: (B, T) padding masks
+    specs: TensorSpecs  # CPU tensors of the batch
+    on_device: dict[str, tuple[tuple[int, ...], torch.dtype, torch.device]]  # cameras decoded on a GPU
+    cameras: list[str]  # camera keys (scaled to float after writing unless uint8)
+    keys: list[str]  # the batch's keys, in the per-sample order
 
 
 def allocate_fresh(specs: TensorSpecs) -> dict[str, torch.Tensor]:
@@ -44,6 +58,18 @@ class BatchAssembler:
     def assemble(self, refs: Sequence[BatchRef], video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
                  allocate: Allocate = allocate_fresh) -> dict[str, Any]:
         """The batch of `refs`; video[i][key] holds the T uint8 (C, H, W) frames of sample i's window of `key`."""
+        prepared = self.prepare(refs, video)
+        out = {**allocate(prepared.specs),
+               **{key: torch.empty(shape, dtype=dtype, device=device)
+                  for key, (shape, dtype, device) in prepared.on_device.items()}}
+        lists = self.write(prepared, refs, video, out)
+        return {key: lists[key] if key in lists else
+                finish_cameras(out[key], self.sample.return_uint8) if key in prepared.cameras else out[key]
+                for key in prepared.keys}
+
+    def prepare(self, refs: Sequence[BatchRef], video: Sequence[Mapping[str, Sequence[torch.Tensor]]]
+                ) -> PreparedBatch:
+        """Windows, masks and tensor specs of the batch of `refs` (nothing written yet)."""
         first_rows = refs[0][0]
         frames = np.fromiter((f for _, f in refs), dtype=np.int64, count=len(refs))
         lengths = np.fromiter((len(r) for r, _ in refs), dtype=np.int64, count=len(refs))
@@ -65,44 +91,56 @@ class BatchAssembler:
             if window[0].device.type == "cpu":
                 specs[key] = (shape, camera_dtype)
             else:
-                on_device[key] = torch.empty(shape, dtype=camera_dtype, device=window[0].device)
-        out = {**allocate(specs), **on_device}
-        batch: dict[str, Any] = {}
-        for key, pad in pads.items():
-            out[f"{key}_is_pad"].numpy()[:] = pad
-            batch[f"{key}_is_pad"] = out[f"{key}_is_pad"]
-        self._write_columns(refs, frames, query, out)
-        for key in first_rows.columns:
-            batch[key] = out[key]
-        for key in first_rows.strings:
-            batch[key] = [rows.strings[key][frame] for rows, frame in refs]
+                on_device[key] = (shape, camera_dtype, window[0].device)
+        cameras = [*first_rows.images, *self.meta.video_keys]
+        keys = [*(f"{key}_is_pad" for key in pads), *first_rows.columns, *first_rows.strings, *cameras, "task"]
+        return PreparedBatch(frames, query, pads, specs, on_device, cameras, keys)
+
+    def write(self, prepared: PreparedBatch, refs: Sequence[BatchRef],
+              video: Sequence[Mapping[str, Sequence[torch.Tensor]]], out: Mapping[str, torch.Tensor],
+              rows: np.ndarray | None = None) -> dict[str, list[Any]]:
+        """Write the batch's tensors into `out` (keyed like `prepared.specs` and `.on_device`; cameras uint8 or
+        their values before the float scaling, see `finish_cameras`), at `rows` of them (default: all, in order).
+
+        Returns:
+            The string keys and "task", one list each (in refs order).
+        """
+        place = np.arange(len(refs)) if rows is None else rows
+        for key, pad in prepared.pads.items():
+            target = out[f"{key}_is_pad"].numpy()
+            if rows is None:
+                target[:] = pad
+            else:
+                target[rows] = pad
+        self._write_columns(refs, prepared.frames, prepared.query, out, rows)
+        first_rows = refs[0][0]
+        lists = {key: [episode.strings[key][frame] for episode, frame in refs] for key in first_rows.strings}
         for key in first_rows.images:
-            for i, (rows, frame) in enumerate(refs):
-                cells = rows.images[key]
-                picks = query[key][i].tolist() if key in query else [frame]
+            for j, (episode_rows, frame) in enumerate(refs):
+                cells = episode_rows.images[key]
+                picks = prepared.query[key][j].tolist() if key in prepared.query else [frame]
                 images = [decode_png(cells[int(f)].as_py()) for f in picks]
-                _copy_window(out[key][i], images, key, rows.episode)
-            batch[key] = self._finish(out[key])
+                _copy_window(out[key][int(place[j])], images, key, episode_rows.episode)
         for key in self.meta.video_keys:
-            for i, (rows, _) in enumerate(refs):
-                _copy_window(out[key][i], video[i][key], key, rows.episode)
-            batch[key] = self._finish(out[key])
-        batch["task"] = [self.meta.task(int(rows.columns["task_index"][frame])) for rows, frame in refs]
-        return batch
+            for i, (episode_rows, _), window in zip(place.tolist(), refs, video):
+                _copy_window(out[key][i], window[key], key, episode_rows.episode)
+        lists["task"] = [self.meta.task(int(episode.columns["task_index"][frame])) for episode, frame in refs]
+        return lists
 
     def _write_columns(self, refs: Sequence[BatchRef], frames: np.ndarray, query: Mapping[str, np.ndarray],
-                       out: Mapping[str, torch.Tensor]) -> None:
+                       out: Mapping[str, torch.Tensor], rows: np.ndarray | None) -> None:
         """Numeric columns: one numpy take per key for each run of consecutive samples from the same episode."""
         targets = {key: out[key].numpy() for key in refs[0][0].columns}
         start = 0
         while start < len(refs):
-            rows = refs[start][0]
+            episode_rows = refs[start][0]
             stop = start + 1
-            while stop < len(refs) and refs[stop][0] is rows:
+            while stop < len(refs) and refs[stop][0] is episode_rows:
                 stop += 1
-            for key, values in rows.columns.items():
+            where = slice(start, stop) if rows is None else rows[start:stop]
+            for key, values in episode_rows.columns.items():
                 picks = query[key][start:stop] if key in query else frames[start:stop]
-                targets[key][start:stop] = values[picks]
+                targets[key][where] = values[picks]
             start = stop
 
     def _image_shape(self, key: str, query: Mapping[str, np.ndarray], refs: Sequence[BatchRef]) -> tuple[int, ...]:
@@ -110,11 +148,12 @@ class BatchAssembler:
         window = (query[key].shape[1],) if key in query else ()
         return (len(refs), *window, channels, height, width)
 
-    def _finish(self, cameras: torch.Tensor) -> torch.Tensor:
-        """uint8 frames were written; float batches hold the converted values, scaled here in place."""
-        if not self.sample.return_uint8:
-            cameras.div_(255.0)  # the same float32 arithmetic as SampleAssembler's `frames.to(float32) / 255.0`
-        return cameras
+
+def finish_cameras(cameras: torch.Tensor, return_uint8: bool) -> torch.Tensor:
+    """uint8 frames were written; float batches hold the converted values, scaled here in place."""
+    if not return_uint8:
+        cameras.div_(255.0)  # the same float32 arithmetic as SampleAssembler's `frames.to(float32) / 255.0`
+    return cameras
 
 
 def _copy_window(dest: torch.Tensor, frames: Sequence[torch.Tensor], key: str, episode: int) -> None:

@@ -34,7 +34,9 @@ class CameraReader:
     """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors."""
 
     def __init__(self, meta: DatasetMetadata, tolerance_s: float, backend: str | None = None, device: str = "cpu",
-                 cache_size: int | None = None) -> None:
+                 cache_size: int | None = None, frame_pool: ProcessLocal | None = None) -> None:
+        """frame_pool: where the batch path gives frames back to be decoded into again (shared by the sources of
+        a mixture; default: this reader's own)."""
         self.meta = meta
         self.tolerance_s = tolerance_s
         # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
@@ -47,7 +49,7 @@ class CameraReader:
         self.cache = VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
         # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
         self._executor = ProcessLocal(partial(decode_pool, len(meta.video_keys)))
-        self.frame_pool = ProcessLocal(FramePool)  # frames the batch path gives back, decoded into again
+        self.frame_pool = frame_pool or ProcessLocal(FramePool)
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
     def decode(self, episode_index: int, key: str, timestamps_s: Sequence[float]) -> torch.Tensor:

@@ -19,9 +19,11 @@ import torch
 
 from robostream.datasets.batch_assembly import Allocate as BatchAllocate
 from robostream.datasets.counters import FrameCounters
-from robostream.datasets.frame_source import FrameSource
+from robostream.datasets.mixture import SourceReader
+from robostream.datasets.mixture_schema import MixtureBatches, MixtureSchema
 from robostream.datasets.piece_reader import PieceReader
 from robostream.plan.order import PURPOSE_POOL, rng_for
+from robostream.plan.mixture import EpochUnits
 from robostream.plan.partition import Piece
 from robostream.plan.schedule import pool_schedule, take
 from robostream.plan.segments import Segments, owned, read_order
@@ -34,6 +36,7 @@ class EpochPlan:
     """What every consumer role does in the coming pass; a pure function of metadata, seed, epoch, layout and the
     resume state."""
 
+    units: EpochUnits  # the frame ranges (of episodes of sources) the epoch reads; pieces name them
     pieces: list[list[Piece]]  # per canonical stream
     natural: list[int]  # samples each stream holds
     segments: Segments  # who reads which range of which stream
@@ -46,12 +49,23 @@ class EpochPlan:
 class EpochIterator:
     """Samples of one consumer role, in order, until its quota is met (padding by repeating its own samples)."""
 
-    def __init__(self, plan: EpochPlan, *, role: int, worker: int, source: FrameSource, counters: FrameCounters,
-                 episodes: Sequence[int], seed: int, epoch: int, shuffle: bool, pool_size: int,
-                 prefetch_pieces: int) -> None:
+    def __init__(self, plan: EpochPlan, *, role: int, worker: int, sources: Sequence[SourceReader],
+                 schema: MixtureSchema | None, mixture_batches: MixtureBatches | None, counters: FrameCounters,
+                 seed: int, epoch: int, shuffle: bool, pool_size: int, prefetch_pieces: int) -> None:
+        """
+        Args:
+            plan: the pass's plan.
+            role: this consumer's role.
+            worker: this process's DataLoader worker id (its row of the counters).
+            sources: the dataset's sources (one unless a mixture).
+            schema: a mixture's common keys (None: samples as the one dataset gives them).
+            mixture_batches: a mixture's batch assembler (None: one dataset, or per-sample transforms).
+            counters: frame counters shared with the workers.
+            seed, epoch, shuffle, pool_size, prefetch_pieces: the dataset's settings.
+        """
         self.plan, self.role, self.worker = plan, role, worker
-        self.episodes = episodes  # pieces name episodes by position in this selection
-        self.source, self.counters = source, counters
+        self.sources, self.schema, self.mixture_batches = sources, schema, mixture_batches
+        self.counters = counters
         self.seed, self.epoch, self.shuffle, self.pool_size = seed, epoch, shuffle, pool_size
         self.prefetch_pieces = prefetch_pieces
         self.rows = owned(plan.segments, role)
@@ -62,7 +76,10 @@ class EpochIterator:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for pick in self._quota_picks():
             reader, position = self._take(pick)
-            sample = self.source.sample(reader, position, self._frames(reader, position), self.worker)
+            source = self.sources[reader.source]
+            sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
+            if self.schema is not None:
+                sample = self.schema.finish(sample, reader.source, source.rename)
             self.emitted += 1
             yield sample
 
@@ -74,17 +91,32 @@ class EpochIterator:
             refs = [self._take(pick) for pick in itertools.islice(picks, batch_size)]
             if not refs or (drop_last and len(refs) < batch_size):
                 return
-            if self.source.meta.video_keys:
-                readers = {id(reader): reader for reader, _ in refs}
-                held = sum(reader.resident for reader in readers.values())
-                self.source.prefill(refs, self.worker)
-                self._live_frames += sum(reader.resident for reader in readers.values()) - held
+            readers = {id(reader): reader for reader, _ in refs}
+            held = sum(reader.resident for reader in readers.values())
+            for source in self.sources:
+                mine = refs if len(self.sources) == 1 else [ref for ref in refs if ref[0].source == source.index]
+                if mine and source.meta.video_keys:
+                    source.frames.prefill(mine, self.worker)
+            self._live_frames += sum(reader.resident for reader in readers.values()) - held
             released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
             video = [self._frames(reader, position, released) for reader, position in refs]
-            batch = self.source.batch(refs, video, self.worker, allocate)
-            self.source.cameras.frame_pool.get().give(released)
+            if self.mixture_batches is None:
+                batch = self.sources[0].frames.batch(refs, video, self.worker, allocate)
+            else:
+                batch = self._mixture_batch(refs, video, allocate)
+            self.sources[0].cameras.frame_pool.get().give(released)  # one pool, shared by the sources
             self.emitted += len(refs)
             yield batch
+
+    def _mixture_batch(self, refs: Sequence[tuple[PieceReader, int]],
+                       video: Sequence[dict[str, list[torch.Tensor]]], allocate: BatchAllocate) -> dict[str, Any]:
+        groups: dict[int, list[int]] = {}
+        for i, (reader, _) in enumerate(refs):
+            groups.setdefault(reader.source, []).append(i)
+        for source, members in groups.items():
+            self.sources[source].frames.count(self.worker, [video[i] for i in members])
+        rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
+        return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
     def _quota_picks(self) -> Iterator[Pick]:
         """Every pick this role yields in the pass: its segments' samples, then repeats up to its quota."""
@@ -125,21 +157,30 @@ class EpochIterator:
         reader = self._readers.get(key)
         pieces = self.plan.pieces[stream]
         if reader is None:
-            selected, first, stop = pieces[piece]
-            reader = self._readers[key] = self.source.open_piece(self.episodes[selected], first, stop, self.worker)
-            for selected, first, stop in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
-                self.source.read_ahead(self.episodes[selected], first, stop, self.worker)
-            if self.source.meta.video_keys:
+            unit, first, stop = pieces[piece]
+            source, episode, offset = self._locate(unit)
+            reader = self._readers[key] = source.frames.open_piece(episode, offset + first, offset + stop,
+                                                                   self.worker)
+            for unit, first, stop in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
+                ahead, episode, offset = self._locate(unit)
+                ahead.frames.read_ahead(episode, offset + first, offset + stop, self.worker)
+            if source.meta.video_keys:
                 self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
         if position == len(reader.sample_frames) - 1:
             del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
         return reader, position
 
+    def _locate(self, unit: int) -> tuple[SourceReader, int, int]:
+        """The source, episode index and first frame of an epoch unit."""
+        source, position, offset = self.plan.units.locate(unit)
+        reader = self.sources[source]
+        return reader, reader.episodes[position], offset
+
     def _frames(self, reader: PieceReader, position: int, released: list[torch.Tensor] | None = None
                 ) -> dict[str, list[torch.Tensor]]:
         """The sample's decoded window frames per camera, with the working-set counters kept (frames forgotten
         go to `released`, see PieceReader.window_frames)."""
-        if not self.source.meta.video_keys:
+        if not reader.needed:
             return {}
         held = reader.resident
         frames = reader.window_frames(position, released)

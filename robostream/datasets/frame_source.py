@@ -29,7 +29,7 @@ class FrameSource:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
     def __init__(self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader,
-                 counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool) -> None:
+                 counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool, index: int = 0) -> None:
         """
         Args:
             meta: the dataset's metadata.
@@ -39,8 +39,10 @@ class FrameSource:
             stride: a piece's samples are visited by residue class of this stride (overlapping windows).
             decode_ahead: samples whose missing frames are decoded in one call.
             prefetch: fetch the rows and video bytes of upcoming pieces in background threads (remote data).
+            index: the source this reads in a mixture (its pieces' readers carry it).
         """
         self.meta = meta
+        self.index = index
         self.assembler = assembler
         # Batches are assembled whole unless transforms must see each sample (then: samples + collate).
         self.batches = BatchAssembler(assembler) if assembler.image_transforms is None else None
@@ -61,19 +63,19 @@ class FrameSource:
         rows = self.rows.episode(episode)
         frames = piece_sample_order(first, stop, self.stride)
         return PieceReader(rows, frames, self.assembler.camera_window_frames(frames, len(rows)),
-                           partial(self._decode, worker), self.decode_ahead)
+                           partial(self._decode, worker), self.decode_ahead, source=self.index)
 
     def sample(self, reader: PieceReader, position: int, frames: Mapping[str, Sequence[torch.Tensor]],
                worker: int) -> dict[str, Any]:
         """The sample at `position` of a piece; frames: its window frames per camera (PieceReader.window_frames)."""
         video = {key: stack_window(window) for key, window in frames.items()}
-        self._count(worker, [frames])
+        self.count(worker, [frames])
         return self.assembler.assemble(reader.rows, int(reader.sample_frames[position]), video)
 
     def batch(self, refs: Sequence[tuple[PieceReader, int]], frames: Sequence[Mapping[str, Sequence[torch.Tensor]]],
               worker: int, allocate: Allocate) -> dict[str, Any]:
         """The batch of several samples, as torch's collate of their `sample`s would give it."""
-        self._count(worker, frames)
+        self.count(worker, frames)
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
         return self.batches.assemble(rows, frames, allocate)
 
@@ -96,7 +98,8 @@ class FrameSource:
         for (reader, wanted), frames in zip(requests, decoded):
             reader.add(wanted, frames)
 
-    def _count(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
+    def count(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
+        """Count the frames delivered to samples (and, for remote data, this process's bytes read)."""
         if self.meta.video_keys:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
         storage = self.meta.data_storage

@@ -23,9 +23,11 @@ class PieceReader:
     """Frames of one piece of one episode, for samples taken in `sample_frames` order."""
 
     def __init__(self, rows: EpisodeRows, sample_frames: np.ndarray, needed_frames: Mapping[str, np.ndarray],
-                 decode: Decode, decode_ahead: int) -> None:
-        """needed_frames[key] is (len(sample_frames), T): the frames each sample needs from camera `key`."""
+                 decode: Decode, decode_ahead: int, source: int = 0) -> None:
+        """needed_frames[key] is (len(sample_frames), T): the frames each sample needs from camera `key`;
+        source: the mixture source the piece belongs to."""
         self.rows = rows
+        self.source = source
         self.sample_frames = sample_frames
         self.needed = dict(needed_frames)
         self._decode = decode

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -36,13 +37,17 @@ from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
 from robostream.datasets.frame_source import FrameSource
 from robostream.datasets.ranks import resolve_rank_world
-from robostream.datasets.sample import SampleAssembler
-from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
+from robostream.datasets.mixture import ReaderSettings, Source, SourceReader, mixture_fingerprint, open_reader
+from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches, MixtureSchema, source_specs
+from robostream.datasets.source import SourceOptions
+from robostream.format.metadata import DatasetMetadata
+from robostream.plan.mixture import EpochUnits, SamplingMethod, epoch_units, samples_per_source
+from robostream.process_local import ProcessLocal
+from robostream.video.layout import FramePool
 from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.order import epoch_episode_order
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
 from robostream.plan.resume import emitted_by_role
-from robostream.plan.schedule import window_stride
 from robostream.plan.segments import (
     positions_after,
     quotas_for_roles,
@@ -52,7 +57,6 @@ from robostream.plan.segments import (
     segments_to_state,
     whole_streams,
 )
-from robostream.plan.windows import delta_offsets
 
 STATE_VERSION = 2  # 1: one offset per canonical stream (still read)
 
@@ -98,10 +102,13 @@ def _timed_batches(iterator: EpochIterator, batching: LoaderBatching) -> Iterato
 
 
 class StreamingLeRobotDataset(IterableDataset):
-    """Iterable, resumable, rank- and worker-aware reader of a LeRobot v3.0 dataset (same samples as map-style)."""
+    """Iterable, resumable, rank- and worker-aware reader of a LeRobot v3.0 dataset, or of a weighted mixture of
+    several (same samples as map-style; a mixture's samples also carry `dataset_index`)."""
 
     def __init__(self, repo_id: str | None = None, *, root: str | Path | None = None, revision: str | None = None,
-                 episodes: Sequence[int] | None = None,
+                 episodes: Sequence[int] | None = None, sources: Sequence[Source] | None = None,
+                 epoch_size: int | None = None, sampling_method: SamplingMethod = "balanced",
+                 features: FeatureMode = "strict",
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  shuffle: bool = True, seed: int = 0,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
@@ -116,7 +123,16 @@ class StreamingLeRobotDataset(IterableDataset):
             root: a local folder or URL (hf://, s3://, http(s)://, file://) of the dataset; wins over repo_id.
             revision: the Hub revision of repo_id, pinned to its commit at construction.
             episodes: episode indices to read (default all).
-            delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame.
+            sources: a mixture instead of one dataset (then no repo_id/root/revision/episodes): each Source names a
+                dataset, its weight (proportion, repeat or choose), episodes, windows and feature_map. An epoch
+                takes exactly its per-source counts (full passes plus one partial pass without repeats, whole
+                episodes where it can), shuffled together; samples carry `dataset_index` (int64, 0-d).
+            epoch_size: samples per epoch of a mixture weighted by proportion (default: the sources' total).
+            sampling_method: a mixture's partial passes: "balanced" (a new subset every epoch) or "fixed" (the same).
+            features: "strict" (sources must have the same keys, dtypes and shapes after their feature_map) or
+                "union" (a key a source lacks is zeros there, with `<key>_is_pad` True).
+            delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame (a
+                mixture: common key names, resolved with each source's own fps).
             tolerance_s: how far a decoded frame's timestamp may be from the asked one before it is an error.
             shuffle: a random order per (seed, epoch); False reads episodes chronologically.
             seed: the order is a pure function of (seed, epoch, canonical streams).
@@ -137,8 +153,9 @@ class StreamingLeRobotDataset(IterableDataset):
                 on cheap-to-decode video, for ~2x the decoded frames held).
             prefetch_pieces: upcoming pieces per stream whose rows and video bytes are fetched in background
                 threads (remote data only), within the read buffer.
-            video_decoder_cache_size: open decoders kept per process (default: 2 per camera).
-            source: how bytes are read (remote options, disk cache, read buffer); see SourceOptions.
+            video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera).
+            source: how bytes are read (remote options, disk cache, read buffer); see SourceOptions. A mixture's
+                default for sources without their own `options`.
             rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
         """
         if uneven not in ("pad", "drop"):
@@ -149,30 +166,85 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"pool_size ({pool_size}) and decode_ahead ({decode_ahead}) must be >= 1")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
-        self.meta = open_dataset(repo_id, root, revision, source, video_backend, "StreamingLeRobotDataset")
-        self.root = self.meta.root
-        self.episodes = resolve_episodes(self.meta, episodes)
+        self.is_mixture = sources is not None
+        if self.is_mixture:
+            given = [n for n, v in (("repo_id", repo_id), ("root", root), ("revision", revision),
+                                    ("episodes", episodes)) if v is not None]
+            if given or not sources:
+                raise ValueError(f"sources= names a mixture: pass at least one Source and no {given or 'repo_id'} "
+                                 "(each Source has its own)")
+            specs = list(sources)
+        else:
+            if epoch_size is not None:
+                raise ValueError("epoch_size applies to a mixture (sources=); one dataset's epoch is all its samples")
+            specs = [Source(repo_id=repo_id, root=root, revision=revision, episodes=episodes)] \
+                if root is not None or repo_id is not None else []
+            if not specs:
+                raise ValueError("StreamingLeRobotDataset needs root= (a local folder or URL), repo_id= or sources=")
         self.shuffle, self.seed = shuffle, seed
         self.pool_size, self.uneven, self.partition = pool_size, uneven, partition
         self.canonical_streams = canonical_streams
         self.prefetch_pieces = prefetch_pieces
+        self.sampling_method, self.epoch_size, self.features = sampling_method, epoch_size, features
         self._rank_world = (rank, world_size) if rank is not None else None
-        offsets = delta_offsets(delta_timestamps, self.meta.fps, tolerance_s,
-                                list(self.meta.info.features)) if delta_timestamps else {}
         self.delta_timestamps = dict(delta_timestamps or {})
-        self.lengths = self.meta.episodes.lengths_of(self.episodes)
         self.counters = FrameCounters()
-        self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
-                                    video_decoder_cache_size)
-        stride = window_stride([offsets[k] for k in self.meta.video_keys if k in offsets]) if shuffle else 1
-        self.source = FrameSource(self.meta, assembler=SampleAssembler(self.meta, offsets, return_uint8,
-                                                                       image_transforms),
-                                  cameras=self.cameras, counters=self.counters, stride=stride,
-                                  decode_ahead=decode_ahead, prefetch=prefetch_pieces > 0)
+        settings = ReaderSettings(options=source, delta_timestamps=self.delta_timestamps, tolerance_s=tolerance_s,
+                                  return_uint8=return_uint8, image_transforms=image_transforms,
+                                  video_backend=video_backend, video_decode_device=video_decode_device,
+                                  decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
+                                  prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,
+                                  frame_pool=ProcessLocal(FramePool))
+        self.sources = [open_reader(i, spec, settings, lenient_windows=self.is_mixture)
+                        for i, spec in enumerate(specs)]
+        weights = [spec.weight for spec in specs]
+        self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights,
+                                                     epoch_size)
+        self.schema = self.batches_of_mixture = None
+        self.fingerprint = None
+        if self.is_mixture:
+            self.schema = mixture_schema(self.sources, self.delta_timestamps, features, return_uint8)
+            if image_transforms is None:
+                self.batches_of_mixture = MixtureBatches(self.schema, [r.frames.batches for r in self.sources],
+                                                         [r.rename for r in self.sources])
+            self.fingerprint = mixture_fingerprint(self.sources, weights, self.samples_per_source,
+                                                   epoch_size=epoch_size, sampling_method=sampling_method,
+                                                   features=features)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
         self._iterator: EpochIterator | None = None  # this process's current pass
         self._batching: LoaderBatching | None = None  # set while a StreamingDataLoader starts its iteration
+
+    # -- one dataset (not a mixture) ---------------------------------------------------------------------------
+    def _only(self) -> SourceReader:
+        if self.is_mixture:
+            raise AttributeError("a mixture has one metadata, episode selection and decoder set per source: use "
+                                 "dataset.sources[i].meta / .episodes / .cameras / .frames")
+        return self.sources[0]
+
+    @property
+    def meta(self) -> DatasetMetadata:
+        return self._only().meta
+
+    @property
+    def root(self) -> str:
+        return self._only().meta.root
+
+    @property
+    def episodes(self) -> list[int]:
+        return self._only().episodes
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._only().lengths
+
+    @property
+    def cameras(self) -> CameraReader:
+        return self._only().cameras
+
+    @property
+    def source(self) -> FrameSource:
+        return self._only().frames
 
     # -- layout and plan ---------------------------------------------------------------------------------------
     def consumer(self, num_workers: int | None = None, worker: int | None = None) -> Consumer:
@@ -187,13 +259,24 @@ class StreamingLeRobotDataset(IterableDataset):
         """The canonical stream count: fixed by the constructor or a loaded state, else derived from the layout."""
         return self.canonical_streams or auto_canonical_streams(consumers)
 
-    def stream_pieces(self, canonical: int) -> list[list[Piece]]:
-        """Pieces (episode position, first frame, stop frame) of every canonical stream in this epoch."""
-        order = epoch_episode_order(len(self.episodes), self.seed, self.epoch, self.shuffle)
+    def epoch_units(self) -> EpochUnits:
+        """The frame ranges this epoch reads: every selected episode whole for one dataset; for a mixture each
+        source's full passes and partial pass (plan/mixture.py)."""
+        return epoch_units([r.lengths for r in self.sources], self.samples_per_source, seed=self.seed,
+                           epoch=self.epoch, sampling_method=self.sampling_method)
+
+    def stream_pieces(self, canonical: int, units: EpochUnits | None = None) -> list[list[Piece]]:
+        """Pieces (unit, first, stop: frames relative to the unit) of every canonical stream in this epoch."""
+        units = self.epoch_units() if units is None else units
+        order = epoch_episode_order(len(units), self.seed, self.epoch, self.shuffle)
         if self.partition == "contiguous":
-            return split_contiguous(order, self.lengths, canonical)
-        files = [[self.meta.data_file(e)] + [self.meta.video_file(e, k) for k in self.meta.video_keys]
-                 for e in self.episodes]
+            return split_contiguous(order, units.length, canonical)
+        files = []
+        for s, episode in zip(units.source.tolist(), units.episode.tolist()):
+            reader = self.sources[s]
+            index = reader.episodes[episode]
+            files.append([(s, reader.meta.data_file(index))]
+                         + [(s, reader.meta.video_file(index, k)) for k in reader.meta.video_keys])
         groups = group_episodes_by_files(files)
         if len(groups) < canonical:
             raise ValueError(
@@ -201,15 +284,16 @@ class StreamingLeRobotDataset(IterableDataset):
                 f"{canonical} canonical streams (files of different cameras roll over at different episodes); "
                 f"use partition='contiguous' or fewer canonical streams")
         order_rank = {int(p): i for i, p in enumerate(order)}  # a stream visits its groups in epoch order
-        bins = partition_episodes([int(self.lengths[g].sum()) for g in groups], canonical)
-        return [[(p, 0, int(self.lengths[p])) for gi in sorted(b, key=lambda gi: order_rank[groups[gi][0]])
+        bins = partition_episodes([int(units.length[g].sum()) for g in groups], canonical)
+        return [[(p, 0, int(units.length[p])) for gi in sorted(b, key=lambda gi: order_rank[groups[gi][0]])
                  for p in groups[gi]] for b in bins]
 
     def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan:
         """Segments, their positions and every consumer role's quota for the coming iteration."""
         consumers = world_size * num_workers
         canonical = self.resolved_canonical_streams(consumers)
-        pieces = self.stream_pieces(canonical)
+        units = self.epoch_units()
+        pieces = self.stream_pieces(canonical, units)
         natural = [sum(stop - first for _, first, stop in stream) for stream in pieces]
         resume = self._resume
         if resume is None:
@@ -220,13 +304,13 @@ class StreamingLeRobotDataset(IterableDataset):
             segments, positions = segments_from_state(resume["segments"], natural, layout[0] * layout[1])
             if layout == [world_size, num_workers]:
                 # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
-                return EpochPlan(pieces, natural, segments, positions, list(resume["quota_left"]),
+                return EpochPlan(units, pieces, natural, segments, positions, list(resume["quota_left"]),
                                  list(resume["repeats_done"]), int(resume["worker_rotation"]))
             segments, positions = recut(segments, positions, consumers)  # another layout takes over what remains
         # Fresh epoch or new layout: quotas that give every rank the same batches (pad repeats, drop cuts).
         quotas = quotas_for_roles(role_remaining(segments, positions, consumers), world_size, num_workers,
                                   self.uneven)
-        return EpochPlan(pieces, natural, segments, positions, quotas, [0] * consumers, 0)
+        return EpochPlan(units, pieces, natural, segments, positions, quotas, [0] * consumers, 0)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration produces (clears a resume state of another epoch)."""
@@ -256,19 +340,42 @@ class StreamingLeRobotDataset(IterableDataset):
         positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=self.shuffle)
         left = role_remaining(plan.segments, plan.positions, consumers)
         repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]
+        identity = {"mixture": self.fingerprint} if self.is_mixture else {"num_episodes": len(self.episodes)}
         return {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
-                "num_episodes": len(self.episodes), "canonical_streams": len(plan.pieces),
+                **identity, "canonical_streams": len(plan.pieces),
                 "segments": segments_to_state(plan.segments, positions), "layout": [world, num_workers],
                 "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
                 "repeats_done": [int(r) for r in repeats],
                 "worker_rotation": int((plan.rotation + batches) % num_workers)}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from `state` at the next iteration, on this layout or any other."""
+    def load_state_dict(self, state: Mapping[str, Any], *,
+                        on_mixture_change: Literal["error", "next_epoch"] = "error") -> None:
+        """Continue from `state` at the next iteration, on this layout or any other.
+
+        Args:
+            state: a `state_dict()`.
+            on_mixture_change: a state made with another mixture (other sources or revisions, selections,
+                weights, epoch size, sampling or feature mode) cannot continue its epoch: "error" refuses it,
+                "next_epoch" starts this mixture at the epoch after the state's.
+        """
         if state.get("version") not in (1, STATE_VERSION):
             raise ValueError(f"resume state version {state.get('version')!r}; this robostream reads 1 and "
                              f"{STATE_VERSION}")
+        if on_mixture_change not in ("error", "next_epoch"):
+            raise ValueError(f"on_mixture_change={on_mixture_change!r}: expected 'error' or 'next_epoch'")
+        if state.get("mixture") != self.fingerprint:
+            if on_mixture_change == "next_epoch" and self.is_mixture and "mixture" in state:
+                self.set_epoch(int(state["epoch"]) + 1)
+                self._resume = None
+                return
+            raise ValueError(
+                f"resume state was made with {_identity(state.get('mixture'))} but this dataset is "
+                f"{_identity(self.fingerprint)}: its epoch cannot continue with other sources, revisions, episodes, "
+                "weights, epoch_size, sampling_method or features; pass on_mixture_change='next_epoch' to apply "
+                "this mixture from the next epoch, or rebuild the mixture the state was made with")
         for key in ("seed", "shuffle", "num_episodes"):
+            if key == "num_episodes" and self.is_mixture:
+                continue
             mine = len(self.episodes) if key == "num_episodes" else getattr(self, key)
             if state[key] != mine:
                 raise ValueError(f"resume state has {key}={state[key]!r} but this dataset has {key}={mine!r}; "
@@ -297,9 +404,10 @@ class StreamingLeRobotDataset(IterableDataset):
         plan = self.epoch_plan(consumer.world_size, consumer.num_workers)
         # After a same-layout resume, worker j plays the role of the worker whose batch comes next.
         role = consumer.rank * consumer.num_workers + (consumer.worker + plan.rotation) % consumer.num_workers
-        self._iterator = EpochIterator(plan, role=role, worker=consumer.worker, source=self.source,
-                                       counters=self.counters, episodes=self.episodes, seed=self.seed,
-                                       epoch=self.epoch, shuffle=self.shuffle, pool_size=self.pool_size,
+        self._iterator = EpochIterator(plan, role=role, worker=consumer.worker, sources=self.sources,
+                                       schema=self.schema, mixture_batches=self.batches_of_mixture,
+                                       counters=self.counters, seed=self.seed, epoch=self.epoch,
+                                       shuffle=self.shuffle, pool_size=self.pool_size,
                                        prefetch_pieces=self.prefetch_pieces)
         if self._batching is None:
             return iter(self._iterator)
@@ -309,7 +417,7 @@ class StreamingLeRobotDataset(IterableDataset):
     def assembles_batches(self) -> bool:
         """Whether a loader can have whole batches assembled here (not with image_transforms, which run per
         sample)."""
-        return self.source.batches is not None
+        return self.sources[0].frames.batches is not None
 
     @contextlib.contextmanager
     def batching(self, batching: LoaderBatching) -> Iterator[None]:
@@ -323,9 +431,34 @@ class StreamingLeRobotDataset(IterableDataset):
         finally:
             self._batching = None
 
+    def source_stats(self, index: int = 0) -> dict[str, dict[str, np.ndarray]]:
+        """Normalisation statistics (meta/stats.json) of source `index` (of the dataset itself when it is not a
+        mixture), under the mixture's common key names."""
+        return self.sources[index].stats
+
     def frame_counts(self) -> dict[str, int]:
         """Frames decoded and delivered over this process and its DataLoader workers, the peak decoded-frame
         working set (of one live piece, of all live pieces of a worker, the most pieces live at once), and for
         remote data the bytes read, the time readers waited for them (us) and the peak bytes of fetched blocks
         held by a worker."""
         return self.counters.totals()
+
+
+def _identity(fingerprint: str | None) -> str:
+    return "one dataset (no mixture)" if fingerprint is None else f"the mixture {fingerprint}"
+
+
+def mixture_schema(sources: Sequence[SourceReader], delta_timestamps: Mapping[str, Sequence[float]],
+                   features: FeatureMode, return_uint8: bool) -> MixtureSchema:
+    """The mixture's common keys, checked across its sources (errors name the key and the sources)."""
+    specs = []
+    for reader in sources:
+        windows = {reader.rename.get(k, k): len(v) for k, v in reader.delta_timestamps.items()}
+        specs.append(source_specs(reader.meta, reader.rename, windows, reader.label))
+    known = {k for spec in specs for k in spec}
+    unknown = [k for k in delta_timestamps if k not in known]
+    if unknown:
+        raise ValueError(f"delta_timestamps keys {unknown} are features of no source; the mixture's keys: "
+                         f"{sorted(known)}")
+    return MixtureSchema([r.meta for r in sources], specs, [r.rename for r in sources],
+                         [r.label for r in sources], features, return_uint8)

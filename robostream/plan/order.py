@@ -6,6 +6,7 @@ import numpy as np
 
 PURPOSE_EPISODES = 1
 PURPOSE_POOL = 2
+PURPOSE_MIXTURE = 3  # a source's partial pass in a mixture
 
 
 def rng_for(seed: int, epoch: int, purpose: int, stream: int = 0) -> np.random.Generator:

@@ -1,8 +1,9 @@
 """Run by tests/datasets/test_distributed.py under `torchrun --nproc_per_node N` (gloo, CPU): one part of an epoch.
 
-argv: root, out folder, workers per rank, batches (-1: to the end of the epoch), resume state file or "-".
-Every step does an all_reduce (it would hang if ranks had different batch counts). Each rank writes the indices it
-read, its step count and the loader's state after its last batch.
+argv: root (or a .json file: a mixture, {"sources": [Source kwargs], "epoch_size": ...}), out folder, workers per
+rank, batches (-1: to the end of the epoch), resume state file or "-".
+Every step does an all_reduce (it would hang if ranks had different batch counts). Each rank writes the samples it
+read (`index`; a mixture: [dataset_index, index]), its step count and the loader's state after its last batch.
 """
 
 import itertools
@@ -14,19 +15,25 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import Source, StreamingDataLoader, StreamingLeRobotDataset
 
 
 def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
-    dataset = StreamingLeRobotDataset(root=root, seed=7, pool_size=2, uneven="pad", return_uint8=True)
+    if root.endswith(".json"):
+        spec = json.loads(Path(root).read_text())
+        where = {"sources": [Source(**source) for source in spec["sources"]], "epoch_size": spec.get("epoch_size")}
+    else:
+        where = {"root": root}
+    dataset = StreamingLeRobotDataset(**where, seed=7, pool_size=2, uneven="pad", return_uint8=True)
     loader = StreamingDataLoader(dataset, batch_size=3, num_workers=int(workers))
     if state != "-":
         loader.load_state_dict(json.loads(Path(state).read_text()))
     ids, steps = [], 0
     for batch in itertools.islice(loader, None if int(batches) < 0 else int(batches)):
-        ids += batch["index"].tolist()
+        ids += (batch["index"].tolist() if "dataset_index" not in batch else
+                list(zip(batch["dataset_index"].tolist(), batch["index"].tolist())))
         step = torch.tensor([1])
         dist.all_reduce(step)
         assert int(step) == world

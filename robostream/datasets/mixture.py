@@ -1,0 +1,155 @@
+"""Sources of a mixture: where each dataset comes from, how much of it an epoch takes, and under which names.
+
+`Source` is what a user writes (MosaicML's `Stream` is the model); `SourceReader` is what the streaming dataset
+builds from it in every process: the metadata, the episode selection, the decoders and the frame source. The
+mixture's fingerprint names what a resume state depends on (sources pinned to their revision, selections,
+weights, epoch size, sampling), so a state made with another mixture is refused rather than silently misread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robostream.datasets.cameras import CameraReader
+from robostream.datasets.counters import FrameCounters
+from robostream.datasets.frame_source import FrameSource
+from robostream.datasets.sample import SampleAssembler
+from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
+from robostream.format.metadata import DatasetMetadata
+from robostream.plan.mixture import Weight
+from robostream.plan.schedule import window_stride
+from robostream.plan.windows import delta_offsets
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """One dataset of a mixture, and how much of it an epoch takes.
+
+    Args:
+        repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
+        root: a local folder or URL (hf://, s3://, http(s)://, file://); wins over repo_id.
+        revision: the Hub revision of repo_id, pinned to its commit at construction.
+        options: how its bytes are read (data_files_root, storage_options, disk cache, read buffer); default
+            the dataset's `source=` options.
+        episodes: episode indices to read (default all).
+        delta_timestamps: this source's windows (default the dataset's); seconds, resolved with its own fps.
+        proportion: relative weight: its share of `epoch_size` (all sources then need one).
+        repeat: absolute weight: this many times its size per epoch (1.5: every sample once, half of them twice).
+        choose: absolute weight: this many samples per epoch.
+        feature_map: renames its features to the mixture's common names (e.g. {"observation.images.cam_high":
+            "observation.images.top"}); the locating columns (index, episode_index, ...) keep their names.
+        name: how errors and the benchmark call it (default: repo_id or root).
+    """
+
+    repo_id: str | None = None
+    root: str | Path | None = None
+    revision: str | None = None
+    options: SourceOptions | None = None
+    episodes: Sequence[int] | None = None
+    delta_timestamps: Mapping[str, Sequence[float]] | None = None
+    proportion: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+    feature_map: Mapping[str, str] = field(default_factory=dict)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.root is None and self.repo_id is None:
+            raise ValueError("Source needs root= (a local folder or URL) or repo_id=")
+        self.weight  # fails now, naming the bad weight
+
+    @property
+    def weight(self) -> Weight:
+        return Weight(self.proportion, self.repeat, self.choose)
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.root if self.root is not None else self.repo_id)
+
+
+@dataclass
+class SourceReader:
+    """A source opened in this process: what the streaming dataset reads it with."""
+
+    index: int
+    label: str
+    meta: DatasetMetadata
+    episodes: list[int]  # selected episode indices, sorted
+    lengths: np.ndarray  # samples of each selected episode
+    cameras: CameraReader
+    frames: FrameSource
+    rename: dict[str, str]  # feature_map
+    delta_timestamps: dict[str, list[float]]  # in its own key names
+
+    @property
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """Its normalisation statistics (meta/stats.json) under the mixture's common names."""
+        return {self.rename.get(k, k): v for k, v in self.meta.stats.items()}
+
+
+def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weight], counts: Sequence[int],
+                        *, epoch_size: int | None, sampling_method: str, features: str) -> str:
+    """A short hash of everything a mixture's epochs depend on: roots (Hub roots carry their commit), selected
+    episodes and their lengths, weights, per-source counts, epoch size, sampling and feature mode."""
+    doc: list[Any] = [epoch_size, sampling_method, features]
+    for reader, weight, count in zip(sources, weights, counts):
+        episodes = np.asarray(reader.episodes, dtype=np.int64)
+        selection = hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:16]
+        doc.append([reader.meta.root, selection, [weight.proportion, weight.repeat, weight.choose], int(count),
+                    sorted(reader.rename.items())])
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReaderSettings:
+    """What every source of one streaming dataset is read with (the dataset's own arguments)."""
+
+    options: SourceOptions | None
+    delta_timestamps: Mapping[str, Sequence[float]]
+    tolerance_s: float
+    return_uint8: bool
+    image_transforms: Any
+    video_backend: str | None
+    video_decode_device: str
+    decoder_cache_size: int | None
+    decode_ahead: int
+    prefetch: bool
+    shuffle: bool
+    counters: FrameCounters
+    frame_pool: Any  # one ProcessLocal FramePool shared by every source's decoders
+
+
+def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_windows: bool) -> SourceReader:
+    """Open one source: metadata, episode selection, its windows at its own fps, decoders and frame source.
+
+    Args:
+        index: the source's position in the mixture.
+        spec: the source.
+        settings: the dataset's arguments.
+        lenient_windows: skip windows of common keys the source lacks (a mixture: its schema reports them).
+    """
+    meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.options or settings.options,
+                        settings.video_backend, "StreamingLeRobotDataset")
+    episodes = resolve_episodes(meta, spec.episodes)
+    common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps
+    source_key = {c: k for k, c in spec.feature_map.items()}
+    deltas = {source_key.get(key, key): list(values) for key, values in common.items()}
+    if lenient_windows:  # keep the windows of the common names this source has (under its own names)
+        deltas = {k: v for k, v in deltas.items()
+                  if k in meta.info.features and spec.feature_map.get(k, k) in common}
+    offsets = delta_offsets(deltas, meta.fps, settings.tolerance_s, list(meta.info.features)) if deltas else {}
+    cameras = CameraReader(meta, settings.tolerance_s, settings.video_backend, settings.video_decode_device,
+                           settings.decoder_cache_size, frame_pool=settings.frame_pool)
+    stride = window_stride([offsets[k] for k in meta.video_keys if k in offsets]) if settings.shuffle else 1
+    assembler = SampleAssembler(meta, offsets, settings.return_uint8, settings.image_transforms)
+    frames = FrameSource(meta, assembler=assembler, cameras=cameras, counters=settings.counters, stride=stride,
+                         decode_ahead=settings.decode_ahead, prefetch=settings.prefetch, index=index)
+    return SourceReader(index, spec.label, meta, episodes, meta.episodes.lengths_of(episodes), cameras, frames,
+                        dict(spec.feature_map), deltas)

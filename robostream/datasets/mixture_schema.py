@@ -1,0 +1,268 @@
+"""The sample keys of a mixture: each source's features under common names, checked, in one order.
+
+Features are never dropped silently. `features="strict"` (default) needs every source to have the same keys (after
+its `feature_map`), with the same dtype, shape and window length, else construction fails naming the key and the
+sources. `features="union"` lets a source lack a key: its samples get zeros (strings: "") there and
+`<key>_is_pad` True (the key's window mask when it has `delta_timestamps`, else one flag per sample; sources that
+have the key say False). A key two sources have with different dtype or shape is an error in both modes: rename
+one with `feature_map`.
+
+Both the per-sample path (`finish`) and the batch path (`MixtureBatches`) emit the keys in `order`, so batches are
+torch's collate of the samples. Every mixture sample also carries `dataset_index` (int64, 0-d): its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from robostream.datasets.batch_assembly import Allocate, BatchAssembler, BatchRef, allocate_fresh, finish_cameras
+from robostream.format.metadata import DatasetMetadata
+
+FeatureMode = Literal["strict", "union"]
+RESERVED = ("index", "episode_index", "frame_index", "timestamp", "task_index")  # every dataset has them as is
+DATASET_INDEX = "dataset_index"
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One feature of one source, as its samples hold it."""
+
+    kind: Literal["column", "string", "camera"]
+    dtype: str  # info.json dtype; "camera" for video and image features
+    shape: tuple[int, ...]  # info.json shape (cameras: height, width, channels)
+    window: int | None  # frames in its delta_timestamps window; None without one
+
+
+def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows: Mapping[str, int],
+                 name: str) -> dict[str, KeySpec]:
+    """The source's features under their common names (in info.json order), with their windows.
+
+    Args:
+        meta: the source's metadata.
+        feature_map: source key -> common name.
+        windows: common name -> frames in its window (the delta_timestamps that apply to this source).
+        name: the source's label for errors.
+    """
+    features = meta.info.features
+    unknown = [k for k in feature_map if k not in features]
+    if unknown:
+        raise ValueError(f"source {name}: feature_map renames {unknown}, which it does not have; its features: "
+                         f"{list(features)}")
+    renamed_reserved = [k for k in feature_map if k in RESERVED and feature_map[k] != k]
+    if renamed_reserved:
+        raise ValueError(f"source {name}: feature_map renames {renamed_reserved}; the locating columns {RESERVED} "
+                         "keep their names")
+    specs: dict[str, KeySpec] = {}
+    for key, feature in features.items():
+        common = feature_map.get(key, key)
+        if common in specs or common in (DATASET_INDEX, "task"):
+            raise ValueError(f"source {name}: feature_map gives two features the name {common!r} (or a reserved "
+                             f"sample key); every common name must be unique")
+        dtype = feature["dtype"]
+        kind = "camera" if dtype in ("video", "image") else "string" if dtype == "string" else "column"
+        specs[common] = KeySpec(kind, "camera" if kind == "camera" else dtype, tuple(feature["shape"]),
+                                windows.get(common))
+    return specs
+
+
+@dataclass(frozen=True)
+class Fill:
+    """What a source that lacks a key gets there (union mode)."""
+
+    shape: tuple[int, ...]  # per sample
+    dtype: torch.dtype | None  # None: a string key
+    pad_shape: tuple[int, ...]  # of `<key>_is_pad`: the window, or () for one flag
+
+
+class MixtureSchema:
+    """Common keys of the sources, their order, and the fills of union mode."""
+
+    def __init__(self, metas: Sequence[DatasetMetadata], specs: Sequence[dict[str, KeySpec]],
+                 renames: Sequence[Mapping[str, str]], names: Sequence[str], mode: FeatureMode,
+                 return_uint8: bool) -> None:
+        """
+        Args:
+            metas: per source its metadata.
+            specs: per source `source_specs`.
+            renames: per source its feature_map (source key -> common name).
+            names: per source a label for errors.
+            mode: "strict" or "union".
+            return_uint8: cameras are uint8 (else float32).
+        """
+        if mode not in ("strict", "union"):
+            raise ValueError(f"features={mode!r}: expected 'strict' (same keys everywhere) or 'union'")
+        self.names = list(names)
+        owners: dict[str, int] = {}
+        for s, source in enumerate(specs):
+            for key, spec in source.items():
+                first = owners.setdefault(key, s)
+                if spec != specs[first][key]:
+                    other = specs[first][key]
+                    raise ValueError(
+                        f"feature {key!r} is {_describe(other)} in source {names[first]} but {_describe(spec)} in "
+                        f"source {names[s]}: give one a different name with Source(feature_map=...) (and "
+                        "features='union'), or select the same window")
+        self.missing = [[k for k in owners if k not in source] for source in specs]
+        if mode == "strict":
+            for s, lacking in enumerate(self.missing):
+                if lacking:
+                    has = names[owners[lacking[0]]]
+                    raise ValueError(
+                        f"feature {lacking[0]!r} is in source {has} but not in source {names[s]} (it lacks "
+                        f"{lacking}): map its own feature to that name with Source(feature_map={{...}}), or pass "
+                        "features='union' to fill it with zeros and `<key>_is_pad` True")
+        lacked = {k for lacking in self.missing for k in lacking}
+        source_key = [{common: key for key, common in rename.items()} for rename in renames]
+        self.fills = {key: self._fill(metas[owners[key]], source_key[owners[key]].get(key, key),
+                                      specs[owners[key]][key], return_uint8)
+                      for key in owners if key in lacked}
+        self.cameras = {k for k in owners if specs[owners[k]][k].kind == "camera"}
+        # Per-sample key order (both paths): windows' masks, columns, strings, cameras, task, union masks, source.
+        keys = [k for source in specs for k in source]
+        ordered = list(dict.fromkeys(keys))
+        spec_of = {k: specs[owners[k]][k] for k in ordered}
+        self.order = ([f"{k}_is_pad" for k in ordered if spec_of[k].window is not None]
+                      + [k for k in ordered if spec_of[k].kind == "column"]
+                      + [k for k in ordered if spec_of[k].kind == "string"]
+                      + [k for k in ordered if spec_of[k].kind == "camera"]
+                      + ["task"]
+                      + [f"{k}_is_pad" for k in self.fills if spec_of[k].window is None]
+                      + [DATASET_INDEX])
+
+    @staticmethod
+    def _fill(meta: DatasetMetadata, key: str, spec: KeySpec, return_uint8: bool) -> Fill:
+        """The fill of common key `key` (named `key` in `meta`, a source that has it)."""
+        window = () if spec.window is None else (spec.window,)
+        pad = () if spec.window is None else (spec.window,)
+        if spec.kind == "camera":
+            height, width, channels = spec.shape
+            shape = (channels, height, width) if spec.window is None else (spec.window, channels, height, width)
+            return Fill(shape, torch.uint8 if return_uint8 else torch.float32, pad)
+        if spec.kind == "string":
+            return Fill((), None, pad)
+        # info.json writes scalars as [1] but samples hold them 0-d: the Arrow type of one data file tells.
+        shape, dtype = _column_shape(meta, key, spec.shape)
+        return Fill((*window, *shape), dtype, pad)
+
+    def finish(self, sample: Mapping[str, Any], source: int, rename: Mapping[str, str]) -> dict[str, Any]:
+        """One source's sample under the common names, filled and in order, with `dataset_index`."""
+        named = {_common(k, rename): v for k, v in sample.items()}
+        lacking = set(self.missing[source])
+        out: dict[str, Any] = {}
+        for key in self.order:
+            if key in named:
+                out[key] = named[key]
+            elif key == DATASET_INDEX:
+                out[key] = torch.tensor(source, dtype=torch.int64)
+            elif key in self.fills:
+                fill = self.fills[key]
+                out[key] = "" if fill.dtype is None else torch.zeros(fill.shape, dtype=fill.dtype)
+            else:  # a mask: of a window this source lacks (all padding), or the union flag of a plain key
+                base = key[:-7]
+                out[key] = torch.full(self.fills[base].pad_shape, base in lacking, dtype=torch.bool)
+        return out
+
+
+class MixtureBatches:
+    """Whole batches whose samples come from several sources: each source's assembler writes its rows in place."""
+
+    def __init__(self, schema: MixtureSchema, assemblers: Sequence[BatchAssembler],
+                 renames: Sequence[Mapping[str, str]]) -> None:
+        self.schema = schema
+        self.assemblers = list(assemblers)
+        self.renames = [dict(r) for r in renames]
+
+    def assemble(self, sources: Sequence[int], refs: Sequence[BatchRef],
+                 video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+                 allocate: Allocate = allocate_fresh) -> dict[str, Any]:
+        """The batch of `refs`, where sample i comes from source sources[i] (see BatchAssembler.assemble)."""
+        size = len(refs)
+        source_of = np.asarray(sources, dtype=np.int64)
+        groups = []
+        for s in dict.fromkeys(source_of.tolist()):
+            rows = np.flatnonzero(source_of == s)
+            part_refs = [refs[i] for i in rows.tolist()]
+            part_video = [video[i] for i in rows.tolist()]
+            groups.append((s, rows, part_refs, part_video,
+                           self.assemblers[s].prepare(part_refs, part_video)))
+        specs: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        on_device: dict[str, torch.Tensor] = {}
+        for s, rows, _, _, prepared in groups:
+            rename = self.renames[s]
+            for key, (shape, dtype) in prepared.specs.items():
+                common = _common(key, rename)
+                specs.setdefault(common, ((size, *shape[1:]), dtype))
+            for key, (shape, dtype, device) in prepared.on_device.items():
+                common = rename.get(key, key)
+                if common not in on_device:
+                    on_device[common] = torch.empty((size, *shape[1:]), dtype=dtype, device=device)
+        for key, fill in self.schema.fills.items():
+            if fill.dtype is not None and key not in specs and key not in on_device:
+                specs[key] = ((size, *fill.shape), fill.dtype)
+            pad = f"{key}_is_pad"
+            specs.setdefault(pad, ((size, *fill.pad_shape), torch.bool))
+        specs[DATASET_INDEX] = ((size,), torch.int64)
+        out = {**allocate(specs), **on_device}
+        lists: dict[str, list[Any]] = {}
+        for s, rows, part_refs, part_video, prepared in groups:
+            rename = self.renames[s]
+            targets = {key: out[_common(key, rename)] for key in prepared.specs} | \
+                      {key: out[rename.get(key, key)] for key in prepared.on_device}
+            part_lists = self.assemblers[s].write(prepared, part_refs, part_video, targets, rows)
+            for key, values in part_lists.items():
+                column = lists.setdefault(rename.get(key, key), [""] * size)
+                for row, value in zip(rows.tolist(), values):
+                    column[row] = value
+            for key in self.schema.missing[s]:
+                fill = self.schema.fills[key]
+                if fill.dtype is not None:
+                    out[key][torch.from_numpy(rows)] = 0
+                out[f"{key}_is_pad"][torch.from_numpy(rows)] = True
+            for key, fill in self.schema.fills.items():
+                if key not in self.schema.missing[s] and fill.pad_shape == ():
+                    out[f"{key}_is_pad"][torch.from_numpy(rows)] = False
+        for key, fill in self.schema.fills.items():
+            if fill.dtype is None:
+                lists.setdefault(key, [""] * size)
+        out[DATASET_INDEX].copy_(torch.from_numpy(source_of))
+        return_uint8 = self.assemblers[0].sample.return_uint8
+        batch: dict[str, Any] = {}
+        for key in self.schema.order:
+            if key in lists:
+                batch[key] = lists[key]
+            else:
+                value = out[key]
+                batch[key] = finish_cameras(value, return_uint8) if key in self.schema.cameras else value
+        return batch
+
+
+def _common(key: str, rename: Mapping[str, str]) -> str:
+    """A source's batch key under its common name (`<key>_is_pad` follows its key)."""
+    if key.endswith("_is_pad") and key[:-7] in rename:
+        return f"{rename[key[:-7]]}_is_pad"
+    return rename.get(key, key)
+
+
+def _describe(spec: KeySpec) -> str:
+    window = "" if spec.window is None else f", a window of {spec.window} frames"
+    return f"a {spec.kind} of dtype {spec.dtype} and shape {list(spec.shape)}{window}"
+
+
+def _column_shape(meta: DatasetMetadata, key: str, info_shape: tuple[int, ...]) -> tuple[tuple[int, ...], torch.dtype]:
+    """A numeric column's per-frame shape and dtype, from the Arrow schema of the first episode's data file:
+    a list column has its info.json shape, a plain one is a scalar."""
+    import pyarrow as pa
+
+    relative = meta.data_file(int(meta.episodes.episode_index[0]))
+    kind = pq.ParquetFile(meta.open(relative, what=f"data file (schema of {key!r})")).schema_arrow.field(key).type
+    nested = False
+    while pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
+        nested, kind = True, kind.value_type
+    dtype = torch.from_numpy(np.empty(0, dtype=kind.to_pandas_dtype())).dtype
+    return (info_shape if nested else ()), dtype

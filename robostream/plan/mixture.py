@@ -1,0 +1,162 @@
+"""How many samples each source of a mixture gives per epoch, and which. Pure functions: lists/numpy in and out.
+
+The semantics are MosaicML streaming's (`Stream(proportion | repeat | choose)`, `epoch_size`, `sampling_method`),
+with the unit a sample (a frame that anchors a window) and these choices of ours:
+- Per-source counts are exact and deterministic: proportions give floor(E * p_s / sum p) plus one more for the
+  sources with the largest remainders (ties: lower source first), so they always sum to E.
+- A source asked for n samples of its N gives n // N full passes plus one partial pass of n % N samples, without
+  replacement inside the pass. The partial pass takes whole episodes where it can (fewer files touched): a
+  permutation of the source's episodes, the longest prefix that fits, then a contiguous run of the next episode for
+  the remainder. "balanced" draws a new subset every epoch, "fixed" the same one every epoch.
+- An epoch's "units" are contiguous frame ranges of episodes (whole episodes, and at most one run per source);
+  the streaming dataset lays them out like the episodes of a single dataset (permuted by (seed, epoch), cut into
+  canonical streams), so everything that holds for one dataset holds for a mixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import numpy as np
+
+from robostream.plan.order import PURPOSE_MIXTURE, rng_for
+
+SamplingMethod = Literal["balanced", "fixed"]
+
+
+@dataclass(frozen=True)
+class Weight:
+    """At most one of proportion (relative), repeat (x the source's size) or choose (a count); none: repeat 1."""
+
+    proportion: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("proportion", "repeat", "choose") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"a source takes at most one of proportion, repeat or choose; got {' and '.join(given)}")
+        for name in given:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name}={value!r}: expected a number >= 0")
+        if self.choose is not None and int(self.choose) != self.choose:
+            raise ValueError(f"choose={self.choose!r}: expected a whole number of samples")
+
+
+def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_size: int | None) -> list[int]:
+    """Samples each source gives per epoch.
+
+    Args:
+        sizes: samples each source holds (its selected episodes' frames).
+        weights: one per source. Proportions (relative) cannot be mixed with repeat/choose (absolute) or with
+            unweighted sources.
+        epoch_size: samples per epoch for proportions (default: the sources' total); not allowed with absolute
+            weights, whose sum is the epoch.
+
+    Returns:
+        One count per source.
+    """
+    if len(sizes) != len(weights) or not sizes:
+        raise ValueError(f"{len(sizes)} source sizes for {len(weights)} weights; need at least one source")
+    relative = [w.proportion is not None for w in weights]
+    if any(relative) and not all(relative):
+        mixed = [i for i, r in enumerate(relative) if not r]
+        raise ValueError(f"sources {mixed} have no proportion while others do: relative weights (proportion) "
+                         "cannot be mixed with absolute ones (repeat, choose) or unweighted sources")
+    if epoch_size is not None and (isinstance(epoch_size, bool) or int(epoch_size) != epoch_size or epoch_size < 1):
+        raise ValueError(f"epoch_size={epoch_size!r}: expected a positive whole number of samples")
+    if not all(relative):
+        if epoch_size is not None:
+            raise ValueError("epoch_size applies to proportion weights; with repeat/choose the epoch is their sum")
+        return [int(w.choose) if w.choose is not None else
+                int(Fraction(w.repeat if w.repeat is not None else 1) * n) for w, n in zip(weights, sizes)]
+    shares = [Fraction(w.proportion) for w in weights]
+    if sum(shares) <= 0:
+        raise ValueError("proportions must not all be 0")
+    total = int(epoch_size) if epoch_size is not None else int(sum(sizes))
+    exact = [total * s / sum(shares) for s in shares]
+    counts = [int(e) for e in exact]  # floors (non-negative)
+    by_remainder = sorted(range(len(exact)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in by_remainder[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def partial_pass(lengths: Sequence[int], count: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """`count` distinct samples of a source (0 < count < its size): whole episodes, then one run of the next.
+
+    Args:
+        lengths: samples of each episode of the source (by position).
+        count: samples to take.
+        rng: the draw (per epoch for "balanced", per seed for "fixed").
+
+    Returns:
+        Units (episode position, first frame, stop frame), whole episodes first in drawn order.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if not 0 < count < int(lengths.sum()):
+        raise ValueError(f"partial_pass: count {count} must be in (0, {int(lengths.sum())})")
+    order = rng.permutation(len(lengths))
+    ends = np.cumsum(lengths[order])
+    whole = int(np.searchsorted(ends, count, side="right"))  # episodes that fit entirely
+    units = [(int(p), 0, int(lengths[p])) for p in order[:whole]]
+    rest = count - (int(ends[whole - 1]) if whole else 0)
+    if rest:
+        cut = int(order[whole])  # longer than `rest`, else it would have fit
+        start = int(rng.integers(0, int(lengths[cut]) - rest + 1))
+        units.append((cut, start, start + rest))
+    return units
+
+
+@dataclass(frozen=True)
+class EpochUnits:
+    """The frame ranges an epoch reads: unit u is frames [first[u], first[u] + length[u]) of episode position
+    episode[u] of source source[u]."""
+
+    source: np.ndarray
+    episode: np.ndarray
+    first: np.ndarray
+    length: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    def locate(self, unit: int) -> tuple[int, int, int]:
+        """(source, episode position, first frame) of a unit."""
+        return int(self.source[unit]), int(self.episode[unit]), int(self.first[unit])
+
+
+def epoch_units(lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed: int, epoch: int,
+                sampling_method: SamplingMethod) -> EpochUnits:
+    """The units of one epoch: per source its full passes (every episode whole) and its partial pass.
+
+    Args:
+        lengths: per source, samples of each selected episode.
+        counts: samples each source gives this epoch (`samples_per_source`).
+        seed: the dataset's seed.
+        epoch: the epoch ("balanced" draws its partial passes per epoch).
+        sampling_method: "balanced" or "fixed".
+
+    Returns:
+        The units, source by source, full passes before the partial pass (the streaming dataset permutes them).
+    """
+    if sampling_method not in ("balanced", "fixed"):
+        raise ValueError(f"sampling_method={sampling_method!r}: expected 'balanced' or 'fixed'")
+    rows: list[tuple[int, int, int, int]] = []
+    for s, (source_lengths, count) in enumerate(zip(lengths, counts)):
+        source_lengths = np.asarray(source_lengths, dtype=np.int64)
+        size = int(source_lengths.sum())
+        if count and not size:
+            raise ValueError(f"source {s} holds no samples but is asked for {count}")
+        passes, rest = divmod(int(count), size) if size else (0, 0)
+        whole = [(s, p, 0, int(n)) for p, n in enumerate(source_lengths.tolist())]
+        rows.extend(whole * passes)
+        if rest:
+            rng = rng_for(seed, epoch if sampling_method == "balanced" else 0, PURPOSE_MIXTURE, s)
+            rows.extend((s, p, a, b - a) for p, a, b in partial_pass(source_lengths, rest, rng))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    return EpochUnits(*(np.ascontiguousarray(table[:, i]) for i in range(4)))
