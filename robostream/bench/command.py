@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
@@ -43,10 +44,15 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "cache_limit", default=None, help="disk cache size, e.g. 20gb")
     _option(parser, "read_buffer", default=None, help="fetched remote blocks kept per process, e.g. 128mb")
     _option(parser, "source", default=None, help="a label for result files and tables (default: local/remote)")
+    _option(parser, "sources", default=None,
+            help="a mixture instead of ROOT: a JSON list of robostream.Source arguments (root, episodes, "
+                 "proportion/repeat/choose, feature_map, ...), or @FILE holding one; streaming loader only")
+    _option(parser, "epoch_size", type=int, default=None, help="samples per epoch of a mixture weighted by proportion")
     _option(parser, "mode", nargs="+", choices=MODES, default=None,
             help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)")
     _option(parser, "delta_timestamps", default=None, help="custom windows as JSON (replaces --mode)")
-    _option(parser, "loader", nargs="+", choices=LOADERS, default=["stream", "map"])
+    _option(parser, "loader", nargs="+", choices=LOADERS, default=None,
+            help="robostream loaders to run (default: stream and map; a mixture: stream)")
     _option(parser, "peer", nargs="*", choices=PEERS, default=[], help="the same runs with another package")
     _option(parser, "peer_python", default=None, help="interpreter with the peer package installed")
     _option(parser, "batch_size", type=int, default=32)
@@ -72,13 +78,22 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def configs(args: argparse.Namespace) -> list[RunConfig]:
     """The run matrix: modes x (robostream loaders + peers)."""
     root = args.root or args.root_arg
-    if root is None and args.repo_id is None:
+    sources = _sources(args.sources) if args.sources else None
+    if sources is not None:
+        if root is not None or args.repo_id is not None:
+            raise BenchError("give either a dataset (ROOT, --root, --repo_id) or a mixture (--sources), not both")
+        if set(args.loader or ["stream"]) != {"stream"} or args.peer:
+            raise BenchError("a mixture (--sources) runs with --loader stream only, without peers")
+    elif root is None and args.repo_id is None:
         raise BenchError("robostream bench needs a dataset: ROOT / --root PATH_OR_URL, or --repo_id")
+    elif args.epoch_size is not None:
+        raise BenchError("--epoch_size applies to a mixture (--sources)")
     deltas = json.loads(args.delta_timestamps) if args.delta_timestamps else None
     if deltas is not None and args.mode:
         raise BenchError("give either --mode or --delta_timestamps, not both")
     modes = ["custom"] if deltas is not None else (args.mode or list(MODES))
-    source = args.source or ("local" if root is not None and "://" not in str(root) else "remote")
+    first = sources[0].get("root") if sources else root
+    source = args.source or ("local" if first is not None and "://" not in str(first) else "remote")
     common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
                   storage_options=json.loads(args.storage_options) if args.storage_options else None,
                   cache_dir=args.cache_dir, cache_limit=args.cache_limit, read_buffer=args.read_buffer,
@@ -87,10 +102,22 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
                   warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,
                   video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,
                   video_decode_device=args.video_decode_device, device=args.device, split_samples=args.split_samples,
-                  peer_python=args.peer_python)
+                  peer_python=args.peer_python, sources=sources, epoch_size=args.epoch_size)
+    loaders = args.loader or (["stream"] if sources else ["stream", "map"])
     if args.warmup_batches < 1:
         raise BenchError("--warmup_batches must be >= 1: the first batch is start-up latency, never throughput")
-    return [RunConfig(loader=loader, mode=mode, **common) for mode in modes for loader in [*args.loader, *args.peer]]
+    return [RunConfig(loader=loader, mode=mode, **common) for mode in modes for loader in [*loaders, *args.peer]]
+
+
+def _sources(text: str) -> list[dict[str, Any]]:
+    """--sources: a JSON list of Source arguments, inline or @FILE."""
+    try:
+        doc = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchError(f"--sources {text[:80]!r}: not a JSON list of Source arguments ({exc})") from exc
+    if not isinstance(doc, list) or not doc or not all(isinstance(s, dict) for s in doc):
+        raise BenchError(f"--sources: expected a non-empty JSON list of objects like {{\"root\": ...}}, got {doc!r:.120}")
+    return doc
 
 
 def run_bench(args: argparse.Namespace) -> int:

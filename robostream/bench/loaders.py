@@ -4,7 +4,7 @@ torch DataLoader, set up as a training job would set them up.
 `build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
 data_files_root, episodes, storage_options, cache_dir, cache_limit, read_buffer, delta_timestamps, batch_size,
 num_workers, prefetch_factor, seed, pool_size, video_backend, video_decode_device, video_decoder_cache_size,
-pin_memory.
+pin_memory; a mixture: sources (robostream.Source arguments) and epoch_size instead of root/repo_id.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from robostream.bench.probe import BatchProbe, TimedMapDataset
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
+from robostream.datasets.mixture import Source
 from robostream.datasets.source import SourceOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.datasets.ranks import resolve_rank_world
@@ -40,6 +41,14 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
                   video_backend=params.get("video_backend"),
                   video_decode_device=params.get("video_decode_device") or "cpu",
                   video_decoder_cache_size=params.get("video_decoder_cache_size"))
+    if params.get("sources"):
+        if params["loader"] != "stream":
+            raise ValueError(f"a mixture runs with the streaming loader only, not {params['loader']!r}")
+        for key in ("root", "revision", "episodes"):
+            common.pop(key)
+        return StreamingLeRobotDataset(sources=[Source(**s) for s in params["sources"]],
+                                       epoch_size=params.get("epoch_size"), **common,
+                                       seed=params.get("seed", 0), pool_size=params.get("pool_size", 8))
     if params["loader"] == "stream":
         return StreamingLeRobotDataset(params.get("repo_id"), **common, seed=params.get("seed", 0),
                                        pool_size=params.get("pool_size", 8))
@@ -59,10 +68,30 @@ def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _readers(dataset: LeRobotDataset | StreamingLeRobotDataset) -> list[Any]:
+    """What holds each source's metadata and decoders: the dataset itself, or a mixture's source readers."""
+    return dataset.sources if getattr(dataset, "is_mixture", False) else [dataset]
+
+
+class SummedCacheStats:
+    """The decoder-cache counters of every source of a dataset, summed (picklable for spawned workers)."""
+
+    def __init__(self, dataset: LeRobotDataset | StreamingLeRobotDataset) -> None:
+        self.caches = [reader.cameras.cache for reader in _readers(dataset)]
+
+    def __call__(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for cache in self.caches:
+            for key, value in cache.stats().items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
+
+
 def frames_per_sample(dataset: LeRobotDataset | StreamingLeRobotDataset) -> int:
-    """Camera frames in one sample: each camera's window length (1 without a window)."""
+    """Camera frames in one sample: each camera's window length (1 without a window; a mixture: its first source,
+    whose cameras every source shares)."""
     deltas = dataset.delta_timestamps
-    return sum(len(deltas.get(key, [0.0])) for key in dataset.meta.video_keys)
+    return sum(len(deltas.get(key, [0.0])) for key in _readers(dataset)[0].meta.video_keys)
 
 
 def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
@@ -80,13 +109,14 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
     else:
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params.get("seed", 0)))
         produced = (1 for i in order[:samples] if dataset[int(i)] is not None)
-    storage = dataset.meta.data_storage
-    wait_before = 0.0 if storage.is_local else storage.blocks.wait_s
+    readers = _readers(dataset)
+    storages = [reader.meta.data_storage for reader in readers if not reader.meta.data_storage.is_local]
+    wait_before = sum(storage.blocks.wait_s for storage in storages)
     start = time.perf_counter()
     done = sum(produced)
     seconds = time.perf_counter() - start
-    wait = 0.0 if storage.is_local else storage.blocks.wait_s - wait_before
-    decode = dataset.cameras.decode_seconds - wait
+    wait = sum(storage.blocks.wait_s for storage in storages) - wait_before
+    decode = sum(reader.cameras.decode_seconds for reader in readers) - wait
     return {"samples": done, "seconds": seconds, "decode_s": decode, "fetch_s": seconds - decode,
             "samples_per_s": done / seconds if seconds else 0.0}
 
@@ -94,7 +124,7 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
 def build(params: dict[str, Any]) -> dict[str, Any]:
     """The probe bundle of a robostream loader (see probe.py)."""
     dataset = _dataset(params)
-    stats = dataset.cameras.cache.stats
+    stats = SummedCacheStats(dataset)
     options = _loader_options(params)
     if isinstance(dataset, StreamingLeRobotDataset):
         # The loader users run, timed through its on_batch hook (per-batch production time, cache counters).
@@ -112,6 +142,6 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
         counts = None
     return {"loader": loader, "frames_per_sample": frames_per_sample(dataset), "counts": counts,
             "split": lambda samples: _split(params, samples),
-            "info": {"loader": params["loader"], "decoder": dataset.cameras.backend,
-                     "video_decode_device": dataset.cameras.device, "uint8": True, "torch_version": torch.__version__,
+            "info": {"loader": params["loader"], "decoder": _readers(dataset)[0].cameras.backend,
+                     "video_decode_device": _readers(dataset)[0].cameras.device, "uint8": True, "torch_version": torch.__version__,
                      "pid": os.getpid()}}

@@ -9,6 +9,7 @@ Definitions (the same for every loader, robostream's and lerobot's):
 - data_wait_frac: the share of the timed wall clock the consumer spent blocked waiting for the next batch.
 - shuffle_randomness_frac: distinct episodes per batch / batch size, averaged over all batches; compare it with
   `uniform_randomness_frac`, the same figure for batches drawn uniformly at random from the same samples.
+- samples_per_source (a mixture): samples delivered from each source over the whole run (warm-up included).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def uniform_randomness(episode_lengths: Sequence[int], batch_size: int, batches:
     return float(np.mean(distinct) / size)
 
 
-def randomness(batch_episodes: Sequence[Sequence[int]]) -> float:
+def randomness(batch_episodes: Sequence[Sequence[Any]]) -> float:
     """Mean distinct episodes per batch / batch size."""
     fractions = [len(set(b)) / len(b) for b in batch_episodes if len(b)]
     return float(np.mean(fractions)) if fractions else 0.0
@@ -71,7 +72,9 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         "samples_per_s": samples / elapsed, "frames_per_s": frames / elapsed,
         "first_batch_latency_s": records[0]["arrival_s"],
         "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
-        "shuffle_randomness_frac": randomness([r["episodes"] for r in records]),
+        # a mixture's episodes are (source, episode) pairs: sources number their episodes alike
+        "shuffle_randomness_frac": randomness([list(zip(r["sources"], r["episodes"])) if "sources" in r
+                                               else r["episodes"] for r in records]),
         "peak_rss_mib": trace["peak_rss_bytes"] / 2 ** 20,
         "baseline_rss_mib": trace["baseline_rss_bytes"] / 2 ** 20,
         "peak_pss_mib": trace.get("peak_pss_bytes", 0) / 2 ** 20,
@@ -79,6 +82,9 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     }
     for p in PERCENTILES:
         out[f"p{p}_sample_latency_ms"] = float(np.percentile(latencies_ms, p))
+    if any("sources" in r for r in records):  # a mixture: samples per source over the whole run
+        per_source = np.bincount(np.concatenate([np.asarray(r.get("sources", []), dtype=np.int64) for r in records]))
+        out["samples_per_source"] = per_source.tolist()
     counts = trace.get("counts") or {}
     if counts.get("frames_delivered"):
         out["decoded_per_delivered"] = counts["frames_decoded"] / counts["frames_delivered"]
@@ -142,4 +148,8 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
     for key in ("decoded_frames_per_s", "bytes_read"):
         if all(key in r for r in per_rank):
             out[key] = float(sum(r[key] for r in per_rank))
+    if all("samples_per_source" in r for r in per_rank):
+        width = max(len(r["samples_per_source"]) for r in per_rank)
+        out["samples_per_source"] = np.sum([np.pad(r["samples_per_source"], (0, width - len(r["samples_per_source"])))
+                                            for r in per_rank], axis=0).astype(int).tolist()
     return out

@@ -199,6 +199,8 @@ def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_
         probe = batch[PROBE_KEY].tolist()
         record = {"arrival_s": arrived - started, "wait_s": arrived - asked,
                   "episodes": batch["episode_index"].tolist(), "sample_s": [p[0] for p in probe]}
+        if "dataset_index" in batch:  # a mixture: which source each sample came from
+            record["sources"] = batch["dataset_index"].tolist()
         if len(probe[0]) > 2:  # the last sample of each worker holds its latest cache counters
             record["worker_stats"] = {str(int(p[1])): p[2:] for p in probe}
         records.append(record)

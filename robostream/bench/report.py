@@ -119,6 +119,10 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for result in results:
         lines.append("| " + " | ".join([label(result), *table_cells(result, reference)]) + " |")
+    mixtures = [r for r in results if "samples_per_source" in r["metrics"]]
+    if mixtures:
+        lines.append("")
+        lines.extend(f"Samples per source, {label(r)}: {r['metrics']['samples_per_source']}" for r in mixtures)
     if reference:
         lines.append("")
         runs = " / ".join(f"{r:.0f}" for r in reference.get("runs_frames_per_s", []))

@@ -63,10 +63,14 @@ class RunConfig:
     device: str = "cpu"
     split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None
+    sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
+    epoch_size: int | None = None  # of a mixture weighted by proportion
 
     def name(self, rank: int | None = None) -> str:
-        """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job)."""
-        stem = (f"{self.source}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
+        """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job; a
+        mixture of 3 sources: `local_mix3_stream_...`)."""
+        mix = f"_mix{len(self.sources)}" if self.sources else ""
+        stem = (f"{self.source}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
                 f"{self.video_decode_device.split(':')[0]}")
         return stem if rank is None else f"{stem}_rank{rank}"
 
@@ -108,10 +112,17 @@ def export_launch(launch: Launch) -> None:
 
 
 def dataset_metadata(config: RunConfig) -> DatasetMetadata:
-    """The benchmarked dataset's metadata (root, or repo_id pinned to its revision)."""
+    """The benchmarked dataset's metadata (root, or repo_id pinned to its revision; a mixture: its first source's,
+    whose keys every source shares)."""
+    return source_metadata(config)[0]
+
+
+def source_metadata(config: RunConfig) -> list[DatasetMetadata]:
+    """The metadata of the benchmarked dataset, or of every source of a mixture."""
     options = SourceOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
-    return open_dataset(config.repo_id, config.root, config.revision, options, config.video_backend,
-                        "robostream bench")
+    wheres = config.sources or [{"repo_id": config.repo_id, "root": config.root, "revision": config.revision}]
+    return [open_dataset(where.get("repo_id"), where.get("root"), where.get("revision"), options,
+                         config.video_backend, "robostream bench") for where in wheres]
 
 
 def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[float]] | None:
@@ -150,6 +161,7 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
               "prefetch_factor": config.prefetch_factor, "seed": config.seed, "pool_size": config.pool_size,
               "video_backend": config.video_backend, "video_decoder_cache_size": config.video_decoder_cache_size,
               "video_decode_device": local_device(config.video_decode_device),
+              "sources": config.sources, "epoch_size": config.epoch_size,
               # pinned host memory only helps a CPU-decoded batch on its way to a GPU
               "pin_memory": config.device.startswith("cuda") and config.video_decode_device == "cpu"}
     return {"factory": factory, "params": params, "num_batches": config.num_batches,
@@ -235,7 +247,8 @@ def run_config(config: RunConfig, meta: DatasetMetadata, launch: Launch,
         deltas = resolve_deltas(config, meta)
         trace = run_probe(config, deltas)
         summary = summarize(trace, config.warmup_batches)
-        lengths = [int(n) for n in meta.episodes.length]
+        metas = source_metadata(config) if config.sources else [meta]
+        lengths = [int(n) for source in metas for n in source.episodes.length]
         summary["uniform_randomness_frac"] = uniform_randomness(lengths, config.batch_size, seed=config.seed)
     except (RobostreamError, ValueError) as exc:
         # Every rank still joins the gather, so the others learn of the failure instead of waiting for this rank.

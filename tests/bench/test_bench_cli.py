@@ -100,3 +100,23 @@ def test_torchrun_gathers_both_ranks(av1_root, tmp_path):
         assert job["metrics"]["samples"] == sum(r["metrics"]["samples"] for r in ranks) == 24
         assert job["metrics"]["frames_per_s"] == pytest.approx(sum(r["metrics"]["frames_per_s"] for r in ranks))
         assert job["metrics"]["frames_per_s_node"] == pytest.approx(job["metrics"]["frames_per_s"])  # one node
+
+
+def test_a_mixture_is_benchmarked_with_per_source_counts(av1_root, tmp_path, capsys):
+    """--sources: the streaming loader over a mixture (here two episode selections of one dataset, the second
+    upsampled 2x), run to the end of its epoch: the per-source counts are the mixture's exact epoch counts."""
+    from robostream.format.metadata import load_metadata
+
+    lengths = load_metadata(av1_root).episodes.length
+    sources = [{"root": str(av1_root), "episodes": [0, 1, 2]}, {"root": str(av1_root), "episodes": [3, 4, 5, 6],
+                                                                 "repeat": 2}]
+    spec = tmp_path / "sources.json"
+    spec.write_text(json.dumps(sources))
+    assert main(["bench", "--sources", f"@{spec}", "--mode", "single", "--batch_size", "4", "--num_workers", "1",
+                 "--num_batches", "1000", "--split_samples", "8", "--out", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "local_mix2_stream_single_b4_w1_cpu.json").read_text())
+    assert result["metrics"]["samples_per_source"] == [int(lengths[:3].sum()), 2 * int(lengths[3:].sum())]
+    assert "Samples per source" in capsys.readouterr().err
+    assert main(["bench", "--sources", f"@{spec}", "--loader", "map", "--out", str(tmp_path / "x")]) == 2
+    assert main(["bench", str(av1_root), "--sources", f"@{spec}", "--out", str(tmp_path / "x")]) == 2
+    assert main(["bench", "--sources", "[1]", "--out", str(tmp_path / "x")]) == 2
