@@ -29,3 +29,21 @@ class VideoDecodeError(RobostreamError, RuntimeError):
 
 class FrameToleranceError(VideoDecodeError):
     """No decoded frame lies within `tolerance_s` of a requested timestamp."""
+
+
+class IntegrityError(RobostreamError):
+    """Fetched bytes are not the file they should be. Never retried by the generic retry loop: the storage layer
+    decides (a checksum mismatch is fetched once more, a changed file is not)."""
+
+
+class ChecksumMismatchError(IntegrityError):
+    """A whole downloaded file does not hash to the value its host publishes (validate="full"); `expected` and
+    `got` are the two hashes (hex)."""
+
+    def __init__(self, message: str, expected: str = "", got: str = "") -> None:
+        super().__init__(message)
+        self.expected, self.got = expected, got
+
+
+class FileChangedError(IntegrityError):
+    """A remote file changed (size or ETag) between two reads of one epoch."""

@@ -7,13 +7,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.storage.cache import DiskCache, parse_size
 from robostream.storage.derived import DerivedCache, default_directory
+from robostream.storage.integrity import check_validate
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.source import DEFAULT_BLOCK_BUDGET
 from robostream.video.decoder import BACKENDS
@@ -67,6 +68,10 @@ class SourceOptions:
         cache_limit: bytes (or e.g. "20gb") the disk cache may hold; least recently used files are evicted.
         read_buffer: fetched remote blocks kept in memory per process, prefetched ones included (bytes or e.g.
             "128mb"): bounds remote-read memory; too small and readers wait for refetches.
+        validate: "size" (default) checks every file's size, and that range reads of S3/HTTP files all see the
+            version (ETag) the first read saw. "full" also hashes each whole file entering the disk cache (needs
+            cache_dir) against the hash its host publishes (Hub sha256 or git sha1; S3 ETag if a plain MD5), fetches
+            a mismatching file once more, then fails naming both hashes: about a second of CPU per GB cached.
     """
 
     data_files_root: str | Path | None = None
@@ -75,11 +80,13 @@ class SourceOptions:
     cache_dir: str | Path | None = None
     cache_limit: int | str | None = None
     read_buffer: int | str = DEFAULT_BLOCK_BUDGET
+    validate: Literal["size", "full"] = "size"
 
     def __post_init__(self) -> None:
         if (self.cache_dir is None) != (self.cache_limit is None):
             raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
         parse_size(self.read_buffer)  # fails now, naming the value, rather than at the first remote read
+        check_validate(self.validate, cached=self.cache_dir is not None)
 
 
 def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | None, source: SourceOptions | None,
@@ -102,4 +109,4 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
     derived = DerivedCache(Path(source.cache_dir) / "derived" if source.cache_dir is not None else default_directory())
     return load_metadata(root, storage_options=source.storage_options, data_files_root=source.data_files_root,
                          retry=source.retry, cache=cache, read_buffer_bytes=parse_size(source.read_buffer),
-                         derived=derived)
+                         derived=derived, validate=source.validate)

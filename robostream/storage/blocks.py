@@ -72,6 +72,12 @@ class BlockCache:
                 _, old = self._done.popitem(last=False)
                 self._bytes -= len(old)
 
+    def discard(self, name: str) -> None:
+        """Forget the completed blocks of one file (keys (name, index)): its bytes proved wrong."""
+        with self._lock:
+            for key in [k for k in self._done if k[0] == name]:
+                self._bytes -= len(self._done.pop(key))
+
     def has_room_for_prefetch(self) -> bool:
         """Prefetch only into the free half of the budget, so fetching ahead never evicts blocks in use."""
         with self._lock:

@@ -8,6 +8,13 @@
 - `limit_bytes` bounds the cache. A file larger than the limit is an immediate error naming both sizes. When all
   the space is taken by pinned files the cache overshoots its limit rather than wait (waiting could deadlock
   workers that pin each other's files); the overshoot is at most the files in use.
+- An entry is one version of a file (its key and a version token, e.g. an ETag): a file replaced on the server is
+  a new entry, never a stale hit of the same size.
+- With an expected hash (validate="full"), a file is hashed while it is written and a copy that does not match is
+  deleted (ChecksumMismatchError); a copy that matched is marked (`<object>.verified`) and trusted afterwards. A
+  copy that entered without a check (an earlier validate="size" run) is hashed once at its first checked use, and
+  deleted and downloaded again if it does not match. Corruption of a marked copy on this disk afterwards is not
+  detected: delete the cache folder to have everything checked again.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from robostream.storage.integrity import Digest, mismatch_error
 
 UNITS = {"b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
@@ -46,6 +56,34 @@ class CachedPath(str):
         return obj
 
 
+class Writable(Protocol):
+    def write(self, data: bytes) -> int: ...
+
+
+class _HashingSink:
+    """The writable a download writes to: counts bytes and feeds the hasher (if any) on the way to the file."""
+
+    def __init__(self, out: BinaryIO, hasher: Any) -> None:
+        self._out, self.hasher = out, hasher
+
+    def write(self, data: bytes) -> int:
+        if self.hasher is not None:
+            self.hasher.update(data)
+        return self._out.write(data)
+
+
+def _hash_file(path: Path, expected: Digest, size: int) -> str:
+    hasher = expected.hasher(size)
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
 class DiskCache:
     """Whole-file cache under `directory` holding at most `limit` bytes (see the module docstring)."""
 
@@ -57,41 +95,74 @@ class DiskCache:
         (self.directory / "objects").mkdir(parents=True, exist_ok=True)
         self._lock_path = self.directory / ".lock"
 
-    def _object(self, key: str) -> Path:
-        digest = hashlib.sha256(key.encode()).hexdigest()
+    def _object(self, key: str, version: str = "") -> Path:
+        digest = hashlib.sha256((f"{key}\0{version}" if version else key).encode()).hexdigest()
         suffix = Path(key).suffix if len(Path(key).suffix) <= 10 else ""
         return self.directory / "objects" / digest[:2] / f"{digest}{suffix}"
 
-    def _pin(self, path: Path) -> object:
+    def _pin(self, path: Path) -> BinaryIO:
         handle = open(path.with_name(path.name + ".pin"), "a+b")  # noqa: SIM115 - lives as long as the pin
         fcntl.flock(handle, fcntl.LOCK_SH)
         return handle
 
-    def fetch(self, key: str, size: int, download: Callable[[Path], None]) -> CachedPath:
-        """The cached local copy of `key` (e.g. a URL) of `size` bytes, downloading it with `download(tmp_path)`."""
+    def fetch(self, key: str, size: int, download: Callable[[Writable], None], *, version: str = "",
+              expected: Digest | None = None) -> CachedPath:
+        """The cached local copy of `key` (e.g. a URL) at `version` (e.g. its ETag; "" if unknown), `size` bytes,
+        downloading it with `download(out)`, which writes the content to `out`.
+
+        expected: the content's published hash; a copy that does not match is deleted and ChecksumMismatchError
+        raised (naming `key` and both hashes). None: sizes only.
+        """
         if size > self.limit:
             raise ValueError(f"{key}: {size} bytes do not fit cache_limit={self.limit} bytes; raise cache_limit "
                              "above the largest data or video file, or turn the disk cache off")
-        target = self._object(key)
+        target = self._object(key, version)
         target.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
-            if target.is_file() and target.stat().st_size == size:
+            hit = target.is_file() and target.stat().st_size == size
+            if hit and (expected is None or self._verified(target) == str(expected)):
                 os.utime(target)
                 return CachedPath(str(target), self._pin(target))
+            pin = self._pin(target) if hit else None
+        if pin is not None and expected is not None:  # cached unchecked: hash it once (pinned, outside the lock)
+            if _hash_file(target, expected, size) == expected.hexdigest:
+                with self._locked():
+                    _marker(target).write_text(str(expected))
+                    os.utime(target)
+                return CachedPath(str(target), pin)
+            pin.close()
+            with self._locked():  # a bad copy: gone, then downloaded again below
+                target.unlink(missing_ok=True)
+                _marker(target).unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-        os.close(fd)
         try:
-            download(Path(tmp))
+            with os.fdopen(fd, "wb") as out:
+                sink = _HashingSink(out, expected.hasher(size) if expected is not None else None)
+                download(sink)
             got = os.path.getsize(tmp)
             if got != size:
                 raise OSError(f"{key}: downloaded {got} bytes, expected {size}")
+            if expected is not None and (digest := sink.hasher.hexdigest()) != expected.hexdigest:
+                raise mismatch_error(key, expected, digest, attempts=1)
             with self._locked():
                 self._evict(size, keep=target)
                 os.replace(tmp, target)
+                if expected is not None:
+                    _marker(target).write_text(str(expected))
+                else:
+                    _marker(target).unlink(missing_ok=True)
                 return CachedPath(str(target), self._pin(target))
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    @staticmethod
+    def _verified(path: Path) -> str | None:
+        """The hash a cached copy was checked against on its way in (None: never checked)."""
+        try:
+            return _marker(path).read_text()
+        except FileNotFoundError:
+            return None
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -107,7 +178,7 @@ class DiskCache:
         return sum(p.stat().st_size for p in self._objects())
 
     def _objects(self) -> list[Path]:
-        return [p for p in (self.directory / "objects").glob("*/*") if not p.name.endswith(".pin")
+        return [p for p in (self.directory / "objects").glob("*/*") if not p.name.endswith((".pin", ".verified"))
                 and not p.name.startswith(".partial-")]
 
     def _evict(self, incoming: int, keep: Path) -> None:
@@ -127,5 +198,6 @@ class DiskCache:
                     continue  # in use by a reader: never evicted
                 size = path.stat().st_size
                 path.unlink()
+                _marker(path).unlink(missing_ok=True)
                 pin_path.unlink()
                 used -= size

@@ -1,8 +1,9 @@
 """Retries with exponential backoff and jitter for remote reads.
 
 Transient failures (connection resets, timeouts, HTTP 5xx, 408 and 429 with Retry-After) are retried up to a
-bound; anything else (404, 403, a malformed request) fails at once. After the bound, the error names what was being
-read and how many attempts were made: never a hang, never a silently short read.
+bound; anything else (404, 403, a malformed request) fails at once, and an IntegrityError (a changed file, a
+checksum mismatch) passes through unchanged. After the bound, the error names what was being read and how many
+attempts were made: never a hang, never a silently short read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from robostream.errors import RobostreamError
+from robostream.errors import IntegrityError, RobostreamError
 
 T = TypeVar("T")
 PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
@@ -82,6 +83,8 @@ def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng
     for attempt in range(policy.max_attempts):
         try:
             return read()
+        except IntegrityError:
+            raise  # already names the file and what to do; retrying is the storage layer's decision
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised with context
             if not is_transient(exc):
                 if isinstance(exc, FileNotFoundError):

@@ -3,6 +3,12 @@
 `Storage` reads small files whole and hands out `RangedReader`s, seekable file objects that fetch only the byte
 ranges a reader asks for (parquet footers and row groups, mp4 index and frame spans), in blocks, with retries,
 and count the bytes they fetch. Local roots keep the plain-path fast path.
+
+Integrity (see `storage/integrity.py`): a reader reads the version of its file that opening it saw; S3 and HTTP
+range requests say so (If-Match) and every answer's size and ETag are checked, so a file replaced on the server
+mid-epoch is an error, never a mix of two versions. Hub roots are pinned to the commit their revision resolves to
+when the Storage is made. With validate="full", whole files entering the disk cache are hashed against the hash
+the host publishes.
 """
 
 from __future__ import annotations
@@ -10,21 +16,34 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import re
 import threading
 import urllib.error
 import urllib.request
+import warnings
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import fsspec
+import fsspec.asyn
 
-from robostream.errors import MissingFileError
+from robostream.errors import ChecksumMismatchError, MissingFileError
 from robostream.process_local import ProcessLocal
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
-from robostream.storage.cache import DiskCache
-from robostream.storage.retry import RetryPolicy, call_with_retries
+from robostream.storage.cache import CachedPath, DiskCache, Writable
+from robostream.storage.integrity import (
+    FileVersion,
+    Validate,
+    changed_error,
+    check_range_answer,
+    check_validate,
+    digest_from_info,
+    mismatch_error,
+    strong_etag,
+)
+from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
 
 # Bytes fetched per range request (at most). Live pieces read scattered spans of their files, so each live piece
 # and camera keeps about one block busy: small blocks keep that working set small; 256 KiB still holds a few
@@ -54,19 +73,55 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _http_size(url: str, timeout_s: float, headers: dict[str, str]) -> int:
-    """Content-Length from a HEAD request; 404/410 -> FileNotFoundError, other failures keep their status."""
+def _http_stat(url: str, timeout_s: float, headers: dict[str, str]) -> FileVersion:
+    """Content-Length and ETag from a HEAD request; 404/410 -> FileNotFoundError, other failures keep their
+    status."""
     request = urllib.request.Request(url, method="HEAD", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            length = response.headers.get("Content-Length")
+            length, etag = response.headers.get("Content-Length"), response.headers.get("ETag")
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410):
             raise FileNotFoundError(url) from exc
         raise
     if length is None:
         raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
-    return int(length)
+    return FileVersion(int(length), etag)
+
+
+def _info_version(protocol: str, info: dict[str, Any]) -> FileVersion:
+    """A file's version from an fsspec `info()` entry (S3: its ETag; the Hub: its published hash)."""
+    etag = info.get("ETag") if protocol in ("s3", "s3a") else None
+    return FileVersion(int(info["size"]), etag or None, digest_from_info(protocol, info))
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def pin_hub_root(root: str, options: dict[str, Any], policy: RetryPolicy) -> str:
+    """An hf:// repo root with its revision (a branch, tag or none: main) replaced by the commit it names now, so
+    every file of this Storage, in every process, comes from one commit. Bucket roots (no revisions) and roots at
+    a commit sha are returned as they are."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import parse_hf_uri
+
+    parsed = parse_hf_uri(root)
+    if parsed.type == "bucket" or _COMMIT.fullmatch(parsed.revision or ""):
+        return root
+    api = HfApi(endpoint=options.get("endpoint"), token=options.get("token"))
+    try:
+        sha = call_with_retries(lambda: api.repo_info(parsed.id, repo_type=parsed.type, revision=parsed.revision).sha,
+                                f"{root} (resolving revision {parsed.revision or 'main'!r} to a commit)", policy)
+    except RemoteReadError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, (RepositoryNotFoundError, RevisionNotFoundError)):
+            reason = str(cause).strip().splitlines()[0]
+            raise MissingFileError(f"{root}: {type(cause).__name__}: {reason}; check the repository id and the "
+                                   "revision (a private or gated repository needs a token)") from cause
+        raise
+    path = f"/{parsed.path_in_repo}" if parsed.path_in_repo else ""
+    return f"hf://{constants.REPO_TYPES_URL_PREFIXES.get(parsed.type, '')}{parsed.id}@{sha}{path}"
 
 
 class ByteCounter:
@@ -97,11 +152,15 @@ class Storage:
 
     def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
                  retry: RetryPolicy | None = None, cache: DiskCache | None = None,
-                 block_budget: int = DEFAULT_BLOCK_BUDGET) -> None:
+                 block_budget: int = DEFAULT_BLOCK_BUDGET, *, validate: Validate = "size") -> None:
         """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read.
-        block_budget: bytes of fetched blocks kept in memory per process, prefetched ones included."""
+        block_budget: bytes of fetched blocks kept in memory per process, prefetched ones included.
+        validate: "size" checks sizes (and ETags of range reads); "full" also hashes whole files entering the disk
+        cache against the hash the host publishes (see storage/integrity.py)."""
+        check_validate(validate)
         self.retry = retry or RetryPolicy()
         self.cache = cache
+        self.validate = validate
         self.block_budget = block_budget
         # Blocks small enough that the budget holds several (decoders of every camera plus prefetch share it).
         self.block_size = min(BLOCK_SIZE, max(MIN_BLOCK_SIZE, block_budget // 64))
@@ -110,6 +169,8 @@ class Storage:
         self.protocol = protocol
         self.is_local = protocol in ("file", "local")
         self._headers = dict((storage_options or {}).get("headers") or {})
+        if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
+            root = pin_hub_root(root, dict(storage_options or {}), self.retry)
         self.url = root
         self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry),
                                                          dict(storage_options or {}))
@@ -167,17 +228,22 @@ class Storage:
 
     def size(self, relative: str, what: str = "file") -> int:
         """Size in bytes; FileNotFoundError when the file is missing."""
+        return self.stat(relative, what).size
+
+    def stat(self, relative: str, what: str = "file") -> FileVersion:
+        """Size, ETag and published hash of a file as the server describes it now; FileNotFoundError when missing."""
         path = self._path(relative, what)
         if self.is_local:
-            return os.path.getsize(path)
+            return FileVersion(os.path.getsize(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
-        read = (lambda: _http_size(path, self.retry.timeout_s, self._headers)) if self.protocol in ("http", "https") \
-            else (lambda: self.fs.size(path))
-        return int(call_with_retries(read, f"{self.describe(relative)} (size)", self.retry))
+        read = (lambda: _http_stat(path, self.retry.timeout_s, self._headers)) if self.protocol in ("http", "https") \
+            else (lambda: _info_version(self.protocol, self.fs.info(path)))
+        return call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
 
     def identity(self, relative: str, what: str = "file") -> str:
-        """What names this version of a file: its location, size and (local files) modification time. A remote
-        root pinned to a revision (hf://...@sha) or holding immutable objects keeps identities stable."""
+        """What names this version of a file: its location, size and (local files) modification time or (remote)
+        ETag or published hash. A remote root pinned to a revision (hf://...@sha) or holding immutable objects
+        keeps identities stable."""
         path = self._path(relative, what)
         if self.is_local:
             try:
@@ -186,9 +252,10 @@ class Storage:
                 raise MissingFileError(f"{path}: {what} not found") from exc
             return f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
         try:
-            return f"{self.describe(relative)}|{self.size(relative, what)}"
+            version = self.stat(relative, what)
         except FileNotFoundError as exc:
             raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
+        return f"{self.describe(relative)}|{version.size}" + (f"|{version.token}" if version.token else "")
 
     def read_bytes(self, relative: str, what: str = "file") -> bytes:
         """A whole (small) file."""
@@ -216,25 +283,102 @@ class Storage:
                 raise MissingFileError(f"{path}: {what} not found")
             return path
         try:
-            size = self.size(relative, what)
+            version = self.stat(relative, what)
         except FileNotFoundError as exc:
             raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
-        reader = RangedReader(self, path, self.describe(relative), size, self.block_size)
+        reader = RangedReader(self, path, self.describe(relative), version, self.block_size)
         if self.cache is None:
             return reader
-        return self.cache.fetch(self.describe(relative), size, reader.download)
+        return self._cached(reader, version)
+
+    def _cached(self, reader: RangedReader, version: FileVersion) -> CachedPath:
+        """The disk cache's copy of a file; with validate="full" one whose hash mismatched is fetched once more."""
+        assert self.cache is not None
+        expected = version.digest if self.validate == "full" else None
+        fetch = partial(self.cache.fetch, reader.name, version.size, reader.download, version=version.token,
+                        expected=expected)
+        try:
+            return fetch()
+        except ChecksumMismatchError as exc:
+            self.blocks.discard(reader.key)  # the bad bytes may be held in memory too
+            warnings.warn(f"{reader.name}: downloaded bytes do not match the published hash (expected "
+                          f"{exc.expected}, got {exc.got}); fetching the file once more", RuntimeWarning, stacklevel=3)
+        try:
+            return fetch()
+        except ChecksumMismatchError as exc:
+            self.blocks.discard(reader.key)
+            assert expected is not None
+            raise mismatch_error(reader.name, expected, exc.got, attempts=2) from exc
+
+
+class _Answer(NamedTuple):
+    """A range request's answer: HTTP status, Content-Range and ETag headers (None: not known) and the body."""
+
+    status: int | None
+    content_range: str | None
+    etag: str | None
+    body: bytes
+
+
+async def _http_range(fs: Any, url: str, start: int, end: int, if_match: str | None) -> _Answer:
+    """GET bytes [start, end) with the filesystem's session and request options, keeping status and headers
+    (fsspec's cat_file drops them)."""
+    kwargs = dict(fs.kwargs)
+    headers = {**(kwargs.pop("headers", None) or {}), "Range": f"bytes={start}-{end - 1}"}
+    if if_match:
+        headers["If-Match"] = if_match
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
+        if response.status in (412, 416):  # judged by the caller: the file changed (or the range is wrong)
+            return _Answer(response.status, response.headers.get("Content-Range"), response.headers.get("ETag"), b"")
+        if response.status in (404, 410):
+            raise FileNotFoundError(url)
+        body = await response.read()
+        response.raise_for_status()
+        return _Answer(response.status, response.headers.get("Content-Range"), response.headers.get("ETag"), body)
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """s3fs turns botocore's 412 into a plain OSError; the botocore error is its cause."""
+    return any(e is not None and http_status(e) == 412 for e in (exc, exc.__cause__))
+
+
+async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | None) -> _Answer:
+    """get_object for bytes [start, end) (If-Match when known), keeping Content-Range and ETag."""
+    bucket, key, version_id = fs.split_path(path)
+    request = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
+    if version_id:
+        request["VersionId"] = version_id
+    if if_match:
+        request["IfMatch"] = if_match
+    try:
+        response = await fs._call_s3("get_object", **request)
+    except OSError as exc:
+        if _precondition_failed(exc):
+            return _Answer(412, None, None, b"")
+        raise
+    try:
+        body = await response["Body"].read()
+    finally:
+        response["Body"].close()
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return _Answer(status, response.get("ContentRange"), response.get("ETag"), body)
 
 
 class RangedReader(io.RawIOBase):
-    """A read-only, seekable view of a remote file that fetches aligned blocks on demand, through the storage's
-    shared BlockCache (so prefetched blocks serve the decoders)."""
+    """A read-only, seekable view of one version of a remote file that fetches aligned blocks on demand, through
+    the storage's shared BlockCache (so prefetched blocks serve the decoders)."""
 
-    def __init__(self, storage: Storage, path: str, name: str, size: int, block_size: int = BLOCK_SIZE) -> None:
+    def __init__(self, storage: Storage, path: str, name: str, version: FileVersion,
+                 block_size: int = BLOCK_SIZE) -> None:
         super().__init__()
-        self._storage, self._path, self.name, self._size = storage, path, name, size
+        self._storage, self._path, self.name, self._version = storage, path, name, version
+        self._size = version.size
         self._block_size = block_size
         self._pos = 0
         self.prefetching = False  # reads by the prefetcher do not count as waiting
+        # Blocks are shared per file version: a reader of a newer version never gets an older one's bytes.
+        self.key = f"{path}|{version.size}|{version.token}"
 
     def readable(self) -> bool:
         return True
@@ -253,25 +397,35 @@ class RangedReader(io.RawIOBase):
     def size(self) -> int:
         return self._size
 
+    def _answer(self, start: int, end: int) -> _Answer:
+        fs, protocol = self._storage.fs, self._storage.protocol
+        if protocol in ("http", "https"):
+            return fsspec.asyn.sync(fs.loop, _http_range, fs, self._path, start, end, strong_etag(self._version.etag))
+        if protocol in ("s3", "s3a"):
+            return fsspec.asyn.sync(fs.loop, _s3_range, fs, self._path, start, end, strong_etag(self._version.etag))
+        # HfFileSystem reads through a read-ahead buffer by default: each block would fetch up to the end of the
+        # file (or its 5 MB block size); "none" fetches exactly the bytes asked for.
+        options = {"cache_type": "none"} if protocol == "hf" else {}
+        return _Answer(None, None, None, fs.cat_file(self._path, start=start, end=end, **options))
+
     def _block(self, index: int) -> bytes:
         start = index * self._block_size
         end = min(self._size, start + self._block_size)
 
         def fetch() -> bytes:
             def once() -> bytes:
-                data = self._storage.fs.cat_file(self._path, start=start, end=end)
-                if len(data) > end - start:  # fsspec does not check for 206: a server ignoring Range sends all
-                    raise ValueError(f"the server ignored the byte range and sent {len(data)} bytes; ranged reads "
-                                     "need a server that supports HTTP Range requests")
-                if len(data) < end - start:  # a short body must never pass as the file's content
-                    raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
-                return data
+                answer = self._answer(start, end)
+                if answer.status == 412:
+                    raise changed_error(self.name, self._version, "412 Precondition Failed for If-Match")
+                check_range_answer(self.name, self._version, start, end, answer.status, answer.content_range,
+                                   answer.etag, len(answer.body))
+                return answer.body
 
             data = call_with_retries(once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
             self._storage.counter.add(len(data))
             return data
 
-        return self._storage.blocks.get((self._path, index), fetch, reader=not self.prefetching)
+        return self._storage.blocks.get((self.key, index), fetch, reader=not self.prefetching)
 
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
@@ -284,11 +438,10 @@ class RangedReader(io.RawIOBase):
             self._pos += len(chunk)
         return b"".join(parts)
 
-    def download(self, target: Path) -> None:
-        """Copy the whole file to `target`, block by block (each block retried)."""
-        with open(target, "wb") as out:
-            for index in range(-(-self._size // self._block_size)):
-                out.write(self._block(index))
+    def download(self, out: Writable) -> None:
+        """Write the whole file to `out`, block by block (each block retried)."""
+        for index in range(-(-self._size // self._block_size)):
+            out.write(self._block(index))
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))

@@ -7,7 +7,9 @@ It implements exactly the endpoints that huggingface_hub's ``HfApi.dataset_info`
   ``sha``, ``siblings``, ...). Unknown repo -> 404 ``X-Error-Code: RepoNotFound``; unknown revision -> 404
   ``X-Error-Code: RevisionNotFound`` (the codes huggingface_hub maps to its typed errors).
 - ``GET /api/datasets/{repo_id}/tree/{revision}[/{path}]?recursive=&expand=&cursor=``: a JSON list of
-  ``{"type": "file"|"directory", "path", "oid", "size"}``, paginated with a ``Link: <...>; rel="next"`` header
+  ``{"type": "file"|"directory", "path", "oid", "size"}`` (LFS files, as on the Hub: ``"lfs": {"oid": <sha256 of
+  the content>, "size", "pointerSize"}`` and ``oid`` the git blob sha1 of the LFS pointer file; other files:
+  ``oid`` the git blob sha1 of the content), paginated with a ``Link: <...>; rel="next"`` header
   (``page_size`` entries per page). The path may be percent-encoded as a whole (``meta%2Fepisodes``), as
   huggingface_hub sends it. A path that is not a folder -> 404 ``EntryNotFound``.
 - ``POST /api/datasets/{repo_id}/paths-info/{revision}``: form body ``paths=...&paths=...&expand=...``; the
@@ -15,7 +17,8 @@ It implements exactly the endpoints that huggingface_hub's ``HfApi.dataset_info`
 - ``GET``/``HEAD /datasets/{repo_id}/resolve/{revision}/{path}``: the file, with ``Range`` support (206,
   ``Content-Range``, 416 past the end), ``ETag``, ``X-Repo-Commit``, ``Accept-Ranges``. Files whose suffix is in
   ``lfs_suffixes`` are, like LFS/Xet files on the real Hub, answered with a 302 to ``/cdn/...`` on this server
-  (carrying ``X-Linked-Size`` / ``X-Linked-ETag``), which serves the bytes with the same Range support.
+  (carrying ``X-Linked-Size`` / ``X-Linked-ETag``, the content's sha256), which serves the bytes with the same
+  Range support.
 
 Writes, as huggingface_hub's commit path uses them (with ``HF_HUB_DISABLE_XET=1``: the LFS protocol, not Xet):
 ``POST /api/datasets/{repo_id}/preupload/{revision}`` (LFS for ``lfs_suffixes``), ``POST
@@ -32,9 +35,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import re
+import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
@@ -45,16 +52,19 @@ _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
 class _Snapshot:
-    """The files of one commit: path -> a file on disk (the repo's initial folder) or bytes (committed later)."""
+    """The files of one commit: path -> a file on disk (the repo's initial folder) or bytes (committed later).
+    Files whose name ends with one of ``lfs_suffixes`` are LFS files."""
 
-    def __init__(self, files: dict[str, Path | bytes]) -> None:
+    def __init__(self, files: dict[str, Path | bytes], lfs_suffixes: tuple[str, ...] = ()) -> None:
         self.files = dict(sorted(files.items()))
+        self.lfs_suffixes = lfs_suffixes
         self.dirs: set[str] = {""}
         for name in self.files:
             parts = name.split("/")[:-1]
             for i in range(1, len(parts) + 1):
                 self.dirs.add("/".join(parts[:i]))
         self._oids: dict[str, str] = {}
+        self._sha256: dict[str, str] = {}
 
     def data(self, name: str) -> bytes:
         value = self.files[name]
@@ -74,9 +84,28 @@ class _Snapshot:
                 self._oids[name] = hashlib.sha1(f"tree {name}".encode()).hexdigest()
         return self._oids[name]
 
+    def is_lfs(self, name: str) -> bool:
+        return name.endswith(self.lfs_suffixes) if self.lfs_suffixes else False
+
+    def sha256(self, name: str) -> str:
+        if name not in self._sha256:
+            self._sha256[name] = hashlib.sha256(self.data(name)).hexdigest()
+        return self._sha256[name]
+
+    def etag(self, name: str) -> str:
+        """What the Hub sends as (X-Linked-)ETag: the sha256 of an LFS file's content, else its git blob sha1."""
+        return f'"{self.sha256(name) if self.is_lfs(name) else self.oid(name)}"'
+
     def entry(self, name: str) -> dict[str, Any]:
         if name in self.files:
-            return {"type": "file", "oid": self.oid(name), "size": self.size(name), "path": name}
+            if not self.is_lfs(name):
+                return {"type": "file", "oid": self.oid(name), "size": self.size(name), "path": name}
+            # as on the Hub: oid is the pointer file's blob id, lfs.oid the content's sha256
+            pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256(name)}\n"
+                       f"size {self.size(name)}\n").encode()
+            return {"type": "file", "oid": hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest(),
+                    "size": self.size(name), "path": name,
+                    "lfs": {"oid": self.sha256(name), "size": self.size(name), "pointerSize": len(pointer)}}
         return {"type": "directory", "oid": self.oid(name), "size": 0, "path": name}
 
     def children(self, folder: str) -> list[str]:
@@ -97,11 +126,13 @@ class _Snapshot:
 class _Repo:
     """A dataset repo: commits (sha -> snapshot), branches and tags (name -> sha), uploaded LFS objects."""
 
-    def __init__(self, repo_id: str, folder: Path, sha: str, tags: tuple[str, ...] = ()) -> None:
+    def __init__(self, repo_id: str, folder: Path, sha: str, tags: tuple[str, ...] = (),
+                 lfs_suffixes: tuple[str, ...] = ()) -> None:
         self.repo_id = repo_id
+        self.lfs_suffixes = lfs_suffixes
         folder = Path(folder).resolve()
         initial = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
-        self.commits: dict[str, _Snapshot] = {sha: _Snapshot(initial)}
+        self.commits: dict[str, _Snapshot] = {sha: _Snapshot(initial, lfs_suffixes)}
         self.branches: dict[str, str] = {"main": sha}
         self.tags: dict[str, str] = {tag: sha for tag in tags}
         self.lfs: dict[str, bytes] = {}  # sha256 hex -> uploaded bytes
@@ -127,7 +158,7 @@ class HubServer:
 
     def __init__(self, repos: dict[str, Path], sha: str = DEFAULT_SHA, page_size: int = 1000,
                  lfs_suffixes: tuple[str, ...] = (".parquet", ".mp4"), tags: tuple[str, ...] = ()) -> None:
-        self.repos = {repo_id: _Repo(repo_id, folder, sha, tags) for repo_id, folder in repos.items()}
+        self.repos = {repo_id: _Repo(repo_id, folder, sha, tags, lfs_suffixes) for repo_id, folder in repos.items()}
         self.sha = sha
         self.page_size = page_size
         self.lfs_suffixes = lfs_suffixes
@@ -362,12 +393,12 @@ class _HubHandler(BaseHTTPRequestHandler):
         snapshot = repo.commits[sha]
         if path not in snapshot.files:
             return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head)
-        common = {"X-Repo-Commit": sha, "ETag": f'"{snapshot.oid(path)}"'}
-        if path.endswith(self.server_hub.lfs_suffixes):
+        common = {"X-Repo-Commit": sha, "ETag": snapshot.etag(path)}
+        if snapshot.is_lfs(path):
             # LFS/Xet files on the Hub: a redirect to the storage host, metadata on the redirect itself
             location = f"/cdn/{repo.repo_id}/{sha}/{quote(path)}"
             return self._send(302, b"", {**common, "Location": location, "X-Linked-Size": str(snapshot.size(path)),
-                                         "X-Linked-ETag": f'"{snapshot.oid(path)}"'}, head=head)
+                                         "X-Linked-ETag": snapshot.etag(path)}, head=head)
         self._file(snapshot, path, head, common)
 
     def _file(self, snapshot: _Snapshot, path: str, head: bool, headers: dict[str, str]) -> None:
@@ -375,7 +406,7 @@ class _HubHandler(BaseHTTPRequestHandler):
             return self._error(404, "EntryNotFound", f"{path} not found", head)
         data = snapshot.data(path)
         size = len(data)
-        headers = {**headers, "Accept-Ranges": "bytes", "ETag": f'"{snapshot.oid(path)}"'}
+        headers = {**headers, "Accept-Ranges": "bytes", "ETag": snapshot.etag(path)}
         spec = self.headers.get("Range")
         if spec:
             match = _RANGE.match(spec.strip())
@@ -437,7 +468,7 @@ class _HubHandler(BaseHTTPRequestHandler):
                     for name in [n for n in files if n.startswith(prefix)]:
                         del files[name]
             sha = hashlib.sha1(f"{parent}{len(repo.commits)}{body!r}".encode()).hexdigest()
-            repo.commits[sha] = _Snapshot(files)
+            repo.commits[sha] = _Snapshot(files, repo.lfs_suffixes)
             repo.branches[revision] = sha
         self._json(200, {"commitUrl": f"{self.server_hub.endpoint}/datasets/{repo.repo_id}/commit/{sha}",
                          "commitOid": sha, "pullRequestUrl": None})
@@ -451,3 +482,68 @@ class _HubHandler(BaseHTTPRequestHandler):
                 return self._error(409, "Conflict", f"tag {payload['tag']} already exists")
             repo.tags[payload["tag"]] = sha
         self._send(200, b"")
+
+
+# -- the client side: huggingface_hub pointed at an emulator, nothing but 127.0.0.1 reachable --------------------
+
+
+def _is_loopback(host: object) -> bool:
+    if host in ("localhost", None):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@contextmanager
+def huggingface_hub_at(endpoint: str, home: Path) -> Iterator[None]:
+    """Point huggingface_hub (in this process) at `endpoint` with a fake token and `home` as HF_HOME, and refuse
+    any connection (or name lookup) that is not 127.0.0.1 while it lasts.
+
+    huggingface_hub reads HF_ENDPOINT once, at import, into `constants.ENDPOINT` (and the resolve-URL template);
+    HfApi/HfFileSystem read those constants when they are created: so both the environment and the constants are
+    patched.
+    """
+    import pytest
+    from huggingface_hub import constants
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_HUB_ENABLE_HF_TRANSFER"):
+            mp.delenv(name, raising=False)
+        mp.setenv("HF_ENDPOINT", endpoint)
+        mp.setenv("HF_HUB_OFFLINE", "0")
+        mp.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+        mp.setenv("HF_HUB_DISABLE_XET", "1")  # the emulator speaks LFS, not Xet
+        mp.setenv("HF_HOME", str(home))
+        mp.setenv("HF_TOKEN", "hf_fake_local_token")
+        mp.setattr(constants, "ENDPOINT", endpoint)
+        mp.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        mp.setattr(constants, "HF_HUB_OFFLINE", False)
+        mp.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+        if hasattr(constants, "HF_HUB_DISABLE_XET"):
+            mp.setattr(constants, "HF_HUB_DISABLE_XET", True)
+
+        connect, connect_ex, getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+        def _check(sock: socket.socket, address: Any) -> None:
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+                raise ConnectionRefusedError(f"test guard: connection to {address} refused (only 127.0.0.1)")
+
+        def guarded_connect(sock: socket.socket, address: Any) -> None:
+            _check(sock, address)
+            return connect(sock, address)
+
+        def guarded_connect_ex(sock: socket.socket, address: Any) -> int:
+            _check(sock, address)
+            return connect_ex(sock, address)
+
+        def guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _is_loopback(host.decode() if isinstance(host, bytes) else host):
+                raise socket.gaierror(f"test guard: lookup of {host!r} refused (only 127.0.0.1)")
+            return getaddrinfo(host, *args, **kwargs)
+
+        mp.setattr(socket.socket, "connect", guarded_connect)
+        mp.setattr(socket.socket, "connect_ex", guarded_connect_ex)
+        mp.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+        yield

@@ -3,10 +3,11 @@
 Everything here listens on 127.0.0.1 only, binds port 0 (a free port chosen by the OS) and runs in background
 threads that the context managers start and stop. Nothing talks to the internet.
 
-* :class:`RangeHTTPServer` -- a read-only static file server with HTTP ``Range`` support and per-path counters.
+* :class:`RangeHTTPServer` -- a read-only static file server with HTTP ``Range`` support, ``ETag`` + ``If-Match``,
+  and per-path counters.
 * :class:`S3Server` -- moto's S3 in a thread, plus helpers to upload a directory and build s3fs options.
 * :class:`FaultProxy` -- a reverse proxy that injects deterministic faults (dropped bodies, error statuses,
-  stalls, connection resets) in front of either of the above.
+  stalls, connection resets, corrupted bodies) in front of either of the above.
 
 Only the standard library, ``moto`` and ``boto3`` are imported at module level; the two client helpers at the
 bottom (:func:`http_filesystem`, :func:`s3_filesystem`) import fsspec/aiohttp/s3fs lazily.
@@ -14,6 +15,7 @@ bottom (:func:`http_filesystem`, :func:`s3_filesystem`) import fsspec/aiohttp/s3
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import logging
 import socket
@@ -199,6 +201,17 @@ def parse_byte_range(header: str | None, size: int) -> range | None:
     return range(start, stop)
 
 
+def if_match_holds(header: str | None, etag: str | None) -> bool:
+    """RFC 9110 If-Match: true without the header, for ``*`` (the file exists), or when one of the listed ETags
+    equals ``etag`` by strong comparison (weak ETags never match)."""
+    if header is None:
+        return True
+    listed = [tag.strip() for tag in header.split(",")]
+    if "*" in listed:
+        return True
+    return etag is not None and not etag.startswith("W/") and etag in listed
+
+
 class _RangeHandler(_QuietHandler):
     server: _TrackingHTTPServer
 
@@ -216,7 +229,13 @@ class _RangeHandler(_QuietHandler):
         if file is None:
             self.send_plain(404, b"not found\n", {"Content-Type": "text/plain"})
             return
-        size = file.stat().st_size
+        data = file.read_bytes()  # one read: size, ETag and body of one version, however the file is replaced
+        size = len(data)
+        etag = owner.etag_of(data)
+        validators = {"ETag": etag} if etag else {}
+        if not if_match_holds(self.headers.get("If-Match"), etag):
+            self.send_plain(412, b"precondition failed\n", {"Content-Type": "text/plain", **validators})
+            return
         try:
             byte_range = parse_byte_range(self.headers.get("Range"), size)
         except RangeNotSatisfiable:
@@ -227,23 +246,16 @@ class _RangeHandler(_QuietHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(len(selected)))
+        for name, value in validators.items():
+            self.send_header(name, value)
         if byte_range is not None:
             self.send_header("Content-Range", f"bytes {selected.start}-{selected.stop - 1}/{size}")
         self.end_headers()
         if send_body:
-            self._send_file_slice(owner, url_path, file, selected)
-
-    def _send_file_slice(self, owner: "RangeHTTPServer", url_path: str, file: Path, selected: range) -> None:
-        with file.open("rb") as fh:
-            fh.seek(selected.start)
-            remaining = len(selected)
-            while remaining > 0:
-                chunk = fh.read(min(_CHUNK, remaining))
-                if not chunk:
-                    break
+            for start in range(selected.start, selected.stop, _CHUNK):
+                chunk = data[start: min(start + _CHUNK, selected.stop)]
                 self.wfile.write(chunk)
                 owner._count(url_path, len(chunk))
-                remaining -= len(chunk)
 
 
 class RangeHTTPServer(_BackgroundServer):
@@ -253,15 +265,21 @@ class RangeHTTPServer(_BackgroundServer):
     ones 416; every response has ``Content-Length`` and ``Accept-Ranges: bytes``; missing files get 404; no
     directory listings. ``stats()`` counts requests and body bytes sent per URL path (thread-safe).
 
+    ``etag=True`` (default): answers carry a strong ``ETag`` (the MD5 of the content, so a file replaced with other
+    bytes of the same size and timestamp still gets a new one) and ``If-Match`` is honoured (412 when no listed
+    ETag matches). ``etag=False``: no ETag, and If-Match only matches ``*``. Files may be replaced while serving:
+    each answer is read from one version of the file.
+
     >>> with RangeHTTPServer(tmp_dir) as srv:          # doctest: +SKIP
     ...     requests.get(srv.url_for("a/b.bin"), headers={"Range": "bytes=0-9"})
     """
 
     _handler = _RangeHandler
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, etag: bool = True) -> None:
         super().__init__()
         self.root = Path(root).resolve()
+        self.send_etag = etag
         self._stats_lock = threading.Lock()
         self._requests: Counter[str] = Counter()
         self._bytes: Counter[str] = Counter()
@@ -280,6 +298,9 @@ class RangeHTTPServer(_BackgroundServer):
         if candidate != self.root and self.root not in candidate.parents:
             return None
         return candidate if candidate.is_file() else None
+
+    def etag_of(self, data: bytes) -> str | None:
+        return f'"{hashlib.md5(data).hexdigest()}"' if self.send_etag else None
 
     def stats(self) -> dict[str, dict[str, int]]:
         """``{url_path: {"requests": n, "bytes": body_bytes_sent}}`` since start or the last ``reset_stats()``."""
@@ -421,7 +442,7 @@ class S3Server:
 # FaultProxy
 # --------------------------------------------------------------------------------------------------------------
 
-FaultKind = Literal["drop_mid_body", "status", "stall", "reset"]
+FaultKind = Literal["drop_mid_body", "status", "stall", "reset", "corrupt"]
 
 _S3_ERROR_CODES = {500: "InternalError", 503: "SlowDown", 429: "TooManyRequests", 403: "AccessDenied"}
 
@@ -437,6 +458,8 @@ class Fault:
       * ``stall`` -- hold the request ``seconds`` without answering, then close; with ``after_bytes`` set, forward
         and send headers plus that many body bytes first (a read stall mid-body). Interrupted by ``stop()``.
       * ``reset`` -- close the connection with a TCP RST and no response at all.
+      * ``corrupt`` -- forward upstream and relay the answer whole, status and headers unchanged, with one body byte
+        flipped (at ``nbytes``, default the middle): bytes that differ from what the server's listing says.
     """
 
     kind: FaultKind
@@ -466,6 +489,11 @@ def stall(seconds: float = 30.0, after_bytes: int | None = None) -> Fault:
 def reset() -> Fault:
     """Abort the connection (RST) without any response."""
     return Fault("reset")
+
+
+def corrupt(offset: int | None = None) -> Fault:
+    """Relay the upstream answer with the body byte at ``offset`` (default: the middle) inverted."""
+    return Fault("corrupt", nbytes=offset)
 
 
 FaultPlan = Callable[[int, str, str], Fault | None]
@@ -520,6 +548,12 @@ class _ProxyHandler(_QuietHandler):
         elif fault.kind == "stall" and fault.after_bytes is None:
             proxy._stopping.wait(fault.seconds)
             self._abort(rst=False)
+        elif fault.kind == "corrupt":
+            status, reason, headers, payload = self._forward(body)
+            if payload:
+                at = min(len(payload) // 2 if fault.nbytes is None else fault.nbytes, len(payload) - 1)
+                payload = payload[:at] + bytes([payload[at] ^ 0xFF]) + payload[at + 1:]
+            self._relay(status, reason, headers, payload)
         else:  # drop_mid_body, or a stall after part of the body
             status, reason, headers, payload = self._forward(body)
             if fault.kind == "stall":
@@ -744,5 +778,5 @@ def s3_filesystem(storage_options: dict[str, Any], s3fs_retries: int | None = No
 __all__: Sequence[str] = [
     "HOST", "RangeHTTPServer", "RangeNotSatisfiable", "parse_byte_range", "S3Server", "Fault", "FaultKind",
     "FaultPlan", "RequestMatcher", "ProxyEvent", "FaultProxy", "plan_from_sequence", "drop_mid_body",
-    "http_status", "stall", "reset", "http_filesystem", "s3_filesystem",
+    "http_status", "stall", "reset", "corrupt", "if_match_holds", "http_filesystem", "s3_filesystem",
 ]

@@ -1,15 +1,12 @@
 """hf:// against a real local HTTP server emulating the Hugging Face Hub API (tests/remote/hub_server.py).
 
-huggingface_hub reads HF_ENDPOINT once, at import, into `constants.ENDPOINT` (and the resolve-URL template
-`constants.HUGGINGFACE_CO_URL_TEMPLATE`); HfApi/HfFileSystem read those constants when they are created. So the
-module fixture sets the environment AND patches the constants, and a socket guard refuses any connection (or name
-lookup) that is not 127.0.0.1 for the duration of the module: no traffic can leave the machine.
+The module fixture points huggingface_hub at the emulator (environment and constants, see
+`hub_server.huggingface_hub_at`), and a socket guard refuses any connection (or name lookup) that is not 127.0.0.1
+for the duration of the module: no traffic can leave the machine.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +17,7 @@ from robostream.errors import RobostreamError
 from robostream.datasets.source import SourceOptions
 from robostream.storage.retry import RetryPolicy
 
-from .hub_server import HubServer
+from .hub_server import HubServer, huggingface_hub_at
 from .test_remote_sources import _assert_same
 
 FAST_RETRY = RetryPolicy(max_attempts=6, base_delay_s=0.01, max_delay_s=0.05, timeout_s=5.0)
@@ -29,57 +26,12 @@ REPO = "local/av1"
 pytestmark = pytest.mark.timeout(120)
 
 
-def _is_loopback(host: object) -> bool:
-    if host in ("localhost", None):
-        return True
-    try:
-        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def hub(av1_root, tmp_path_factory) -> Iterator[HubServer]:
     """The emulator serving av1_root as dataset `local/av1` (small tree pages, so listings paginate), with
     huggingface_hub pointed at it and every non-loopback connection refused."""
-    from huggingface_hub import constants
-
-    home = tmp_path_factory.mktemp("hf_home")
-    with HubServer({REPO: av1_root}, page_size=5) as server, pytest.MonkeyPatch.context() as mp:
-        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_HUB_ENABLE_HF_TRANSFER"):
-            mp.delenv(name, raising=False)
-        mp.setenv("HF_ENDPOINT", server.endpoint)
-        mp.setenv("HF_HUB_OFFLINE", "0")
-        mp.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        mp.setenv("HF_HOME", str(home))
-        mp.setenv("HF_TOKEN", "hf_fake_local_token")
-        mp.setattr(constants, "ENDPOINT", server.endpoint)
-        mp.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-        mp.setattr(constants, "HF_HUB_OFFLINE", False)
-        mp.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-
-        connect, connect_ex, getaddrinfo = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
-
-        def _check(sock: socket.socket, address: object) -> None:
-            if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):  # type: ignore[index]
-                raise ConnectionRefusedError(f"test guard: connection to {address} refused (only 127.0.0.1)")
-
-        def guarded_connect(sock, address):
-            _check(sock, address)
-            return connect(sock, address)
-
-        def guarded_connect_ex(sock, address):
-            _check(sock, address)
-            return connect_ex(sock, address)
-
-        def guarded_getaddrinfo(host, *args, **kwargs):
-            if not _is_loopback(host.decode() if isinstance(host, bytes) else host):
-                raise socket.gaierror(f"test guard: lookup of {host!r} refused (only 127.0.0.1)")
-            return getaddrinfo(host, *args, **kwargs)
-
-        mp.setattr(socket.socket, "connect", guarded_connect)
-        mp.setattr(socket.socket, "connect_ex", guarded_connect_ex)
-        mp.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+    with HubServer({REPO: av1_root}, page_size=5) as server, \
+            huggingface_hub_at(server.endpoint, tmp_path_factory.mktemp("hf_home")):
         yield server
 
 

@@ -18,6 +18,7 @@ reset          resent once by aiohttp, then             resent once by aiohttp, 
 from __future__ import annotations
 
 import errno
+import hashlib
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from .servers import (
     RangeHTTPServer,
     RangeNotSatisfiable,
     S3Server,
+    corrupt,
     drop_mid_body,
     http_filesystem,
     http_status,
@@ -100,6 +102,28 @@ def test_http_head_416_404_and_empty_file(http_server: RangeHTTPServer) -> None:
         empty = s.get(http_server.url_for("empty.bin"), timeout=5)
         assert (empty.status_code, empty.content) == (200, b"")
         assert s.get(http_server.url_for("empty.bin"), headers={"Range": "bytes=0-"}, timeout=5).status_code == 416
+
+
+def test_http_etag_and_if_match(http_server: RangeHTTPServer, remote_data_dir: Path) -> None:
+    url, data = http_server.url_for(BLOB), blob(remote_data_dir)
+    with requests.Session() as s:
+        etag = s.head(url, timeout=5).headers["ETag"]
+        assert etag == f'"{hashlib.md5(data).hexdigest()}"'
+        ranged = s.get(url, headers={"Range": "bytes=0-9", "If-Match": etag}, timeout=5)
+        assert (ranged.status_code, ranged.content, ranged.headers["ETag"]) == (206, data[:10], etag)
+        for header in (f'"other", {etag}', "*"):
+            assert s.get(url, headers={"Range": "bytes=0-9", "If-Match": header}, timeout=5).status_code == 206
+        for header in ('"other"', f"W/{etag}"):  # a weak ETag never matches under If-Match
+            refused = s.get(url, headers={"Range": "bytes=0-9", "If-Match": header}, timeout=5)
+            assert (refused.status_code, refused.headers["ETag"]) == (412, etag)
+
+
+def test_http_without_etags(remote_data_dir: Path) -> None:
+    with RangeHTTPServer(remote_data_dir, etag=False) as server, requests.Session() as s:
+        url = server.url_for(BLOB)
+        assert "ETag" not in s.head(url, timeout=5).headers
+        assert s.get(url, headers={"Range": "bytes=0-9", "If-Match": "*"}, timeout=5).status_code == 206
+        assert s.get(url, headers={"Range": "bytes=0-9", "If-Match": '"x"'}, timeout=5).status_code == 412
 
 
 def test_http_counters(http_server: RangeHTTPServer) -> None:
@@ -213,6 +237,20 @@ def test_proxy_drop_mid_body(http_server: RangeHTTPServer, remote_data_dir: Path
     assert streamed.status_code == 200 and streamed.headers["Content-Length"] == "200000"
     assert streamed.raw.read(100, decode_content=False) == blob(remote_data_dir)[:10]  # short body, then EOF
     assert requests.get(f"{proxy.url}/{BLOB}", timeout=5).content == blob(remote_data_dir)
+
+
+def test_proxy_corrupt_flips_one_byte_and_keeps_the_headers(http_server: RangeHTTPServer, remote_data_dir: Path,
+                                                            make_fault_proxy: MakeFaultProxy) -> None:
+    data = blob(remote_data_dir)
+    proxy = make_fault_proxy(http_server.url, [corrupt(), corrupt(offset=3)])
+    direct = requests.get(http_server.url_for(BLOB), headers={"Range": "bytes=0-999"}, timeout=5)
+    for at in (500, 3):
+        bad = requests.get(f"{proxy.url}/{BLOB}", headers={"Range": "bytes=0-999"}, timeout=5)
+        assert bad.status_code == 206 and bad.headers["ETag"] == direct.headers["ETag"]
+        assert bad.headers["Content-Range"] == direct.headers["Content-Range"]
+        assert [i for i in range(1000) if bad.content[i] != data[i]] == [at]
+    assert requests.get(f"{proxy.url}/{BLOB}", timeout=5).content == data  # plan exhausted: forwarded
+    assert proxy.stats()["by_kind"] == {"corrupt": 2}
 
 
 def test_proxy_stall_times_out_and_stop_interrupts_it(http_server: RangeHTTPServer,

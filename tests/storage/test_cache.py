@@ -8,8 +8,8 @@ from robostream.storage.cache import DiskCache, parse_size
 
 
 def _writer(data: bytes):
-    def download(target: Path) -> None:
-        target.write_bytes(data)
+    def download(out) -> None:
+        out.write(data)
     return download
 
 
@@ -24,9 +24,9 @@ def test_hits_lru_eviction_and_limit(tmp_path):
     downloads = []
 
     def fetch(key, size):
-        def download(target):
+        def download(out):
             downloads.append(key)
-            target.write_bytes(b"x" * size)
+            out.write(b"x" * size)
         path = cache.fetch(key, size, download)
         del path  # unpin
     for key in ("a", "b", "a"):

@@ -1,0 +1,161 @@
+"""What a remote file's bytes must be: its version (size, ETag) and, where the host publishes one, a hash of it.
+
+Two checks use this, both pure functions here, applied by `storage/source.py` and `storage/cache.py`:
+
+- Every range read of a file must come from the version its first look-up saw. S3 and HTTP range requests carry
+  `If-Match: <etag>` and each answer's total size (`Content-Range`) and ETag are compared with that version; a
+  412 or a difference is a `FileChangedError`, never bytes of two versions mixed in one file. Hub roots are pinned
+  to one commit instead (files of a commit never change), so there is nothing to compare.
+- With `validate="full"`, whole files entering the disk cache are hashed while they are written and compared with
+  the hash the host publishes: the Hub's sha256 of LFS/Xet files or git blob sha1 of small files, an S3 ETag when
+  it is a plain MD5 (single-part uploads; a multipart ETag has a "-" and hashes parts, not the file). Files with no
+  published hash (plain HTTP, multipart S3 objects) are checked by size only. Hashing costs about a second of CPU
+  per GB (sha256), once per file entering the cache; range reads without the cache are never hashed (a part of
+  a file cannot be compared with the hash of the whole).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from robostream.errors import ChecksumMismatchError, FileChangedError
+
+Validate = Literal["size", "full"]
+VALIDATE_CHOICES: tuple[str, ...] = ("size", "full")
+Algorithm = Literal["sha256", "git-sha1", "md5"]
+_HEX = {"sha256": 64, "git-sha1": 40, "md5": 32}
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:\d+-\d+|\*)/(\d+|\*)\s*$")
+
+
+def check_validate(validate: str, cached: bool = True) -> None:
+    """Fail now, naming the value, for a `validate=` that is not a choice or that cannot be honoured (cached: a
+    disk cache is configured)."""
+    if validate not in VALIDATE_CHOICES:
+        raise ValueError(f"validate={validate!r}: expected one of {VALIDATE_CHOICES}")
+    if validate == "full" and not cached:
+        raise ValueError("validate='full' hashes whole files as they enter the disk cache: pass cache_dir= and "
+                         "cache_limit= too (range reads cannot be compared with the hash of a whole file)")
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A published hash of a file's whole content: `algorithm` and lowercase hex."""
+
+    algorithm: Algorithm
+    hexdigest: str
+
+    def hasher(self, size: int) -> Any:
+        """A hashlib object to feed the content to (git's blob hash starts with the header "blob <size>\\0")."""
+        if self.algorithm == "git-sha1":
+            hasher = hashlib.sha1()
+            hasher.update(b"blob %d\0" % size)
+            return hasher
+        return hashlib.new(self.algorithm)
+
+    def __str__(self) -> str:
+        return f"{self.algorithm}:{self.hexdigest}"
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """What a remote file was when first looked up: size in bytes, the ETag as the server sent it (quotes kept;
+    None: none given) and its published content hash (None: none published)."""
+
+    size: int
+    etag: str | None = None
+    digest: Digest | None = None
+
+    @property
+    def token(self) -> str:
+        """What tells this version from another of the same size ("" when nothing does)."""
+        if self.digest is not None:
+            return str(self.digest)
+        return self.etag or ""
+
+
+def _hex(value: Any, algorithm: Algorithm) -> str | None:
+    text = str(value or "").strip().strip('"').lower()
+    return text if re.fullmatch(f"[0-9a-f]{{{_HEX[algorithm]}}}", text) else None
+
+
+def md5_of_etag(etag: str | None) -> str | None:
+    """The MD5 an S3 ETag is, for single-part uploads ("<32 hex>"); None for multipart ("<hex>-<parts>") and for
+    anything else. Caveat: objects encrypted with SSE-KMS or SSE-C have 32-hex ETags that are NOT the MD5 of the
+    content and cannot be told apart from an ETag alone; validate="full" fails on them (the error says so)."""
+    return _hex(etag, "md5")
+
+
+def strong_etag(etag: str | None) -> str | None:
+    """The ETag to send in If-Match, or None: weak ETags (W/"...") never match under If-Match's strong comparison."""
+    if not etag or etag.strip().startswith("W/"):
+        return None
+    return etag.strip()
+
+
+def same_etag(a: str, b: str) -> bool:
+    return a.strip().strip('"') == b.strip().strip('"')
+
+
+def digest_from_info(protocol: str, info: dict[str, Any]) -> Digest | None:
+    """The content hash a filesystem's `info()` entry publishes, if any.
+
+    hf: "lfs" {"sha256", "size"} for LFS/Xet files (the "blob_id" of those hashes the pointer file, not the
+    content), else "blob_id" (git blob sha1 of the content). s3: "ETag" when it is a plain MD5.
+    """
+    if protocol == "hf":
+        lfs = info.get("lfs")
+        if lfs:
+            sha = _hex(lfs.get("sha256") or lfs.get("oid"), "sha256")
+            return Digest("sha256", sha) if sha else None
+        blob = _hex(info.get("blob_id"), "git-sha1")
+        return Digest("git-sha1", blob) if blob else None
+    if protocol in ("s3", "s3a"):
+        md5 = md5_of_etag(info.get("ETag") or info.get("etag"))
+        return Digest("md5", md5) if md5 else None
+    return None
+
+
+def mismatch_error(name: str, expected: Digest, got: str, attempts: int) -> ChecksumMismatchError:
+    hint = (" An S3 ETag is the MD5 of the content only for single-part uploads without SSE-KMS/SSE-C encryption:"
+            " for encrypted buckets use validate='size'.") if expected.algorithm == "md5" else ""
+    return ChecksumMismatchError(
+        f"{name}: content does not match its published {expected.algorithm} after {attempts} download(s) "
+        f"(expected {expected.hexdigest}, got {got}); the cached copy was deleted. The bytes were corrupted on the "
+        f"way (a proxy, the network, the server) or the listing is wrong: re-run; if it persists, report it to the "
+        f"dataset's host.{hint}", expected=expected.hexdigest, got=got)
+
+
+def changed_error(name: str, version: FileVersion, now: str) -> FileChangedError:
+    first = f"size {version.size}" + (f", ETag {version.etag}" if version.etag else "")
+    return FileChangedError(
+        f"{name}: changed on the server during the epoch (first read: {first}; now: {now}); reading on would mix "
+        "bytes of two versions of the file. Pin the data to one version (a Hub commit: revision=<sha> or "
+        "hf://...@<sha>; objects that are never overwritten) or re-run once the upload has finished")
+
+
+def check_range_answer(name: str, version: FileVersion, start: int, end: int, status: int | None,
+                       content_range: str | None, etag: str | None, nbytes: int) -> None:
+    """Raise unless an answer to a request for bytes [start, end) of `version` is exactly those bytes.
+
+    status: the HTTP status (None: the client does not say); content_range, etag: the answer's headers (None:
+    absent). A changed total size or ETag -> FileChangedError; a whole file instead of a range -> ValueError (the
+    server ignores Range); a short body -> ConnectionError (transient: retried).
+    """
+    if content_range:
+        match = _CONTENT_RANGE.match(content_range)
+        if match and match.group(1) != "*" and int(match.group(1)) != version.size:
+            raise changed_error(name, version, f"size {match.group(1)}")
+    if etag and version.etag and not same_etag(etag, version.etag):
+        raise changed_error(name, version, f"ETag {etag}")
+    if status == 416:
+        raise ValueError(f"the server refuses bytes {start}-{end - 1} (416 Range Not Satisfiable) of a file it said "
+                         f"has {version.size} bytes")
+    whole = status == 200 and start == 0 and end == version.size  # a server may answer a full range with 200
+    if (status == 200 and not whole) or nbytes > end - start:
+        raise ValueError(f"the server ignored the byte range and sent {nbytes} bytes; ranged reads need a server "
+                         "that supports HTTP Range requests")
+    if nbytes < end - start:  # a short body must never pass as the file's content
+        raise ConnectionError(f"short read: {nbytes} of {end - start} bytes")
