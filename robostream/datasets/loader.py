@@ -59,6 +59,11 @@ class StreamingDataLoader(DataLoader):
         self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
         self._batching = (LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch)
                           if own_collate and dataset.assembles_batches else None)
+        if dataset.batching_method == "per_stream" and (self._batching is None or batch_size != dataset.batch_size
+                                                         or drop_last):
+            raise ValueError(f"the dataset plans batching='per_stream' for batch_size={dataset.batch_size}: load it "
+                             "with that batch_size, no drop_last, no collate_fn and no image_transforms (batches "
+                             "are assembled per source by the dataset)")
         if on_batch is not None and self._batching is None:
             raise ValueError("on_batch needs batches assembled by the dataset: pass no collate_fn, and no "
                              "image_transforms to the dataset")

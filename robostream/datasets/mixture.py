@@ -95,10 +95,11 @@ class SourceReader:
 
 
 def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weight], counts: Sequence[int],
-                        *, epoch_size: int | None, sampling_method: str, features: str) -> str:
+                        *, epoch_size: int | None, sampling_method: str, features: str, batching: str,
+                        batch_size: int | None) -> str:
     """A short hash of everything a mixture's epochs depend on: roots (Hub roots carry their commit), selected
-    episodes and their lengths, weights, per-source counts, epoch size, sampling and feature mode."""
-    doc: list[Any] = [epoch_size, sampling_method, features]
+    episodes and their lengths, weights, per-source counts, epoch size, sampling, feature mode and batching."""
+    doc: list[Any] = [epoch_size, sampling_method, features, batching, batch_size]
     for reader, weight, count in zip(sources, weights, counts):
         episodes = np.asarray(reader.episodes, dtype=np.int64)
         selection = hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:16]

@@ -25,6 +25,7 @@ from robostream.datasets.batch_assembly import Allocate, BatchAssembler, BatchRe
 from robostream.format.metadata import DatasetMetadata
 
 FeatureMode = Literal["strict", "union"]
+SchemaMode = Literal["strict", "union", "separate"]  # separate: batches never mix sources (batching="per_stream")
 RESERVED = ("index", "episode_index", "frame_index", "timestamp", "task_index")  # every dataset has them as is
 DATASET_INDEX = "dataset_index"
 
@@ -84,7 +85,7 @@ class MixtureSchema:
     """Common keys of the sources, their order, and the fills of union mode."""
 
     def __init__(self, metas: Sequence[DatasetMetadata], specs: Sequence[dict[str, KeySpec]],
-                 renames: Sequence[Mapping[str, str]], names: Sequence[str], mode: FeatureMode,
+                 renames: Sequence[Mapping[str, str]], names: Sequence[str], mode: SchemaMode,
                  return_uint8: bool) -> None:
         """
         Args:
@@ -92,23 +93,24 @@ class MixtureSchema:
             specs: per source `source_specs`.
             renames: per source its feature_map (source key -> common name).
             names: per source a label for errors.
-            mode: "strict" or "union".
+            mode: "strict" or "union"; "separate" when every batch holds one source: each keeps its own keys,
+                dtypes and shapes (under the common names), nothing is checked across sources or filled.
             return_uint8: cameras are uint8 (else float32).
         """
-        if mode not in ("strict", "union"):
+        if mode not in ("strict", "union", "separate"):
             raise ValueError(f"features={mode!r}: expected 'strict' (same keys everywhere) or 'union'")
         self.names = list(names)
         owners: dict[str, int] = {}
         for s, source in enumerate(specs):
             for key, spec in source.items():
                 first = owners.setdefault(key, s)
-                if spec != specs[first][key]:
+                if spec != specs[first][key] and mode != "separate":
                     other = specs[first][key]
                     raise ValueError(
                         f"feature {key!r} is {_describe(other)} in source {names[first]} but {_describe(spec)} in "
                         f"source {names[s]}: give one a different name with Source(feature_map=...) (and "
                         "features='union'), or select the same window")
-        self.missing = [[k for k in owners if k not in source] for source in specs]
+        self.missing = [[k for k in owners if k not in source] if mode != "separate" else [] for source in specs]
         if mode == "strict":
             for s, lacking in enumerate(self.missing):
                 if lacking:
@@ -122,18 +124,22 @@ class MixtureSchema:
         self.fills = {key: self._fill(metas[owners[key]], source_key[owners[key]].get(key, key),
                                       specs[owners[key]][key], return_uint8)
                       for key in owners if key in lacked}
-        self.cameras = {k for k in owners if specs[owners[k]][k].kind == "camera"}
+        self.cameras = {k for source in specs for k, spec in source.items() if spec.kind == "camera"}
         # Per-sample key order (both paths): windows' masks, columns, strings, cameras, task, union masks, source.
-        keys = [k for source in specs for k in source]
-        ordered = list(dict.fromkeys(keys))
-        spec_of = {k: specs[owners[k]][k] for k in ordered}
-        self.order = ([f"{k}_is_pad" for k in ordered if spec_of[k].window is not None]
-                      + [k for k in ordered if spec_of[k].kind == "column"]
-                      + [k for k in ordered if spec_of[k].kind == "string"]
-                      + [k for k in ordered if spec_of[k].kind == "camera"]
-                      + ["task"]
-                      + [f"{k}_is_pad" for k in self.fills if spec_of[k].window is None]
-                      + [DATASET_INDEX])
+        # One order for all sources, or each its own when batches never mix them.
+        groups = [range(len(specs))] if mode != "separate" else [[s] for s in range(len(specs))]
+        orders = []
+        for members in groups:
+            ordered = list(dict.fromkeys(k for m in members for k in specs[m]))
+            spec_of = {k: next(specs[m][k] for m in members if k in specs[m]) for k in ordered}
+            orders.append([f"{k}_is_pad" for k in ordered if spec_of[k].window is not None]
+                          + [k for k in ordered if spec_of[k].kind == "column"]
+                          + [k for k in ordered if spec_of[k].kind == "string"]
+                          + [k for k in ordered if spec_of[k].kind == "camera"]
+                          + ["task"]
+                          + [f"{k}_is_pad" for k in self.fills if spec_of[k].window is None]
+                          + [DATASET_INDEX])
+        self.orders = orders * len(specs) if mode != "separate" else orders
 
     @staticmethod
     def _fill(meta: DatasetMetadata, key: str, spec: KeySpec, return_uint8: bool) -> Fill:
@@ -155,7 +161,7 @@ class MixtureSchema:
         named = {_common(k, rename): v for k, v in sample.items()}
         lacking = set(self.missing[source])
         out: dict[str, Any] = {}
-        for key in self.order:
+        for key in self.orders[source]:
             if key in named:
                 out[key] = named[key]
             elif key == DATASET_INDEX:
@@ -233,7 +239,7 @@ class MixtureBatches:
         out[DATASET_INDEX].copy_(torch.from_numpy(source_of))
         return_uint8 = self.assemblers[0].sample.return_uint8
         batch: dict[str, Any] = {}
-        for key in self.schema.order:
+        for key in self.schema.orders[groups[0][0]]:  # one order for all sources, or one source per batch
             if key in lists:
                 batch[key] = lists[key]
             else:

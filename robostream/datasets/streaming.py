@@ -35,13 +35,21 @@ from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers, shared_ten
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
+from robostream.datasets.lanes import LaneIterator, LanePlan
 from robostream.datasets.frame_source import FrameSource
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.mixture import ReaderSettings, Source, SourceReader, mixture_fingerprint, open_reader
-from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches, MixtureSchema, source_specs
+from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches, MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.source import SourceOptions
 from robostream.format.metadata import DatasetMetadata
-from robostream.plan.mixture import EpochUnits, SamplingMethod, epoch_units, samples_per_source
+from robostream.plan.mixture import (
+    EpochUnits,
+    SamplingMethod,
+    epoch_units,
+    lane_batches_taken,
+    lane_schedule,
+    samples_per_source,
+)
 from robostream.process_local import ProcessLocal
 from robostream.video.layout import FramePool
 from robostream.plan.layout import Consumer, auto_canonical_streams
@@ -74,7 +82,7 @@ class LoaderBatching:
     on_batch: BatchHook | None = None
 
 
-def _timed_batches(iterator: EpochIterator, batching: LoaderBatching) -> Iterator[dict[str, Any]]:
+def _timed_batches(iterator: EpochIterator | LaneIterator, batching: LoaderBatching) -> Iterator[dict[str, Any]]:
     """The iterator's batches, in reused slots when the loader has buffers, each passed to the hook with the time
     this process spent producing it (the consumer's time between two pulls is not counted)."""
     markers: list[Any] = []
@@ -108,7 +116,8 @@ class StreamingLeRobotDataset(IterableDataset):
     def __init__(self, repo_id: str | None = None, *, root: str | Path | None = None, revision: str | None = None,
                  episodes: Sequence[int] | None = None, sources: Sequence[Source] | None = None,
                  epoch_size: int | None = None, sampling_method: SamplingMethod = "balanced",
-                 features: FeatureMode = "strict",
+                 features: FeatureMode = "strict", batching: Literal["random", "per_stream"] = "random",
+                 batch_size: int | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  shuffle: bool = True, seed: int = 0,
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
@@ -131,6 +140,12 @@ class StreamingLeRobotDataset(IterableDataset):
             sampling_method: a mixture's partial passes: "balanced" (a new subset every epoch) or "fixed" (the same).
             features: "strict" (sources must have the same keys, dtypes and shapes after their feature_map) or
                 "union" (a key a source lacks is zeros there, with `<key>_is_pad` True).
+            batching: how a mixture's sources share batches: "random" (samples of all sources shuffled together:
+                the mixture holds in expectation in every batch) or "per_stream" (every global batch, i.e. the
+                batches of all ranks at one step, from one source, in a random order of sources; sources may then
+                differ in keys and shapes). per_stream needs batch_size, and plans each source apart: a consumer
+                keeps live pieces of every source, so memory grows with the number of sources.
+            batch_size: the loader's batch size, needed to plan batching="per_stream".
             delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame (a
                 mixture: common key names, resolved with each source's own fps).
             tolerance_s: how far a decoded frame's timestamp may be from the asked one before it is an error.
@@ -166,6 +181,19 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"pool_size ({pool_size}) and decode_ahead ({decode_ahead}) must be >= 1")
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
+        if batching not in ("random", "per_stream"):
+            raise ValueError(f"batching={batching!r}: expected 'random' or 'per_stream'")
+        if batching == "per_stream":
+            if sources is None:
+                raise ValueError("batching='per_stream' draws each batch from one source of a mixture: pass sources=")
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+                raise ValueError(f"batching='per_stream' needs batch_size= (the loader's), got {batch_size!r}")
+            if features != "strict":
+                raise ValueError("batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
+                                 "features= applies to batching='random'")
+        elif batch_size is not None:
+            raise ValueError("batch_size= plans batching='per_stream'; otherwise the loader's batch_size applies")
+        self.batching_method, self.batch_size = batching, batch_size
         self.is_mixture = sources is not None
         if self.is_mixture:
             given = [n for n, v in (("repo_id", repo_id), ("root", root), ("revision", revision),
@@ -203,16 +231,17 @@ class StreamingLeRobotDataset(IterableDataset):
         self.schema = self.batches_of_mixture = None
         self.fingerprint = None
         if self.is_mixture:
-            self.schema = mixture_schema(self.sources, self.delta_timestamps, features, return_uint8)
+            self.schema = mixture_schema(self.sources, self.delta_timestamps,
+                                         "separate" if batching == "per_stream" else features, return_uint8)
             if image_transforms is None:
                 self.batches_of_mixture = MixtureBatches(self.schema, [r.frames.batches for r in self.sources],
                                                          [r.rename for r in self.sources])
             self.fingerprint = mixture_fingerprint(self.sources, weights, self.samples_per_source,
                                                    epoch_size=epoch_size, sampling_method=sampling_method,
-                                                   features=features)
+                                                   features=features, batching=batching, batch_size=batch_size)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next __iter__ continues from
-        self._iterator: EpochIterator | None = None  # this process's current pass
+        self._iterator: EpochIterator | LaneIterator | None = None  # this process's current pass
         self._batching: LoaderBatching | None = None  # set while a StreamingDataLoader starts its iteration
 
     # -- one dataset (not a mixture) ---------------------------------------------------------------------------
@@ -265,10 +294,11 @@ class StreamingLeRobotDataset(IterableDataset):
         return epoch_units([r.lengths for r in self.sources], self.samples_per_source, seed=self.seed,
                            epoch=self.epoch, sampling_method=self.sampling_method)
 
-    def stream_pieces(self, canonical: int, units: EpochUnits | None = None) -> list[list[Piece]]:
-        """Pieces (unit, first, stop: frames relative to the unit) of every canonical stream in this epoch."""
+    def stream_pieces(self, canonical: int, units: EpochUnits | None = None, lane: int = 0) -> list[list[Piece]]:
+        """Pieces (unit, first, stop: frames relative to the unit) of every canonical stream in this epoch (of one
+        source's `units` for a lane of batching="per_stream")."""
         units = self.epoch_units() if units is None else units
-        order = epoch_episode_order(len(units), self.seed, self.epoch, self.shuffle)
+        order = epoch_episode_order(len(units), self.seed, self.epoch, self.shuffle, lane)
         if self.partition == "contiguous":
             return split_contiguous(order, units.length, canonical)
         files = []
@@ -289,13 +319,19 @@ class StreamingLeRobotDataset(IterableDataset):
                  for p in groups[gi]] for b in bins]
 
     def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan:
-        """Segments, their positions and every consumer role's quota for the coming iteration."""
+        """Segments, their positions and every consumer role's quota for the coming iteration (batching="random")."""
+        if self.batching_method == "per_stream":
+            raise ValueError("batching='per_stream' plans one lane per source: see lane_plan()")
         consumers = world_size * num_workers
-        canonical = self.resolved_canonical_streams(consumers)
-        units = self.epoch_units()
-        pieces = self.stream_pieces(canonical, units)
+        return self._plan(self.epoch_units(), self.resolved_canonical_streams(consumers), self._resume, world_size,
+                          num_workers)
+
+    def _plan(self, units: EpochUnits, canonical: int, resume: Mapping[str, Any] | None, world_size: int,
+              num_workers: int, lane: int = 0) -> EpochPlan:
+        """The plan of `units` cut into `canonical` streams, continuing `resume` (one lane's state) if given."""
+        consumers = world_size * num_workers
+        pieces = self.stream_pieces(canonical, units, lane)
         natural = [sum(stop - first for _, first, stop in stream) for stream in pieces]
-        resume = self._resume
         if resume is None:
             segments = whole_streams(natural, consumers)
             positions = segments.lo.copy()
@@ -311,6 +347,45 @@ class StreamingLeRobotDataset(IterableDataset):
         quotas = quotas_for_roles(role_remaining(segments, positions, consumers), world_size, num_workers,
                                   self.uneven)
         return EpochPlan(units, pieces, natural, segments, positions, quotas, [0] * consumers, 0)
+
+    def lane_plan(self, world_size: int, num_workers: int) -> LanePlan:
+        """batching="per_stream": each source's plan (a lane) and every worker role's schedule of lanes."""
+        consumers = world_size * num_workers
+        canonical = self.resolved_canonical_streams(consumers)
+        units = self.epoch_units()
+        resume = self._resume
+        same = resume is not None and resume["layout"] == [world_size, num_workers]
+        lanes: list[EpochPlan | None] = []
+        for s in range(len(self.sources)):
+            lane_units = units.of_source(s)
+            total = int(lane_units.length.sum())
+            lane_state = None if resume is None else resume["lanes"][s]
+            context = None if lane_state is None else {"layout": resume["layout"],
+                                                       "worker_rotation": resume["worker_rotation"], **lane_state}
+            lanes.append(self._plan(lane_units, min(canonical, total), context, world_size, num_workers, lane=s)
+                         if total else None)
+        if same:
+            schedule = resume["schedule"]
+            batches, done, generation = schedule["batches"], schedule["done"], int(schedule["generation"])
+            rotation = int(resume["worker_rotation"])
+        else:  # fresh epoch or new layout: each worker's batches per lane from its quotas (the last one short)
+            generation = 0 if resume is None else int(resume["schedule"]["generation"]) + 1
+            batches = [[-(-lane.quotas[w] // self.batch_size) if lane is not None else 0 for lane in lanes]
+                       for w in range(num_workers)]
+            done, rotation = [0] * num_workers, 0
+        schedules = [lane_schedule(batches[w], seed=self.seed, epoch=self.epoch, worker=w, generation=generation,
+                                   shuffle=self.shuffle) for w in range(num_workers)]
+        return LanePlan(lanes, [list(b) for b in batches], list(done), generation, rotation, schedules)
+
+    @staticmethod
+    def _advanced(plan: EpochPlan, emitted: Sequence[int], consumers: int, interleaved: bool) -> dict[str, Any]:
+        """A plan's state once every role emitted emitted[role] samples of it."""
+        positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=interleaved)
+        left = role_remaining(plan.segments, plan.positions, consumers)
+        repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]
+        return {"segments": segments_to_state(plan.segments, positions),
+                "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
+                "repeats_done": [int(r) for r in repeats]}
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration produces (clears a resume state of another epoch)."""
@@ -330,22 +405,44 @@ class StreamingLeRobotDataset(IterableDataset):
             num_workers: the loader's workers (1 without workers).
         """
         _, world = self._rank_world or resolve_rank_world()
-        plan = self.epoch_plan(world, num_workers)
         consumers = world * num_workers
+        identity = {"mixture": self.fingerprint} if self.is_mixture else {"num_episodes": len(self.episodes)}
+        head = {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
+                **identity, "canonical_streams": self.resolved_canonical_streams(consumers),
+                "layout": [world, num_workers]}
+        if self.batching_method == "per_stream":
+            return {**head, **self._lane_state(world, num_workers, batches, batch_size)}
+        plan = self.epoch_plan(world, num_workers)
         if batches is None:  # ranks consume in lockstep: in-process iteration on this rank stands for every one
             emitted = [self._iterator.emitted if self._iterator is not None else 0] * consumers
             batches = 0
         else:
             emitted = emitted_by_role(batches, plan.quotas, batch_size, world, num_workers, plan.rotation)
-        positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=self.shuffle)
-        left = role_remaining(plan.segments, plan.positions, consumers)
-        repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]
-        identity = {"mixture": self.fingerprint} if self.is_mixture else {"num_episodes": len(self.episodes)}
-        return {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
-                **identity, "canonical_streams": len(plan.pieces),
-                "segments": segments_to_state(plan.segments, positions), "layout": [world, num_workers],
-                "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
-                "repeats_done": [int(r) for r in repeats],
+        return {**head, **self._advanced(plan, emitted, consumers, self.shuffle),
+                "worker_rotation": int((plan.rotation + batches) % num_workers)}
+
+    def _lane_state(self, world: int, num_workers: int, batches: int | None, batch_size: int) -> dict[str, Any]:
+        """The per_stream part of a state: each lane's positions and every worker role's place in its schedule."""
+        plan = self.lane_plan(world, num_workers)
+        if batches is None:  # in-process iteration: whole batches of this rank's own pass
+            iterator = self._iterator
+            if iterator is not None and iterator.in_batch:
+                raise ValueError(f"batching='per_stream' resumes at batch boundaries; {iterator.in_batch} samples "
+                                 f"of a batch of {self.batch_size} were taken")
+            batches = iterator.batches_done if iterator is not None else 0
+        elif batch_size != self.batch_size:
+            raise ValueError(f"batching='per_stream' was planned for batch_size={self.batch_size}, the loader uses "
+                             f"{batch_size}")
+        consumers = world * num_workers
+        taken = lane_batches_taken(plan.schedules, plan.done, batches, plan.rotation)
+        lanes = []
+        for s, lane in enumerate(plan.lanes):
+            emitted = [min(q, int(taken[k % num_workers][s]) * self.batch_size)
+                       for k, q in enumerate(lane.quotas)] if lane is not None else []
+            lanes.append(self._advanced(lane, emitted, consumers, self.shuffle) if lane is not None else None)
+        return {"batching": "per_stream", "lanes": lanes,
+                "schedule": {"generation": plan.generation, "batches": plan.batches,
+                             "done": [d + int(t.sum()) for d, t in zip(plan.done, taken)]},
                 "worker_rotation": int((plan.rotation + batches) % num_workers)}
 
     def load_state_dict(self, state: Mapping[str, Any], *,
@@ -380,11 +477,17 @@ class StreamingLeRobotDataset(IterableDataset):
             if state[key] != mine:
                 raise ValueError(f"resume state has {key}={state[key]!r} but this dataset has {key}={mine!r}; "
                                  "a stream can only resume over the same episodes, seed and shuffle setting")
+        if state.get("batching", "random") != self.batching_method:
+            raise ValueError(f"resume state was made with batching={state.get('batching', 'random')!r}, this "
+                             f"dataset uses batching={self.batching_method!r}")
         self.epoch = int(state["epoch"])
         self.canonical_streams = int(state["canonical_streams"])
+        consumers = state["layout"][0] * state["layout"][1]
+        if self.batching_method == "per_stream":
+            self._resume = self._checked_lanes(state, consumers)
+            return
         resume = {k: state[k] for k in ("layout", "quota_left", "repeats_done", "worker_rotation")}
         natural = [sum(b - a for _, a, b in s) for s in self.stream_pieces(self.canonical_streams)]
-        consumers = state["layout"][0] * state["layout"][1]
         if state["version"] == 1:  # whole streams owned round-robin by the saved layout, one offset each
             offsets = state["stream_offsets"]
             if len(offsets) != self.canonical_streams:
@@ -398,17 +501,52 @@ class StreamingLeRobotDataset(IterableDataset):
         segments_from_state(resume["segments"], natural, consumers)  # fails now, naming the bad row
         self._resume = resume
 
+    def _checked_lanes(self, state: Mapping[str, Any], consumers: int) -> dict[str, Any]:
+        """The per_stream resume of `state`, validated against this epoch's lanes (errors name the bad part)."""
+        units = self.epoch_units()
+        lanes, schedule = state["lanes"], state["schedule"]
+        workers = state["layout"][1]
+        if len(lanes) != len(self.sources):
+            raise ValueError(f"resume state: {len(lanes)} lanes for {len(self.sources)} sources")
+        if not len(schedule["batches"]) == len(schedule["done"]) == workers:
+            raise ValueError(f"resume state: schedule needs one entry per worker of the layout {state['layout']}")
+        for s, lane in enumerate(lanes):
+            lane_units = units.of_source(s)
+            total = int(lane_units.length.sum())
+            if (lane is None) != (total == 0):
+                raise ValueError(f"resume state: lane {s} does not match source {self.sources[s].label}")
+            if lane is None:
+                continue
+            pieces = self.stream_pieces(min(self.canonical_streams, total), lane_units, s)
+            natural = [sum(b - a for _, a, b in stream) for stream in pieces]
+            if not len(lane["quota_left"]) == len(lane["repeats_done"]) == consumers:
+                raise ValueError(f"resume state: lane {s} needs one quota per consumer of the layout {state['layout']}")
+            segments_from_state(lane["segments"], natural, consumers)
+        return {k: state[k] for k in ("layout", "worker_rotation", "lanes", "schedule")}
+
     # -- iteration -------------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         consumer = self.consumer()
-        plan = self.epoch_plan(consumer.world_size, consumer.num_workers)
+        if self.batching_method == "per_stream":
+            lanes = self.lane_plan(consumer.world_size, consumer.num_workers)
+            rotation = lanes.rotation
+        else:
+            plan = self.epoch_plan(consumer.world_size, consumer.num_workers)
+            rotation = plan.rotation
         # After a same-layout resume, worker j plays the role of the worker whose batch comes next.
-        role = consumer.rank * consumer.num_workers + (consumer.worker + plan.rotation) % consumer.num_workers
-        self._iterator = EpochIterator(plan, role=role, worker=consumer.worker, sources=self.sources,
-                                       schema=self.schema, mixture_batches=self.batches_of_mixture,
-                                       counters=self.counters, seed=self.seed, epoch=self.epoch,
-                                       shuffle=self.shuffle, pool_size=self.pool_size,
-                                       prefetch_pieces=self.prefetch_pieces)
+        role = consumer.rank * consumer.num_workers + (consumer.worker + rotation) % consumer.num_workers
+
+        def pass_over(plan: EpochPlan) -> EpochIterator:
+            return EpochIterator(plan, role=role, worker=consumer.worker, sources=self.sources,
+                                 schema=self.schema, mixture_batches=self.batches_of_mixture,
+                                 counters=self.counters, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                                 pool_size=self.pool_size, prefetch_pieces=self.prefetch_pieces)
+
+        if self.batching_method == "per_stream":
+            self._iterator = LaneIterator(lanes, [pass_over(p) if p is not None else None for p in lanes.lanes],
+                                          role % consumer.num_workers, self.batch_size)
+        else:
+            self._iterator = pass_over(plan)
         if self._batching is None:
             return iter(self._iterator)
         return _timed_batches(self._iterator, self._batching)
@@ -449,7 +587,7 @@ def _identity(fingerprint: str | None) -> str:
 
 
 def mixture_schema(sources: Sequence[SourceReader], delta_timestamps: Mapping[str, Sequence[float]],
-                   features: FeatureMode, return_uint8: bool) -> MixtureSchema:
+                   features: SchemaMode, return_uint8: bool) -> MixtureSchema:
     """The mixture's common keys, checked across its sources (errors name the key and the sources)."""
     specs = []
     for reader in sources:

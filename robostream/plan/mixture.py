@@ -22,7 +22,8 @@ from typing import Literal
 
 import numpy as np
 
-from robostream.plan.order import PURPOSE_MIXTURE, rng_for
+from robostream.plan.order import PURPOSE_LANES, PURPOSE_MIXTURE, rng_for
+from robostream.plan.resume import round_robin_counts
 
 SamplingMethod = Literal["balanced", "fixed"]
 
@@ -129,6 +130,11 @@ class EpochUnits:
         """(source, episode position, first frame) of a unit."""
         return int(self.source[unit]), int(self.episode[unit]), int(self.first[unit])
 
+    def of_source(self, source: int) -> EpochUnits:
+        """The units of one source, in order."""
+        keep = self.source == source
+        return EpochUnits(self.source[keep], self.episode[keep], self.first[keep], self.length[keep])
+
 
 def epoch_units(lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed: int, epoch: int,
                 sampling_method: SamplingMethod) -> EpochUnits:
@@ -160,3 +166,52 @@ def epoch_units(lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed
             rows.extend((s, p, a, b - a) for p, a, b in partial_pass(source_lengths, rest, rng))
     table = np.array(rows, dtype=np.int64).reshape(-1, 4)
     return EpochUnits(*(np.ascontiguousarray(table[:, i]) for i in range(4)))
+
+
+def lane_schedule(batches_per_lane: Sequence[int], *, seed: int, epoch: int, worker: int, generation: int,
+                  shuffle: bool) -> np.ndarray:
+    """Which source each batch of one worker comes from (batching="per_stream").
+
+    Worker w of every rank follows the same schedule, so every global batch (one per rank at a step) comes from one
+    source. A permutation of the multiset (lane s repeated batches_per_lane[s] times) per (seed, epoch, worker,
+    generation); sources in order when not shuffled. `generation` counts the layouts an epoch went through: a job
+    that continues on another layout draws a new schedule for what remains.
+
+    Args:
+        batches_per_lane: batches of each source this worker yields.
+        seed, epoch: the dataset's.
+        worker: the worker's role index (0 .. num_workers - 1).
+        generation: see above.
+        shuffle: permute (else sources one after the other).
+
+    Returns:
+        An int64 array of source indices, one per batch.
+    """
+    lanes = np.repeat(np.arange(len(batches_per_lane), dtype=np.int64), np.asarray(batches_per_lane, dtype=np.int64))
+    if not shuffle:
+        return lanes
+    return rng_for(seed, epoch, PURPOSE_LANES, (generation << 32) + worker).permutation(lanes)
+
+
+def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], batches: int, rotation: int
+                       ) -> list[np.ndarray]:
+    """Batches of each source every worker role delivered once a rank consumed `batches` more batches.
+
+    A DataLoader takes batches from its workers cyclically (worker j plays role (j + rotation) % W) and skips a
+    worker that has run out; role w had already delivered done[w] batches of its schedule.
+
+    Args:
+        schedules: per worker role its whole schedule (`lane_schedule`).
+        done: per worker role, batches of its schedule delivered before.
+        batches: batches the rank consumed since.
+        rotation: the plan's worker rotation.
+
+    Returns:
+        Per worker role, an array of batch counts per source.
+    """
+    workers = len(schedules)
+    lanes = 1 + max((int(s.max()) for s in schedules if len(s)), default=0)
+    roles = [(j + rotation) % workers for j in range(workers)]
+    remaining = [len(schedules[r]) - done[r] for r in roles]
+    taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
+    return [np.bincount(schedules[r][done[r]: done[r] + taken[r]], minlength=lanes) for r in range(workers)]

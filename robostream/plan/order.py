@@ -7,6 +7,7 @@ import numpy as np
 PURPOSE_EPISODES = 1
 PURPOSE_POOL = 2
 PURPOSE_MIXTURE = 3  # a source's partial pass in a mixture
+PURPOSE_LANES = 4  # which source each batch comes from (batching="per_stream")
 
 
 def rng_for(seed: int, epoch: int, purpose: int, stream: int = 0) -> np.random.Generator:
@@ -14,8 +15,9 @@ def rng_for(seed: int, epoch: int, purpose: int, stream: int = 0) -> np.random.G
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, purpose, stream])))
 
 
-def epoch_episode_order(num_episodes: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The order episodes (by position) are laid out in this epoch: a permutation, or chronological."""
+def epoch_episode_order(num_episodes: int, seed: int, epoch: int, shuffle: bool, lane: int = 0) -> np.ndarray:
+    """The order episodes (by position) are laid out in this epoch: a permutation, or chronological (`lane`: one
+    independent order per source when sources are planned apart)."""
     if not shuffle:
         return np.arange(num_episodes)
-    return rng_for(seed, epoch, PURPOSE_EPISODES).permutation(num_episodes)
+    return rng_for(seed, epoch, PURPOSE_EPISODES, lane).permutation(num_episodes)

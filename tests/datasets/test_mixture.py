@@ -221,16 +221,18 @@ def _torchrun(spec, out, ranks, workers, batches, state_file):
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
 
 
-def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_under_torchrun(roots, tmp_path):
+@pytest.mark.parametrize("batching", ["random", "per_stream"])
+def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_under_torchrun(roots, tmp_path, batching):
     """2 ranks x 2 workers for a few steps, then 1 rank x 3 workers to the end: together exactly the samples of an
-    uninterrupted run (a source upsampled 1.5x: its repeats included), up to one padding sample per consumer."""
+    uninterrupted run (a source upsampled 1.5x: its repeats included), up to one padding sample per consumer (per
+    source with per_stream). per_stream: at every step both ranks' batches come from one and the same source."""
+    sources = [{"root": str(roots["a"]), "repeat": 1.5}, {"root": str(roots["b"]), "choose": 40},
+               {"root": str(roots["c"])}]
     spec = tmp_path / "mixture.json"
-    spec.write_text(json.dumps({"sources": [{"root": str(roots["a"]), "repeat": 1.5},
-                                            {"root": str(roots["b"]), "choose": 40},
-                                            {"root": str(roots["c"])}]}))
-    uninterrupted = StreamingLeRobotDataset(sources=[Source(root=roots["a"], repeat=1.5),
-                                                     Source(root=roots["b"], choose=40), Source(root=roots["c"])],
-                                            seed=7, pool_size=2, return_uint8=True)
+    spec.write_text(json.dumps({"sources": sources, "batching": batching}))
+    lanes = {"batching": "per_stream", "batch_size": 3} if batching == "per_stream" else {}
+    uninterrupted = StreamingLeRobotDataset(sources=[Source(**s) for s in sources], seed=7, pool_size=2,
+                                            return_uint8=True, **lanes)
     expected = collections.Counter(_key(s) for s in uninterrupted)
     head = _torchrun(spec, tmp_path / "head", 2, 2, batches=5, state_file="-")
     assert all(r["state"] == head[0]["state"] for r in head)
@@ -240,4 +242,42 @@ def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_under_torchrun(roots, tmp_p
     got = collections.Counter(tuple(i) for r in head + tail for i in r["ids"])
     assert not expected - got, "a sample was skipped"
     extra = got - expected
-    assert sum(extra.values()) <= 4 + 3, f"more than padding repeated: {extra}"
+    assert sum(extra.values()) <= (4 + 3) * (3 if batching == "per_stream" else 1), f"more than padding: {extra}"
+    if batching == "per_stream":
+        assert head[0]["batch_sources"] == head[1]["batch_sources"]  # one source per global batch
+        assert all(len(s) == 1 for r in head + tail for s in r["batch_sources"])
+        assert len({s[0] for r in head + tail for s in r["batch_sources"]}) == 3
+
+
+def test_per_stream_batches_hold_one_source_and_resume_exactly(roots):
+    sources = [Source(root=roots["a"], choose=50), Source(root=roots["b"]),
+               Source(root=roots["other"], repeat=2)]  # other differs in cameras and state size: allowed here
+
+    def loader(workers=2):
+        dataset = StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, seed=3,
+                                          return_uint8=True, delta_timestamps=WINDOWS)
+        return StreamingDataLoader(dataset, batch_size=8, num_workers=workers)
+
+    whole = list(loader())
+    assert [len(set(b["dataset_index"].tolist())) for b in whole] == [1] * len(whole)
+    by_source = collections.Counter(_key(s) for b in whole for s in _rows(b))
+    assert collections.Counter(d for d, _ in by_source.elements()) == {0: 50, 1: 84, 2: 54}
+    other = next(b for b in whole if int(b["dataset_index"][0]) == 2)
+    assert other["observation.state"].shape[1:] == (2, 4) and "observation.images.cam2" in other
+    assert sum(len(b["index"]) < 8 for b in whole) <= 3 * 2  # only a lane's last batch in a worker is short
+    first = loader()
+    head = [_key(s) for b in itertools.islice(first, 7) for s in _rows(b)]
+    state = json.loads(json.dumps(first.state_dict()))
+    second = loader()
+    second.load_state_dict(state)
+    assert head + [_key(s) for b in second for s in _rows(b)] == [_key(s) for b in whole for s in _rows(b)]
+    with pytest.raises(ValueError, match="plans batching=.per_stream. for batch_size=8"):
+        StreamingDataLoader(second.dataset, batch_size=4)
+    with pytest.raises(ValueError, match="features= applies to batching='random'"):
+        StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, features="union")
+    with pytest.raises(ValueError, match="needs batch_size="):
+        StreamingLeRobotDataset(sources=sources, batching="per_stream")
+
+
+def _rows(batch):
+    return [{"dataset_index": d, "index": i} for d, i in zip(batch["dataset_index"], batch["index"])]

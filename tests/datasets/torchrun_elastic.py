@@ -1,7 +1,8 @@
 """Run by tests/datasets/test_distributed.py under `torchrun --nproc_per_node N` (gloo, CPU): one part of an epoch.
 
 argv: root (or a .json file: a mixture, {"sources": [Source kwargs], "epoch_size": ...}), out folder, workers per
-rank, batches (-1: to the end of the epoch), resume state file or "-".
+rank, batches (-1: to the end of the epoch), resume state file or "-". A mixture spec may ask for
+"batching": "per_stream" (planned for the loader's batch size, 3).
 Every step does an all_reduce (it would hang if ranks had different batch counts). Each rank writes the samples it
 read (`index`; a mixture: [dataset_index, index]), its step count and the loader's state after its last batch.
 """
@@ -24,21 +25,25 @@ def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
     if root.endswith(".json"):
         spec = json.loads(Path(root).read_text())
         where = {"sources": [Source(**source) for source in spec["sources"]], "epoch_size": spec.get("epoch_size")}
+        if spec.get("batching") == "per_stream":
+            where.update(batching="per_stream", batch_size=3)
     else:
         where = {"root": root}
     dataset = StreamingLeRobotDataset(**where, seed=7, pool_size=2, uneven="pad", return_uint8=True)
     loader = StreamingDataLoader(dataset, batch_size=3, num_workers=int(workers))
     if state != "-":
         loader.load_state_dict(json.loads(Path(state).read_text()))
-    ids, steps = [], 0
+    ids, steps, batch_sources = [], 0, []
     for batch in itertools.islice(loader, None if int(batches) < 0 else int(batches)):
         ids += (batch["index"].tolist() if "dataset_index" not in batch else
                 list(zip(batch["dataset_index"].tolist(), batch["index"].tolist())))
+        if "dataset_index" in batch:
+            batch_sources.append(sorted(set(batch["dataset_index"].tolist())))
         step = torch.tensor([1])
         dist.all_reduce(step)
         assert int(step) == world
         steps += 1
-    Path(out, f"rank-{rank}.json").write_text(json.dumps({"ids": ids, "steps": steps,
+    Path(out, f"rank-{rank}.json").write_text(json.dumps({"ids": ids, "steps": steps, "batch_sources": batch_sources,
                                                           "state": loader.state_dict()}))
     dist.destroy_process_group()
 
