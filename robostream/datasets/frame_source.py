@@ -23,13 +23,15 @@ from robostream.datasets.sample import SampleAssembler, stack_window
 from robostream.format.data_rows import DataRowReader, EpisodeRows
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.schedule import piece_sample_order
+from robostream.storage.source import Storage
 
 
 class FrameSource:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
     def __init__(self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader,
-                 counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool, index: int = 0) -> None:
+                 counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool, index: int = 0,
+                 storages: Sequence[Storage] | None = None) -> None:
         """
         Args:
             meta: the dataset's metadata.
@@ -40,9 +42,12 @@ class FrameSource:
             decode_ahead: samples whose missing frames are decoded in one call.
             prefetch: fetch the rows and video bytes of upcoming pieces in background threads (remote data).
             index: the source this reads in a mixture (its pieces' readers carry it).
+            storages: where every source of the dataset reads its data (a list the sources of a mixture share,
+                so a worker's byte counters cover all of them); default: this source's.
         """
         self.meta = meta
         self.index = index
+        self.storages = storages if storages is not None else [meta.data_storage]
         self.assembler = assembler
         # Batches are assembled whole unless transforms must see each sample (then: samples + collate).
         self.batches = BatchAssembler(assembler) if assembler.image_transforms is None else None
@@ -102,11 +107,11 @@ class FrameSource:
         """Count the frames delivered to samples (and, for remote data, this process's bytes read)."""
         if self.meta.video_keys:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
-        storage = self.meta.data_storage
-        if not storage.is_local:
-            self.counters.set(worker, "bytes_read", storage.counter.bytes)
-            self.counters.set(worker, "read_wait_us", int(storage.blocks.wait_s * 1e6))
-            self.counters.set(worker, "block_bytes_peak", storage.blocks.peak_bytes)
+        remote = [storage for storage in self.storages if not storage.is_local]
+        if remote:
+            self.counters.set(worker, "bytes_read", sum(storage.counter.bytes for storage in remote))
+            self.counters.set(worker, "read_wait_us", int(sum(storage.blocks.wait_s for storage in remote) * 1e6))
+            self.counters.set(worker, "block_bytes_peak", sum(storage.blocks.peak_bytes for storage in remote))
 
     def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
                 ) -> dict[str, torch.Tensor]:

@@ -26,6 +26,7 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets
+from robostream.storage.source import Storage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +126,7 @@ class ReaderSettings:
     shuffle: bool
     counters: FrameCounters
     frame_pool: Any  # one ProcessLocal FramePool shared by every source's decoders
+    storages: list[Storage]  # every source's data storage, appended as sources open (byte counters cover all)
 
 
 def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_windows: bool) -> SourceReader:
@@ -139,6 +141,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
     meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.options or settings.options,
                         settings.video_backend, "StreamingLeRobotDataset")
     episodes = resolve_episodes(meta, spec.episodes)
+    settings.storages.append(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps
     source_key = {c: k for k, c in spec.feature_map.items()}
     deltas = {source_key.get(key, key): list(values) for key, values in common.items()}
@@ -151,6 +154,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
     stride = window_stride([offsets[k] for k in meta.video_keys if k in offsets]) if settings.shuffle else 1
     assembler = SampleAssembler(meta, offsets, settings.return_uint8, settings.image_transforms)
     frames = FrameSource(meta, assembler=assembler, cameras=cameras, counters=settings.counters, stride=stride,
-                         decode_ahead=settings.decode_ahead, prefetch=settings.prefetch, index=index)
+                         decode_ahead=settings.decode_ahead, prefetch=settings.prefetch, index=index,
+                         storages=settings.storages)
     return SourceReader(index, spec.label, meta, episodes, meta.episodes.lengths_of(episodes), cameras, frames,
                         dict(spec.feature_map), deltas)

@@ -222,7 +222,7 @@ class StreamingLeRobotDataset(IterableDataset):
                                   video_backend=video_backend, video_decode_device=video_decode_device,
                                   decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
                                   prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,
-                                  frame_pool=ProcessLocal(FramePool))
+                                  frame_pool=ProcessLocal(FramePool), storages=[])
         self.sources = [open_reader(i, spec, settings, lenient_windows=self.is_mixture)
                         for i, spec in enumerate(specs)]
         weights = [spec.weight for spec in specs]

@@ -181,3 +181,28 @@ def test_prefetch_failures_are_counted_and_the_sample_gets_the_error(av1_root, t
                 seen.append(int(sample["episode_index"]))
     assert 0 in seen and max(seen) < victim  # every sample before the broken piece was delivered
     assert dataset.frame_counts()["prefetch_errors"] >= 1
+
+
+def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_dataset, s3_dataset, av1_root):
+    """Each Source brings its own options (here an HTTP server, moto S3 and a local folder, with DataLoader
+    workers): the mixture's batches equal those of the same mixture read locally."""
+    from robostream import Source, StreamingDataLoader
+
+    url, options = s3_dataset
+    remote = [Source(root=http_dataset.url, episodes=[0, 1, 2], options=FAST),
+              Source(root=url, episodes=[3, 4], repeat=2,
+                     options=SourceOptions(storage_options=options, retry=FAST_RETRY)),
+              Source(root=av1_root, episodes=[5, 6], choose=20)]
+    local = [Source(root=av1_root, episodes=[0, 1, 2]), Source(root=av1_root, episodes=[3, 4], repeat=2),
+             Source(root=av1_root, episodes=[5, 6], choose=20)]
+
+    def batches(sources):
+        dataset = StreamingLeRobotDataset(sources=sources, seed=2, return_uint8=True)
+        return list(StreamingDataLoader(dataset, batch_size=8, num_workers=2))
+
+    got, want = batches(remote), batches(local)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in b:
+            assert torch.equal(a[key], b[key]) if isinstance(b[key], torch.Tensor) else a[key] == b[key], key
