@@ -48,6 +48,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
             help="a mixture instead of ROOT: a JSON list of robostream.Source arguments (root, episodes, "
                  "proportion/repeat/choose, feature_map, ...), or @FILE holding one; streaming loader only")
     _option(parser, "epoch_size", type=int, default=None, help="samples per epoch of a mixture weighted by proportion")
+    _option(parser, "batching", choices=["random", "per_stream"], default="random",
+            help="a mixture's batches: sources mixed in each (random) or one source per global batch (per_stream)")
     _option(parser, "mode", nargs="+", choices=MODES, default=None,
             help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)")
     _option(parser, "delta_timestamps", default=None, help="custom windows as JSON (replaces --mode)")
@@ -86,8 +88,8 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
             raise BenchError("a mixture (--sources) runs with --loader stream only, without peers")
     elif root is None and args.repo_id is None:
         raise BenchError("robostream bench needs a dataset: ROOT / --root PATH_OR_URL, or --repo_id")
-    elif args.epoch_size is not None:
-        raise BenchError("--epoch_size applies to a mixture (--sources)")
+    elif args.epoch_size is not None or args.batching != "random":
+        raise BenchError("--epoch_size and --batching apply to a mixture (--sources)")
     deltas = json.loads(args.delta_timestamps) if args.delta_timestamps else None
     if deltas is not None and args.mode:
         raise BenchError("give either --mode or --delta_timestamps, not both")
@@ -102,7 +104,8 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
                   warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,
                   video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,
                   video_decode_device=args.video_decode_device, device=args.device, split_samples=args.split_samples,
-                  peer_python=args.peer_python, sources=sources, epoch_size=args.epoch_size)
+                  peer_python=args.peer_python, sources=sources, epoch_size=args.epoch_size,
+                  batching=args.batching)
     loaders = args.loader or (["stream"] if sources else ["stream", "map"])
     if args.warmup_batches < 1:
         raise BenchError("--warmup_batches must be >= 1: the first batch is start-up latency, never throughput")

@@ -4,7 +4,7 @@ torch DataLoader, set up as a training job would set them up.
 `build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
 data_files_root, episodes, storage_options, cache_dir, cache_limit, read_buffer, delta_timestamps, batch_size,
 num_workers, prefetch_factor, seed, pool_size, video_backend, video_decode_device, video_decoder_cache_size,
-pin_memory; a mixture: sources (robostream.Source arguments) and epoch_size instead of root/repo_id.
+pin_memory; a mixture: sources (robostream.Source arguments), epoch_size and batching instead of root/repo_id.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
             raise ValueError(f"a mixture runs with the streaming loader only, not {params['loader']!r}")
         for key in ("root", "revision", "episodes"):
             common.pop(key)
+        lanes = ({"batching": "per_stream", "batch_size": int(params["batch_size"])}
+                 if params.get("batching") == "per_stream" else {})
         return StreamingLeRobotDataset(sources=[Source(**s) for s in params["sources"]],
-                                       epoch_size=params.get("epoch_size"), **common,
+                                       epoch_size=params.get("epoch_size"), **lanes, **common,
                                        seed=params.get("seed", 0), pool_size=params.get("pool_size", 8))
     if params["loader"] == "stream":
         return StreamingLeRobotDataset(params.get("repo_id"), **common, seed=params.get("seed", 0),

@@ -65,11 +65,13 @@ class RunConfig:
     peer_python: str | None = None
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
+    batching: str = "random"  # of a mixture: "random" or "per_stream"
 
     def name(self, rank: int | None = None) -> str:
         """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job; a
         mixture of 3 sources: `local_mix3_stream_...`)."""
         mix = f"_mix{len(self.sources)}" if self.sources else ""
+        mix += "_perstream" if self.batching == "per_stream" else ""
         stem = (f"{self.source}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
                 f"{self.video_decode_device.split(':')[0]}")
         return stem if rank is None else f"{stem}_rank{rank}"
@@ -161,7 +163,7 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
               "prefetch_factor": config.prefetch_factor, "seed": config.seed, "pool_size": config.pool_size,
               "video_backend": config.video_backend, "video_decoder_cache_size": config.video_decoder_cache_size,
               "video_decode_device": local_device(config.video_decode_device),
-              "sources": config.sources, "epoch_size": config.epoch_size,
+              "sources": config.sources, "epoch_size": config.epoch_size, "batching": config.batching,
               # pinned host memory only helps a CPU-decoded batch on its way to a GPU
               "pin_memory": config.device.startswith("cuda") and config.video_decode_device == "cpu"}
     return {"factory": factory, "params": params, "num_batches": config.num_batches,
@@ -247,8 +249,12 @@ def run_config(config: RunConfig, meta: DatasetMetadata, launch: Launch,
         deltas = resolve_deltas(config, meta)
         trace = run_probe(config, deltas)
         summary = summarize(trace, config.warmup_batches)
-        metas = source_metadata(config) if config.sources else [meta]
-        lengths = [int(n) for source in metas for n in source.episodes.length]
+        if config.sources:  # the episodes every source selects
+            lengths = [int(n) for where, source in zip(config.sources, source_metadata(config))
+                       for n in (source.episodes.lengths_of(where["episodes"]) if where.get("episodes") is not None
+                                 else source.episodes.length)]
+        else:
+            lengths = [int(n) for n in meta.episodes.length]
         summary["uniform_randomness_frac"] = uniform_randomness(lengths, config.batch_size, seed=config.seed)
     except (RobostreamError, ValueError) as exc:
         # Every rank still joins the gather, so the others learn of the failure instead of waiting for this rank.
