@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.format.metadata import load_metadata
 from tests.conftest import dataset_indices
+from tests.datasets.elastic_parts import torchrun_part
 
 SCRIPT = Path(__file__).with_name("torchrun_epoch.py")
 
@@ -76,30 +77,17 @@ def test_env_rank_and_world_size_are_honoured(av1_root, monkeypatch):
     assert len(counts[0]) == len(counts[1]) and not set(counts[0]) & set(counts[1])
 
 
-ELASTIC = Path(__file__).with_name("torchrun_elastic.py")
-
-
-def _torchrun_part(root, out, ranks, workers, batches, state_file):
-    out.mkdir(parents=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
-           str(ELASTIC), str(root), str(out), str(workers), str(batches), str(state_file)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
-
-
 @pytest.mark.parametrize("before,after", [((2, 2), (3, 1)), ((2, 2), (5, 1)), ((2, 6), (7, 1))],
                          ids=["4to3", "4to5", "12to7"])
 def test_elastic_resume_on_any_layout_under_torchrun(av1_root, tmp_path, before, after):
     """(ranks, workers) before -> after, each part a real torchrun job: the new layout (whose consumer count need
     not divide the canonical count) continues the epoch with no sample skipped or read twice, every rank taking
     the same number of steps (padding repeats at most one sample per consumer)."""
-    head = _torchrun_part(av1_root, tmp_path / "head", *before, batches=4, state_file="-")
+    head = torchrun_part(av1_root, tmp_path / "head", *before, batches=4, state_file="-")
     assert all(r["state"] == head[0]["state"] for r in head)  # any rank's state describes the whole job
     state = tmp_path / "state.json"
     state.write_text(json.dumps(head[0]["state"]))
-    tail = _torchrun_part(av1_root, tmp_path / "tail", *after, batches=-1, state_file=state)
+    tail = torchrun_part(av1_root, tmp_path / "tail", *after, batches=-1, state_file=state)
     assert len({r["steps"] for r in tail}) == 1, "ranks took different numbers of steps"
     done = [i for r in head for i in r["ids"]]
     rest = [i for r in tail for i in r["ids"]]

@@ -6,9 +6,6 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,7 @@ from torch.utils.data import default_collate
 
 from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.synth import SynthConfig, episode_lengths, generate
+from tests.datasets.elastic_parts import torchrun_part
 
 SMALL = dict(height=64, width=64, codec="h264", gop=10, data_file_mb=0.01, video_file_mb=0.04)
 # Three datasets of different sizes, episode lengths, frame rates and tasks (task strings follow the episode),
@@ -208,21 +206,8 @@ def test_exact_resume_and_a_changed_mixture_refused(roots):
         StreamingLeRobotDataset(root=roots["a"]).load_state_dict(state)
 
 
-ELASTIC = Path(__file__).with_name("torchrun_elastic.py")
-
-
-def _torchrun(spec, out, ranks, workers, batches, state_file):
-    out.mkdir(parents=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
-           str(ELASTIC), str(spec), str(out), str(workers), str(batches), str(state_file)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
-
-
 @pytest.mark.parametrize("batching", ["random", "per_stream"])
-def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_under_torchrun(roots, tmp_path, batching):
+def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part(roots, tmp_path, batching):
     """2 ranks x 2 workers for a few steps, then 1 rank x 3 workers to the end: together exactly the samples of an
     uninterrupted run (a source upsampled 1.5x: its repeats included), up to one padding sample per consumer (per
     source with per_stream). per_stream: at every step both ranks' batches come from one and the same source."""
@@ -234,11 +219,11 @@ def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_under_torchrun(roots, tmp_p
     uninterrupted = StreamingLeRobotDataset(sources=[Source(**s) for s in sources], seed=7, pool_size=2,
                                             return_uint8=True, **lanes)
     expected = collections.Counter(_key(s) for s in uninterrupted)
-    head = _torchrun(spec, tmp_path / "head", 2, 2, batches=5, state_file="-")
+    head = torchrun_part(spec, tmp_path / "head", 2, 2, batches=5, state_file="-")
     assert all(r["state"] == head[0]["state"] for r in head)
     state = tmp_path / "state.json"
     state.write_text(json.dumps(head[0]["state"]))
-    tail = _torchrun(spec, tmp_path / "tail", 1, 3, batches=-1, state_file=state)
+    tail = torchrun_part(spec, tmp_path / "tail", 1, 3, batches=-1, state_file=state)
     got = collections.Counter(tuple(i) for r in head + tail for i in r["ids"])
     assert not expected - got, "a sample was skipped"
     extra = got - expected
