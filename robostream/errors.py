@@ -47,3 +47,7 @@ class ChecksumMismatchError(IntegrityError):
 
 class FileChangedError(IntegrityError):
     """A remote file changed (size or ETag) between two reads of one epoch."""
+
+
+class IncompatibleVersionsError(RobostreamError, ImportError):
+    """Installed packages that do not go together (a torchcodec built for another torch)."""

@@ -13,6 +13,7 @@ the host publishes.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import posixpath
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 import fsspec
 import fsspec.asyn
 
-from robostream.errors import ChecksumMismatchError, MissingFileError
+from robostream.errors import ChecksumMismatchError, MissingFileError, RobostreamError
 from robostream.process_local import ProcessLocal
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
@@ -64,6 +65,14 @@ def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
         return {"config_kwargs": {"connect_timeout": policy.timeout_s, "read_timeout": policy.timeout_s,
                                   "retries": {"total_max_attempts": 1, "mode": "standard"}}}
     return {}
+
+
+def _require_s3fs(root: str) -> None:
+    try:
+        importlib.import_module("s3fs")
+    except ImportError as exc:
+        raise RobostreamError(f"{root}: reading s3:// needs s3fs, an optional dependency: "
+                              "pip install 'robostream[s3]'") from exc
 
 
 def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +177,8 @@ class Storage:
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         self.protocol = protocol
         self.is_local = protocol in ("file", "local")
+        if protocol in ("s3", "s3a"):
+            _require_s3fs(root)
         self._headers = dict((storage_options or {}).get("headers") or {})
         if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
             root = pin_hub_root(root, dict(storage_options or {}), self.retry)

@@ -18,7 +18,8 @@ from typing import BinaryIO, Protocol
 import numpy as np
 import torch
 
-from robostream.errors import MissingFileError, VideoDecodeError
+from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
+from robostream.video.versions import mismatch
 
 BACKENDS = ("torchcodec", "pyav")
 
@@ -45,12 +46,30 @@ class VideoDecoder(Protocol):
 
 @functools.cache
 def torchcodec_available() -> bool:
-    """True when torchcodec imports and finds FFmpeg libraries it can load."""
+    """True when torchcodec imports and finds FFmpeg libraries it can load (else robostream decodes with PyAV).
+
+    Raises:
+        IncompatibleVersionsError: torchcodec is installed for another torch release than this one (its loader's
+            error is an undefined symbol; this says which versions go together instead).
+    """
     try:
         import torchcodec.decoders  # noqa: F401
-    except (ImportError, OSError, RuntimeError):
+    except (ImportError, OSError, RuntimeError) as exc:
+        problem = _version_mismatch()
+        if problem is not None:
+            raise IncompatibleVersionsError(problem) from exc
         return False
     return True
+
+
+def _version_mismatch() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("torchcodec")
+    except PackageNotFoundError:
+        return None
+    return mismatch(torch.__version__, installed)
 
 
 def count_jumps(previous: int | None, indices: Sequence[int]) -> int:

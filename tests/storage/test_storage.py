@@ -69,3 +69,15 @@ def test_data_files_root_reads_files_from_elsewhere(memory_copy, av1_root):
 def test_relative_local_roots_work(av1_root, monkeypatch):
     monkeypatch.chdir(av1_root.parent)
     assert len(LeRobotDataset(root=av1_root.name)) == len(LeRobotDataset(root=av1_root))
+
+
+def test_s3_without_the_optional_s3fs_says_which_extra_to_install(monkeypatch):
+    """s3fs is the extra `robostream[s3]` (it pins fsspec exactly): without it, s3:// fails clearly at once."""
+    import sys
+
+    from robostream.errors import RobostreamError
+    from robostream.storage.source import Storage
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # what an environment without s3fs gives: ImportError
+    with pytest.raises(RobostreamError, match=r"s3://bucket/ds: reading s3:// needs s3fs.*robostream\[s3\]"):
+        Storage("s3://bucket/ds")
