@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the whole test suite.
+# Set up (if needed) and run the whole test suite on both supported torch/torchcodec pairs:
+#   1. .venv (our pins: torch 2.13 + torchcodec 0.13), with the lerobot parity tests run against .venv-lerobot;
+#   2. .venv-lerobot (lerobot 0.6.1's pair: torch 2.11 + torchcodec 0.11, robostream installed into it), the
+#      same suite minus the parity tests that step 1 already ran against that interpreter.
+# Arguments go to pytest in both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest "$@"
+bash scripts/setup_lerobot.sh
+export ROBOSTREAM_LEROBOT_PYTHON="$PWD/.venv-lerobot/bin/python"
+echo "test: our pair (.venv), lerobot parity against $ROBOSTREAM_LEROBOT_PYTHON"
+.venv/bin/python -m pytest "$@"
+echo "test: lerobot 0.6.1's pair (.venv-lerobot)"
+exec .venv-lerobot/bin/python -m pytest "$@" --ignore=tests/compat --deselect tests/bench/test_lerobot_peer.py \
+  --deselect tests/examples/test_train_lerobot_policy.py

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -111,7 +112,7 @@ def test_h264_with_b_frames_converts_verifies_and_reads_every_frame(backend: str
     assert verify(tmp_path / "out")["problems"] == []
     table = pq.read_table(tmp_path / "out/meta/episodes/chunk-000/file-000.parquet").to_pydict()
     starts = [t for c in (0, 1) for t in table[f"videos/observation.images.cam{c}/from_timestamp"]]
-    assert any(abs(t * 15 - round(t * 15)) > 1e-3 for t in starts)  # off the grid: the case under test
+    off_grid = any(abs(t * 15 - round(t * 15)) > 1e-3 for t in starts)  # the case under test
     dataset = LeRobotDataset(root=tmp_path / "out", return_uint8=True, video_backend=backend)
     offsets = np.cumsum([0] + table["length"])
     for episode, length in enumerate(table["length"]):
@@ -119,6 +120,9 @@ def test_h264_with_b_frames_converts_verifies_and_reads_every_frame(backend: str
             sample = dataset[int(offsets[episode] + frame)]
             for camera in (0, 1):
                 assert read_marker(sample[f"observation.images.cam{camera}"].numpy()) == (episode, frame, camera)
+    if not off_grid:  # older PyAV/x264 (e.g. lerobot 0.6.1's PyAV 15) writes these episodes on the grid
+        pytest.skip(f"PyAV {av.__version__}'s H.264 episodes stay on the k/fps grid: every frame was read right, "
+                    "but the off-grid case this test is for could not be built here")
 
 
 def test_image_dataset_without_videos(tmp_path: Path):

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The lerobot environment the parity tests run in: .venv-lerobot, Python 3.12, lerobot 0.6.1 with the torch and
+# torchcodec pair it resolves (torch 2.11 + torchcodec 0.11), and robostream installed into it the way a lerobot user
+# would, constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LEROBOT_VERSION=0.6.1
+VENV=.venv-lerobot
+
+find_python312() {
+  if command -v python3.12 >/dev/null 2>&1 && python3.12 -c "" 2>/dev/null; then
+    command -v python3.12
+    return
+  fi
+  # pyenv installs a 3.12 that its shims only expose when selected: look for it directly.
+  local candidate
+  for candidate in "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+    if [ -x "$candidate" ]; then
+      echo "$candidate"
+      return
+    fi
+  done
+  echo "setup_lerobot: no Python 3.12 found (lerobot $LEROBOT_VERSION needs it): install it, e.g. pyenv install 3.12" >&2
+  exit 1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$(find_python312)" -m venv "$VENV"
+fi
+stamp="$VENV/.robostream-installed"
+want=$(cat pyproject.toml scripts/setup_lerobot.sh | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  pins="$VENV/lerobot-pins.txt"
+  if [ ! -f "$pins" ]; then
+    echo "setup_lerobot: installing lerobot[dataset]==$LEROBOT_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q "lerobot[dataset]==$LEROBOT_VERSION" psutil
+    "$VENV/bin/python" -m pip freeze --exclude-editable > "$pins.tmp"
+    mv "$pins.tmp" "$pins"
+  fi
+  # Constraints: lerobot's packages that matter to it stay exactly as lerobot resolved them (torch/torchcodec pair
+  # first); s3fs at the release of its fsspec (each s3fs pins one fsspec); the AWS test stack at the versions our
+  # own .venv resolved, so pip has nothing to search (unpinned, it backtracks through botocore releases for long).
+  kept='torch|torchvision|torchcodec|lerobot|datasets|fsspec|huggingface-hub|numpy|av|opencv-python-headless|pyarrow|pandas|pillow'
+  fsspec=$(grep -iE '^fsspec==' "$pins" | sed -E 's/^[^=]*==//')
+  constraints="$VENV/constraints.txt"
+  {
+    awk -F'==' -v kept="^($kept)\$" '{name=tolower($1); gsub("_", "-", name); if (name ~ kept) print}' "$pins"
+    echo "s3fs==$fsspec"
+    .venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(boto3|botocore|aiobotocore|s3transfer|moto)=='
+  } > "$constraints"
+  "$VENV/bin/python" -m pip install -q -c "$constraints" -e ".[test,s3]"
+  echo "$want" > "$stamp"
+fi
+"$VENV/bin/python" -c "import lerobot, torch, torchcodec; print('setup_lerobot: lerobot', lerobot.__version__, '| torch', torch.__version__, '| torchcodec', torchcodec.__version__)"
