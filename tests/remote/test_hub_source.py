@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import huggingface_hub
 import pytest
 import torch
 
@@ -51,7 +52,10 @@ def test_hf_root_stream_equals_local(hub, av1_root, revision):
     assert remote.meta.storage.counter.bytes > 0
     assert any(status == 206 for _, path, status, _ in log if path.startswith("/cdn/")), "no ranged reads"
     assert any(status == 302 for _, _, status, _ in _resolve_requests(hub)), "LFS redirects not followed"
-    assert any("/tree/" in path and "cursor=" in path for _, path, _, _ in log), "tree pagination not exercised"
+    listings = [path for _, path, _, _ in log if "/tree/" in path]
+    assert listings, "the tree listing was not used"
+    if int(huggingface_hub.__version__.split(".")[0]) >= 2:  # 2.x pages tree listings (1.x, lerobot's, does not)
+        assert any("cursor=" in path for path in listings), "tree pagination not exercised"
     assert all(status < 400 for _, _, status, _ in _resolve_requests(hub))
 
 
@@ -110,7 +114,7 @@ def test_hf_stream_through_dataloader_worker_processes(hub, av1_root):
 def test_emulator_endpoints_used_by_huggingface_hub(hub, av1_root):
     """The endpoints the dataset flow above does not reach: paths-info (HfFileSystem.info with refresh), HEAD and
     suffix ranges on resolve, and typed 404s."""
-    import httpx2
+    import requests
     from huggingface_hub import HfApi, HfFileSystem
     from huggingface_hub.errors import EntryNotFoundError
 
@@ -128,10 +132,10 @@ def test_emulator_endpoints_used_by_huggingface_hub(hub, av1_root):
     video = next(p for p in sorted(av1_root.rglob("*.mp4")))
     rel = video.relative_to(av1_root).as_posix()
     url = fs.url(f"datasets/{REPO}@main/{rel}")
-    head = httpx2.head(url)
+    head = requests.head(url)  # not followed: the 302 itself
     assert head.status_code == 302 and int(head.headers["X-Linked-Size"]) == video.stat().st_size
     assert head.headers["X-Repo-Commit"] == hub.sha
-    tail = httpx2.get(url, headers={"Range": "bytes=-100"}, follow_redirects=True)
+    tail = requests.get(url, headers={"Range": "bytes=-100"})
     assert tail.status_code == 206 and tail.content == video.read_bytes()[-100:]
-    past = httpx2.get(url, headers={"Range": f"bytes={video.stat().st_size}-"}, follow_redirects=True)
+    past = requests.get(url, headers={"Range": f"bytes={video.stat().st_size}-"})
     assert past.status_code == 416
