@@ -205,3 +205,14 @@ def test_lerobot_written_dataset_has_several_files_per_camera(lerobot_written: d
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_same_interpreter_same_samples(lerobot_python: str, hf_home: Path, robostream_written: dict) -> None:
+    """In lerobot's own interpreter (its torch and torchcodec) with robostream importable, both packages'
+    LeRobotDataset give identical samples at every position, windows included."""
+    repo = str(HERE.parents[1])
+    out = run(lerobot_python, hf_home, [str(HERE / "same_interpreter.py"), str(robostream_written["root"]),
+                                        "--delta-json", json.dumps(SYNTH_DELTA), "--hf-home", str(hf_home)],
+              PYTHONPATH=f"{HERE}:{repo}")
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["positions"] > 100 and summary["mismatches"] == [], summary
