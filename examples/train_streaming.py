@@ -13,6 +13,9 @@ mid-epoch resume (the same samples, in the same order, as a run that was never i
     accelerate launch ... examples/train_streaming.py --root out/sample --output_dir runs/a --resume
     # throughput of the data path alone (no model; plain `python` runs one process):
     python examples/train_streaming.py --root out/sample --dummy --steps 200
+
+SIGUSR1 to any rank asks for a clean stop: every rank finishes its current step, a checkpoint is saved and the run
+exits with status 0 (examples/slurm/train.sbatch sends it before a time limit or preemption, then requeues the job).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from robostream import StreamingDataLoader, StreamingLeRobotDataset
 
 STATE_FILE = "trainer_state.json"  # written last into a checkpoint; the rename that follows commits it
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+STOP_SIGNAL = signal.SIGUSR1  # "checkpoint and exit": SLURM's --signal warning, forwarded by examples/slurm/
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -186,6 +190,37 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, loader: Streamin
     return Progress(state["step"], state["epoch"])
 
 
+# -- stopping on a signal -----------------------------------------------------------------------------------------
+class StopRequest:
+    """Remembers that STOP_SIGNAL arrived; the loop acts on it between steps (a handler must not touch torch)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        # Installed before the loader starts workers: forked ones inherit this handler instead of the default
+        # action (exit), and SLURM signals every process of a job step, loader workers included.
+        signal.signal(STOP_SIGNAL, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received = True
+        # One request is enough. Repeats are common (SLURM signals every process of the step, and the launcher
+        # forwards the signal too) and could land during interpreter shutdown, when Python has put back the
+        # default action (exit) for handled signals but leaves ignored ones ignored.
+        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+
+
+def ignore_stop_signal(worker_id: int) -> None:
+    """Loader workers ignore STOP_SIGNAL: a spawned or forkserver worker would otherwise die of it."""
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+
+
+def stop_agreed(accelerator: Accelerator, stop: StopRequest) -> bool:
+    """True on every rank once any rank got STOP_SIGNAL, so all stop after the same step (one all-reduce of a
+    scalar per step): the checkpoint that follows is collective."""
+    if stop.received:
+        accelerator.set_trigger()
+    return accelerator.check_trigger()
+
+
 # -- the loop -----------------------------------------------------------------------------------------------------
 @dataclass
 class Meter:
@@ -254,7 +289,7 @@ def make_data(args: argparse.Namespace, accelerator: Accelerator
     # (rank/world from torch.distributed), and prepare would shard or wrap it again (dropping or repeating
     # samples) and hide the StreamingDataLoader whose state_dict() the checkpoints need.
     loader = StreamingDataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
-                                 pin_memory=accelerator.device.type == "cuda")
+                                 pin_memory=accelerator.device.type == "cuda", worker_init_fn=ignore_stop_signal)
     return dataset, loader
 
 
@@ -291,6 +326,7 @@ def summarise(accelerator: Accelerator, dataset: StreamingLeRobotDataset, meter:
 
 
 def main(args: argparse.Namespace) -> None:
+    stop = StopRequest()
     accelerator = Accelerator()
     set_seed(args.seed)  # the same initial weights on every rank
     dataset, loader = make_data(args, accelerator)
@@ -322,12 +358,16 @@ def main(args: argparse.Namespace) -> None:
             kill = progress.step == args.debug_kill_at_step
             accelerator.print(f"saved {save_checkpoint(accelerator, output_dir, progress, loader, kill)}")
             saved_step = progress.step
-    if policy is not None and saved_step != progress.step:  # --epochs ended the run between checkpoints
+        if stop_agreed(accelerator, stop):
+            accelerator.print(f"stopping after step {progress.step} on {STOP_SIGNAL.name}")
+            break
+    if policy is not None and saved_step != progress.step:  # a stop signal or --epochs ended it between checkpoints
         accelerator.print(f"saved {save_checkpoint(accelerator, output_dir, progress, loader)}")
     if record:
         record.close()
     summarise(accelerator, dataset, meter, frames_per_sample)
     accelerator.end_training()
+    signal.signal(STOP_SIGNAL, signal.SIG_IGN)  # the run is over: a late request must not kill it at shutdown
 
 
 if __name__ == "__main__":

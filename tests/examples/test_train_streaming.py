@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytest.importorskip("accelerate", reason="the training example needs `accelerate` (pip install robostream[train])")
@@ -141,3 +144,50 @@ def test_dummy_run_reports_throughput(av1_root, tmp_path):
     assert done and "samples/s" in done[0] and "frames/s" in done[0] and "data-wait fraction" in done[0], proc.stdout
     assert "160 samples per rank" in done[0]
     assert not (tmp_path / "unused").exists(), "a --dummy run writes no checkpoint"
+
+
+def wait_for(condition, what: str, proc: subprocess.Popen, timeout_s: float = LAUNCH_TIMEOUT_S):
+    """Poll `condition()` until it returns something truthy; fail if `proc` ends first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the run ended (rc {proc.returncode}) before {what}: {(out + err)[-3000:]}")
+        time.sleep(0.05)  # polling interval, not a timing assumption
+    proc.kill()
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_sigusr1_to_one_rank_stops_every_rank_after_the_same_step_with_a_checkpoint(av1_root, tmp_path):
+    """SIGUSR1 reaches only rank 1 (as when a signal races a multi-node job); both ranks must stop after the same
+    step, write one checkpoint of it between the periodic ones, and exit 0."""
+    out, record = tmp_path / "out", tmp_path / "s.jsonl"
+    args = ["--root", str(av1_root), *COMMON, "--steps", "100000", "--save_every", "100000", "--output_dir", str(out),
+            "--record_samples", str(record)]  # later flags win: no periodic checkpoint, no natural end
+    cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
+           "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", "0", str(SCRIPT), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(offline_env(tmp_path), ACCELERATE_USE_CPU="true"))
+    try:
+        # Both ranks are past startup (handler installed) once each has recorded a step.
+        wait_for(lambda: len(read_records(record)) == 2 and all(read_records(record).values()),
+                 "both ranks recorded a step", proc)
+        # the launcher's own children are the ranks (their loader workers inherit RANK too)
+        rank1 = [p for p in psutil.Process(proc.pid).children() if p.environ().get("RANK") == "1"]
+        assert len(rank1) == 1, f"expected one rank-1 process, found {rank1}"
+        rank1[0].send_signal(signal.SIGUSR1)
+        stdout, stderr = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-4000:]
+    records = read_records(record)
+    last = {rank: lines[-1]["step"] for rank, lines in records.items()}
+    assert last[0] == last[1], f"the ranks stopped after different steps: {last}"
+    step = last[0]
+    assert f"stopping after step {step} on SIGUSR1" in stdout, stdout[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == [f"checkpoint-{step}"]
+    state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    assert (state["step"], state["world_size"]) == (step, 2)
