@@ -144,17 +144,15 @@ class MixtureSchema:
     @staticmethod
     def _fill(meta: DatasetMetadata, key: str, spec: KeySpec, return_uint8: bool) -> Fill:
         """The fill of common key `key` (named `key` in `meta`, a source that has it)."""
-        window = () if spec.window is None else (spec.window,)
-        pad = () if spec.window is None else (spec.window,)
+        window = () if spec.window is None else (spec.window,)  # also the shape of its `_is_pad`
         if spec.kind == "camera":
             height, width, channels = spec.shape
-            shape = (channels, height, width) if spec.window is None else (spec.window, channels, height, width)
-            return Fill(shape, torch.uint8 if return_uint8 else torch.float32, pad)
+            return Fill((*window, channels, height, width), torch.uint8 if return_uint8 else torch.float32, window)
         if spec.kind == "string":
-            return Fill((), None, pad)
+            return Fill((), None, window)
         # info.json writes scalars as [1] but samples hold them 0-d: the Arrow type of one data file tells.
         shape, dtype = _column_shape(meta, key, spec.shape)
-        return Fill((*window, *shape), dtype, pad)
+        return Fill((*window, *shape), dtype, window)
 
     def finish(self, sample: Mapping[str, Any], source: int, rename: Mapping[str, str]) -> dict[str, Any]:
         """One source's sample under the common names, filled and in order, with `dataset_index`."""

@@ -19,11 +19,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.examples import processes
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "examples" / "slurm" / "train.sbatch"
@@ -180,19 +181,8 @@ def end_session(proc: subprocess.Popen) -> None:
             pass
 
 
-def wait_for(condition, what: str, proc: subprocess.Popen, timeout_s: float = RUN_TIMEOUT_S):
-    """Poll `condition()` until it returns something truthy; fail if `proc` ends first or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the job ended (rc {proc.returncode}) before {what}:\n{out[-3000:]}\n{err[-3000:]}")
-        time.sleep(0.05)  # polling interval, not a timing assumption
-    end_session(proc)
-    out, err = proc.communicate()
-    pytest.fail(f"timed out waiting for {what}:\n{out[-3000:]}\n{err[-3000:]}")
+def wait_for(condition, what: str, proc: subprocess.Popen):
+    return processes.wait_for(condition, what, proc, RUN_TIMEOUT_S, stop=end_session)
 
 
 def srun_calls(log: Path) -> list[list[str]]:

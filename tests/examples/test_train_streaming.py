@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -24,6 +23,7 @@ pytest.importorskip("accelerate", reason="the training example needs `accelerate
 from safetensors.torch import load_file  # noqa: E402  (accelerate depends on safetensors)
 
 from robostream.format.metadata import load_metadata  # noqa: E402
+from tests.examples import processes  # noqa: E402
 
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "examples" / "train_streaming.py"
@@ -146,18 +146,8 @@ def test_dummy_run_reports_throughput(av1_root, tmp_path):
     assert not (tmp_path / "unused").exists(), "a --dummy run writes no checkpoint"
 
 
-def wait_for(condition, what: str, proc: subprocess.Popen, timeout_s: float = LAUNCH_TIMEOUT_S):
-    """Poll `condition()` until it returns something truthy; fail if `proc` ends first or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the run ended (rc {proc.returncode}) before {what}: {(out + err)[-3000:]}")
-        time.sleep(0.05)  # polling interval, not a timing assumption
-    proc.kill()
-    pytest.fail(f"timed out waiting for {what}")
+def wait_for(condition, what: str, proc: subprocess.Popen):
+    return processes.wait_for(condition, what, proc, LAUNCH_TIMEOUT_S)
 
 
 def test_sigusr1_to_one_rank_stops_every_rank_after_the_same_step_with_a_checkpoint(av1_root, tmp_path):
