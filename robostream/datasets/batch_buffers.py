@@ -79,7 +79,9 @@ class BatchBuffers:
             return {k: torch.empty(shape, dtype=dtype) for k, (shape, dtype) in specs.items()}, None
         worker = info.id % MAX_WORKERS
         free = self._free.numpy()[worker]
-        open_slots = np.flatnonzero(free)
+        # One read of the row: the main process marks slots free at any moment (never busy: only this worker does),
+        # and numpy's nonzero fails if the row changes between its count and its fill.
+        open_slots = np.flatnonzero(free.copy())
         layout, size = _layout(specs)
         if len(open_slots):
             slot = int(open_slots[0])

@@ -1,6 +1,8 @@
 """Reused shared-memory batch buffers: the same batches as torch's collate, and never a batch overwritten while the
 training loop still holds it or a view of it (real DataLoader worker processes)."""
 
+import multiprocessing
+
 import torch
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
@@ -74,3 +76,45 @@ def test_a_view_keeps_its_slot_busy(av1_root):
 def test_in_process_loading_uses_torch_collate(av1_root):
     loader = _loader(av1_root, True, workers=0)
     assert loader.batch_buffers is None and next(iter(loader))[CAMERA].shape == (4, 2, 3, 64, 64)
+
+
+class _AllocatingDataset(torch.utils.data.IterableDataset):
+    """A worker that allocates (and itself frees) slot after slot, yielding the slots it got."""
+
+    def __init__(self, buffers: BatchBuffers, allocations: int) -> None:
+        self.buffers, self.allocations = buffers, allocations
+
+    def __iter__(self):
+        slots = []
+        for _ in range(self.allocations):
+            _, marker = self.buffers.allocate({"x": ((2,), torch.uint8)})
+            slots.append(None if marker is None else marker[1])
+            if marker is not None:
+                self.buffers._free.numpy()[marker[0], marker[1]] = 1
+        yield slots
+
+
+def _release_forever(free: torch.Tensor, stop) -> None:
+    # What the main process's finalizers do, as fast as possible: mark slots 1.. of worker 0 free (and busy again, so
+    # the flag keeps changing; the worker never gets those slots as long as slot 0 is free).
+    row = free.numpy()[0]
+    while not stop.is_set():
+        row[1:] = 1
+        row[1:] = 0
+
+
+def test_allocate_while_the_main_process_releases_slots():
+    """The free table is read once per allocation: a release landing in the middle of the read (another process)
+    neither breaks the read nor hands out a slot twice. Without the snapshot this failed within 2000 allocations."""
+    buffers = BatchBuffers(slots=6)
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    releaser = context.Process(target=_release_forever, args=(buffers._free, stop), daemon=True)
+    releaser.start()
+    try:
+        slots = next(iter(torch.utils.data.DataLoader(_AllocatingDataset(buffers, 5000), num_workers=1,
+                                                      batch_size=None)))
+    finally:
+        stop.set()
+        releaser.join()
+    assert slots == [0] * 5000
