@@ -81,27 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # -- lerobot's side: config, policy, processors, optimizer -------------------------------------------------------
-@dataclass(frozen=True)
-class PolicyMeta:
-    """The part of lerobot's LeRobotDatasetMetadata that make_policy and resolve_delta_timestamps read, filled
-    from robostream's metadata: info.json's features (dtype/shape/names), fps and meta/stats.json (numpy)."""
-
-    features: dict[str, dict[str, Any]]
-    fps: int
-    stats: dict[str, dict[str, Any]]
-    camera_keys: list[str]
-
-    @classmethod
-    def of(cls, meta: DatasetMetadata) -> PolicyMeta:
-        return cls(meta.info.features, meta.fps, meta.stats, meta.camera_keys)
-
-
 def build_config(args: argparse.Namespace) -> PreTrainedConfig:
     fields = {**CPU_PRESETS[args.policy], **args.policy_overrides}
     return make_policy_config(args.policy, device=args.device, push_to_hub=False, **fields)
 
 
-def check_stats(cfg: PreTrainedConfig, meta: PolicyMeta) -> None:
+def check_stats(cfg: PreTrainedConfig, meta: DatasetMetadata) -> None:
     """lerobot's normaliser passes a key through unchanged when the stats lack it; fail instead."""
     missing = [k for k in {**cfg.input_features, **cfg.output_features} if k not in meta.stats]
     if missing:
@@ -179,7 +164,8 @@ def open_record(path: Path | None) -> TextIO | None:
 
 
 def main(args: argparse.Namespace) -> None:
-    meta = PolicyMeta.of(load_metadata(args.root))  # metadata only: the windows depend on the config and fps
+    # robostream's metadata serves as lerobot's ds_meta (features, fps, stats); windows depend on the config and fps
+    meta = load_metadata(args.root)
     cfg = build_config(args)
     set_seed(args.seed)  # before make_policy: the initial weights are a function of the seed
     policy = make_policy(cfg, ds_meta=meta)  # fills cfg.input_features / output_features from the dataset

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ class DatasetMetadata:
     @property
     def fps(self) -> int:
         return self.info.fps
+
+    @cached_property
+    def features(self) -> dict[str, dict[str, Any]]:
+        """info.json's features (key -> dtype, shape, names, ...), shapes as tuples: exactly lerobot's
+        `LeRobotDatasetMetadata.features`. With `fps`, `stats` and `camera_keys` this is what lerobot's `make_policy`
+        and `resolve_delta_timestamps` read from their `ds_meta`."""
+        return {key: {**spec, "shape": tuple(spec["shape"])} for key, spec in self.info.features.items()}
 
     @property
     def video_keys(self) -> list[str]:

@@ -1,5 +1,6 @@
 """Run under the lerobot interpreter with robostream importable: lerobot's and robostream's LeRobotDataset in ONE
-process (one torch, one torchcodec), every position compared exactly. Prints a JSON summary.
+process (one torch, one torchcodec), every position compared exactly, and the metadata lerobot's make_policy and
+resolve_delta_timestamps read from `ds_meta` (features, fps, camera_keys, stats). Prints a JSON summary.
 
     python same_interpreter.py ROOT --delta-json JSON --hf-home DIR
 """
@@ -28,7 +29,7 @@ def main(argv=None):
     delta = json.loads(args.delta_json) if args.delta_json else None
     theirs = Theirs(repo_id="local/test", root=args.root, delta_timestamps=delta)
     ours = Ours(root=args.root, delta_timestamps=delta)
-    mismatches = []
+    mismatches = _metadata_mismatches(theirs.meta, ours.meta)
     if len(theirs) != len(ours):
         mismatches.append(f"len {len(theirs)} != {len(ours)}")
     for position in range(len(theirs)):
@@ -46,6 +47,20 @@ def main(argv=None):
     print(json.dumps({"positions": len(theirs), "mismatches": mismatches[:20], "lerobot": lerobot.__version__,
                       "robostream": robostream.__version__, "torch": torch.__version__,
                       "torchcodec": torchcodec.__version__}))
+
+
+def _metadata_mismatches(theirs, ours) -> list[str]:
+    import numpy as np
+
+    out = [f"meta.{name}" for name in ("features", "fps", "camera_keys")
+           if getattr(theirs, name) != getattr(ours, name)]
+    if set(theirs.stats) != set(ours.stats):
+        out.append(f"meta.stats keys {sorted(set(theirs.stats) ^ set(ours.stats))} differ")
+    for key in set(theirs.stats) & set(ours.stats):
+        a, b = theirs.stats[key], ours.stats[key]
+        if set(a) != set(b) or any(not np.array_equal(np.asarray(a[s]), np.asarray(b[s])) for s in a):
+            out.append(f"meta.stats[{key!r}]")
+    return out
 
 
 if __name__ == "__main__":

@@ -209,7 +209,8 @@ if __name__ == "__main__":
 
 def test_same_interpreter_same_samples(lerobot_python: str, hf_home: Path, robostream_written: dict) -> None:
     """In lerobot's own interpreter (its torch and torchcodec) with robostream importable, both packages'
-    LeRobotDataset give identical samples at every position, windows included."""
+    LeRobotDataset give identical samples at every position, windows included, and the same metadata where lerobot's
+    policy factory reads its `ds_meta` (features, fps, camera keys, stats)."""
     repo = str(HERE.parents[1])
     out = run(lerobot_python, hf_home, [str(HERE / "same_interpreter.py"), str(robostream_written["root"]),
                                         "--delta-json", json.dumps(SYNTH_DELTA), "--hf-home", str(hf_home)],
