@@ -8,6 +8,7 @@ resolve_delta_timestamps read from `ds_meta` (features, fps, camera_keys, stats)
 import argparse
 import json
 
+import numpy as np
 from lerobot_offline import setup_offline_env
 
 
@@ -50,8 +51,6 @@ def main(argv=None):
 
 
 def _metadata_mismatches(theirs, ours) -> list[str]:
-    import numpy as np
-
     out = [f"meta.{name}" for name in ("features", "fps", "camera_keys")
            if getattr(theirs, name) != getattr(ours, name)]
     if set(theirs.stats) != set(ours.stats):
