@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "robostream"
-UTILITIES = {"errors", "process_local", "memory"}  # leaves every layer may use
+UTILITIES = {"errors", "process_local", "memory", "numbers"}  # leaves every layer may use
 # What each part may import (besides itself and the utilities), lowest layers first.
 LAYERS: dict[str, set[str]] = {
-    "errors": set(), "process_local": set(), "memory": set(),
+    "errors": set(), "process_local": set(), "memory": set(), "numbers": set(),
     "plan": set(),
     "storage": set(),
     "video": {"storage"},

@@ -30,11 +30,27 @@ def check_relative(path: str, *, what: str) -> str:
     return posixpath.normpath(path)
 
 
+def _link_targets(root: Path) -> tuple[Path, ...]:
+    """Folders a file under `root` may resolve into: the root itself and, when the root lies in a Hugging Face hub
+    cache snapshot (`<repo>/snapshots/<revision>/...`), that repo's `blobs/` folder: the cache stores every file of
+    a snapshot as a symlink to `../../blobs/<hash>`, which stays inside the cache's own tree."""
+    for folder in (root, *root.parents):
+        if folder.parent.name == "snapshots" and (folder.parent.parent / "blobs").is_dir():
+            return root, folder.parent.parent / "blobs"
+    return (root,)
+
+
 def local_path(root: str | Path, relative: str, *, what: str) -> Path:
-    """Join a checked relative path onto a local root; the result is guaranteed to lie under the root."""
+    """Join a checked relative path onto a local root and resolve its symlinks; the result is guaranteed to lie
+    under the root (or to be a blob of the hub cache snapshot the root is in): the one safe-path rule of every
+    reader, the converter and verify."""
     rel = check_relative(relative, what=what)
     root_path = Path(root).resolve()
     full = (root_path / rel).resolve()
-    if root_path != full and root_path not in full.parents:
-        raise UnsafePathError(f"{what}: {relative!r} resolves to {full}, outside the dataset root {root_path}")
-    return full
+    if root_path == full or root_path in full.parents:
+        return full
+    if any(full.parent == blobs for blobs in _link_targets(root_path)[1:]):
+        return full
+    raise UnsafePathError(f"{what}: {relative!r} resolves to {full}, outside the dataset root {root_path} (a "
+                          "symlink leads out of the dataset); copy the file into the dataset, or open the dataset "
+                          "where its files really are")

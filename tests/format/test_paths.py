@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from robostream.errors import UnsafePathError
@@ -26,3 +28,35 @@ def test_local_path_stays_under_root(tmp_path):
     assert local_path(tmp_path, "data/a.parquet", what="t") == tmp_path.resolve() / "data/a.parquet"
     with pytest.raises(UnsafePathError, match="outside the dataset root"):
         local_path(tmp_path, "link/etc/passwd", what="t")
+
+
+def _hub_cache_snapshot(cache: Path) -> Path:
+    """A folder laid out like huggingface_hub's cache: every snapshot file a symlink to ../../blobs/<hash>."""
+    repo = cache / "datasets--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "0a1b2c").write_text("{}")
+    snapshot = repo / "snapshots" / ("f" * 40)
+    (snapshot / "meta").mkdir(parents=True)
+    (snapshot / "meta" / "info.json").symlink_to("../../../blobs/0a1b2c")
+    return snapshot
+
+
+def test_hub_cache_snapshot_links_into_its_blobs_are_inside(tmp_path):
+    snapshot = _hub_cache_snapshot(tmp_path)
+    assert local_path(snapshot, "meta/info.json", what="t").read_text() == "{}"
+    # ...but only into the blobs folder itself: a link out of the cache is still an escape.
+    (snapshot / "meta" / "tasks.parquet").symlink_to("/etc/passwd")
+    (tmp_path / "datasets--org--name" / "blobs" / "up").symlink_to("/etc/passwd")
+    (snapshot / "meta" / "stats.json").symlink_to("../../../blobs/up")
+    for name in ("tasks.parquet", "stats.json"):
+        with pytest.raises(UnsafePathError, match="outside the dataset root"):
+            local_path(snapshot, f"meta/{name}", what="t")
+
+
+def test_a_folder_named_snapshots_without_blobs_gets_no_exception(tmp_path):
+    root = tmp_path / "snapshots" / "x"
+    root.mkdir(parents=True)
+    (tmp_path / "secret").write_text("s")
+    (root / "info.json").symlink_to("../../secret")
+    with pytest.raises(UnsafePathError):
+        local_path(root, "info.json", what="t")
