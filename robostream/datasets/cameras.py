@@ -12,13 +12,15 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from robostream.errors import RobostreamError
+from robostream.errors import RobostreamError, VideoDecodeError
 from robostream.format.metadata import DatasetMetadata
+from robostream.numbers import finite_number
 from robostream.process_local import ProcessLocal
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
@@ -38,7 +40,7 @@ class CameraReader:
         """frame_pool: where the batch path gives frames back to be decoded into again (shared by the sources of
         a mixture; default: this reader's own)."""
         self.meta = meta
-        self.tolerance_s = tolerance_s
+        self.tolerance_s = finite_number(tolerance_s, what="tolerance_s", minimum=0)
         # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
         self.backend = backend or default_backend()
         self.device = device
@@ -50,6 +52,7 @@ class CameraReader:
         # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
         self._executor = ProcessLocal(partial(decode_pool, len(meta.video_keys)))
         self.frame_pool = frame_pool or ProcessLocal(FramePool)
+        self.frame_sizes = {k: feature_frame_size(meta.info.features[k]) for k in meta.video_keys}
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
     def decode(self, episode_index: int, key: str, timestamps_s: Sequence[float]) -> torch.Tensor:
@@ -61,6 +64,7 @@ class CameraReader:
         context = f" (episode {episode_index}, camera {key!r}, episode times {shown})"
         try:
             with self.cache.use(relative, self.backend, self.device) as decoder:
+                check_frame_size(decoder, key, self.frame_sizes[key])
                 return decode_at_timestamps(decoder, times, self.tolerance_s, context)
         except RobostreamError as exc:
             if context in str(exc):
@@ -111,6 +115,7 @@ class CameraReader:
                      + np.asarray(requests[i][1][key], dtype=np.float64) for i in group]
             try:
                 with self.cache.use(relative, self.backend, self.device) as decoder:
+                    check_frame_size(decoder, key, self.frame_sizes[key])
                     frames, inverse = decode_unique(decoder, np.concatenate(times), self.tolerance_s)
             except RobostreamError:
                 # Decode per episode again: the failing one raises the error that names the episode, camera and
@@ -126,9 +131,45 @@ class CameraReader:
 
 
 def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str) -> VideoDecoder:
-    """Open a video file of the dataset (local path, or ranged remote reads) as a decoder."""
+    """Open a video file of the dataset (local path, or ranged remote reads) as a decoder, checked against
+    info.json (`check_video_stream`)."""
     source = meta.open(relative, what="video file")
-    return open_video_decoder(source, backend, device, name=meta.describe(relative))
+    decoder = open_video_decoder(source, backend, device, name=meta.describe(relative))
+    check_frame_rate(decoder, meta.fps)
+    return decoder
+
+
+# A stream's average frame rate may differ from the dataset's by rounding (concatenated files, B-frames); a real
+# mismatch (40 fps in a 20 fps dataset) is far larger.
+FPS_RELATIVE_TOLERANCE = 0.01
+
+
+def check_frame_rate(decoder: VideoDecoder, fps: float) -> None:
+    """A video file must have the dataset's frame rate: frames are looked up by time, so a 40 fps file in a 20 fps
+    dataset would give frame 2k for frame k without failing any tolerance check. Free: read when the file opened."""
+    if abs(decoder.fps - fps) > FPS_RELATIVE_TOLERANCE * fps:
+        raise VideoDecodeError(f"{decoder.path}: the video stream runs at {decoder.fps:g} fps but meta/info.json "
+                               f"says the dataset's fps is {fps}; re-encode the video at {fps} fps or fix the dataset")
+
+
+def check_frame_size(decoder: VideoDecoder, key: str, size: tuple[int, int] | None) -> None:
+    """A camera's video frames must have the (height, width) its info.json feature declares (None: not declared)."""
+    if size is not None and size != (decoder.height, decoder.width):
+        raise VideoDecodeError(f"{decoder.path}: the video's frames are {decoder.height}x{decoder.width} (height x "
+                               f"width) but meta/info.json declares {size[0]}x{size[1]} for camera {key!r}; "
+                               "re-encode the video or fix the feature's shape")
+
+
+def feature_frame_size(feature: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(height, width) of a camera feature from its info.json shape and names (lerobot: [height, width,
+    channels]); None when the shape is not a frame's."""
+    shape, names = list(feature.get("shape") or []), feature.get("names")
+    if len(shape) != 3:
+        return None
+    if isinstance(names, list) and "height" in names and "width" in names:
+        return int(shape[names.index("height")]), int(shape[names.index("width")])
+    channels_first = shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4)
+    return (int(shape[1]), int(shape[2])) if channels_first else (int(shape[0]), int(shape[1]))
 
 
 def decode_pool(cameras: int) -> ThreadPoolExecutor | None:

@@ -25,7 +25,7 @@ from robostream.datasets.source import SourceOptions, open_dataset, resolve_epis
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
-from robostream.plan.windows import delta_offsets
+from robostream.plan.windows import delta_offsets, window_seconds
 from robostream.storage.source import Storage
 
 
@@ -144,7 +144,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
     settings.storages.append(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps
     source_key = {c: k for k, c in spec.feature_map.items()}
-    deltas = {source_key.get(key, key): list(values) for key, values in common.items()}
+    deltas = {source_key.get(key, key): values for key, values in window_seconds(common).items()}
     if lenient_windows:  # keep the windows of the common names this source has (under its own names)
         deltas = {k: v for k, v in deltas.items()
                   if k in meta.info.features and spec.feature_map.get(k, k) in common}

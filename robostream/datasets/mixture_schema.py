@@ -259,14 +259,13 @@ def _describe(spec: KeySpec) -> str:
 
 
 def _column_shape(meta: DatasetMetadata, key: str, info_shape: tuple[int, ...]) -> tuple[tuple[int, ...], torch.dtype]:
-    """A numeric column's per-frame shape and dtype, from the Arrow schema of the first episode's data file:
-    a list column has its info.json shape, a plain one is a scalar."""
+    """A numeric column's per-frame shape and dtype as samples hold it: the dtype info.json declares (reads cast to
+    it, format/data_rows.feature_column), and the info.json shape for a list column, () for a plain one (the Arrow
+    type of the first episode's data file tells; a scalar column declared wider fails when read)."""
     import pyarrow as pa
 
     relative = meta.data_file(int(meta.episodes.episode_index[0]))
     kind = pq.ParquetFile(meta.open(relative, what=f"data file (schema of {key!r})")).schema_arrow.field(key).type
-    nested = False
-    while pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
-        nested, kind = True, kind.value_type
-    dtype = torch.from_numpy(np.empty(0, dtype=kind.to_pandas_dtype())).dtype
+    nested = pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind)
+    dtype = torch.from_numpy(np.empty(0, dtype=np.dtype(meta.info.features[key]["dtype"]))).dtype
     return (info_shape if nested else ()), dtype

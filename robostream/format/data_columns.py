@@ -22,12 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
-from robostream.format.data_rows import LRU, REPAIR_HINT, EpisodeRows, check_episode_index, to_numpy
+from robostream.format.data_rows import (LRU, REPAIR_HINT, EpisodeRows, check_episode_index, data_features,
+                                         feature_column)
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.derived import DerivedCache
 
-FORMAT = "data-columns-v2"
+FORMAT = "data-columns-v3"  # v3: columns cast to the dtypes info.json declares
 COLUMNS = "columns.bin"  # every numeric column's rows, one column after the other
 OTHER = "other.arrow"  # image and string columns
 
@@ -138,13 +139,11 @@ class DataColumns:
             table = parquet.read(columns=self.wanted, use_threads=False)
         except (OSError, pa.ArrowException) as exc:
             raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+        features = data_features(self.meta.info.features)
         layout, offset = {}, 0
         with open(out / COLUMNS, "wb") as sink:
             for key in (k for k in self.wanted if k not in self.other_keys):
-                try:
-                    values = to_numpy(table.column(key), table.num_rows)
-                except ValueError as exc:
-                    raise DatasetFormatError(f"{name}: column {key!r} could not be read as an array: {exc}") from exc
+                values = feature_column(table, key, features[key], name)
                 sink.write(values.tobytes())
                 layout[key] = {"dtype": values.dtype.str, "shape": list(values.shape[1:]), "offset": offset}
                 offset += values.nbytes

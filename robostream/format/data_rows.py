@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
+from robostream.format.info import DEFAULT_FEATURES
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 
@@ -44,8 +45,9 @@ class EpisodeRows:
         return len(self.columns["index"])
 
 
-def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int) -> np.ndarray:
-    """A numeric (possibly nested fixed-size list) Arrow column as a contiguous (rows, *shape) array."""
+def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int, dtype: pa.DataType | None = None) -> np.ndarray:
+    """A numeric (possibly nested fixed-size list) Arrow column as a contiguous (rows, *shape) array; with `dtype`
+    its values are cast to it first (safely: a value that does not fit, e.g. 1.5 as an integer, raises)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     shape: list[int] = []
     while pa.types.is_fixed_size_list(array.type) or pa.types.is_list(array.type):
@@ -57,7 +59,42 @@ def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int) -> np.ndarray:
                 raise ValueError("ragged list column")
             shape.append(int(lengths[0]) if len(lengths) else 0)
         array = array.flatten()
+    if dtype is not None and array.type != dtype:
+        try:
+            array = array.cast(dtype, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ValueError(f"its {array.type} values cannot be read as {dtype}: {exc}") from exc
+    if array.null_count:
+        raise ValueError(f"{array.null_count} null value(s)")
     return np.ascontiguousarray(array.to_numpy(zero_copy_only=False).reshape([rows, *shape]))
+
+
+def feature_column(table: pa.Table, key: str, feature: dict[str, Any], name: str) -> np.ndarray:
+    """A numeric data column as info.json declares it, the way lerobot reads it (its table is cast to the declared
+    features): values cast to the declared dtype (a float64 state becomes float32, an integral float64 `index`
+    int64), the per-frame shape checked against the declared one (a [1] feature is a scalar per frame).
+    Anything else is an error naming the file and the column, never a sample of another dtype or size."""
+    try:
+        dtype = pa.from_numpy_dtype(np.dtype(feature["dtype"]))
+    except TypeError as exc:
+        raise DatasetFormatError(f"{name}: info.json declares column {key!r} with dtype {feature['dtype']!r}, "
+                                 "which is not a numeric dtype; fix meta/info.json") from exc
+    try:
+        values = to_numpy(table.column(key), table.num_rows, dtype)
+    except ValueError as exc:
+        raise DatasetFormatError(f"{name}: column {key!r} could not be read as {feature['dtype']} "
+                                 f"{list(feature['shape'])} (as meta/info.json declares it): {exc}") from exc
+    declared = tuple(feature["shape"])
+    if values.shape[1:] != declared and not (declared == (1,) and values.ndim == 1):
+        raise DatasetFormatError(f"{name}: column {key!r} holds {list(values.shape[1:]) or 'scalars'} per frame, but "
+                                 f"meta/info.json declares shape {list(declared)}; {REPAIR_HINT}")
+    return values
+
+
+def data_features(features: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """info.json's features, with the index columns every data file has (lerobot's own declarations) where
+    info.json does not list them."""
+    return {**{k: v for k, v in DEFAULT_FEATURES.items() if k not in features}, **features}
 
 
 def check_episode_index(name: str, episode: int, index: np.ndarray, expected: tuple[int, int]) -> None:
@@ -119,6 +156,7 @@ class DataRowReader:
         self.footers = max(1, footers)
         self.read_ahead_threads = read_ahead_threads
         features = meta.info.features
+        self.features = data_features(features)
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
         self.image_keys = [k for k in self.wanted if features[k]["dtype"] == "image"]
         self.string_keys = [k for k in self.wanted if features[k]["dtype"] == "string"]
@@ -183,18 +221,14 @@ class DataRowReader:
         if table is None or table.num_rows == 0:
             raise DatasetFormatError(f"{name}: no data rows for episode {episode} (the episode table says index "
                                      f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}")
-        mine = to_numpy(table.column("episode_index"), table.num_rows) == episode
+        mine = feature_column(table, "episode_index", self.features["episode_index"], name) == episode
         if not mine.all():
             table = table.filter(pa.array(mine))
-        rows = table.num_rows
         columns = {}
         for key in self.wanted:
             if key in self.image_keys or key in self.string_keys:
                 continue
-            try:
-                columns[key] = to_numpy(table.column(key), rows)
-            except ValueError as exc:
-                raise DatasetFormatError(f"{name}: column {key!r} could not be read as an array: {exc}") from exc
+            columns[key] = feature_column(table, key, self.features[key], name)
         check_episode_index(name, episode, columns["index"], expected)
         return EpisodeRows(episode=episode, columns=columns,
                            images={k: table.column(k).combine_chunks() for k in self.image_keys},

@@ -85,10 +85,22 @@ def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str
         missing = [c for c in wanted if c not in names]
         if missing:
             raise DatasetFormatError(f"{name}: episode metadata lacks column(s) {missing}")
+        schema = parquet.schema_arrow
+        for column in wanted:
+            kind = schema.field(column).type
+            timestamp = column.endswith("_timestamp")
+            if not (pa.types.is_integer(kind) or (timestamp and pa.types.is_floating(kind))):
+                expected = "numbers (seconds)" if timestamp else "integers"
+                raise DatasetFormatError(f"{name}: episode metadata column {column!r} holds {kind}, expected "
+                                         f"{expected}; re-write the dataset's meta/episodes")
         # No Arrow threads: forked DataLoader workers would inherit a pool that cannot run (see data_columns.py).
         table = parquet.read(columns=wanted, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+    nulls = [c for c in wanted if table.column(c).null_count]
+    if nulls:
+        raise DatasetFormatError(f"{name}: episode metadata column(s) {nulls} have null values; re-write the "
+                                 "dataset's meta/episodes")
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in wanted}
 
 
@@ -102,9 +114,11 @@ def load_part(folder: Path) -> dict[str, np.ndarray]:
         return {k: columns[k] for k in columns.files}
 
 
-def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: list[str]) -> EpisodeTable:
+def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: list[str], fps: float
+                  ) -> EpisodeTable:
     """Concatenate the parts of every episode-metadata file ((part, file name) pairs), sorted by episode, and
-    check them: every episode once, length == dataset_to_index - dataset_from_index."""
+    check them: every episode once, length == dataset_to_index - dataset_from_index, and each camera's video span
+    (to_timestamp - from_timestamp) the episode's length / fps (see `check_video_spans`)."""
     if not parts:
         raise DatasetFormatError("meta/episodes/: no episode metadata parquet files found")
     episodes = np.concatenate([np.asarray(p["episode_index"], dtype=np.int64) for p, _ in parts])
@@ -124,6 +138,10 @@ def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: li
         raise DatasetFormatError(
             f"{parts[0][1]}: episode {e} has length {int(length[bad[0]])} but dataset index range "
             f"[{int(from_index[bad[0]])}, {int(to_index[bad[0]])})")
+    video_from_ts = {k: col(f"videos/{k}/from_timestamp", np.float64) for k in video_keys}
+    video_to_ts = {k: col(f"videos/{k}/to_timestamp", np.float64) for k in video_keys}
+    for key in video_keys:
+        check_video_spans(parts[0][1], key, episodes, length, video_from_ts[key], video_to_ts[key], fps)
     return EpisodeTable(
         episode_index=episodes,
         length=length,
@@ -133,6 +151,23 @@ def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: li
         to_index=to_index,
         video_chunk={k: col(f"videos/{k}/chunk_index", np.int64) for k in video_keys},
         video_file={k: col(f"videos/{k}/file_index", np.int64) for k in video_keys},
-        video_from_ts={k: col(f"videos/{k}/from_timestamp", np.float64) for k in video_keys},
-        video_to_ts={k: col(f"videos/{k}/to_timestamp", np.float64) for k in video_keys},
+        video_from_ts=video_from_ts,
+        video_to_ts=video_to_ts,
     )
+
+
+def check_video_spans(name: str, key: str, episodes: np.ndarray, length: np.ndarray, from_ts: np.ndarray,
+                      to_ts: np.ndarray, fps: float) -> None:
+    """Each episode's span of camera `key` must be finite, start at >= 0 and last length / fps seconds within
+    half a frame: lerobot writes exactly that, and a span off by a frame or more (an edited or mis-converted
+    table) would make every frame of the episode a neighbour's, inside the decoder's tolerance. Vectorised: a
+    100k-episode table in milliseconds."""
+    span = to_ts - from_ts
+    bad = ~np.isfinite(span) | (from_ts < 0) | ~(np.abs(span - length / fps) <= 0.5 / fps)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetFormatError(
+            f"{name}: episode {int(episodes[row])} camera {key!r}: video span [{from_ts[row]}, {to_ts[row]}) s lasts "
+            f"{span[row]:.6f} s, but its {int(length[row])} frames at {fps} fps last {length[row] / fps:.6f} s "
+            f"({int(bad.sum())} episode(s) affected); the episode table and the videos disagree: re-convert or "
+            "re-write the dataset")

@@ -12,6 +12,7 @@ from typing import Any
 
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH
+from robostream.numbers import finite_number
 from robostream.storage.paths import check_relative
 
 CODEBASE_VERSION = "v3.0"
@@ -98,6 +99,20 @@ def check_version(version: Any, source: str) -> None:
     raise UnsupportedVersionError(f"{source}: unknown codebase_version {version!r}; expected 'v3.0'")
 
 
+def check_feature(name: Any, feature: Any, source: str) -> None:
+    """A feature entry of info.json: a printable key, a dtype string and a shape of positive ints."""
+    if not isinstance(name, str) or not name or any(not c.isprintable() for c in name):
+        raise DatasetFormatError(f"{source}: feature key {name!r} must be a non-empty string without control "
+                                 "characters (NUL, newline, ...); rename the feature")
+    if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str) or "shape" not in feature:
+        raise DatasetFormatError(f"{source}: feature {name!r} needs a 'dtype' string and a 'shape', got {feature!r}")
+    shape = feature["shape"]
+    if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise DatasetFormatError(f"{source}: feature {name!r} 'shape' must be a list of positive integers, "
+                                 f"got {shape!r}")
+
+
 def parse_info(doc: Any, source: str) -> DatasetInfo:
     """Build a DatasetInfo from a parsed info.json, naming `source` and the key in every error."""
     if not isinstance(doc, dict):
@@ -109,15 +124,21 @@ def parse_info(doc: Any, source: str) -> DatasetInfo:
             raise DatasetFormatError(f"{source}: required key {key!r} is missing")
         return doc[key]
 
-    fps = required("fps")
-    if not isinstance(fps, (int, float)) or fps <= 0:
-        raise DatasetFormatError(f"{source}: 'fps' must be a positive number, got {fps!r}")
+    fps = finite_number(required("fps"), what=f"{source} 'fps'", positive=True, error=DatasetFormatError)
     features = required("features")
     if not isinstance(features, dict) or not features:
         raise DatasetFormatError(f"{source}: 'features' must be a non-empty object")
     for name, feat in features.items():
-        if not isinstance(feat, dict) or "dtype" not in feat or "shape" not in feat:
-            raise DatasetFormatError(f"{source}: feature {name!r} needs 'dtype' and 'shape', got {feat!r}")
+        check_feature(name, feat, source)
+
+    def count(key: str, default: int, *, positive: bool = False) -> int:
+        return int(finite_number(doc.get(key, default), what=f"{source} {key!r}", integer=True, minimum=0,
+                                 positive=positive, error=DatasetFormatError))
+
+    def megabytes(key: str, default: float) -> float:
+        return float(finite_number(doc.get(key, default), what=f"{source} {key!r}", positive=True,
+                                   error=DatasetFormatError))
+
     data_path = check_relative(doc.get("data_path") or DEFAULT_DATA_PATH, what=f"{source} data_path")
     has_video = any(f.get("dtype") == "video" for f in features.values())
     video_path = doc.get("video_path")
@@ -129,12 +150,12 @@ def parse_info(doc: Any, source: str) -> DatasetInfo:
         codebase_version=doc["codebase_version"],
         fps=int(round(fps)) if float(fps).is_integer() else fps,
         features=features,
-        total_episodes=int(doc.get("total_episodes", 0)),
-        total_frames=int(doc.get("total_frames", 0)),
-        total_tasks=int(doc.get("total_tasks", 0)),
-        chunks_size=int(doc.get("chunks_size", DEFAULT_CHUNKS_SIZE)),
-        data_files_size_in_mb=float(doc.get("data_files_size_in_mb", DEFAULT_DATA_FILE_MB)),
-        video_files_size_in_mb=float(doc.get("video_files_size_in_mb", DEFAULT_VIDEO_FILE_MB)),
+        total_episodes=count("total_episodes", 0),
+        total_frames=count("total_frames", 0),
+        total_tasks=count("total_tasks", 0),
+        chunks_size=count("chunks_size", DEFAULT_CHUNKS_SIZE, positive=True),
+        data_files_size_in_mb=megabytes("data_files_size_in_mb", DEFAULT_DATA_FILE_MB),
+        video_files_size_in_mb=megabytes("video_files_size_in_mb", DEFAULT_VIDEO_FILE_MB),
         data_path=data_path,
         video_path=video_path,
         robot_type=doc.get("robot_type"),

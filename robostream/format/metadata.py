@@ -167,7 +167,7 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     if not files:
         raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
     episodes = episode_table([(_episode_part(storage, f, info.video_keys, derived), storage.describe(f))
-                              for f in files], info.video_keys)
+                              for f in files], info.video_keys, info.fps)
     release_freed_memory()  # the parsed footers of the episode files (large, transient)
     if not storage.exists(TASKS_PATH):
         raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it")
@@ -189,6 +189,6 @@ def _episode_part(storage: Storage, relative: str, video_keys: list[str], derive
     name = storage.describe(relative)
     if derived is None:
         return read_episode_part(storage.open(relative), name, video_keys)
-    identity = f"episodes-v2|{storage.identity(relative)}|{','.join(video_keys)}"
+    identity = f"episodes-v3|{storage.identity(relative)}|{','.join(video_keys)}"
     return load_part(derived.folder(identity, lambda folder: save_part(
         read_episode_part(storage.open(relative), name, video_keys), folder)))

@@ -11,17 +11,30 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from robostream.numbers import finite_number
+
+
+def window_seconds(delta_timestamps: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+    """`delta_timestamps` as lists of finite seconds, or an error naming the key and position: a NaN, inf or null
+    offset would become a fully padded window, a scalar or a string is a mistyped window."""
+    out: dict[str, list[float]] = {}
+    for key, deltas in delta_timestamps.items():
+        if isinstance(deltas, (str, bytes)) or not isinstance(deltas, Sequence | np.ndarray) or len(deltas) == 0:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}")
+        out[key] = [float(finite_number(d, what=f"delta_timestamps[{key!r}][{i}]")) for i, d in enumerate(deltas)]
+    return out
+
 
 def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]], fps: float, tolerance_s: float,
                   features: Sequence[str]) -> dict[str, np.ndarray]:
-    """Validate deltas (known keys, multiples of 1/fps within tolerance) and convert them to frame offsets."""
+    """Validate deltas (known keys, finite multiples of 1/fps within tolerance) and convert them to frame
+    offsets."""
+    finite_number(tolerance_s, what="tolerance_s", minimum=0)
     offsets: dict[str, np.ndarray] = {}
-    for key, deltas in delta_timestamps.items():
+    for key, seconds in window_seconds(delta_timestamps).items():
         if key not in features:
             raise ValueError(f"delta_timestamps key {key!r} is not a feature of the dataset; features: {list(features)}")
-        values = np.asarray(list(deltas), dtype=np.float64)
-        if values.ndim != 1 or len(values) == 0:
-            raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {deltas!r}")
+        values = np.asarray(seconds, dtype=np.float64)
         frames = np.rint(values * fps)
         off = np.abs(values - frames / fps)
         bad = np.nonzero(off > tolerance_s)[0]

@@ -30,6 +30,8 @@ class VideoDecoder(Protocol):
     path: str
     fps: float
     num_frames: int
+    height: int
+    width: int
     calls: int  # decoding requests served
     seeks: int  # jumps in the frame sequence asked for (see count_jumps)
 
@@ -106,6 +108,7 @@ class TorchCodecVideoDecoder:
         meta = self._decoder.metadata
         self.num_frames = int(meta.num_frames)
         self.fps = float(meta.average_fps)
+        self.height, self.width = int(meta.height), int(meta.width)
         self.calls = self.seeks = 0
         self._last: int | None = None  # last frame index decoded
 
@@ -155,6 +158,7 @@ class PyAVVideoDecoder:
         if not rate:
             raise VideoDecodeError(f"{path}: the video stream declares no frame rate")
         self.fps = float(rate)
+        self.height, self.width = int(self._stream.codec_context.height), int(self._stream.codec_context.width)
         self._time_base = self._stream.time_base
         self._begin_s = float((self._stream.start_time or 0) * self._time_base)
         self.num_frames = int(self._stream.frames) or self._count_packets()
