@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
-from robostream.format.data_rows import (LRU, REPAIR_HINT, EpisodeRows, check_episode_index, data_features,
-                                         feature_column)
+from robostream.format.data_rows import (LRU, REPAIR_HINT, EpisodeRows, check_episode_index, check_timestamps,
+                                         data_features, feature_column)
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.derived import DerivedCache
@@ -102,6 +102,8 @@ class DataColumns:
             data = os.pread(converted.fd, count * column.row_bytes, column.offset + first * column.row_bytes)
             columns[key] = np.frombuffer(data, dtype=column.dtype).reshape(count, *column.shape)
         check_episode_index(name, episode, columns["index"], expected)
+        if "timestamp" in columns:
+            check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
         other = converted.other.slice(first, count) if converted.other is not None else None
         features = self.meta.info.features
         return EpisodeRows(

@@ -51,6 +51,8 @@ def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int, dtype: pa.DataType |
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     shape: list[int] = []
     while pa.types.is_fixed_size_list(array.type) or pa.types.is_list(array.type):
+        if array.null_count:  # flatten() would drop a null row and shift every later one
+            raise ValueError(f"{array.null_count} null row(s)")
         if pa.types.is_fixed_size_list(array.type):
             shape.append(array.type.list_size)
         else:  # variable lists written by other tools: all rows must have one length
@@ -105,6 +107,19 @@ def check_episode_index(name: str, episode: int, index: np.ndarray, expected: tu
         order = "" if not len(index) or (np.diff(index) > 0).all() else ", out of order"
         raise DatasetFormatError(f"{name}: episode {episode} has {len(index)} rows with {found}{order}, but the "
                                  f"episode table says index [{lo}, {hi}); {REPAIR_HINT}")
+
+
+def check_timestamps(name: str, episode: int, timestamps: np.ndarray, fps: float) -> None:
+    """An episode's `timestamp` column (where its camera frames are looked up, as lerobot does) must be finite
+    and inside the episode, [0, length / fps), within half a frame: a NaN or a time past the episode would decode
+    another episode's frame or fail deep in the decoder."""
+    half = 0.5 / fps
+    bad = ~((timestamps > -half) & (timestamps < (len(timestamps) - 0.5) / fps))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetFormatError(f"{name}: episode {episode} frame {row} has timestamp {float(timestamps[row])}, "
+                                 f"outside the episode's [0, {len(timestamps) / fps:g}) s at {fps} fps "
+                                 f"({int(bad.sum())} frame(s) affected); {REPAIR_HINT}")
 
 
 @dataclass
@@ -230,6 +245,8 @@ class DataRowReader:
                 continue
             columns[key] = feature_column(table, key, self.features[key], name)
         check_episode_index(name, episode, columns["index"], expected)
+        if "timestamp" in columns:
+            check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
         return EpisodeRows(episode=episode, columns=columns,
                            images={k: table.column(k).combine_chunks() for k in self.image_keys},
                            strings={k: table.column(k).to_pylist() for k in self.string_keys})

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH
 from robostream.numbers import finite_number
@@ -27,6 +29,7 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
     "index": {"dtype": "int64", "shape": [1], "names": None},
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
+CAMERA_OR_TEXT_DTYPES = ("video", "image", "string")
 CONVERT_HINT = (
     "convert it to v3.0 first, e.g. with lerobot's "
     "`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<repo> --root=<root>`"
@@ -106,6 +109,12 @@ def check_feature(name: Any, feature: Any, source: str) -> None:
                                  "characters (NUL, newline, ...); rename the feature")
     if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str) or "shape" not in feature:
         raise DatasetFormatError(f"{source}: feature {name!r} needs a 'dtype' string and a 'shape', got {feature!r}")
+    if feature["dtype"] not in CAMERA_OR_TEXT_DTYPES:
+        try:
+            np.dtype(feature["dtype"])
+        except TypeError:
+            raise DatasetFormatError(f"{source}: feature {name!r} has dtype {feature['dtype']!r}, neither a numeric "
+                                     f"dtype nor one of {CAMERA_OR_TEXT_DTYPES}; fix the feature") from None
     shape = feature["shape"]
     if not isinstance(shape, (list, tuple)) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):

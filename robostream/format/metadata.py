@@ -127,7 +127,11 @@ def read_info(storage: Storage) -> DatasetInfo:
         detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
         raise DatasetFormatError(f"{where}: not found{detail}; is {storage.url} a LeRobot dataset root (it should "
                                  "contain meta/info.json)?") from exc
-    return loads_info(storage.read_bytes(INFO_PATH).decode("utf-8"), where)
+    try:
+        text = storage.read_bytes(INFO_PATH).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(f"{where}: not UTF-8 text ({exc}); is it really a LeRobot info.json?") from exc
+    return loads_info(text, where)
 
 
 def episode_files(storage: Storage, chunks_size: int) -> list[str]:
@@ -175,10 +179,12 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     stats: dict[str, Any] = {}
     if storage.exists(STATS_PATH):
         try:
-            stats = stats_from_json(json.loads(storage.read_bytes(STATS_PATH)))
+            stats = stats_from_json(json.loads(storage.read_bytes(STATS_PATH)), storage.describe(STATS_PATH))
         except json.JSONDecodeError as exc:
             raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: "
                                      f"{exc.msg}") from exc
+        except UnicodeDecodeError as exc:
+            raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: not UTF-8 JSON ({exc})") from exc
     return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes, tasks=tasks,
                            stats=stats, derived=derived)
 

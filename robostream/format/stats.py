@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from robostream.errors import DatasetFormatError
+
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 
 
@@ -83,5 +85,9 @@ def stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str
     return {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in stats.items()}
 
 
-def stats_from_json(doc: dict[str, dict[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+def stats_from_json(doc: Any, name: str) -> dict[str, dict[str, np.ndarray]]:
+    """stats.json ({feature: {stat: number or nested list}}) as arrays; `name` (the file) is named in errors."""
+    if not isinstance(doc, dict) or not all(isinstance(s, dict) for s in doc.values()):
+        raise DatasetFormatError(f"{name}: expected an object of features, each an object of stats; re-write it "
+                                 "or delete it (stats are optional)")
     return {f: {k: np.asarray(v) for k, v in s.items()} for f, s in doc.items()}

@@ -191,3 +191,35 @@ def test_a_hub_cache_snapshot_reads_like_the_dataset(av1_root, tmp_path):
     for position in (0, len(expected) - 1):
         for key, value in expected[position].items():
             assert torch.equal(got[position][key], value) if torch.is_tensor(value) else got[position][key] == value
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda t: t.set_column(t.column_names.index("timestamp"), "timestamp",
+                            pa.array([math.nan] * t.num_rows, pa.float32())),
+     r"file-000.parquet: episode 0 frame 0 has timestamp nan, outside the episode's"),
+    (lambda t: t.set_column(t.column_names.index("action"), "action", pa.array([None] * t.num_rows,
+                                                                                t.column("action").type)),
+     r"file-000.parquet: column 'action' could not be read as float32 \[6\] .*: \d+ null row"),
+])
+def test_unusable_data_values_name_the_file_and_column(broken, damage, message):
+    _rewrite_data(broken, damage)
+    with pytest.raises(DatasetFormatError, match=message):
+        LeRobotDataset(root=broken)[0]
+    with pytest.raises(DatasetFormatError, match=message):
+        next(iter(StreamingLeRobotDataset(root=broken, shuffle=False)))
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("info.json", b"\xff\xfe\x00", "info.json: not UTF-8 text"),
+    ("stats.json", b"[1, 2]", "stats.json: expected an object of features"),
+])
+def test_undecodable_metadata_files_are_named(broken, name, content, message):
+    (broken / "meta" / name).write_bytes(content)
+    with pytest.raises(DatasetFormatError, match=message):
+        LeRobotDataset(root=broken)
+
+
+def test_an_unknown_feature_dtype_is_refused_at_construction(broken):
+    _edit_info(broken, lambda doc: doc["features"]["action"].update(dtype="float128x"))
+    with pytest.raises(DatasetFormatError, match="feature 'action' has dtype 'float128x', neither a numeric dtype"):
+        LeRobotDataset(root=broken)
