@@ -12,6 +12,7 @@ per node, on the first read of that file (format/data_columns.py).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -99,6 +100,12 @@ class LeRobotDataset(torch.utils.data.Dataset):
     def locate(self, position: int) -> tuple[int, int]:
         """(episode index, frame within the episode) of the frame at `position`."""
         n = len(self)
+        # A float, bool or string would be truncated or compared to an index silently: only integers index frames
+        # (ints, numpy integers, 0-d integer tensors through __index__).
+        if isinstance(position, (bool, np.bool_)) or not hasattr(position, "__index__"):
+            raise TypeError(f"index {position!r} ({type(position).__name__}): expected an integer position in "
+                            f"[-{n}, {n})")
+        position = operator.index(position)
         if not -n <= position < n:
             raise IndexError(f"index {position} out of range for a dataset of {n} frames")
         position = int(position) % n

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from robostream.numbers import finite_number
 from robostream.plan.order import PURPOSE_LANES, PURPOSE_MIXTURE, rng_for
 from robostream.plan.resume import round_robin_counts
 
@@ -41,9 +42,7 @@ class Weight:
         if len(given) > 1:
             raise ValueError(f"a source takes at most one of proportion, repeat or choose; got {' and '.join(given)}")
         for name in given:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name}={value!r}: expected a number >= 0")
+            finite_number(getattr(self, name), what=name, minimum=0)
         if self.choose is not None and int(self.choose) != self.choose:
             raise ValueError(f"choose={self.choose!r}: expected a whole number of samples")
 
@@ -68,7 +67,9 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
         mixed = [i for i, r in enumerate(relative) if not r]
         raise ValueError(f"sources {mixed} have no proportion while others do: relative weights (proportion) "
                          "cannot be mixed with absolute ones (repeat, choose) or unweighted sources")
-    if epoch_size is not None and (isinstance(epoch_size, bool) or int(epoch_size) != epoch_size or epoch_size < 1):
+    if epoch_size is not None:
+        finite_number(epoch_size, what="epoch_size", minimum=1)
+    if epoch_size is not None and int(epoch_size) != epoch_size:
         raise ValueError(f"epoch_size={epoch_size!r}: expected a positive whole number of samples")
     if not all(relative):
         if epoch_size is not None:

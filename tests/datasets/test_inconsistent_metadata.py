@@ -223,3 +223,23 @@ def test_an_unknown_feature_dtype_is_refused_at_construction(broken):
     _edit_info(broken, lambda doc: doc["features"]["action"].update(dtype="float128x"))
     with pytest.raises(DatasetFormatError, match="feature 'action' has dtype 'float128x', neither a numeric dtype"):
         LeRobotDataset(root=broken)
+
+
+@pytest.mark.parametrize("position", [1.5, True, "3", np.float64(2.0)])
+def test_map_style_positions_must_be_integers(av1_root, position):
+    """A float or a bool used to be truncated to a frame silently (dataset[1.5] -> frame 1, dataset[True] -> 1)."""
+    with pytest.raises(TypeError, match="expected an integer position"):
+        LeRobotDataset(root=av1_root)[position]
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ({"proportion": math.nan}, "proportion: expected a finite number, got nan"),
+    ({"proportion": math.inf}, "proportion: expected a finite number, got inf"),
+    ({"repeat": math.nan}, "repeat: expected a finite number"),
+    ({"repeat": -1}, "repeat: must be >= 0"),
+])
+def test_mixture_weights_must_be_finite(av1_root, weights, message):
+    from robostream import Source
+
+    with pytest.raises(ValueError, match=message):
+        StreamingLeRobotDataset(sources=[Source(root=av1_root, **weights), Source(root=av1_root, **weights)])
