@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from robostream.convert.executors import EngineOptions, LocalPool
-from robostream.convert.finalize import cleanup, is_v30, swap, write_metadata
+from robostream.convert.finalize import is_v30, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
 from robostream.convert.progress import Progress
+from robostream.convert.workdir import claim_work_dir, remove_work_dir
 from robostream.convert.worker import ConversionFailed, Heartbeat, WorkerOptions, check_done, load_plan
 from robostream.errors import RobostreamError
 from robostream.format.v21 import read_v21
@@ -61,6 +62,9 @@ def _targets(root: Path, out: Path | None, work_dir: Path | None) -> Targets:
         raise RobostreamError(f"--work-dir {work} is on another filesystem than {destination}; the finished dataset "
                               "is moved into place with one rename, which only works within a filesystem. Put the "
                               "work dir beside the output (the default)")
+    protected = {"the input": root, "the output": destination} if out is not None else \
+        {"the input (converted in place)": root, "the folder the input is kept in": old}
+    claim_work_dir(work, protected=protected)
     return Targets(root, out, work)
 
 
@@ -110,7 +114,7 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
         swap(targets.journal, work.staging, targets.root, out=targets.out)
     finally:
         heartbeat.stop()
-    cleanup(targets.work)
+    remove_work_dir(targets.work)
     return True
 
 
@@ -138,7 +142,7 @@ def finish_conversion(src: str | Path, *, out: str | Path | None, work_dir: str 
 
 def _complete_swap(targets: Targets) -> None:
     swap(targets.journal, targets.work / "staging", targets.root, out=targets.out)
-    cleanup(targets.work)
+    remove_work_dir(targets.work)
 
 
 def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | Path | None = None,
@@ -182,6 +186,8 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     except BaseException:
         if pool is not None:
             pool.stop()
+        if fresh:  # a refused input leaves nothing behind: the work dir holds only what planning began
+            remove_work_dir(targets.work)
         raise
     planned = time.time()
     tasks = plan.tasks

@@ -13,7 +13,6 @@ import ctypes
 import ctypes.util
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +219,4 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
         os.rename(stage, old)  # crashed after the exchange
     fsync_dir(root.parent)
 
-
-def cleanup(work: Path) -> None:
-    shutil.rmtree(work)
-    fsync_dir(work.parent)
 

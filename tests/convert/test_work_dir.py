@@ -1,0 +1,83 @@
+"""The work dir is the conversion's own: it never takes, and never deletes, a folder holding anything else
+(issue 21, defect 1: `--work-dir DIR` used to delete DIR with the user's files, the input or the output in it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from robostream.convert import convert
+from robostream.convert.compare import compare_datasets
+from robostream.convert.workdir import MARKER
+from robostream.errors import RobostreamError
+from tests.convert.conftest import DATA_MB, VIDEO_MB, copy_tree, tree_listing
+
+
+def attempt(root: Path, *, out: Path | None, work_dir: Path | None):
+    return convert(root, out=out, work_dir=work_dir, workers=1, data_file_size_in_mb=DATA_MB,
+                   video_file_size_in_mb=VIDEO_MB, log=lambda line: None)
+
+
+def test_a_work_dir_holding_user_files_is_refused_and_left_intact(v21_root: Path, tmp_path: Path):
+    mine = tmp_path / "my-files"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    with pytest.raises(RobostreamError, match=r"my-files: exists and holds files that are not a robostream "
+                                              "conversion's"):
+        attempt(v21_root, out=tmp_path / "out", work_dir=mine)
+    assert tree_listing(mine) == {"thesis.tex": b"years of work"}
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where, relation", [
+    (lambda ds, out: ds, "is the input"),
+    (lambda ds, out: ds / "meta", "lies inside the input"),
+    (lambda ds, out: ds.parent, "contains the input"),
+    (lambda ds, out: out.parent, "contains"),
+])
+def test_a_work_dir_overlapping_the_input_or_output_is_refused(v21_root: Path, tmp_path: Path, where, relation):
+    ds = copy_tree(v21_root, tmp_path / "area" / "ds")
+    out = tmp_path / "area" / "converted" / "v30"
+    before = tree_listing(tmp_path)
+    with pytest.raises(RobostreamError, match=f"--work-dir .*: {relation}"):
+        attempt(ds, out=out, work_dir=where(ds, out))
+    assert tree_listing(tmp_path) == before
+
+
+def test_in_place_work_dir_inside_the_input_is_refused(v21_root: Path, tmp_path: Path):
+    ds = copy_tree(v21_root, tmp_path / "ds")
+    before = tree_listing(ds)
+    with pytest.raises(RobostreamError, match="lies inside the input"):
+        convert(ds, work_dir=ds / "work", workers=1, log=lambda line: None)
+    assert tree_listing(ds) == before
+
+
+def test_a_created_work_dir_is_removed_an_adopted_empty_one_is_kept(v21_root: Path, reference: Path,
+                                                                    tmp_path: Path):
+    created = tmp_path / "new-work"
+    attempt(v21_root, out=tmp_path / "a", work_dir=created)
+    assert not created.exists() and compare_datasets(tmp_path / "a", reference) == []
+    adopted = tmp_path / "empty-work"
+    adopted.mkdir()
+    attempt(v21_root, out=tmp_path / "b", work_dir=adopted)
+    assert adopted.is_dir() and list(adopted.iterdir()) == []  # emptied of what the conversion put there only
+    assert compare_datasets(tmp_path / "b", reference) == []
+
+
+def test_a_refused_input_leaves_no_work_dir(v21_root: Path, tmp_path: Path):
+    ds = copy_tree(v21_root, tmp_path / "ds")
+    (ds / "data/chunk-000/episode_000002.parquet").unlink()
+    with pytest.raises(RobostreamError, match="missing"):
+        attempt(ds, out=tmp_path / "out", work_dir=tmp_path / "work")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Path):
+    """A dry run plans into the work dir (marked); the real run takes it over and finishes."""
+    work = tmp_path / "work"
+    convert(v21_root, out=tmp_path / "out", work_dir=work, workers=1, data_file_size_in_mb=DATA_MB,
+            video_file_size_in_mb=VIDEO_MB, dry_run=True, log=lambda line: None)
+    assert (work / MARKER).is_file() and (work / "plan.json").is_file()
+    attempt(v21_root, out=tmp_path / "out", work_dir=work)
+    assert not work.exists() and compare_datasets(tmp_path / "out", reference) == []
