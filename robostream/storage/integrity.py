@@ -27,7 +27,7 @@ Validate = Literal["size", "full"]
 VALIDATE_CHOICES: tuple[str, ...] = ("size", "full")
 Algorithm = Literal["sha256", "git-sha1", "md5"]
 _HEX = {"sha256": 64, "git-sha1": 40, "md5": 32}
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:\d+-\d+|\*)/(\d+|\*)\s*$")
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
 
 
 def check_validate(validate: str, cached: bool = True) -> None:
@@ -140,19 +140,30 @@ def check_range_answer(name: str, version: FileVersion, start: int, end: int, st
                        content_range: str | None, etag: str | None, nbytes: int) -> None:
     """Raise unless an answer to a request for bytes [start, end) of `version` is exactly those bytes.
 
-    status: the HTTP status (None: the client does not say); content_range, etag: the answer's headers (None:
-    absent). A changed total size or ETag -> FileChangedError; a whole file instead of a range -> ValueError (the
-    server ignores Range); a short body -> ConnectionError (transient: retried).
+    status: the HTTP status (None: the client does not say, e.g. the Hub's filesystem); content_range, etag: the
+    answer's headers (None: absent). A changed total size or ETag, or a 416 for a range inside the size first
+    seen (the file shrank) -> FileChangedError; a 206 whose Content-Range is not the range asked for (a proxy or
+    server bug: those bytes belong elsewhere in the file), or without one, or a whole file instead of a range ->
+    ValueError (not retried: the server would answer the same); a short body -> ConnectionError (transient:
+    retried). Nothing that fails here is kept in a cache.
     """
-    if content_range:
-        match = _CONTENT_RANGE.match(content_range)
-        if match and match.group(1) != "*" and int(match.group(1)) != version.size:
-            raise changed_error(name, version, f"size {match.group(1)}")
+    match = _CONTENT_RANGE.match(content_range) if content_range else None
+    if match and match.group(3) != "*" and int(match.group(3)) != version.size:
+        raise changed_error(name, version, f"size {match.group(3)}")
     if etag and version.etag and not same_etag(etag, version.etag):
         raise changed_error(name, version, f"ETag {etag}")
     if status == 416:
-        raise ValueError(f"the server refuses bytes {start}-{end - 1} (416 Range Not Satisfiable) of a file it said "
-                         f"has {version.size} bytes")
+        raise changed_error(name, version, f"416 Range Not Satisfiable for bytes {start}-{end - 1}, inside the "
+                                           f"{version.size} bytes first seen")
+    if status == 206:
+        if match is None or match.group(1) is None:
+            raise ValueError(f"the server answered bytes {start}-{end - 1} with 206 but Content-Range "
+                             f"{content_range!r}; without it the bytes cannot be placed in the file")
+        got = int(match.group(1)), int(match.group(2)) + 1
+        if got != (start, end):
+            raise ValueError(f"asked for bytes {start}-{end - 1}, the server sent bytes {got[0]}-{got[1] - 1} "
+                             f"(Content-Range {content_range!r}); a server or proxy that answers the wrong range "
+                             "would give wrong frames: fix or bypass it")
     whole = status == 200 and start == 0 and end == version.size  # a server may answer a full range with 200
     if (status == 200 and not whole) or nbytes > end - start:
         raise ValueError(f"the server ignored the byte range and sent {nbytes} bytes; ranged reads need a server "

@@ -19,8 +19,6 @@ import os
 import posixpath
 import re
 import threading
-import urllib.error
-import urllib.request
 import warnings
 from functools import partial
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, NamedTuple
 
 import fsspec
 import fsspec.asyn
+from yarl import URL
 
 from robostream.errors import ChecksumMismatchError, MissingFileError, RobostreamError
 from robostream.process_local import ProcessLocal
@@ -80,22 +79,6 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     for key, value in given.items():
         out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
-
-
-def _http_stat(url: str, timeout_s: float, headers: dict[str, str]) -> FileVersion:
-    """Content-Length and ETag from a HEAD request; 404/410 -> FileNotFoundError, other failures keep their
-    status."""
-    request = urllib.request.Request(url, method="HEAD", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            length, etag = response.headers.get("Content-Length"), response.headers.get("ETag")
-    except urllib.error.HTTPError as exc:
-        if exc.code in (404, 410):
-            raise FileNotFoundError(url) from exc
-        raise
-    if length is None:
-        raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
-    return FileVersion(int(length), etag)
 
 
 def _info_version(protocol: str, info: dict[str, Any]) -> FileVersion:
@@ -179,7 +162,6 @@ class Storage:
         self.is_local = protocol in ("file", "local")
         if protocol in ("s3", "s3a"):
             _require_s3fs(root)
-        self._headers = dict((storage_options or {}).get("headers") or {})
         if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
             root = pin_hub_root(root, dict(storage_options or {}), self.retry)
         self.url = root
@@ -247,7 +229,7 @@ class Storage:
         if self.is_local:
             return FileVersion(os.path.getsize(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
-        read = (lambda: _http_stat(path, self.retry.timeout_s, self._headers)) if self.protocol in ("http", "https") \
+        read = (lambda: _http_stat(self.fs, path)) if self.protocol in ("http", "https") \
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
         return call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
 
@@ -323,30 +305,65 @@ class Storage:
 
 
 class _Answer(NamedTuple):
-    """A range request's answer: HTTP status, Content-Range and ETag headers (None: not known) and the body."""
+    """A request's answer: HTTP status, Content-Range and ETag headers (None: not known), the body and the
+    Content-Length header."""
 
     status: int | None
     content_range: str | None
     etag: str | None
     body: bytes
+    content_length: str | None = None
+
+
+MAX_REDIRECTS = 5
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+async def _http_request(fs: Any, method: str, url: str, headers: dict[str, str]) -> _Answer:
+    """One HTTP request with the filesystem's session and request options, redirects followed here: the headers
+    and request options from storage_options (credentials) go to the URL's own origin only, never to another host
+    a redirect names (aiohttp strips only `Authorization`, not an API-key header or a cookie). The session's
+    ClientTimeout(total=RetryPolicy.timeout_s) bounds the whole request, headers and body: a server that trickles
+    them cannot hold a reader. 404/410 -> FileNotFoundError; 412/416 are returned for the caller to judge."""
+    options = dict(fs.kwargs)
+    own_headers = options.pop("headers", None) or {}
+    session = await fs.set_session()
+    target = URL(fs.encode_url(url))
+    origin = target.origin()
+    for _ in range(MAX_REDIRECTS + 1):
+        home = target.origin() == origin
+        sent = {**own_headers, **headers} if home else dict(headers)
+        async with session.request(method, target, headers=sent, allow_redirects=False,
+                                   **(options if home else {})) as response:
+            if response.status in REDIRECTS and "Location" in response.headers:
+                target = target.join(URL(response.headers["Location"]))
+                if target.scheme not in ("http", "https"):
+                    raise ValueError(f"{url}: redirected to {target}, which is not an http(s) URL")
+                continue
+            answer = (response.status, response.headers.get("Content-Range"), response.headers.get("ETag"))
+            if response.status in (412, 416):
+                return _Answer(*answer, b"", response.headers.get("Content-Length"))
+            if response.status in (404, 410):
+                raise FileNotFoundError(url)
+            body = await response.read() if method == "GET" else b""
+            response.raise_for_status()
+            return _Answer(*answer, body, response.headers.get("Content-Length"))
+    raise ValueError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
 async def _http_range(fs: Any, url: str, start: int, end: int, if_match: str | None) -> _Answer:
-    """GET bytes [start, end) with the filesystem's session and request options, keeping status and headers
-    (fsspec's cat_file drops them)."""
-    kwargs = dict(fs.kwargs)
-    headers = {**(kwargs.pop("headers", None) or {}), "Range": f"bytes={start}-{end - 1}"}
-    if if_match:
-        headers["If-Match"] = if_match
-    session = await fs.set_session()
-    async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
-        if response.status in (412, 416):  # judged by the caller: the file changed (or the range is wrong)
-            return _Answer(response.status, response.headers.get("Content-Range"), response.headers.get("ETag"), b"")
-        if response.status in (404, 410):
-            raise FileNotFoundError(url)
-        body = await response.read()
-        response.raise_for_status()
-        return _Answer(response.status, response.headers.get("Content-Range"), response.headers.get("ETag"), body)
+    """GET bytes [start, end), keeping status and headers (fsspec's cat_file drops them)."""
+    headers = {"Range": f"bytes={start}-{end - 1}", **({"If-Match": if_match} if if_match else {})}
+    return await _http_request(fs, "GET", url, headers)
+
+
+def _http_stat(fs: Any, url: str) -> FileVersion:
+    """Content-Length and ETag from a HEAD request (fsspec's HTTP filesystem reports any failed HEAD, a 503
+    too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
+    answer = fsspec.asyn.sync(fs.loop, _http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"})
+    if answer.content_length is None:
+        raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
+    return FileVersion(int(answer.content_length), answer.etag)
 
 
 def _precondition_failed(exc: BaseException) -> bool:

@@ -81,7 +81,11 @@ V = FileVersion(1000, '"v1"')
     ((206, "bytes 0-99/1200", '"v1"', 100), FileChangedError, r"now: size 1200"),
     ((206, "bytes 0-99/1000", '"v2"', 100), FileChangedError, r'ETag "v1"; now: ETag "v2"'),
     ((416, "bytes */900", None, 0), FileChangedError, r"now: size 900"),
-    ((416, "bytes */1000", None, 0), ValueError, "416"),
+    ((416, "bytes */1000", None, 0), FileChangedError, "416 Range Not Satisfiable for bytes 0-99, inside the 1000"),
+    ((206, "bytes 100-199/1000", '"v1"', 100), ValueError, "asked for bytes 0-99, the server sent bytes 100-199"),
+    ((206, "bytes 0-98/1000", '"v1"', 100), ValueError, "the server sent bytes 0-98"),
+    ((206, None, '"v1"', 100), ValueError, "206 but Content-Range None"),
+    ((206, "bytes */1000", '"v1"', 100), ValueError, "206 but Content-Range 'bytes \\*/1000'"),
     ((200, None, '"v1"', 1000), ValueError, "ignored the byte range"),  # asked for 100 bytes (see below)
     ((206, "bytes 0-99/1000", '"v1"', 60), ConnectionError, "short read: 60 of 100"),
 ])
