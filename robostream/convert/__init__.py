@@ -21,6 +21,7 @@ from robostream.convert.progress import Progress
 from robostream.convert.workdir import claim_work_dir, remove_work_dir
 from robostream.convert.worker import ConversionFailed, Heartbeat, WorkerOptions, check_done, load_plan
 from robostream.errors import RobostreamError
+from robostream.numbers import finite_number
 from robostream.format.v21 import read_v21
 
 LEROBOT_VERSION = "0.6.1"  # the release whose converter output we match
@@ -145,6 +146,22 @@ def _complete_swap(targets: Targets) -> None:
     remove_work_dir(targets.work)
 
 
+EXECUTORS = ("local", "datatrove-local", "slurm", "ray")
+
+
+def _check_arguments(*, workers: Any, executor: Any, data_file_size_in_mb: Any, video_file_size_in_mb: Any,
+                     lease_s: Any, max_attempts: Any) -> None:
+    """Refuse, before anything is read or written, arguments that would fail late or write invalid JSON (a NaN
+    or infinite size limit lands in info.json; 0 workers would wait for nobody)."""
+    finite_number(workers, what="workers", integer=True, minimum=1)
+    finite_number(max_attempts, what="max_attempts", integer=True, minimum=1)
+    finite_number(data_file_size_in_mb, what="data_file_size_in_mb", positive=True)
+    finite_number(video_file_size_in_mb, what="video_file_size_in_mb", positive=True)
+    finite_number(lease_s, what="lease_s", positive=True)
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r}: expected one of {EXECUTORS}")
+
+
 def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | Path | None = None,
             workers: int = 1, executor: Literal["local", "datatrove-local", "slurm", "ray"] = "local",
             data_file_size_in_mb: float = 100, video_file_size_in_mb: float = 200,
@@ -171,6 +188,8 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
         A summary (episodes, files, bytes written, seconds, ...), also printed by the CLI as JSON.
     """
     started = time.time()
+    _check_arguments(workers=workers, executor=executor, data_file_size_in_mb=data_file_size_in_mb,
+                     video_file_size_in_mb=video_file_size_in_mb, lease_s=lease_s, max_attempts=max_attempts)
     targets = _targets(Path(src), Path(out) if out is not None else None,
                        Path(work_dir) if work_dir is not None else None)
     if targets.journal.exists():  # a crash during the swap: complete it

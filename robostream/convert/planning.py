@@ -19,8 +19,9 @@ from robostream.convert.faults import crash_point
 from robostream.convert.manifest import load_arrays, read_json, save_arrays, write_json_atomic
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
-from robostream.errors import DatasetFormatError
-from robostream.format.v21 import V21Dataset, read_episode_stats, read_v21
+from robostream.errors import DatasetFormatError, UnsafePathError
+from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
+from robostream.format.v21 import V21Dataset, input_file, read_episode_stats, read_v21
 
 PLAN_VERSION = 2
 PROBE_BATCH = 64  # episodes per pool job
@@ -83,7 +84,7 @@ def fingerprint(root: Path, data_limit_mb: float, video_limit_mb: float) -> str:
     """Hash of the v2.1 metadata files and the size limits (what determines the output)."""
     digest = hashlib.sha256(f"{data_limit_mb!r}/{video_limit_mb!r}".encode())
     for name in ("meta/info.json", "meta/episodes.jsonl", "meta/tasks.jsonl", "meta/episodes_stats.jsonl"):
-        digest.update((root / name).read_bytes())
+        digest.update(input_file(root, name).read_bytes())
     return digest.hexdigest()
 
 
@@ -97,7 +98,12 @@ def _listing_problems(dataset: V21Dataset) -> list[str]:
         wanted += [dataset.video_file(episode.episode_index, key) for key in dataset.video_keys]
         for rel in wanted:
             expected.add(rel)
-            if not (root / rel).is_file():
+            try:
+                present = dataset.path(rel).is_file()
+            except UnsafePathError as exc:
+                problems.append(str(exc))
+                continue
+            if not present:
                 problems.append(f"{root / rel}: missing (episode {episode.episode_index})")
     for top in ("data", "videos"):
         for path in sorted((root / top).rglob("*")) if (root / top).is_dir() else []:
@@ -114,6 +120,8 @@ def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, lis
         if probe is not None and probe["rows"] != episode.length:
             problems.append(f"{dataset.root / dataset.data_file(episode.episode_index)}: {probe['rows']} rows, but "
                             f"meta/episodes.jsonl says episode {episode.episode_index} has {episode.length} frames")
+    fps = dataset.info["fps"]
+    size = {key: feature_frame_size(dataset.info["features"][key]) for key in videos}
     for key, probes in videos.items():
         first = next((p for p in probes if p is not None), None)
         for episode, probe in zip(dataset.episodes, probes):
@@ -123,6 +131,12 @@ def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, lis
             if probe["frames"] and probe["frames"] != episode.length:
                 problems.append(f"{path}: {probe['frames']} frames, but meta/episodes.jsonl says episode "
                                 f"{episode.episode_index} has {episode.length}")
+            if abs(probe["fps"] - fps) > FPS_RELATIVE_TOLERANCE * fps:
+                problems.append(f"{path}: runs at {probe['fps']:g} fps, but meta/info.json says the dataset's fps is "
+                                f"{fps}; its frames would be looked up at the wrong times: re-encode it")
+            if size[key] is not None and (probe["height"], probe["width"]) != size[key]:
+                problems.append(f"{path}: frames of {probe['height']}x{probe['width']} (height x width), but "
+                                f"meta/info.json declares {size[key][0]}x{size[key][1]} for {key!r}")
             shape = [(p["codec"], p["width"], p["height"], p["pix_fmt"]) for p in (first, probe)]
             if shape[0] != shape[1]:
                 problems.append(f"{path}: {shape[1]} (codec, width, height, pix_fmt) differs from the first "

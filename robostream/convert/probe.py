@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError, MissingFileError
+from robostream.format.v21 import input_file
 
 MIB = 1024 ** 2
 
@@ -35,6 +36,7 @@ class VideoProbe:
     width: int
     height: int
     pix_fmt: str
+    fps: float  # the stream's average frame rate (0.0 when it states none)
 
 
 def probe_parquet(path: Path) -> DataProbe:
@@ -67,8 +69,9 @@ def probe_mp4(path: Path) -> VideoProbe:
             else:
                 raise DatasetFormatError(f"{path}: neither the stream nor the container states a duration")
             ctx = stream.codec_context
+            rate = stream.average_rate or stream.guessed_rate
             return VideoProbe(os.path.getsize(path), duration, int(stream.frames or 0), ctx.name, ctx.width,
-                              ctx.height, str(ctx.pix_fmt))
+                              ctx.height, str(ctx.pix_fmt), float(rate) if rate else 0.0)
     except av.error.FFmpegError as exc:
         raise DatasetFormatError(f"{path}: not a readable mp4: {exc}") from exc
 
@@ -82,7 +85,7 @@ def probe_episodes(root: str, data_files: list[str], video_files: dict[str, list
 
     def probe(function, rel: str) -> dict | None:
         try:
-            return asdict(function(base / rel))
+            return asdict(function(input_file(base, rel)))
         except DatasetFormatError as exc:
             problems.append(str(exc))
             return None

@@ -71,9 +71,9 @@ def task_inputs(task: FileTask, layout: V21Layout, plan: ConversionPlan) -> list
     """(path, size in bytes recorded at planning) of every input file of `task`."""
     episodes = range(task.span.first, task.span.end)
     if task.kind == "data":
-        return [(layout.root / layout.data_file(e), int(plan.data["bytes"][e])) for e in episodes]
+        return [(layout.path(layout.data_file(e)), int(plan.data["bytes"][e])) for e in episodes]
     sizes = plan.videos[task.video_key]["bytes"]
-    return [(layout.root / layout.video_file(e, task.video_key), int(sizes[e])) for e in episodes]
+    return [(layout.path(layout.video_file(e, task.video_key)), int(sizes[e])) for e in episodes]
 
 
 def produce(task: FileTask, inputs: list[tuple[Path, int]], out: Path, image_keys: list[str]) -> int:

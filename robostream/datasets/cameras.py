@@ -12,13 +12,13 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
 from robostream.errors import RobostreamError, VideoDecodeError
+from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.process_local import ProcessLocal
@@ -139,11 +139,6 @@ def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None
     return decoder
 
 
-# A stream's average frame rate may differ from the dataset's by rounding (concatenated files, B-frames); a real
-# mismatch (40 fps in a 20 fps dataset) is far larger.
-FPS_RELATIVE_TOLERANCE = 0.01
-
-
 def check_frame_rate(decoder: VideoDecoder, fps: float) -> None:
     """A video file must have the dataset's frame rate: frames are looked up by time, so a 40 fps file in a 20 fps
     dataset would give frame 2k for frame k without failing any tolerance check. Free: read when the file opened."""
@@ -158,18 +153,6 @@ def check_frame_size(decoder: VideoDecoder, key: str, size: tuple[int, int] | No
         raise VideoDecodeError(f"{decoder.path}: the video's frames are {decoder.height}x{decoder.width} (height x "
                                f"width) but meta/info.json declares {size[0]}x{size[1]} for camera {key!r}; "
                                "re-encode the video or fix the feature's shape")
-
-
-def feature_frame_size(feature: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(height, width) of a camera feature from its info.json shape and names (lerobot: [height, width,
-    channels]); None when the shape is not a frame's."""
-    shape, names = list(feature.get("shape") or []), feature.get("names")
-    if len(shape) != 3:
-        return None
-    if isinstance(names, list) and "height" in names and "width" in names:
-        return int(shape[names.index("height")]), int(shape[names.index("width")])
-    channels_first = shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4)
-    return (int(shape[1]), int(shape[2])) if channels_first else (int(shape[0]), int(shape[1]))
 
 
 def decode_pool(cameras: int) -> ThreadPoolExecutor | None:

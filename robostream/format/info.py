@@ -6,6 +6,7 @@ Unknown keys are kept in `raw` and otherwise ignored, so datasets written by new
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -30,6 +31,9 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 CAMERA_OR_TEXT_DTYPES = ("video", "image", "string")
+# A video stream's average frame rate may differ from the dataset's fps by rounding (concatenated files, B-frames);
+# a real mismatch (a 40 fps file in a 20 fps dataset) is far larger.
+FPS_RELATIVE_TOLERANCE = 0.01
 CONVERT_HINT = (
     "convert it to v3.0 first, e.g. with lerobot's "
     "`python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<repo> --root=<root>`"
@@ -90,6 +94,18 @@ class DatasetInfo:
         return doc
 
 
+def feature_frame_size(feature: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(height, width) of a camera feature from its info.json shape and names (lerobot: [height, width,
+    channels]); None when the shape is not a frame's."""
+    shape, names = list(feature.get("shape") or []), feature.get("names")
+    if len(shape) != 3:
+        return None
+    if isinstance(names, list) and "height" in names and "width" in names:
+        return int(shape[names.index("height")]), int(shape[names.index("width")])
+    channels_first = shape[0] in (1, 3, 4) and shape[-1] not in (1, 3, 4)
+    return (int(shape[1]), int(shape[2])) if channels_first else (int(shape[0]), int(shape[1]))
+
+
 def check_version(version: Any, source: str) -> None:
     """Accept v3.x; point v2.x users at conversion; reject anything else by name."""
     if isinstance(version, str) and version.startswith("v3."):
@@ -109,6 +125,9 @@ def check_feature(name: Any, feature: Any, source: str) -> None:
                                  "characters (NUL, newline, ...); rename the feature")
     if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str) or "shape" not in feature:
         raise DatasetFormatError(f"{source}: feature {name!r} needs a 'dtype' string and a 'shape', got {feature!r}")
+    if feature["dtype"] == "video" and "/" in name:
+        raise DatasetFormatError(f"{source}: camera key {name!r} contains '/'; a camera's key names the folder of its "
+                                 "videos: rename the feature")
     if feature["dtype"] not in CAMERA_OR_TEXT_DTYPES:
         try:
             np.dtype(feature["dtype"])

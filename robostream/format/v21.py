@@ -16,7 +16,10 @@ from typing import Any
 import numpy as np
 
 from robostream.errors import DatasetFormatError, MissingFileError
+from robostream.format.info import check_feature
 from robostream.format.paths import render_template
+from robostream.numbers import finite_number
+from robostream.storage.paths import local_path
 
 V21 = "v2.1"
 V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -25,6 +28,12 @@ EPISODES_JSONL = "meta/episodes.jsonl"
 TASKS_JSONL = "meta/tasks.jsonl"
 EPISODES_STATS_JSONL = "meta/episodes_stats.jsonl"
 INFO_PATH = "meta/info.json"
+
+
+def input_file(root: Path, relative: str) -> Path:
+    """A file of the v2.1 dataset at `root`, through the one safe-path rule of every reader: a symlink that leads
+    out of the dataset (to /etc/passwd, another user's data) is refused, never read and copied into the output."""
+    return local_path(root, relative, what=f"{root}/{relative}")
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,10 @@ class V21Layout:
     @property
     def image_keys(self) -> list[str]:
         return [k for k, f in self.info["features"].items() if f.get("dtype") == "image"]
+
+    def path(self, relative: str) -> Path:
+        """The checked local path of one of the dataset's files (see `input_file`)."""
+        return input_file(self.root, relative)
 
     def data_file(self, episode_index: int) -> str:
         return render_template(self.info.get("data_path") or V21_DATA_PATH, what=f"{self.root}/{INFO_PATH} data_path",
@@ -101,7 +114,7 @@ def _int_field(row: dict[str, Any], key: str, where: str) -> int:
 
 def read_info_v21(root: Path) -> dict[str, Any]:
     """info.json of a dataset that must be v2.1; other versions and non-datasets are refused by name."""
-    path = root / INFO_PATH
+    path = input_file(root, INFO_PATH)
     if not path.is_file():
         raise MissingFileError(f"{path}: missing; {root} is not a LeRobot dataset (expected meta/info.json)")
     try:
@@ -114,8 +127,9 @@ def read_info_v21(root: Path) -> dict[str, Any]:
     if version != V21:
         hint = " (already converted)" if isinstance(version, str) and version.startswith("v3.") else ""
         raise DatasetFormatError(f"{path}: codebase_version is {version!r}{hint}; the converter takes v2.1 datasets")
-    if not isinstance(info.get("fps"), (int, float)) or info["fps"] <= 0:
-        raise DatasetFormatError(f"{path}: 'fps' must be a positive number, got {info.get('fps')!r}")
+    finite_number(info.get("fps"), what=f"{path} 'fps'", positive=True, error=DatasetFormatError)
+    for name, feature in info["features"].items():
+        check_feature(name, feature, str(path))
     return info
 
 
@@ -123,7 +137,7 @@ def read_v21(root: str | Path) -> V21Dataset:
     """Read and cross-check a v2.1 dataset's metadata files."""
     root = Path(root)
     info = read_info_v21(root)
-    episodes_path, tasks_path = root / EPISODES_JSONL, root / TASKS_JSONL
+    episodes_path, tasks_path = input_file(root, EPISODES_JSONL), input_file(root, TASKS_JSONL)
     episodes = []
     for row in _read_jsonl(episodes_path):
         where = f"{episodes_path} (episode {row.get('episode_index')!r})"
@@ -169,7 +183,7 @@ def read_episode_stats(root: str | Path, episodes: int) -> dict[str, dict[str, n
     the file's order (lerobot's episodes-table column order); streamed, so memory is the arrays, not JSON objects.
 
     Every episode 0..episodes-1 must have stats with the same features, stats and shapes."""
-    path = Path(root) / EPISODES_STATS_JSONL
+    path = input_file(Path(root), EPISODES_STATS_JSONL)
     if not path.is_file():
         raise MissingFileError(f"{path}: missing; a v2.1 dataset needs meta/episodes_stats.jsonl")
     keys: list[tuple[str, str]] | None = None

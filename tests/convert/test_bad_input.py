@@ -116,3 +116,79 @@ def test_in_place_with_an_old_copy_already_there_is_refused_before_any_work(v21_
     with pytest.raises(FileExistsError, match="ds_old: exists; an in-place conversion keeps the input there"):
         convert(root, workers=1, log=lambda line: None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ds_old"]
+
+
+@pytest.mark.parametrize("victim", ["data/chunk-000/episode_000002.parquet",
+                                    "videos/chunk-000/observation.images.cam0/episode_000001.mp4",
+                                    "meta/episodes.jsonl", "meta/tasks.jsonl", "videos"])
+def test_symlinks_out_of_the_dataset_are_refused_never_copied(v21_root: Path, tmp_path: Path, victim: str):
+    """The converter follows the readers' one safe-path rule (issue 21: it used to open /etc/passwd through a
+    link and copy it into the output)."""
+    root = copy_tree(v21_root, tmp_path / "ds")
+    outside = tmp_path / "outside"
+    (root / victim).rename(outside)  # the real content now lies outside, reached through a link
+    (root / victim).symlink_to(outside, target_is_directory=outside.is_dir())
+    with pytest.raises(DatasetFormatError, match="outside the dataset root"):
+        attempt(root, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "outside"]  # no output, no work dir
+
+
+def test_a_video_at_another_frame_rate_or_size_is_refused_before_writing(v21_root: Path, tmp_path: Path):
+    import av
+
+    from robostream.video.encode import encode_video
+
+    root = copy_tree(v21_root, tmp_path / "ds")
+    victim = root / "videos/chunk-000/observation.images.cam1/episode_000003.mp4"
+    with av.open(str(victim)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    encode_video(frames, victim, fps=40, codec="av1", gop=2)
+    with pytest.raises(DatasetFormatError, match=r"episode_000003.mp4: runs at 40 fps, but meta/info.json says the "
+                                                 "dataset's fps is 20"):
+        attempt(root, tmp_path / "out")
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["observation.images.cam1"]["shape"] = [32, 32, 3]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetFormatError, match=r"frames of 64x64 \(height x width\), but meta/info.json declares "
+                                                 "32x32"):
+        attempt(root, tmp_path / "out")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda info: info.update(fps=float("nan")), "'fps': expected a finite number, got nan"),
+    (lambda info: info["features"].update({"observation.images.c\nam": info["features"]["observation.images.cam0"]}),
+     "control characters"),
+    (lambda info: info["features"].update({"observation/cam": info["features"]["observation.images.cam0"]}),
+     "camera key 'observation/cam' contains '/'"),
+])
+def test_bad_info_json_values_are_refused_naming_the_key(v21_root: Path, tmp_path: Path, edit, message):
+    root = copy_tree(v21_root, tmp_path / "ds")
+    info = json.loads((root / "meta/info.json").read_text())
+    edit(info)
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetFormatError, match=message):
+        attempt(root, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+@pytest.mark.parametrize("argument, value, message", [
+    ("data_file_size_in_mb", 0, "data_file_size_in_mb: must be > 0"),
+    ("data_file_size_in_mb", -5, "data_file_size_in_mb: must be > 0"),
+    ("data_file_size_in_mb", float("nan"), "data_file_size_in_mb: expected a finite number, got nan"),
+    ("video_file_size_in_mb", float("inf"), "video_file_size_in_mb: expected a finite number, got inf"),
+    ("workers", 0, "workers: must be >= 1, got 0"),
+    ("max_attempts", 0, "max_attempts: must be >= 1, got 0"),
+    ("lease_s", float("nan"), "lease_s: expected a finite number"),
+    ("executor", "spark", "executor='spark': expected one of"),
+])
+def test_bad_arguments_are_refused_before_anything_is_written(v21_root: Path, tmp_path: Path, argument, value,
+                                                             message):
+    with pytest.raises(ValueError, match=message):
+        convert(v21_root, out=tmp_path / "out", log=lambda line: None, **{argument: value})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_names_a_bad_argument(v21_root: Path, tmp_path: Path):
+    result = run_cli("convert", str(v21_root), "--out", str(tmp_path / "out"), "--data-file-size-in-mb", "nan")
+    assert result.returncode != 0 and "data_file_size_in_mb: expected a finite number, got nan" in result.stderr
+    assert list(tmp_path.iterdir()) == []
