@@ -1,8 +1,13 @@
-"""`robostream verify ROOT`: a v3.0 dataset's self-consistency, checked cheaply (local datasets).
+"""`robostream verify ROOT`: a v3.0 dataset's self-consistency, checked cheaply (local datasets): what the readers
+rely on, so that a dataset that verifies is one they read.
 
+- the metadata loads as the readers load it (info.json's numbers and features, the episode table's columns and
+  each camera's span lasting length / fps), else that error is the one problem reported;
+- every data file: every feature info.json declares is a column, readable as its declared dtype and shape (no
+  nulls); each episode's `timestamp`s lie inside it;
 - every data file: its `episode_index`/`index` columns (nothing else is read) hold each episode it is named by as
   one contiguous run whose `index` is the episode table's [dataset_from_index, dataset_to_index);
-- every camera file: the packets (demuxed, not decoded) whose time lies in an episode's [from, to) number exactly
+- every camera file: the stream's frame rate and frame size are info.json's; the packets (demuxed, not decoded) whose time lies in an episode's [from, to) number exactly
   the episode's length;
 - every episode and camera: the first and the last frame decode, at `from_timestamp + timestamp`, within the
   tolerance.
@@ -18,6 +23,9 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 
+from robostream.errors import DatasetFormatError
+from robostream.format.data_rows import check_timestamps, data_features, feature_column
+from robostream.format.info import CAMERA_OR_TEXT_DTYPES, FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import load_metadata
 
 DEFAULT_TOLERANCE_S = 1e-4
@@ -27,11 +35,23 @@ def _check_data(meta, problems: list[str]) -> None:
     by_file: dict[str, list[int]] = defaultdict(list)
     for episode in meta.episodes.episode_index.tolist():
         by_file[meta.data_file(episode)].append(episode)
+    features = data_features(meta.info.features)
+    numeric = [k for k, f in features.items() if f["dtype"] not in CAMERA_OR_TEXT_DTYPES]
+    declared = [k for k, f in meta.info.features.items() if f["dtype"] != "video"]
     for rel, episodes in by_file.items():
         path = Path(meta.local(rel, what="data file"))
-        table = pq.read_table(path, columns=["episode_index", "index"], use_threads=False)
-        owner = table.column("episode_index").to_numpy()
-        index = table.column("index").to_numpy()
+        names = pq.read_schema(path).names
+        missing = [k for k in declared if k not in names]
+        if missing:
+            problems.append(f"{path}: lacks column(s) {missing} that meta/info.json declares")
+            continue
+        table = pq.read_table(path, columns=[k for k in numeric if k in names], use_threads=False)
+        try:
+            columns = {k: feature_column(table, k, features[k], str(path)) for k in table.column_names}
+        except DatasetFormatError as exc:
+            problems.append(str(exc))
+            continue
+        owner, index = columns["episode_index"], columns["index"]
         for episode in episodes:
             row = meta.episodes.row_of(episode)
             lo, hi = int(meta.episodes.from_index[row]), int(meta.episodes.to_index[row])
@@ -42,6 +62,11 @@ def _check_data(meta, problems: list[str]) -> None:
                 problems.append(f"{path}: episode {episode} has {len(rows)} rows (index "
                                 f"{index[rows][:1].tolist()}..{index[rows][-1:].tolist()}), the episode table says "
                                 f"[{lo}, {hi})")
+            elif "timestamp" in columns:
+                try:
+                    check_timestamps(str(path), episode, columns["timestamp"][rows], meta.fps)
+                except DatasetFormatError as exc:
+                    problems.append(str(exc))
 
 
 def _first_frame_at(container, stream, seconds: float) -> float | None:
@@ -62,10 +87,19 @@ def _check_video(meta, key: str, tolerance_s: float, problems: list[str]) -> Non
     for episode in meta.episodes.episode_index.tolist():
         by_file[meta.video_file(episode, key)].append(episode)
     fps = meta.fps
+    size = feature_frame_size(meta.info.features[key])
     for rel, episodes in by_file.items():
         path = Path(meta.local(rel, what="video file"))
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
+            rate = float(stream.average_rate or stream.guessed_rate or 0)
+            if abs(rate - fps) > FPS_RELATIVE_TOLERANCE * fps:
+                problems.append(f"{path}: runs at {rate:g} fps, but meta/info.json says the dataset's fps is {fps}")
+                continue
+            if size is not None and (stream.codec_context.height, stream.codec_context.width) != size:
+                problems.append(f"{path}: frames of {stream.codec_context.height}x{stream.codec_context.width} "
+                                f"(height x width), but meta/info.json declares {size[0]}x{size[1]} for {key!r}")
+                continue
             times = np.sort(np.array([float(p.pts * stream.time_base) for p in container.demux(stream)
                                       if p.pts is not None and p.size]))
             for episode in episodes:
@@ -92,7 +126,10 @@ def verify(root: str | Path, *, tolerance_s: float = DEFAULT_TOLERANCE_S) -> dic
         root: a local v3.0 dataset folder.
         tolerance_s: how far a decoded frame's time may lie from the requested one (lerobot's default 1e-4).
     """
-    meta = load_metadata(root)
+    try:
+        meta = load_metadata(root)
+    except DatasetFormatError as exc:  # the readers would refuse the dataset for this: that is the finding
+        return {"root": str(root), "problems": [str(exc)]}
     problems: list[str] = []
     _check_data(meta, problems)
     for key in meta.video_keys:
