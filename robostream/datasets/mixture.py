@@ -95,6 +95,13 @@ class SourceReader:
         return {self.rename.get(k, k): v for k, v in self.meta.stats.items()}
 
 
+def selection_fingerprint(reader: SourceReader) -> str:
+    """A short hash of what one dataset's epochs depend on: its selected episodes and their lengths (not its
+    location: a dataset moved to another path or node resumes)."""
+    episodes = np.asarray(reader.episodes, dtype=np.int64)
+    return hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:24]
+
+
 def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weight], counts: Sequence[int],
                         *, epoch_size: int | None, sampling_method: str, features: str, batching: str,
                         batch_size: int | None) -> str:

@@ -3,8 +3,9 @@ and the episode selection. Shared by the map-style and the streaming dataset."""
 
 from __future__ import annotations
 
+import operator
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +32,16 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     available = meta.episodes.episode_index
     if episodes is None:
         return [int(e) for e in available]
-    chosen = sorted({int(e) for e in episodes})
+    # A string is a sequence of characters ("01" would read episodes 0 and 1) and a bool an int (True: episode 1):
+    # only integers select episodes.
+    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Iterable):
+        raise TypeError(f"episodes={episodes!r}: expected a list (or range, array) of episode indices")
+    chosen_set = set()
+    for e in episodes:
+        if isinstance(e, (bool, np.bool_)) or not hasattr(e, "__index__"):
+            raise TypeError(f"episodes: {e!r} ({type(e).__name__}) is not an episode index; pass integers")
+        chosen_set.add(operator.index(e))
+    chosen = sorted(chosen_set)
     unknown = [e for e, known in zip(chosen, np.isin(chosen, available)) if not known]
     if unknown:
         raise ValueError(f"episodes={unknown[:10]} not in {meta.root} (it has episodes 0..{len(available) - 1})")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,8 @@ from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
 from robostream.datasets.lanes import LaneIterator, LanePlan
 from robostream.datasets.frame_source import FrameSource
 from robostream.datasets.ranks import resolve_rank_world
-from robostream.datasets.mixture import ReaderSettings, Source, SourceReader, mixture_fingerprint, open_reader
+from robostream.datasets.mixture import (ReaderSettings, Source, SourceReader, mixture_fingerprint, open_reader,
+                                         selection_fingerprint)
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches, MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.source import SourceOptions
 from robostream.format.metadata import DatasetMetadata
@@ -56,6 +58,7 @@ from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.order import epoch_episode_order
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
 from robostream.plan.resume import emitted_by_role
+from robostream.plan.state import CHECKSUM, check_epoch_state, check_state_head, state_checksum
 from robostream.plan.segments import (
     positions_after,
     quotas_for_roles,
@@ -230,6 +233,7 @@ class StreamingLeRobotDataset(IterableDataset):
                                                      epoch_size)
         self.schema = self.batches_of_mixture = None
         self.fingerprint = None
+        self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self.sources[0])
         if self.is_mixture:
             self.schema = mixture_schema(self.sources, self.delta_timestamps,
                                          "separate" if batching == "per_stream" else features, return_uint8)
@@ -406,20 +410,21 @@ class StreamingLeRobotDataset(IterableDataset):
         """
         _, world = self._rank_world or resolve_rank_world()
         consumers = world * num_workers
-        identity = {"mixture": self.fingerprint} if self.is_mixture else {"num_episodes": len(self.episodes)}
+        identity = {"mixture": self.fingerprint} if self.is_mixture else {
+            "num_episodes": len(self.episodes), "dataset": self.dataset_fingerprint}
         head = {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
                 **identity, "canonical_streams": self.resolved_canonical_streams(consumers),
                 "layout": [world, num_workers]}
         if self.batching_method == "per_stream":
-            return {**head, **self._lane_state(world, num_workers, batches, batch_size)}
+            return _checksummed({**head, **self._lane_state(world, num_workers, batches, batch_size)})
         plan = self.epoch_plan(world, num_workers)
         if batches is None:  # ranks consume in lockstep: in-process iteration on this rank stands for every one
             emitted = [self._iterator.emitted if self._iterator is not None else 0] * consumers
             batches = 0
         else:
             emitted = emitted_by_role(batches, plan.quotas, batch_size, world, num_workers, plan.rotation)
-        return {**head, **self._advanced(plan, emitted, consumers, self.shuffle),
-                "worker_rotation": int((plan.rotation + batches) % num_workers)}
+        return _checksummed({**head, **self._advanced(plan, emitted, consumers, self.shuffle),
+                             "worker_rotation": int((plan.rotation + batches) % num_workers)})
 
     def _lane_state(self, world: int, num_workers: int, batches: int | None, batch_size: int) -> dict[str, Any]:
         """The per_stream part of a state: each lane's positions and every worker role's place in its schedule."""
@@ -455,11 +460,15 @@ class StreamingLeRobotDataset(IterableDataset):
                 weights, epoch size, sampling or feature mode) cannot continue its epoch: "error" refuses it,
                 "next_epoch" starts this mixture at the epoch after the state's.
         """
-        if state.get("version") not in (1, STATE_VERSION):
-            raise ValueError(f"resume state version {state.get('version')!r}; this robostream reads 1 and "
-                             f"{STATE_VERSION}")
+        if not isinstance(state, Mapping) or state.get("version") not in (1, STATE_VERSION):
+            version = state.get("version") if isinstance(state, Mapping) else state
+            raise ValueError(f"resume state version {version!r}; this robostream reads 1 and {STATE_VERSION}")
         if on_mixture_change not in ("error", "next_epoch"):
             raise ValueError(f"on_mixture_change={on_mixture_change!r}: expected 'error' or 'next_epoch'")
+        check_state_head(state, lanes=self.batching_method == "per_stream")
+        if CHECKSUM in state and state[CHECKSUM] != state_checksum(state):
+            raise ValueError(f"resume state: checksum {state[CHECKSUM]!r} does not match its content; the state "
+                             "was edited or corrupted after it was saved: use the checkpoint's original state")
         if state.get("mixture") != self.fingerprint:
             if on_mixture_change == "next_epoch" and self.is_mixture and "mixture" in state:
                 self.set_epoch(int(state["epoch"]) + 1)
@@ -470,36 +479,57 @@ class StreamingLeRobotDataset(IterableDataset):
                 f"{_identity(self.fingerprint)}: its epoch cannot continue with other sources, revisions, episodes, "
                 "weights, epoch_size, sampling_method or features; pass on_mixture_change='next_epoch' to apply "
                 "this mixture from the next epoch, or rebuild the mixture the state was made with")
-        for key in ("seed", "shuffle", "num_episodes"):
-            if key == "num_episodes" and self.is_mixture:
-                continue
-            mine = len(self.episodes) if key == "num_episodes" else getattr(self, key)
-            if state[key] != mine:
-                raise ValueError(f"resume state has {key}={state[key]!r} but this dataset has {key}={mine!r}; "
-                                 "a stream can only resume over the same episodes, seed and shuffle setting")
+        if not self.is_mixture:
+            self._check_dataset_identity(state)
+        for key in ("seed", "shuffle"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"resume state has {key}={state[key]!r} but this dataset has "
+                                 f"{key}={getattr(self, key)!r}; a stream only resumes with the same seed and shuffle")
         if state.get("batching", "random") != self.batching_method:
             raise ValueError(f"resume state was made with batching={state.get('batching', 'random')!r}, this "
                              f"dataset uses batching={self.batching_method!r}")
-        self.epoch = int(state["epoch"])
-        self.canonical_streams = int(state["canonical_streams"])
+        # The state's epoch and stream count shape the plan it is checked against: set them only once it holds.
+        before = self.epoch, self.canonical_streams
+        self.epoch, self.canonical_streams = int(state["epoch"]), int(state["canonical_streams"])
+        try:
+            self._resume = self._checked_resume(state)
+        except BaseException:
+            self.epoch, self.canonical_streams = before
+            raise
+
+    def _check_dataset_identity(self, state: Mapping[str, Any]) -> None:
+        """One dataset: the state must come from the same episode selection (ids and lengths)."""
+        if "dataset" in state:
+            if state["dataset"] != self.dataset_fingerprint:
+                raise ValueError(
+                    f"resume state was made with another dataset or episode selection (fingerprint "
+                    f"{state['dataset']!r}; this one, {len(self.episodes)} episodes of {self.meta.root}, is "
+                    f"{self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
+                    "dataset and episodes= it was saved with, or start a new epoch without the state")
+            return
+        warnings.warn("resume state of an older robostream (no dataset fingerprint): only its episode count is "
+                      "checked against this dataset", RuntimeWarning, stacklevel=3)
+        if state.get("num_episodes") != len(self.episodes):
+            raise ValueError(f"resume state has num_episodes={state.get('num_episodes')!r} but this dataset has "
+                             f"{len(self.episodes)}; a stream can only resume over the same episodes")
+
+    def _checked_resume(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The resume of `state` (batching="random"), checked against this epoch's streams."""
         consumers = state["layout"][0] * state["layout"][1]
         if self.batching_method == "per_stream":
-            self._resume = self._checked_lanes(state, consumers)
-            return
+            return self._checked_lanes(state, consumers)
         resume = {k: state[k] for k in ("layout", "quota_left", "repeats_done", "worker_rotation")}
         natural = [sum(b - a for _, a, b in s) for s in self.stream_pieces(self.canonical_streams)]
         if state["version"] == 1:  # whole streams owned round-robin by the saved layout, one offset each
             offsets = state["stream_offsets"]
-            if len(offsets) != self.canonical_streams:
+            if not isinstance(offsets, list) or len(offsets) != self.canonical_streams:
                 raise ValueError("resume state: stream_offsets must have one entry per canonical stream")
-            resume["segments"] = [[s, 0, n, s % consumers, int(offsets[s])] for s, n in enumerate(natural) if n]
+            resume["segments"] = [[s, 0, n, s % consumers, offsets[s]] for s, n in enumerate(natural) if n]
         else:
             resume["segments"] = state["segments"]
-        if not len(resume["quota_left"]) == len(resume["repeats_done"]) == consumers:
-            raise ValueError(f"resume state: quota_left and repeats_done need one entry per consumer of the saved "
-                             f"layout {state['layout']} ({consumers})")
-        segments_from_state(resume["segments"], natural, consumers)  # fails now, naming the bad row
-        self._resume = resume
+        check_epoch_state(resume["segments"], natural, state["layout"], resume["quota_left"],
+                          resume["repeats_done"], self.uneven)
+        return resume
 
     def _checked_lanes(self, state: Mapping[str, Any], consumers: int) -> dict[str, Any]:
         """The per_stream resume of `state`, validated against this epoch's lanes (errors name the bad part)."""
@@ -519,9 +549,10 @@ class StreamingLeRobotDataset(IterableDataset):
                 continue
             pieces = self.stream_pieces(min(self.canonical_streams, total), lane_units, s)
             natural = [sum(b - a for _, a, b in stream) for stream in pieces]
-            if not len(lane["quota_left"]) == len(lane["repeats_done"]) == consumers:
-                raise ValueError(f"resume state: lane {s} needs one quota per consumer of the layout {state['layout']}")
-            segments_from_state(lane["segments"], natural, consumers)
+            if not isinstance(lane, Mapping) or not {"segments", "quota_left", "repeats_done"} <= set(lane):
+                raise ValueError(f"resume state: lane {s} must hold segments, quota_left and repeats_done")
+            check_epoch_state(lane["segments"], natural, state["layout"], lane["quota_left"], lane["repeats_done"],
+                              self.uneven, where=f"resume state lane {s}")
         return {k: state[k] for k in ("layout", "worker_rotation", "lanes", "schedule")}
 
     # -- iteration -------------------------------------------------------------------------------------------
@@ -580,6 +611,10 @@ class StreamingLeRobotDataset(IterableDataset):
         remote data the bytes read, the time readers waited for them (us) and the peak bytes of fetched blocks
         held by a worker."""
         return self.counters.totals()
+
+
+def _checksummed(state: dict[str, Any]) -> dict[str, Any]:
+    return {**state, CHECKSUM: state_checksum(state)}
 
 
 def _identity(fingerprint: str | None) -> str:

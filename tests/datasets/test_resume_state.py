@@ -1,0 +1,108 @@
+"""Resume states are validated completely when loaded (issue 21): a foreign, edited or damaged state fails in the
+main process naming the key, row or role; never an epoch that skips, repeats, never ends or ends at once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from robostream.datasets.streaming import StreamingLeRobotDataset
+
+pytestmark = pytest.mark.filterwarnings("ignore:resume state of an older robostream")
+
+
+def _dataset(root, **kwargs):
+    return StreamingLeRobotDataset(root=root, seed=3, **kwargs)
+
+
+def _unsigned(state):
+    """A state without its checksum: what the numbers alone must refuse (an older state has none)."""
+    return {k: v for k, v in state.items() if k != "checksum"}
+
+
+@pytest.mark.parametrize("uneven", ["pad", "drop"])
+@pytest.mark.parametrize("world, workers", [(1, 1), (2, 3), (3, 2)])
+def test_every_state_the_dataset_writes_validates(av1_root, uneven, world, workers):
+    """The invariants hold for any layout, batch size and batch count (the property the checks rely on)."""
+    writer = _dataset(av1_root, uneven=uneven, rank=0, world_size=world)
+    reader = _dataset(av1_root, uneven=uneven, rank=0, world_size=world)
+    for batch_size in (1, 4):
+        total = -(-max(writer.epoch_plan(world, workers).quotas) // batch_size) * workers
+        for batches in range(0, total + 1, max(1, total // 7)):
+            state = json.loads(json.dumps(writer.state_dict(batches=batches, batch_size=batch_size,
+                                                            num_workers=workers)))
+            reader.load_state_dict(state)
+            reader.load_state_dict(_unsigned(state))
+
+
+def test_a_state_of_another_selection_or_dataset_is_refused(av1_root, h264_root):
+    state = _dataset(av1_root, episodes=[0, 1, 2, 3]).state_dict()
+    for other in (_dataset(av1_root, episodes=[1, 2, 3, 4]), _dataset(h264_root)):  # 4 episodes each
+        with pytest.raises(ValueError, match="made with another dataset or episode selection"):
+            other.load_state_dict(state)
+    moved = _dataset(av1_root, episodes=[3, 2, 1, 0])  # the same selection, however it is spelled
+    moved.load_state_dict(state)
+
+
+def test_an_older_state_without_fingerprint_still_loads_with_a_warning(av1_root):
+    state = {k: v for k, v in _dataset(av1_root).state_dict().items() if k not in ("dataset", "checksum")}
+    with pytest.warns(RuntimeWarning, match="only its episode count is checked"):
+        _dataset(av1_root).load_state_dict(state)
+
+
+def _after_some_batches(root):
+    dataset = _dataset(root, rank=0, world_size=2)
+    return dataset.state_dict(batches=3, batch_size=2, num_workers=2)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.update(quota_left=[10 ** 15] * 4), r"quota_left\[0\] is 1000000000000000, but its segments leave"),
+    (lambda s: s.update(quota_left=[0] * 4), r"quota_left\[0\] is 0, but its segments leave worker 0"),
+    (lambda s: s.update(segments=s["segments"][1:]), r"samples \[0, \d+\) of canonical stream \d+ belong to no segment"),
+    (lambda s: s.update(repeats_done=[5, 0, 0, 0]), r"repeats_done\[0\] is 5 while role 0 still has"),
+    (lambda s: s.pop("layout"), r"'layout' must be \[world_size, num_workers\]"),
+    (lambda s: s.pop("segments"), r"missing \['segments'\]"),
+    (lambda s: s.update(epoch="1"), r"'epoch' must be an integer >= 0, got '1'"),
+    (lambda s: s.update(worker_rotation=5), r"'worker_rotation' 5 is not a worker of the layout \[2, 2\]"),
+    (lambda s: s.update(quota_left=[1.5, 0, 0, 0]), "quota_left must be a list of 4 non-negative integers"),
+])
+def test_edited_or_damaged_states_fail_naming_the_key_row_or_role(av1_root, edit, message):
+    state = json.loads(json.dumps(_after_some_batches(av1_root)))
+    edited = json.loads(json.dumps(state))
+    edit(edited)
+    fresh = _dataset(av1_root, rank=0, world_size=2)
+    with pytest.raises(ValueError, match=f"checksum .* does not match its content|{message}"):
+        fresh.load_state_dict(edited)  # a missing or mistyped key is named before the checksum is compared
+    edit(unsigned := _unsigned(json.loads(json.dumps(state))))
+    with pytest.raises(ValueError, match=message):
+        fresh.load_state_dict(unsigned)
+    assert fresh.epoch == 0  # a refused state changes nothing
+    fresh.load_state_dict(state)
+
+
+def test_an_edited_position_is_caught(av1_root):
+    """A position moved inside its segment breaks no bound: the checksum refuses it, and on one rank (where every
+    role owes exactly what its segments hold) so do the numbers."""
+    state = json.loads(json.dumps(_dataset(av1_root).state_dict(batches=3, batch_size=2, num_workers=2)))
+    state["segments"][0][4] += 1
+    with pytest.raises(ValueError, match="checksum"):
+        _dataset(av1_root).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"quota_left\[\d\] is \d+, but its segments leave"):
+        _dataset(av1_root).load_state_dict(_unsigned(state))
+
+
+def test_a_refused_state_leaves_the_dataset_as_it_was(av1_root):
+    dataset = _dataset(av1_root)
+    dataset.set_epoch(2)
+    bad = _unsigned(dict(_dataset(av1_root).state_dict(), epoch=5, quota_left=[7]))
+    with pytest.raises(ValueError, match="quota_left"):
+        dataset.load_state_dict(bad)
+    assert dataset.epoch == 2 and len(list(dataset)) == len(list(_dataset(av1_root)))
+
+
+@pytest.mark.parametrize("episodes", ["01", b"01", [True], [0, 1.0], 3])
+def test_episodes_must_be_integers(av1_root, episodes):
+    """episodes="01" used to read episodes 0 and 1, [True] episode 1."""
+    with pytest.raises(TypeError, match="episode"):
+        _dataset(av1_root, episodes=episodes)
