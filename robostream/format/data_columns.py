@@ -120,7 +120,7 @@ class DataColumns:
         storage = self.meta.data_storage
         identity = f"{FORMAT}|{storage.identity(relative, what=f'data file of episode {episode}')}|" \
                    f"{','.join(self.wanted)}"
-        converted = _open(self.derived.folder(identity, lambda out: self._convert(relative, episode, out)))
+        converted = self.derived.open(identity, lambda out: self._convert(relative, episode, out), _open)
         with lock:
             evicted = files.put(relative, converted, self.open_files)
         for closing in evicted:
@@ -167,8 +167,16 @@ def _open(folder: Path) -> _ConvertedFile:
     columns = {k: _Column(np.dtype(c["dtype"]), tuple(c["shape"]), int(c["offset"]),
                           np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"], dtype=np.int64)))
                for k, c in layout.items()}
+    episodes = np.load(folder / "episodes.npy")
+    rows = int(episodes[:, 2].sum()) if episodes.ndim == 2 and episodes.shape[1] == 3 else -1
+    expected = sum(c.row_bytes for c in columns.values()) * rows
+    if rows < 0 or (folder / COLUMNS).stat().st_size != expected:
+        raise ValueError(f"{folder / COLUMNS}: {(folder / COLUMNS).stat().st_size} bytes, its layout says {expected}")
     other = None
     if (folder / OTHER).is_file():
-        other = pa.ipc.open_file(pa.memory_map(str(folder / OTHER))).read_all()
+        try:
+            other = pa.ipc.open_file(pa.memory_map(str(folder / OTHER))).read_all()
+        except pa.ArrowException as exc:
+            raise ValueError(f"{folder / OTHER}: {exc}") from exc
     return _ConvertedFile(fd=os.open(folder / COLUMNS, os.O_RDONLY), columns=columns, other=other,
-                          episodes=np.load(folder / "episodes.npy"))
+                          episodes=episodes)

@@ -196,5 +196,5 @@ def _episode_part(storage: Storage, relative: str, video_keys: list[str], derive
     if derived is None:
         return read_episode_part(storage.open(relative), name, video_keys)
     identity = f"episodes-v3|{storage.identity(relative)}|{','.join(video_keys)}"
-    return load_part(derived.folder(identity, lambda folder: save_part(
-        read_episode_part(storage.open(relative), name, video_keys), folder)))
+    return derived.open(identity, lambda folder: save_part(read_episode_part(storage.open(relative), name, video_keys),
+                                                           folder), load_part)

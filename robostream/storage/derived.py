@@ -5,7 +5,9 @@ Each derived folder is keyed by the identity of its source (location, size and, 
 a changed source gets a new folder. A folder is built in a temporary folder beside it and renamed into place when
 complete: readers never see a partial build, an interrupted build leaves only a `.building-*` folder (never one
 that looks complete; safe to delete), and two processes building the same key at once both succeed (the first
-rename wins, the other build is dropped). Folders are never evicted automatically: their total is about
+rename wins, the other build is dropped). A complete folder that no longer opens (a truncated or edited file on
+this disk) is moved aside and built again once, with a warning; it never fails every later start. Folders are
+never evicted automatically: their total is about
 the size of the dataset's uncompressed tables (not its videos); remove the folder to reclaim the space.
 """
 
@@ -15,8 +17,16 @@ import hashlib
 import os
 import shutil
 import tempfile
+import warnings
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+# What opening a damaged folder raises (numpy, json and our own checks are ValueErrors; np.load of a cut .npz a
+# BadZipFile or EOFError).
+DAMAGED = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 COMPLETE = ".complete"  # written last inside a build: a folder without it is not used
 
@@ -58,3 +68,21 @@ class DerivedCache:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target
+
+    def open(self, identity: str, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
+        """`load(folder)` of the folder derived from `identity` (built when missing). A folder that fails to load
+        is moved aside and rebuilt once; if the rebuilt one fails too, that error propagates (the source itself
+        is at fault)."""
+        folder = self.folder(identity, build)
+        try:
+            return load(folder)
+        except DAMAGED as exc:
+            warnings.warn(f"{folder}: the derived-data cache entry is damaged ({type(exc).__name__}: {exc}); "
+                          "rebuilding it", RuntimeWarning, stacklevel=2)
+            aside = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".broken-{folder.name}-"))
+            try:
+                os.rename(folder, aside / "entry")  # atomic: other processes see the old entry or none
+            except FileNotFoundError:
+                pass  # another process moved it first
+            shutil.rmtree(aside, ignore_errors=True)
+        return load(self.folder(identity, build))
