@@ -52,6 +52,7 @@ from robostream.plan.mixture import (
     lane_schedule,
     samples_per_source,
 )
+from robostream.numbers import finite_number
 from robostream.process_local import ProcessLocal
 from robostream.video.layout import FramePool
 from robostream.plan.layout import Consumer, auto_canonical_streams
@@ -180,8 +181,11 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
         if partition not in ("contiguous", "files"):
             raise ValueError(f"partition={partition!r}: expected 'contiguous' or 'files'")
-        if pool_size < 1 or decode_ahead < 1:
-            raise ValueError(f"pool_size ({pool_size}) and decode_ahead ({decode_ahead}) must be >= 1")
+        for name, value, least in (("pool_size", pool_size, 1), ("decode_ahead", decode_ahead, 1),
+                                   ("prefetch_pieces", prefetch_pieces, 0), ("seed", seed, 0)):
+            finite_number(value, what=name, integer=True, minimum=least)
+        if canonical_streams is not None:
+            finite_number(canonical_streams, what="canonical_streams", integer=True, minimum=1)
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
         if batching not in ("random", "per_stream"):
@@ -393,6 +397,7 @@ class StreamingLeRobotDataset(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next iteration produces (clears a resume state of another epoch)."""
+        finite_number(epoch, what="epoch", integer=True, minimum=0)
         if epoch != self.epoch:
             self._resume = None
         self.epoch = epoch

@@ -106,3 +106,19 @@ def test_episodes_must_be_integers(av1_root, episodes):
     """episodes="01" used to read episodes 0 and 1, [True] episode 1."""
     with pytest.raises(TypeError, match="episode"):
         _dataset(av1_root, episodes=episodes)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"seed": float("nan")}, "seed: expected an integer"), ({"seed": -1}, "seed: must be >= 0"),
+    ({"pool_size": 0}, "pool_size: must be >= 1"), ({"pool_size": float("nan")}, "pool_size: expected an integer"),
+    ({"decode_ahead": -1}, "decode_ahead: must be >= 1"), ({"canonical_streams": 0}, "canonical_streams: must be"),
+])
+def test_streaming_arguments_are_checked_by_name(av1_root, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StreamingLeRobotDataset(root=av1_root, **kwargs)
+
+
+@pytest.mark.parametrize("epoch, message", [(-1, "epoch: must be >= 0"), (1.5, "epoch: expected an integer")])
+def test_set_epoch_takes_a_non_negative_integer(av1_root, epoch, message):
+    with pytest.raises(ValueError, match=message):
+        _dataset(av1_root).set_epoch(epoch)
