@@ -1,7 +1,7 @@
 """One consumer's pass over its part of an epoch (MosaicML's `_Iterator` is the model): which sample comes next,
 and the live pieces that produce it.
 
-The plan (datasets/streaming.py: EpochPlan) says which segments of which canonical streams this consumer role owns
+The plan (plan/epoch.py: EpochPlan) says which segments of which canonical streams this consumer role owns
 and how many samples it yields; here the segments are read by level fill (plan/segments.py: read_order), each
 segment along its stream's pool schedule, and every pick (stream, piece, position) becomes a sample through the
 frame source. Live pieces are opened on their first sample and dropped after their last.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,27 +22,11 @@ from robostream.datasets.mixture import SourceReader
 from robostream.datasets.mixture_schema import MixtureBatches, MixtureSchema
 from robostream.datasets.piece_reader import PieceReader
 from robostream.plan.order import PURPOSE_POOL, rng_for
-from robostream.plan.mixture import EpochUnits
-from robostream.plan.partition import Piece
+from robostream.plan.epoch import EpochPlan
 from robostream.plan.schedule import pool_schedule, take
-from robostream.plan.segments import Segments, owned, read_order
+from robostream.plan.segments import owned, read_order
 
 Pick = tuple[int, int, int]  # (canonical stream, piece within the stream, position within the piece's samples)
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    """What every consumer role does in the coming pass; a pure function of metadata, seed, epoch, layout and the
-    resume state."""
-
-    units: EpochUnits  # the frame ranges (of episodes of sources) the epoch reads; pieces name them
-    pieces: list[list[Piece]]  # per canonical stream
-    natural: list[int]  # samples each stream holds
-    segments: Segments  # who reads which range of which stream
-    positions: np.ndarray  # per segment: where reading continues
-    quotas: list[int]  # per consumer role: samples it still yields
-    repeats_done: list[int]  # per consumer role: padding samples already yielded
-    rotation: int  # worker role shift after a same-layout resume
 
 
 class EpochIterator:

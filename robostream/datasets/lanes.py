@@ -1,4 +1,4 @@
-"""batching="per_stream": every global batch from one source of a mixture.
+"""batching="per_stream": every global batch from one source of a mixture (the strategy and its iterator).
 
 Each source is planned apart as a "lane" (its own canonical streams, segments and quotas: everything a single
 dataset has), and worker w of every rank follows one schedule of which lane each of its batches comes from
@@ -12,26 +12,12 @@ samples) every lane delivered, hence each lane's segment positions, exactly as f
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 from robostream.datasets.batch_assembly import Allocate
-from robostream.datasets.epoch_iterator import EpochIterator, EpochPlan
-
-
-@dataclass(frozen=True)
-class LanePlan:
-    """What every consumer role does in the coming pass under per_stream batching."""
-
-    lanes: list[EpochPlan | None]  # per source; None: no samples this epoch
-    batches: list[list[int]]  # per worker role: batches of each lane in this schedule generation
-    done: list[int]  # per worker role: batches of its schedule delivered before this pass
-    generation: int  # layouts this epoch went through before the current one
-    rotation: int  # worker role shift after a same-layout resume
-    schedules: list[np.ndarray]  # per worker role: the lane of each batch (lane_schedule of `batches`)
+from robostream.datasets.epoch_iterator import EpochIterator
+from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, checked_lanes_resume, lanes_state, plan_lanes
 
 
 class LaneIterator:
@@ -67,11 +53,53 @@ class LaneIterator:
             self.in_batch = 0
 
     def batches(self, batch_size: int, drop_last: bool, allocate: Allocate) -> Iterator[dict[str, Any]]:
-        if batch_size != self.batch_size or drop_last:
-            raise ValueError(f"batching='per_stream' was planned for batch_size={self.batch_size} without drop_last; "
-                             f"the loader asks for {batch_size}{' with drop_last' if drop_last else ''}")
-        batches = {lane: it.batches(batch_size, False, allocate) for lane, it in enumerate(self.iterators)
+        """Whole batches in schedule order (batch_size and drop_last were checked by PerStreamBatching)."""
+        batches = {lane: it.batches(self.batch_size, False, allocate) for lane, it in enumerate(self.iterators)
                    if it is not None}
         for lane in self.schedule.tolist():
             yield next(batches[lane])
             self.batches_done += 1
+
+
+class PerStreamBatching:
+    """batching="per_stream" (see datasets/batching.py): planned for one batch size, which the loader must use."""
+
+    name: Literal["per_stream"] = "per_stream"
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
+             resume: Mapping[str, Any] | None) -> LanePlan:
+        return plan_lanes(spec, sources, world_size, num_workers, self.batch_size, resume)
+
+    def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
+        return checked_lanes_resume(state, spec, labels)
+
+    def state(self, plan: LanePlan, world_size: int, num_workers: int, batches: int | None, batch_size: int,
+              iterator: LaneIterator | None, *, interleaved: bool) -> dict[str, Any]:
+        if batches is None:  # in-process iteration: whole batches of this rank's own pass
+            if iterator is not None and iterator.in_batch:
+                raise ValueError(f"batching='per_stream' resumes at batch boundaries; {iterator.in_batch} samples "
+                                 f"of a batch of {self.batch_size} were taken")
+            batches = iterator.batches_done if iterator is not None else 0
+        elif batch_size != self.batch_size:
+            raise ValueError(f"batching='per_stream' was planned for batch_size={self.batch_size}, the loader uses "
+                             f"{batch_size}")
+        return lanes_state(plan, num_workers, batches, self.batch_size, interleaved=interleaved)
+
+    def iterator(self, plan: LanePlan, worker_role: int,
+                 make_pass: Callable[[EpochPlan], EpochIterator]) -> LaneIterator:
+        return LaneIterator(plan, [make_pass(lane) if lane is not None else None for lane in plan.lanes],
+                            worker_role, self.batch_size)
+
+    def loader_batch_size(self, batch_size: int | None) -> int:
+        if batch_size is not None and batch_size != self.batch_size:
+            raise ValueError(f"the dataset plans batching='per_stream' for batch_size={self.batch_size}: load it "
+                             f"with that batch_size (or leave the loader's unset), not {batch_size}")
+        return self.batch_size
+
+    def check_loader(self, *, drop_last: bool, assembled: bool) -> None:
+        if drop_last or not assembled:
+            raise ValueError("batching='per_stream' assembles every batch from one source in the dataset: load it "
+                             "without drop_last, collate_fn or image_transforms")

@@ -12,25 +12,84 @@ and all workers yield the same number of batches), then every segment's position
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from robostream.datasets.batch_buffers import BatchBuffers
-from robostream.datasets.streaming import BatchHook, LoaderBatching, StreamingLeRobotDataset
+from robostream.datasets.batch_assembly import TensorSpecs, allocate_fresh
+from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers, shared_tensors
+from robostream.datasets.streaming import StreamingLeRobotDataset
+
+# Called in the process that assembled a batch with the batch and the seconds it took; may add keys to it.
+BatchHook = Callable[[dict[str, Any], float], None]
+
+
+@dataclass(frozen=True)
+class LoaderBatching:
+    """How a loader's iteration yields whole batches (see StreamingDataLoader)."""
+
+    batch_size: int
+    drop_last: bool
+    buffers: BatchBuffers | None  # shared-memory slots for worker processes; None: fresh memory
+    on_batch: BatchHook | None = None
+
+
+class DatasetBatches(IterableDataset):
+    """What torch iterates when the dataset assembles whole batches: a view of one dataset's batches as one loader
+    asks for them. The dataset itself is not changed, so it can be iterated elsewhere meanwhile; worker processes
+    get a copy of the view, and with it of the dataset."""
+
+    def __init__(self, dataset: StreamingLeRobotDataset, batching: LoaderBatching) -> None:
+        self.dataset, self.batching = dataset, batching
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return _timed_batches(self.dataset, self.batching)
+
+
+def _timed_batches(dataset: StreamingLeRobotDataset, batching: LoaderBatching) -> Iterator[dict[str, Any]]:
+    """The dataset's batches, in reused slots when the loader has buffers, each passed to the hook with the time
+    this process spent producing it (the consumer's time between two pulls is not counted)."""
+    markers: list[Any] = []
+
+    def allocate(specs: TensorSpecs) -> dict[str, torch.Tensor]:
+        if batching.buffers is None:
+            # A worker's batch goes to the main process: shared memory now saves a copy into it when sent.
+            return allocate_fresh(specs) if get_worker_info() is None else shared_tensors(specs)
+        tensors, marker = batching.buffers.allocate(specs)
+        markers.append(marker)
+        return tensors
+
+    batches = dataset.batches(batch_size=batching.batch_size, drop_last=batching.drop_last, allocate=allocate)
+    while True:
+        started = time.perf_counter()
+        batch = next(batches, None)
+        if batch is None:
+            return
+        marker = markers.pop() if markers else None
+        if marker is not None:
+            batch[SLOT_KEY] = marker
+        if batching.on_batch is not None:
+            batching.on_batch(batch, time.perf_counter() - started)
+        yield batch
+
+
 
 
 class StreamingDataLoader(DataLoader):
     """DataLoader over a StreamingLeRobotDataset with `state_dict()` / `load_state_dict()`."""
 
-    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 1, num_workers: int = 0,
+    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int | None = None, num_workers: int = 0,
                  batch_buffers: BatchBuffers | bool = True, *, on_batch: BatchHook | None = None,
                  **kwargs: Any) -> None:
         """
         Args:
             dataset: the StreamingLeRobotDataset to load.
-            batch_size: samples per batch (the resume arithmetic counts batches).
+            batch_size: samples per batch (the resume arithmetic counts batches); default the batch size the
+                dataset plans for (batching="per_stream"), else 1.
             num_workers: DataLoader worker processes (0: load in this process).
             batch_buffers: workers write batches into reused shared memory (True: default slots; a BatchBuffers
                 to choose; False: fresh shared memory per batch, as torch's collate does).
@@ -41,8 +100,9 @@ class StreamingDataLoader(DataLoader):
                 makes the dataset yield samples that it collates (the per-sample path).
 
         Without a collate_fn, workers assemble whole batches (datasets/batch_assembly.py): torch's DataLoader
-        then runs with batch_size=None and passes them through, while `batch_size` and `drop_last` here keep the
-        values asked for. Batches are exactly torch's collate of the samples `for sample in dataset` yields.
+        then iterates a view of the dataset's batches (`DatasetBatches`, whose `.dataset` is yours) with
+        batch_size=None, while `batch_size` and `drop_last` here keep the values asked for. Batches are exactly
+        torch's collate of the samples `for sample in dataset` yields.
         """
         if not isinstance(dataset, StreamingLeRobotDataset):
             raise TypeError("StreamingDataLoader needs a StreamingLeRobotDataset")
@@ -50,25 +110,21 @@ class StreamingDataLoader(DataLoader):
             raise ValueError("persistent_workers=True would keep workers on a stale epoch/resume state; leave it off")
         if kwargs.get("in_order") is False:
             raise ValueError("in_order=False makes the batch order (and so the resume position) nondeterministic")
-        if batch_size is None:
-            raise ValueError("StreamingDataLoader needs a batch_size (the resume arithmetic counts batches)")
+        batch_size = dataset.batching.loader_batch_size(batch_size)  # the one place a loader's batch size is decided
         drop_last = bool(kwargs.pop("drop_last", False))
-        own_collate = kwargs.get("collate_fn") is None
-        if batch_buffers is True:
-            batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
-        self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
-        self._batching = (LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch)
-                          if own_collate and dataset.assembles_batches else None)
-        if dataset.batching_method == "per_stream" and (self._batching is None or batch_size != dataset.batch_size
-                                                         or drop_last):
-            raise ValueError(f"the dataset plans batching='per_stream' for batch_size={dataset.batch_size}: load it "
-                             "with that batch_size, no drop_last, no collate_fn and no image_transforms (batches "
-                             "are assembled per source by the dataset)")
-        if on_batch is not None and self._batching is None:
+        assembled = kwargs.get("collate_fn") is None and dataset.assembles_batches
+        dataset.batching.check_loader(drop_last=drop_last, assembled=assembled)
+        if on_batch is not None and not assembled:
             raise ValueError("on_batch needs batches assembled by the dataset: pass no collate_fn, and no "
                              "image_transforms to the dataset")
-        if self._batching is not None:
-            super().__init__(dataset, batch_size=None, num_workers=num_workers, collate_fn=_assembled, **kwargs)
+        if batch_buffers is True:
+            batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
+        own_collate = kwargs.get("collate_fn") is None
+        self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
+        self.streaming_dataset = dataset
+        if assembled:
+            view = DatasetBatches(dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch))
+            super().__init__(view, batch_size=None, num_workers=num_workers, collate_fn=_assembled, **kwargs)
             # torch passes the dataset's batches through; users still see the batching they asked for.
             object.__setattr__(self, "batch_size", batch_size)
             object.__setattr__(self, "drop_last", drop_last)
@@ -81,22 +137,18 @@ class StreamingDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         self._batches = 0
-        if self._batching is None:
-            batches = super().__iter__()
-        else:
-            with self.dataset.batching(self._batching):  # workers start (and copy the dataset) in here
-                batches = super().__iter__()
+        batches = super().__iter__()
         for batch in batches if self.batch_buffers is None else self.batch_buffers.adopting(batches):
             self._batches += 1
             yield batch
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset position after the batches consumed so far in the current pass."""
-        return self.dataset.state_dict(batches=self._batches, batch_size=self.batch_size,
-                                       num_workers=max(1, self.num_workers))
+        return self.streaming_dataset.state_dict(batches=self._batches, batch_size=self.batch_size,
+                                                 num_workers=max(1, self.num_workers))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.dataset.load_state_dict(state)
+        self.streaming_dataset.load_state_dict(state)
         self._batches = 0
 
 

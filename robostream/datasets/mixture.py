@@ -19,6 +19,7 @@ import numpy as np
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
+from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.frame_source import FrameSource
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
@@ -165,3 +166,38 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
                          storages=settings.storages)
     return SourceReader(index, spec.label, meta, episodes, meta.episodes.lengths_of(episodes), cameras, frames,
                         dict(spec.feature_map), deltas)
+
+
+def mixture_sources(*, repo_id: str | None, root: str | Path | None, revision: str | None,
+                    episodes: Sequence[int] | None, sources: Sequence[Source] | None, epoch_size: int | None
+                    ) -> list[Source]:
+    """The sources a streaming dataset reads: the mixture's, or its one dataset as a single Source (errors name
+    the arguments that do not go together)."""
+    if sources is not None:
+        given = [n for n, v in (("repo_id", repo_id), ("root", root), ("revision", revision),
+                                ("episodes", episodes)) if v is not None]
+        if given or not sources:
+            raise ValueError(f"sources= names a mixture: pass at least one Source and no {given or 'repo_id'} "
+                             "(each Source has its own)")
+        return list(sources)
+    if epoch_size is not None:
+        raise ValueError("epoch_size applies to a mixture (sources=); one dataset's epoch is all its samples")
+    if root is None and repo_id is None:
+        raise ValueError("StreamingLeRobotDataset needs root= (a local folder or URL), repo_id= or sources=")
+    return [Source(repo_id=repo_id, root=root, revision=revision, episodes=episodes)]
+
+
+def mixture_schema(sources: Sequence[SourceReader], delta_timestamps: Mapping[str, Sequence[float]],
+                   features: SchemaMode, return_uint8: bool) -> MixtureSchema:
+    """The mixture's common keys, checked across its sources (errors name the key and the sources)."""
+    specs = []
+    for reader in sources:
+        windows = {reader.rename.get(k, k): len(v) for k, v in reader.delta_timestamps.items()}
+        specs.append(source_specs(reader.meta, reader.rename, windows, reader.label))
+    known = {k for spec in specs for k in spec}
+    unknown = [k for k in delta_timestamps if k not in known]
+    if unknown:
+        raise ValueError(f"delta_timestamps keys {unknown} are features of no source; the mixture's keys: "
+                         f"{sorted(known)}")
+    return MixtureSchema([r.meta for r in sources], specs, [r.rename for r in sources],
+                         [r.label for r in sources], features, return_uint8)

@@ -200,8 +200,8 @@ def test_exact_resume_and_a_changed_mixture_refused(roots):
     reweighted = [Source(root=roots["a"], proportion=1), *sources[1:]]
     with pytest.raises(ValueError, match="cannot continue"):
         _loader(reweighted, epoch_size=150).load_state_dict(state)
-    changed.dataset.load_state_dict(state, on_mixture_change="next_epoch")
-    assert changed.dataset.epoch == 1 and len(_ids(changed)) == 160
+    changed.streaming_dataset.load_state_dict(state, on_mixture_change="next_epoch")
+    assert changed.streaming_dataset.epoch == 1 and len(_ids(changed)) == 160
     with pytest.raises(ValueError, match="one dataset"):
         StreamingLeRobotDataset(root=roots["a"]).load_state_dict(state)
 
@@ -257,7 +257,7 @@ def test_per_stream_batches_hold_one_source_and_resume_exactly(roots):
     second.load_state_dict(state)
     assert head + [_key(s) for b in second for s in _rows(b)] == [_key(s) for b in whole for s in _rows(b)]
     with pytest.raises(ValueError, match="plans batching=.per_stream. for batch_size=8"):
-        StreamingDataLoader(second.dataset, batch_size=4)
+        StreamingDataLoader(second.streaming_dataset, batch_size=4)
     with pytest.raises(ValueError, match="features= applies to batching='random'"):
         StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, features="union")
     with pytest.raises(ValueError, match="needs batch_size="):

@@ -1,0 +1,93 @@
+"""How a streaming dataset's samples form batches, chosen once at construction: a strategy with plan, state, load
+and iterate, so that no other code branches on the mode.
+
+- `RandomBatching` (batching="random"): one plan over every unit of the epoch; samples of all sources shuffled
+  together; any batch size, decided by the loader.
+- `PerStreamBatching` (batching="per_stream", datasets/lanes.py): every global batch from one source of a mixture;
+  planned for one batch size, which the loader then uses.
+
+The arithmetic is pure (plan/epoch.py); a strategy only picks which of it applies and builds the iterator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+from robostream.datasets.epoch_iterator import EpochIterator
+from robostream.datasets.lanes import LaneIterator, PerStreamBatching
+from robostream.plan.epoch import (EpochPlan, EpochSpec, LanePlan, advanced, checked_epoch_resume, epoch_state,
+                                   plan_epoch)
+
+BatchingMethod = Literal["random", "per_stream"]
+PassFactory = Callable[[EpochPlan], EpochIterator]  # one consumer role's pass over a plan (or a lane's)
+
+
+class Batching(Protocol):
+    """What the streaming dataset asks of its batching strategy."""
+
+    name: BatchingMethod
+    batch_size: int | None  # the batch size it was planned for (None: the loader's)
+
+    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
+             resume: Mapping[str, Any] | None) -> EpochPlan | LanePlan: ...
+
+    def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]: ...
+
+    def state(self, plan: Any, world_size: int, num_workers: int, batches: int | None, batch_size: int,
+              iterator: Any, *, interleaved: bool) -> dict[str, Any]: ...
+
+    def iterator(self, plan: Any, worker_role: int, make_pass: PassFactory) -> EpochIterator | LaneIterator: ...
+
+    def loader_batch_size(self, batch_size: int | None) -> int: ...
+
+    def check_loader(self, *, drop_last: bool, assembled: bool) -> None: ...
+
+
+class RandomBatching:
+    """batching="random": the epoch planned whole; a batch mixes whatever the consumer's streams give."""
+
+    name: BatchingMethod = "random"
+    batch_size = None
+
+    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
+             resume: Mapping[str, Any] | None) -> EpochPlan:
+        return plan_epoch(spec, world_size, num_workers, resume)
+
+    def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
+        return checked_epoch_resume(state, spec)
+
+    def state(self, plan: EpochPlan, world_size: int, num_workers: int, batches: int | None, batch_size: int,
+              iterator: EpochIterator | None, *, interleaved: bool) -> dict[str, Any]:
+        if batches is not None:
+            return epoch_state(plan, world_size, num_workers, batches, batch_size, interleaved=interleaved)
+        # In-process iteration: ranks consume in lockstep, so this rank's own count stands for every role.
+        emitted = [iterator.emitted if iterator is not None else 0] * (world_size * num_workers)
+        return {**advanced(plan, emitted, interleaved=interleaved), "worker_rotation": plan.rotation % num_workers}
+
+    def iterator(self, plan: EpochPlan, worker_role: int, make_pass: PassFactory) -> EpochIterator:
+        return make_pass(plan)
+
+    def loader_batch_size(self, batch_size: int | None) -> int:
+        return 1 if batch_size is None else batch_size
+
+    def check_loader(self, *, drop_last: bool, assembled: bool) -> None:
+        """Any loader settings work: batches are cut from the consumer's sample sequence."""
+
+
+def make_batching(batching: BatchingMethod, *, batch_size: int | None, mixture: bool, features: str) -> Batching:
+    """The strategy for the dataset's `batching=` and `batch_size=` (errors name the argument and what to do)."""
+    if batching == "random":
+        if batch_size is not None:
+            raise ValueError("batch_size= plans batching='per_stream'; otherwise the loader's batch_size applies")
+        return RandomBatching()
+    if batching != "per_stream":
+        raise ValueError(f"batching={batching!r}: expected 'random' or 'per_stream'")
+    if not mixture:
+        raise ValueError("batching='per_stream' draws each batch from one source of a mixture: pass sources=")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batching='per_stream' needs batch_size= (the loader's), got {batch_size!r}")
+    if features != "strict":
+        raise ValueError("batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
+                         "features= applies to batching='random'")
+    return PerStreamBatching(batch_size)

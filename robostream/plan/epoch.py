@@ -1,0 +1,300 @@
+"""An epoch's plan, its state after N batches, and a loaded state checked against it. Pure functions.
+
+Arrays and lists in, plans and JSON-ready dicts out (MosaicML's `partition/` and `shuffle/` are the model); nothing
+here reads a file or calls back into a dataset, so every layout, batching mode and resume can be tested by
+arithmetic alone (tests/plan/test_epoch.py).
+
+1. `stream_pieces`: the epoch's units (episodes, or a mixture's passes) permuted by (seed, epoch) and cut into C
+   canonical streams, balanced ("contiguous") or by groups of episodes that share files ("files").
+2. `plan_epoch`: who reads what (plan/segments.py) for a layout of ranks x workers, fresh or continuing a state:
+   the same layout continues exactly (rotated to whose batch comes next), any other re-cuts what remains.
+3. `epoch_state`: the state once every rank consumed `batches` batches (ranks consume in lockstep; the DataLoader
+   takes batch b from worker b % W), so only the training loop's batch count is needed, never the workers'.
+4. `plan_lanes` / `lanes_state`: batching="per_stream", every source planned apart as a "lane" (1-3 per lane) and a
+   schedule of which lane each worker's batches come from (plan/mixture.py: lane_schedule).
+5. `checked_epoch_resume` / `checked_lanes_resume`: a loaded state's numbers against this epoch's streams.
+
+The trade-off of cutting into canonical streams rather than per consumer: the order is a function of (seed, epoch,
+C) only, so any layout continues the same epoch; C fixed at the first start (a multiple of 12) makes common layouts
+take over whole streams, others split a few segments (plan/segments.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from robostream.plan.mixture import EpochUnits, lane_batches_taken, lane_schedule
+from robostream.plan.order import epoch_episode_order
+from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
+from robostream.plan.resume import emitted_by_role
+from robostream.plan.segments import (Segments, positions_after, quotas_for_roles, recut, role_remaining,
+                                      segments_from_state, segments_to_state, whole_streams)
+from robostream.plan.state import check_epoch_state
+
+Uneven = Literal["pad", "drop"]
+Partition = Literal["contiguous", "files"]
+
+
+@dataclass(frozen=True)
+class EpochSpec:
+    """Everything an epoch's streams depend on besides the layout: the units it reads and how to lay them out."""
+
+    units: EpochUnits
+    canonical: int  # canonical streams C
+    seed: int
+    epoch: int
+    shuffle: bool
+    uneven: Uneven
+    partition: Partition = "contiguous"
+    files: Sequence[Sequence[Hashable]] | None = None  # per unit, the files it reads (partition="files")
+
+    def of_source(self, source: int) -> EpochSpec:
+        """One source's units as an epoch of their own (a lane), with at most as many streams as samples."""
+        keep = np.flatnonzero(self.units.source == source)
+        units = self.units.of_source(source)
+        files = None if self.files is None else [self.files[u] for u in keep.tolist()]
+        return replace(self, units=units, canonical=min(self.canonical, int(units.length.sum())), files=files)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What every consumer role does in the coming pass; a pure function of the spec, layout and resume state."""
+
+    units: EpochUnits  # the frame ranges (of episodes of sources) the epoch reads; pieces name them
+    pieces: list[list[Piece]]  # per canonical stream
+    natural: list[int]  # samples each stream holds
+    segments: Segments  # who reads which range of which stream
+    positions: np.ndarray  # per segment: where reading continues
+    quotas: list[int]  # per consumer role: samples it still yields
+    repeats_done: list[int]  # per consumer role: padding samples already yielded
+    rotation: int  # worker role shift after a same-layout resume
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """What every consumer role does in the coming pass under per_stream batching."""
+
+    lanes: list[EpochPlan | None]  # per source; None: no samples this epoch
+    batches: list[list[int]]  # per worker role: batches of each lane in this schedule generation
+    done: list[int]  # per worker role: batches of its schedule delivered before this pass
+    generation: int  # layouts this epoch went through before the current one
+    rotation: int  # worker role shift after a same-layout resume
+    schedules: list[np.ndarray]  # per worker role: the lane of each batch (lane_schedule of `batches`)
+
+
+def stream_pieces(spec: EpochSpec, lane: int = 0) -> list[list[Piece]]:
+    """Pieces (unit, first, stop: frames relative to the unit) of every canonical stream.
+
+    Args:
+        spec: the epoch (its units, C, seed, epoch, shuffle, partition and, for "files", each unit's files).
+        lane: which independent episode order to draw (a source's index when sources are planned apart).
+
+    Returns:
+        C lists of pieces. "contiguous" balances the streams' lengths and cuts at most C - 1 units in two;
+        "files" keeps episodes that share a file in one stream (fewer files opened per stream, needs >= C groups).
+    """
+    units = spec.units
+    order = epoch_episode_order(len(units), spec.seed, spec.epoch, spec.shuffle, lane)
+    if spec.partition == "contiguous":
+        return split_contiguous(order, units.length, spec.canonical)
+    if spec.files is None or len(spec.files) != len(units):
+        raise ValueError("partition='files' needs the files of every unit")
+    groups = group_episodes_by_files(spec.files)
+    if len(groups) < spec.canonical:
+        raise ValueError(
+            f"partition='files': episodes sharing files form {len(groups)} groups, fewer than the "
+            f"{spec.canonical} canonical streams (files of different cameras roll over at different episodes); "
+            f"use partition='contiguous' or fewer canonical streams")
+    order_rank = {int(p): i for i, p in enumerate(order)}  # a stream visits its groups in epoch order
+    bins = partition_episodes([int(units.length[g].sum()) for g in groups], spec.canonical)
+    return [[(p, 0, int(units.length[p])) for gi in sorted(b, key=lambda gi: order_rank[groups[gi][0]])
+             for p in groups[gi]] for b in bins]
+
+
+def stream_lengths(pieces: Sequence[Sequence[Piece]]) -> list[int]:
+    """Samples each canonical stream holds."""
+    return [sum(stop - first for _, first, stop in stream) for stream in pieces]
+
+
+def plan_epoch(spec: EpochSpec, world_size: int, num_workers: int, resume: Mapping[str, Any] | None = None,
+               lane: int = 0) -> EpochPlan:
+    """Segments, their positions and every consumer role's quota for the coming pass.
+
+    Args:
+        spec: the epoch.
+        world_size, num_workers: the layout (consumer roles: rank * num_workers + worker).
+        resume: a checked state to continue (`checked_epoch_resume`, or one lane of `checked_lanes_resume`
+            with the state's layout and worker_rotation); None: a fresh epoch.
+        lane: the lane's episode order (per_stream).
+
+    Returns:
+        The plan. Quotas give worker w of every rank the same count (uneven="pad": the largest, the others repeat
+        samples; "drop": the smallest), so every rank yields the same batches.
+    """
+    consumers = world_size * num_workers
+    pieces = stream_pieces(spec, lane)
+    natural = stream_lengths(pieces)
+    if resume is None:
+        segments = whole_streams(natural, consumers)
+        positions = segments.lo.copy()
+    else:
+        layout = resume["layout"]
+        segments, positions = segments_from_state(resume["segments"], natural, layout[0] * layout[1])
+        if list(layout) == [world_size, num_workers]:
+            # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
+            return EpochPlan(spec.units, pieces, natural, segments, positions, list(resume["quota_left"]),
+                             list(resume["repeats_done"]), int(resume["worker_rotation"]))
+        segments, positions = recut(segments, positions, consumers)  # another layout takes over what remains
+    quotas = quotas_for_roles(role_remaining(segments, positions, consumers), world_size, num_workers, spec.uneven)
+    return EpochPlan(spec.units, pieces, natural, segments, positions, quotas, [0] * consumers, 0)
+
+
+def advanced(plan: EpochPlan, emitted: Sequence[int], *, interleaved: bool) -> dict[str, Any]:
+    """The segments, quotas and repeats of `plan` once every role r emitted emitted[r] samples of it.
+
+    Args:
+        plan: the pass's plan.
+        emitted: samples each consumer role emitted (beyond what it owned: repeats).
+        interleaved: roles read their segments by level fill (shuffled) or one after the other (chronological).
+    """
+    consumers = len(plan.quotas)
+    positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=interleaved)
+    left = role_remaining(plan.segments, plan.positions, consumers)
+    repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]
+    return {"segments": segments_to_state(plan.segments, positions),
+            "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
+            "repeats_done": [int(r) for r in repeats]}
+
+
+def epoch_state(plan: EpochPlan, world_size: int, num_workers: int, batches: int, batch_size: int, *,
+                interleaved: bool) -> dict[str, Any]:
+    """The state of a pass once each rank consumed `batches` batches of `batch_size` (batching="random").
+
+    Args:
+        plan: the pass's plan (`plan_epoch` on this layout).
+        world_size, num_workers: the layout.
+        batches: batches each rank consumed in this pass.
+        batch_size: samples per batch (a worker's last batch may be short).
+        interleaved: see `advanced`.
+
+    Returns:
+        segments, quota_left, repeats_done and worker_rotation: what `checked_epoch_resume` reads back.
+    """
+    emitted = emitted_by_role(batches, plan.quotas, batch_size, world_size, num_workers, plan.rotation)
+    return {**advanced(plan, emitted, interleaved=interleaved),
+            "worker_rotation": int((plan.rotation + batches) % num_workers)}
+
+
+def plan_lanes(spec: EpochSpec, sources: int, world_size: int, num_workers: int, batch_size: int,
+               resume: Mapping[str, Any] | None = None) -> LanePlan:
+    """batching="per_stream": each source's plan (a lane) and every worker role's schedule of lanes.
+
+    Args:
+        spec: the mixture's epoch (all sources' units).
+        sources: the number of sources (lanes).
+        world_size, num_workers: the layout.
+        batch_size: samples per batch: a worker's batches per lane are its lane quota / batch_size, rounded up.
+        resume: a checked per_stream state (`checked_lanes_resume`); None: a fresh epoch.
+
+    Returns:
+        The lane plan. Worker w of every rank follows schedule w, so all ranks read one source at each step; the
+        same layout continues its schedule, another draws a new one (generation + 1) for what remains.
+    """
+    lanes: list[EpochPlan | None] = []
+    for s in range(sources):
+        lane_spec = spec.of_source(s)
+        lane_state = None if resume is None or resume["lanes"][s] is None else {
+            "layout": resume["layout"], "worker_rotation": resume["worker_rotation"], **resume["lanes"][s]}
+        lanes.append(plan_epoch(lane_spec, world_size, num_workers, lane_state, lane=s)
+                     if lane_spec.canonical else None)
+    if resume is not None and list(resume["layout"]) == [world_size, num_workers]:
+        schedule = resume["schedule"]
+        batches, done, generation = schedule["batches"], schedule["done"], int(schedule["generation"])
+        rotation = int(resume["worker_rotation"])
+    else:  # fresh epoch or new layout: each worker's batches per lane from its quotas (the last one short)
+        generation = 0 if resume is None else int(resume["schedule"]["generation"]) + 1
+        batches = [[-(-lane.quotas[w] // batch_size) if lane is not None else 0 for lane in lanes]
+                   for w in range(num_workers)]
+        done, rotation = [0] * num_workers, 0
+    schedules = [lane_schedule(batches[w], seed=spec.seed, epoch=spec.epoch, worker=w, generation=generation,
+                               shuffle=spec.shuffle) for w in range(num_workers)]
+    return LanePlan(lanes, [list(b) for b in batches], list(done), generation, rotation, schedules)
+
+
+def lanes_state(plan: LanePlan, num_workers: int, batches: int, batch_size: int, *, interleaved: bool
+                ) -> dict[str, Any]:
+    """The per_stream state once each rank consumed `batches` (whole) batches: each lane's positions and every
+    worker role's place in its schedule.
+
+    Args:
+        plan: the pass's lane plan on this layout.
+        num_workers: workers per rank.
+        batches: batches each rank consumed in this pass.
+        batch_size: the batch size the plan was made for.
+        interleaved: see `advanced`.
+    """
+    taken = lane_batches_taken(plan.schedules, plan.done, batches, plan.rotation)
+    lanes = []
+    for s, lane in enumerate(plan.lanes):
+        if lane is None:
+            lanes.append(None)
+            continue
+        emitted = [min(q, int(taken[k % num_workers][s]) * batch_size) for k, q in enumerate(lane.quotas)]
+        lanes.append(advanced(lane, emitted, interleaved=interleaved))
+    return {"batching": "per_stream", "lanes": lanes,
+            "schedule": {"generation": plan.generation, "batches": plan.batches,
+                         "done": [d + int(t.sum()) for d, t in zip(plan.done, taken)]},
+            "worker_rotation": int((plan.rotation + batches) % num_workers)}
+
+
+def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str, Any]:
+    """The resume part of a batching="random" state (`epoch_state` plus its layout), checked against the epoch's
+    streams; a version-1 state (one offset per stream, owned round-robin) is read into segments.
+
+    Raises:
+        ValueError: naming the row, role or key that does not describe what remains of this epoch.
+    """
+    consumers = state["layout"][0] * state["layout"][1]
+    resume = {k: state[k] for k in ("layout", "quota_left", "repeats_done", "worker_rotation")}
+    natural = stream_lengths(stream_pieces(spec))
+    if state.get("version") == 1:
+        offsets = state["stream_offsets"]
+        if not isinstance(offsets, list) or len(offsets) != spec.canonical:
+            raise ValueError("resume state: stream_offsets must have one entry per canonical stream")
+        resume["segments"] = [[s, 0, n, s % consumers, offsets[s]] for s, n in enumerate(natural) if n]
+    else:
+        resume["segments"] = state["segments"]
+    check_epoch_state(resume["segments"], natural, state["layout"], resume["quota_left"], resume["repeats_done"],
+                      spec.uneven)
+    return resume
+
+
+def checked_lanes_resume(state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
+    """The resume part of a batching="per_stream" state, every lane checked against its source's streams.
+
+    Args:
+        state: the state (`lanes_state` plus its layout).
+        spec: the mixture's epoch.
+        labels: the sources' names, for errors.
+    """
+    lanes, schedule = state["lanes"], state["schedule"]
+    if len(lanes) != len(labels):
+        raise ValueError(f"resume state: {len(lanes)} lanes for {len(labels)} sources")
+    if not len(schedule["batches"]) == len(schedule["done"]) == state["layout"][1]:
+        raise ValueError(f"resume state: schedule needs one entry per worker of the layout {state['layout']}")
+    for s, lane in enumerate(lanes):
+        lane_spec = spec.of_source(s)
+        if (lane is None) != (lane_spec.canonical == 0):
+            raise ValueError(f"resume state: lane {s} does not match source {labels[s]}")
+        if lane is None:
+            continue
+        if not isinstance(lane, Mapping) or not {"segments", "quota_left", "repeats_done"} <= set(lane):
+            raise ValueError(f"resume state: lane {s} must hold segments, quota_left and repeats_done")
+        natural = stream_lengths(stream_pieces(lane_spec, lane=s))
+        check_epoch_state(lane["segments"], natural, state["layout"], lane["quota_left"], lane["repeats_done"],
+                          spec.uneven, where=f"resume state lane {s}")
+    return {k: state[k] for k in ("layout", "worker_rotation", "lanes", "schedule")}
