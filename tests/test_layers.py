@@ -21,14 +21,16 @@ LAYERS: dict[str, set[str]] = {
     "video": {"storage"},
     "format": {"storage"},
     "datasets": {"plan", "storage", "video", "format"},
+    "writer": {"format"},
     "summary": {"format", "video"},
-    "synth": {"format", "video"},
+    "synth": {"format", "video", "writer"},
     "convert": {"format", "storage", "video"},
     "bench": {"datasets", "plan", "storage", "video", "format", "summary", "synth"},
     "cli": {"bench", "convert", "datasets", "summary", "synth", "format", "video"},
     "__init__": {"datasets", "video"},
 }
-# Single modules allowed one more edge: the writer encodes videos (the design's writer/ layer, kept in format/).
+# Single modules allowed one more edge: the v3.0 writer encodes videos; it belongs in writer/ but stays in format/
+# while tests/datasets/test_batch_assembly.py (another change in flight) imports it from there.
 MODULE_EXCEPTIONS = {("format.writer", "video")}
 
 

@@ -46,7 +46,7 @@ WORKERS = (1, 2)
 
 def _image_v21(root: Path) -> Path:
     """A v2.1 dataset whose camera is an `image` feature (PNG in the parquet), fps 10; episode 3 changes task."""
-    from robostream.format.v21_writer import V21Writer
+    from robostream.writer.v21 import V21Writer
 
     rng = np.random.default_rng(7)
     features = {"observation.image": {"dtype": "image", "shape": list(IMAGE_SHAPE),

@@ -126,7 +126,7 @@ def test_h264_with_b_frames_converts_verifies_and_reads_every_frame(backend: str
 
 
 def test_image_dataset_without_videos(tmp_path: Path):
-    from robostream.format.v21_writer import V21Writer
+    from robostream.writer.v21 import V21Writer
 
     rng = np.random.default_rng(0)
     features = {"observation.image": {"dtype": "image", "shape": [32, 48, 3], "names": ["height", "width", "channels"]},
@@ -156,7 +156,7 @@ def test_datatrove_executor_writes_the_same(executor: str, v21_root: Path, refer
 def test_more_than_999_chunks_keep_episode_order(tmp_path: Path):
     """chunk-1000 sorts before chunk-101 as text (lerobot pairs files by sorted glob); paths come from the episode
     index here, so episodes stay in order past 999 chunks."""
-    from robostream.format.v21_writer import V21Writer
+    from robostream.writer.v21 import V21Writer
 
     features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None}}
     with V21Writer(tmp_path / "many", 10, features, chunks_size=1) as writer:
@@ -235,7 +235,7 @@ def _depth_mp4(path: Path, episode: int, length: int) -> np.ndarray:
 def test_depth_camera_12_bit_hevc_is_copied_losslessly(tmp_path: Path):
     import av
 
-    from robostream.format.v21_writer import V21Writer
+    from robostream.writer.v21 import V21Writer
 
     features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
                 "observation.images.depth": {"dtype": "video", "shape": [48, 64, 1],
