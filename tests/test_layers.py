@@ -1,37 +1,41 @@
 """The package's imports point one way: the layer table of ../shared/design.md, checked from the source (ast).
 
-Every `import robostream.X` / `from robostream.X import ...` anywhere in a module (function-level imports too)
-is an edge between top-level parts of the package. An edge the table does not allow, or any cycle between parts,
-fails the test, so the structure stays true without anyone watching.
+Every `import robostream.X` / `from robostream.X import ...` anywhere in a module (function-level imports too), and
+every string naming a robostream module (what importlib loads: robostream/__init__.py's exports, factory specs),
+is an edge between top-level parts of the package. An edge the table does not allow, an edge the table allows but
+no module uses, a part reaching (through any chain) a part the table's closure does not reach, or any cycle between
+parts fails the test, so the table stays exactly true without anyone watching.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "robostream"
 UTILITIES = {"errors", "process_local", "memory", "numbers"}  # leaves every layer may use
-# What each part may import (besides itself and the utilities), lowest layers first.
+# What each part imports (besides itself and the utilities), lowest layers first: exactly the edges the code uses.
 LAYERS: dict[str, set[str]] = {
     "errors": set(), "process_local": set(), "memory": set(), "numbers": set(),
     "plan": set(),
     "storage": set(),
-    "video": {"storage"},
+    "video": set(),
     "format": {"storage"},
-    "datasets": {"plan", "storage", "video", "format"},
     "writer": {"format"},
-    "summary": {"format", "video"},
+    "datasets": {"plan", "storage", "video", "format"},
+    "summary": {"format"},
     "synth": {"format", "video", "writer"},
-    "convert": {"format", "storage", "video"},
-    "bench": {"datasets", "plan", "storage", "video", "format", "summary", "synth"},
-    "cli": {"bench", "convert", "datasets", "summary", "synth", "format", "video"},
+    "convert": {"format"},
+    "bench": {"datasets", "video", "format"},
+    "cli": {"bench", "convert", "summary", "synth"},
     "__init__": {"datasets", "video"},
 }
 # Single modules allowed one more edge: the v3.0 writer encodes videos; it belongs in writer/ but stays in format/
 # while tests/datasets/test_batch_assembly.py (another change in flight) imports it from there.
 MODULE_EXCEPTIONS = {("format.writer", "video")}
+MODULE_NAME = re.compile(r"robostream(\.\w+)+(:\w+)?")  # "robostream.bench.loaders:build" names a factory too
 
 
 def _part(module: str) -> str:
@@ -48,26 +52,41 @@ def import_edges(package: Path = PACKAGE) -> set[tuple[str, str]]:
                           else relative.parts)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                else [a.name for a in node.names] if isinstance(node, ast.Import) \
+                else [node.value.partition(":")[0]] if isinstance(node, ast.Constant) \
+                and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value) else []
             edges.update((module, _part(n)) for n in names if n == "robostream" or n.startswith("robostream."))
     return edges
 
 
-def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS) -> list[str]:
-    """Edges against the table, and cycles between parts; empty when the structure holds."""
-    found = []
+def _part_graph(edges: set[tuple[str, str]]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
+    for module, target in edges:
+        if _part(module) != target:
+            graph.setdefault(_part(module), set()).add(target)
+    return graph
+
+
+def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
+               exceptions: set[tuple[str, str]] = MODULE_EXCEPTIONS) -> list[str]:
+    """Edges against the table, and cycles between parts; empty when the structure holds.
+
+    Args:
+        edges: (importing module, imported part) pairs, as `import_edges` finds them.
+        layers: what each part may import besides itself and the utilities.
+        exceptions: (module without the `robostream.` prefix, part) pairs allowed beyond the table.
+    """
+    found = []
     for module, target in sorted(edges):
         source = _part(module)
         if source == target:
             continue
-        graph.setdefault(source, set()).add(target)
         allowed = layers.get(source)
         if allowed is None:
             found.append(f"{module}: robostream.{source} is not in the layer table")
-        elif target not in allowed | UTILITIES and (module.removeprefix("robostream."), target) not in \
-                MODULE_EXCEPTIONS:
+        elif target not in allowed | UTILITIES and (module.removeprefix("robostream."), target) not in exceptions:
             found.append(f"{module} imports robostream.{target}, which robostream.{source} may not use")
+    graph = _part_graph(edges)
     state: dict[str, int] = {}
 
     def visit(node: str, trail: list[str]) -> None:
@@ -85,10 +104,69 @@ def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAY
     return found
 
 
+def unused_edges(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
+                 exceptions: set[tuple[str, str]] = MODULE_EXCEPTIONS) -> list[str]:
+    """Edges the table (or an exception) allows that no module uses: a table that says more than the code does
+    hides which layers really depend on which.
+
+    Args:
+        edges: (importing module, imported part) pairs, as `import_edges` finds them.
+        layers: what each part may import besides itself and the utilities.
+        exceptions: (module without the `robostream.` prefix, part) pairs allowed beyond the table.
+    """
+    graph = _part_graph(edges)
+    imported = {(module.removeprefix("robostream."), target) for module, target in edges}
+    return [f"the table lets robostream.{source} use robostream.{target}, which no module of it imports"
+            for source, targets in sorted(layers.items()) for target in sorted(targets - graph.get(source, set()))] \
+        + [f"MODULE_EXCEPTIONS lets robostream.{module} use robostream.{target}, which it does not import"
+           for module, target in sorted(exceptions - imported)]
+
+
+def _reach(graph: Mapping[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """For every part, each part it reaches with a shortest chain leading there (breadth-first)."""
+    reach = {}
+    for start in graph:
+        trails: dict[str, list[str]] = {}
+        queue = [[start]]
+        while queue:
+            trail = queue.pop(0)
+            for nxt in sorted(graph.get(trail[-1], ())):
+                if nxt != start and nxt not in trails:
+                    trails[nxt] = trail + [nxt]
+                    queue.append(trails[nxt])
+        reach[start] = trails
+    return reach
+
+
+def reach_violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
+                     exceptions: set[tuple[str, str]] = MODULE_EXCEPTIONS) -> list[str]:
+    """Parts that reach, through any chain of imports, a part the table's own transitive closure does not: what
+    a forbidden edge drags in above it, each with the chain that reaches it.
+
+    Args:
+        edges: (importing module, imported part) pairs, as `import_edges` finds them.
+        layers: what each part may import besides itself and the utilities.
+        exceptions: (module without the `robostream.` prefix, part) pairs allowed beyond the table.
+    """
+    allowed = {source: set(targets) | UTILITIES for source, targets in layers.items()}
+    for module, target in exceptions:  # an allowed edge of its part: whatever may use that part reaches through it
+        allowed.setdefault(_part(f"robostream.{module}"), set()).add(target)
+    allowed_reach = _reach(allowed)
+    return [f"robostream.{source} reaches robostream.{target} ({' -> '.join(trail)}), which the table's closure "
+            f"does not allow"
+            for source, trails in sorted(_reach(_part_graph(edges)).items())
+            for target, trail in sorted(trails.items()) if target not in allowed_reach.get(source, {})]
+
+
 def test_imports_follow_the_layer_table():
     edges = import_edges()
     assert len(edges) > 50  # the parse found the package's imports
     assert violations(edges) == []
+    assert reach_violations(edges) == []
+
+
+def test_the_table_lists_only_edges_the_code_uses():
+    assert unused_edges(import_edges()) == []
 
 
 def test_a_forbidden_import_or_a_cycle_is_caught():
@@ -98,3 +176,30 @@ def test_a_forbidden_import_or_a_cycle_is_caught():
         "import cycle: format -> storage -> format"]
     cyclic = {"a": {"b"}, "b": {"a"}}
     assert violations({("robostream.a.x", "b"), ("robostream.b.y", "a")}, cyclic) == ["import cycle: a -> b -> a"]
+
+
+def test_an_unused_edge_is_named():
+    edges = import_edges()
+    assert unused_edges(edges, {**LAYERS, "storage": {"video"}}, MODULE_EXCEPTIONS | {("summary", "video")}) == [
+        "the table lets robostream.storage use robostream.video, which no module of it imports",
+        "MODULE_EXCEPTIONS lets robostream.summary use robostream.video, which it does not import"]
+
+
+def test_a_forbidden_transitive_import_is_caught(tmp_path):
+    """A fake package: app uses lib (allowed), lib uses core inside a function (forbidden), so app reaches core."""
+    files = {"__init__.py": "", "app/__init__.py": "", "app/main.py": "from robostream.lib.api import run\n",
+             "lib/__init__.py": "", "lib/api.py": "def run():\n    import robostream.core.disk\n",
+             "core/__init__.py": "", "core/disk.py": "import robostream.errors\n"}
+    for name, text in files.items():
+        (tmp_path / "robostream" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "robostream" / name).write_text(text)
+    edges = import_edges(tmp_path / "robostream")
+    assert edges == {("robostream.app.main", "lib"), ("robostream.lib.api", "core"), ("robostream.core.disk", "errors")}
+    layers = {"errors": set(), "core": set(), "lib": set(), "app": {"lib"}}
+    assert reach_violations(edges, layers, set()) == [
+        "robostream.app reaches robostream.core (app -> lib -> core), which the table's closure does not allow",
+        "robostream.lib reaches robostream.core (lib -> core), which the table's closure does not allow"]
+    assert violations(edges, layers, set()) == [
+        "robostream.lib.api imports robostream.core, which robostream.lib may not use"]
+    # allowed one layer down, app reaches core through the table's closure without naming it
+    assert reach_violations(edges, {**layers, "lib": {"core"}}, set()) == []
