@@ -2,9 +2,8 @@
 and the live pieces that produce it.
 
 The plan (plan/epoch.py: EpochPlan) says which segments of which canonical streams this consumer role owns
-and how many samples it yields; here the segments are read by level fill (plan/segments.py: read_order), each
-segment along its stream's pool schedule, and every pick (stream, piece, position) becomes a sample through the
-frame source. Live pieces are opened on their first sample and dropped after their last.
+and how many samples it yields, and the order of its picks (plan/epoch.py: role_picks); here every pick (stream,
+piece, position) becomes a sample through the frame source. Live pieces are opened on their first sample and dropped after their last.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from robostream.datasets.batch_assembly import Allocate as BatchAllocate
@@ -21,12 +19,7 @@ from robostream.datasets.counters import FrameCounters
 from robostream.datasets.mixture import SourceReader
 from robostream.datasets.mixture_schema import MixtureBatches, MixtureSchema
 from robostream.datasets.piece_reader import PieceReader
-from robostream.plan.order import PURPOSE_POOL, rng_for
-from robostream.plan.epoch import EpochPlan
-from robostream.plan.schedule import pool_schedule, take
-from robostream.plan.segments import owned, read_order
-
-Pick = tuple[int, int, int]  # (canonical stream, piece within the stream, position within the piece's samples)
+from robostream.plan.epoch import EpochPlan, Pick, role_picks
 
 
 class EpochIterator:
@@ -51,13 +44,12 @@ class EpochIterator:
         self.counters = counters
         self.seed, self.epoch, self.shuffle, self.pool_size = seed, epoch, shuffle, pool_size
         self.prefetch_pieces = prefetch_pieces
-        self.rows = owned(plan.segments, role)
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
         self._live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for pick in self._quota_picks():
+        for pick in self._picks():
             reader, position = self._take(pick)
             source = self.sources[reader.source]
             sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
@@ -69,7 +61,7 @@ class EpochIterator:
     def batches(self, batch_size: int, drop_last: bool, allocate: BatchAllocate) -> Iterator[dict[str, Any]]:
         """The same samples as iteration, as whole batches of `batch_size` (the last one short unless
         `drop_last`): what a DataLoader worker gives when it collates this role's samples."""
-        picks = self._quota_picks()
+        picks = self._picks()
         while True:
             refs = [self._take(pick) for pick in itertools.islice(picks, batch_size)]
             if not refs or (drop_last and len(refs) < batch_size):
@@ -101,37 +93,9 @@ class EpochIterator:
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
         return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
-    def _quota_picks(self) -> Iterator[Pick]:
-        """Every pick this role yields in the pass: its segments' samples, then repeats up to its quota."""
-        plan = self.plan
-        if plan.quotas[self.role] and not len(self.rows):
-            raise ValueError(f"consumer role {self.role} owns no samples of this epoch but must yield "
-                             f"{plan.quotas[self.role]} (uneven='pad'): use uneven='drop' or fewer consumers")
-        picks = self._picks(plan.positions[self.rows])
-        # A consumer owed more than its segments hold (uneven="pad") repeats its epoch's samples from the start.
-        repeats = itertools.islice(self._repeats(), plan.repeats_done[self.role], None)
-        return itertools.islice(itertools.chain(picks, repeats), plan.quotas[self.role])
-
-    def _repeats(self) -> Iterator[Pick]:
-        while len(self.rows):
-            yield from self._picks(self.plan.segments.lo[self.rows])
-
-    def _picks(self, positions: np.ndarray) -> Iterator[Pick]:
-        """The role's picks from `positions` of its segments to their ends, in level-fill order."""
-        segments = self.plan.segments
-        his = segments.hi[self.rows]
-        streams = [self._stream_picks(int(segments.stream[r]), int(p), int(h))
-                   for r, p, h in zip(self.rows.tolist(), positions.tolist(), his.tolist())]
-        for i in read_order(positions, his, interleaved=self.shuffle):
-            yield next(streams[i])
-
-    def _stream_picks(self, stream: int, start: int, stop: int) -> Iterator[Pick]:
-        """Samples [start, stop) of one stream's pool schedule."""
-        rng = rng_for(self.seed, self.epoch, PURPOSE_POOL, stream) if self.shuffle else None
-        lengths = [last - first for _, first, last in self.plan.pieces[stream]]
-        for piece_ids, positions in take(pool_schedule(lengths, self.pool_size, rng), start, stop - start):
-            for piece, position in zip(piece_ids.tolist(), positions.tolist()):
-                yield stream, piece, position
+    def _picks(self) -> Iterator[Pick]:
+        return role_picks(self.plan, self.role, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                          pool_size=self.pool_size)
 
     def _take(self, pick: Pick) -> tuple[PieceReader, int]:
         """The live piece reader of a pick (opened on its first sample, dropped after its last) and the position."""

@@ -21,21 +21,24 @@ take over whole streams, others split a few segments (plan/segments.py).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import itertools
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from robostream.plan.mixture import EpochUnits, lane_batches_taken, lane_schedule
-from robostream.plan.order import epoch_episode_order
+from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
 from robostream.plan.resume import emitted_by_role
-from robostream.plan.segments import (Segments, positions_after, quotas_for_roles, recut, role_remaining,
-                                      segments_from_state, segments_to_state, whole_streams)
+from robostream.plan.schedule import pool_schedule, take
+from robostream.plan.segments import (Segments, owned, positions_after, quotas_for_roles, read_order, recut,
+                                      role_remaining, segments_from_state, segments_to_state, whole_streams)
 from robostream.plan.state import check_epoch_state
 
 Uneven = Literal["pad", "drop"]
+Pick = tuple[int, int, int]  # (canonical stream, piece within the stream, position within the piece's samples)
 Partition = Literal["contiguous", "files"]
 
 
@@ -153,6 +156,44 @@ def plan_epoch(spec: EpochSpec, world_size: int, num_workers: int, resume: Mappi
     return EpochPlan(spec.units, pieces, natural, segments, positions, quotas, [0] * consumers, 0)
 
 
+def role_picks(plan: EpochPlan, role: int, *, seed: int, epoch: int, shuffle: bool, pool_size: int
+               ) -> Iterator[Pick]:
+    """Every pick one consumer role yields in the pass, in order: its segments read by level fill (each along its
+    stream's pool schedule, plan/schedule.py), then, under uneven="pad", its own samples again from the start
+    until its quota is met.
+
+    Args:
+        plan: the pass's plan.
+        role: the consumer role (rank * num_workers + worker role).
+        seed, epoch, shuffle, pool_size: the dataset's (the pool schedule of stream s draws from (seed, epoch, s)).
+    """
+    rows = owned(plan.segments, role)
+    if plan.quotas[role] and not len(rows):
+        raise ValueError(f"consumer role {role} owns no samples of this epoch but must yield {plan.quotas[role]} "
+                         "(uneven='pad'): use uneven='drop' or fewer consumers")
+
+    def stream_picks(stream: int, start: int, stop: int) -> Iterator[Pick]:
+        rng = rng_for(seed, epoch, PURPOSE_POOL, stream) if shuffle else None
+        lengths = [last - first for _, first, last in plan.pieces[stream]]
+        for pieces, positions in take(pool_schedule(lengths, pool_size, rng), start, stop - start):
+            for piece, position in zip(pieces.tolist(), positions.tolist()):
+                yield stream, piece, position
+
+    def picks(positions: np.ndarray) -> Iterator[Pick]:
+        his = plan.segments.hi[rows]
+        streams = [stream_picks(int(plan.segments.stream[r]), int(p), int(h))
+                   for r, p, h in zip(rows.tolist(), positions.tolist(), his.tolist())]
+        for i in read_order(positions, his, interleaved=shuffle):
+            yield next(streams[i])
+
+    def repeats() -> Iterator[Pick]:
+        while len(rows):
+            yield from picks(plan.segments.lo[rows])
+
+    padding = itertools.islice(repeats(), plan.repeats_done[role], None)
+    return itertools.islice(itertools.chain(picks(plan.positions[rows]), padding), plan.quotas[role])
+
+
 def advanced(plan: EpochPlan, emitted: Sequence[int], *, interleaved: bool) -> dict[str, Any]:
     """The segments, quotas and repeats of `plan` once every role r emitted emitted[r] samples of it.
 
@@ -237,7 +278,7 @@ def lanes_state(plan: LanePlan, num_workers: int, batches: int, batch_size: int,
         batch_size: the batch size the plan was made for.
         interleaved: see `advanced`.
     """
-    taken = lane_batches_taken(plan.schedules, plan.done, batches, plan.rotation)
+    taken = lane_batches_taken(plan.schedules, plan.done, batches, plan.rotation, len(plan.lanes))
     lanes = []
     for s, lane in enumerate(plan.lanes):
         if lane is None:

@@ -194,8 +194,8 @@ def lane_schedule(batches_per_lane: Sequence[int], *, seed: int, epoch: int, wor
     return rng_for(seed, epoch, PURPOSE_LANES, (generation << 32) + worker).permutation(lanes)
 
 
-def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], batches: int, rotation: int
-                       ) -> list[np.ndarray]:
+def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], batches: int, rotation: int,
+                       lanes: int) -> list[np.ndarray]:
     """Batches of each source every worker role delivered once a rank consumed `batches` more batches.
 
     A DataLoader takes batches from its workers cyclically (worker j plays role (j + rotation) % W) and skips a
@@ -206,12 +206,12 @@ def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], bat
         done: per worker role, batches of its schedule delivered before.
         batches: batches the rank consumed since.
         rotation: the plan's worker rotation.
+        lanes: the number of sources (a source may be in no schedule: exhausted before a re-cut, or empty).
 
     Returns:
         Per worker role, an array of batch counts per source.
     """
     workers = len(schedules)
-    lanes = 1 + max((int(s.max()) for s in schedules if len(s)), default=0)
     roles = [(j + rotation) % workers for j in range(workers)]
     remaining = [len(schedules[r]) - done[r] for r in roles]
     taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
