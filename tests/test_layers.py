@@ -43,20 +43,66 @@ def _part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def import_edges(package: Path = PACKAGE) -> set[tuple[str, str]]:
-    """(importing module, imported top-level part) for every robostream import in the package."""
-    edges = set()
+def module_imports(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(importing module, imported module) for every robostream import in the package.
+
+    A name imported from a module (`from robostream.x import name`) counts as that module, a submodule
+    (`from robostream.x import y`) as the submodule; the parent packages an import runs first are left out (Python
+    allows those loops: the package is already being imported).
+
+    Args:
+        package: the package's folder.
+    """
+    modules = {}
     for path in package.rglob("*.py"):
         relative = path.relative_to(package.parent).with_suffix("")
-        module = ".".join(relative.parts[:-1] if relative.name == "__init__" and len(relative.parts) > 2
-                          else relative.parts)
+        modules[".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)] = path
+
+    def resolve(name: str) -> str:  # the longest module the name starts with
+        while name not in modules and "." in name:
+            name = name.rpartition(".")[0]
+        return name
+
+    edges = set()
+    for module, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
                 else [a.name for a in node.names] if isinstance(node, ast.Import) \
                 else [node.value.partition(":")[0]] if isinstance(node, ast.Constant) \
                 and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value) else []
-            edges.update((module, _part(n)) for n in names if n == "robostream" or n.startswith("robostream."))
+            edges.update((module, resolve(n)) for n in names
+                         if (n == "robostream" or n.startswith("robostream.")) and resolve(n) != module)
     return edges
+
+
+def import_edges(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(importing module, imported top-level part) for every robostream import in the package.
+
+    Args:
+        package: the package's folder.
+    """
+    return {(module, _part(target)) for module, target in module_imports(package)}
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[str]:
+    """One loop through each cycle of `graph` found depth-first; empty when it has none."""
+    found = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append("import cycle: " + " -> ".join(trail[trail.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
 
 
 def _part_graph(edges: set[tuple[str, str]]) -> dict[str, set[str]]:
@@ -86,22 +132,7 @@ def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAY
             found.append(f"{module}: robostream.{source} is not in the layer table")
         elif target not in allowed | UTILITIES and (module.removeprefix("robostream."), target) not in exceptions:
             found.append(f"{module} imports robostream.{target}, which robostream.{source} may not use")
-    graph = _part_graph(edges)
-    state: dict[str, int] = {}
-
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                found.append("import cycle: " + " -> ".join(trail[trail.index(nxt):] + [nxt]))
-            elif nxt not in state:
-                visit(nxt, trail + [nxt])
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    return found
+    return found + cycles(_part_graph(edges))
 
 
 def unused_edges(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
@@ -165,6 +196,13 @@ def test_imports_follow_the_layer_table():
     assert reach_violations(edges) == []
 
 
+def test_no_import_cycle_between_modules():
+    graph: dict[str, set[str]] = {}
+    for module, target in module_imports():
+        graph.setdefault(module, set()).add(target)
+    assert cycles(graph) == []
+
+
 def test_the_table_lists_only_edges_the_code_uses():
     assert unused_edges(import_edges()) == []
 
@@ -176,6 +214,9 @@ def test_a_forbidden_import_or_a_cycle_is_caught():
         "import cycle: format -> storage -> format"]
     cyclic = {"a": {"b"}, "b": {"a"}}
     assert violations({("robostream.a.x", "b"), ("robostream.b.y", "a")}, cyclic) == ["import cycle: a -> b -> a"]
+    # the loop convert/ had: the package's orchestration launched datatrove_steps, which imported the package
+    loop = {"convert": {"convert.datatrove_steps"}, "convert.datatrove_steps": {"convert"}}
+    assert cycles(loop) == ["import cycle: convert -> convert.datatrove_steps -> convert"]
 
 
 def test_an_unused_edge_is_named():
@@ -189,7 +230,7 @@ def test_a_forbidden_transitive_import_is_caught(tmp_path):
     """A fake package: app uses lib (allowed), lib uses core inside a function (forbidden), so app reaches core."""
     files = {"__init__.py": "", "app/__init__.py": "", "app/main.py": "from robostream.lib.api import run\n",
              "lib/__init__.py": "", "lib/api.py": "def run():\n    import robostream.core.disk\n",
-             "core/__init__.py": "", "core/disk.py": "import robostream.errors\n"}
+             "core/__init__.py": "", "core/disk.py": "import robostream.errors\n", "errors.py": ""}
     for name, text in files.items():
         (tmp_path / "robostream" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "robostream" / name).write_text(text)

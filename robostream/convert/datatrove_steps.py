@@ -15,6 +15,7 @@ from datatrove.executor import LocalPipelineExecutor, RayPipelineExecutor, Slurm
 from datatrove.pipeline.base import PipelineStep
 
 from robostream.convert.executors import EngineOptions
+from robostream.convert.finish import finish_conversion
 from robostream.convert.worker import WorkerOptions, run_worker
 
 
@@ -44,8 +45,6 @@ class FinalizeConversion(PipelineStep):
         self.src, self.out, self.work_dir, self.options = src, out, work_dir, options
 
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        from robostream.convert import finish_conversion
-
         finish_conversion(self.src, out=self.out, work_dir=self.work_dir, options=self.options)
         return None
 
