@@ -1,4 +1,4 @@
-"""The package's imports point one way: the layer table of ../shared/design.md, checked from the source (ast).
+"""The package's imports point one way: the layer table of docs/architecture.md, checked from the source (ast).
 
 Every `import robostream.X` / `from robostream.X import ...` anywhere in a module (function-level imports too), and
 every string naming a robostream module (what importlib loads: robostream/__init__.py's exports, factory specs),
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "robostream"
+ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.md"
 UTILITIES = {"errors", "process_local", "memory", "numbers"}  # leaves every layer may use
 # What each part imports (besides itself and the utilities), lowest layers first: exactly the edges the code uses.
 LAYERS: dict[str, set[str]] = {
@@ -205,6 +206,28 @@ def test_no_import_cycle_between_modules():
 
 def test_the_table_lists_only_edges_the_code_uses():
     assert unused_edges(import_edges()) == []
+
+
+def documented_layers(text: str) -> dict[str, set[str]]:
+    """The layer table of docs/architecture.md: each part (a first cell may name several) and what it imports.
+
+    Args:
+        text: the page.
+    """
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    layers = {}
+    for row in section.splitlines():
+        cells = row.split("|")
+        if row.startswith("| `"):
+            layers.update(dict.fromkeys(re.findall(r"`(\w+)`", cells[1]), set(re.findall(r"`(\w+)`", cells[2]))))
+    return layers
+
+
+def test_the_architecture_page_has_the_same_table():
+    documented = documented_layers(ARCHITECTURE.read_text())
+    assert sorted(documented) == sorted(LAYERS), "docs/architecture.md's layer table names other parts than LAYERS"
+    assert {part: sorted(uses) for part, uses in documented.items() if uses != LAYERS[part]} == {}, \
+        "docs/architecture.md's imports column differs from LAYERS"
 
 
 def test_a_forbidden_import_or_a_cycle_is_caught():
