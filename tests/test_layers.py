@@ -3,8 +3,9 @@
 Every `import robostream.X` / `from robostream.X import ...` anywhere in a module (function-level imports too), and
 every string naming a robostream module (what importlib loads: robostream/__init__.py's exports, factory specs),
 is an edge between top-level parts of the package. An edge the table does not allow, an edge the table allows but
-no module uses, a part reaching (through any chain) a part the table's closure does not reach, or any cycle between
-parts fails the test, so the table stays exactly true without anyone watching.
+no module uses, a part reaching (through any chain) a part the table's closure does not reach, a cycle between
+parts or between modules, or a page whose table differs fails the test, so both stay exactly true without anyone
+watching.
 """
 
 from __future__ import annotations
