@@ -38,7 +38,7 @@ class PreparedBatch:
     specs: TensorSpecs  # CPU tensors of the batch
     on_device: dict[str, tuple[tuple[int, ...], torch.dtype, torch.device]]  # cameras decoded on a GPU
     cameras: list[str]  # camera keys (scaled to float after writing unless uint8)
-    keys: list[str]  # the batch's keys, in the per-sample order
+    keys: list[str]  # the batch's keys, in the per-sample order (SampleAssembler.order)
 
 
 def allocate_fresh(specs: TensorSpecs) -> dict[str, torch.Tensor]:
@@ -93,8 +93,7 @@ class BatchAssembler:
             else:
                 on_device[key] = (shape, camera_dtype, window[0].device)
         cameras = [*first_rows.images, *self.meta.video_keys]
-        keys = [*(f"{key}_is_pad" for key in pads), *first_rows.columns, *first_rows.strings, *cameras, "task"]
-        return PreparedBatch(frames, query, pads, specs, on_device, cameras, keys)
+        return PreparedBatch(frames, query, pads, specs, on_device, cameras, self.sample.order)
 
     def write(self, prepared: PreparedBatch, refs: Sequence[BatchRef],
               video: Sequence[Mapping[str, Sequence[torch.Tensor]]], out: Mapping[str, torch.Tensor],

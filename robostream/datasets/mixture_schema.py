@@ -14,7 +14,7 @@ torch's collate of the samples. Every mixture sample also carries `dataset_index
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -22,27 +22,17 @@ import pyarrow.parquet as pq
 import torch
 
 from robostream.datasets.batch_assembly import Allocate, BatchAssembler, BatchRef, allocate_fresh, finish_cameras
+from robostream.datasets.sample_keys import DATASET_INDEX, TASK, KeySpec, feature_keys, key_order
 from robostream.format.metadata import DatasetMetadata
 
 FeatureMode = Literal["strict", "union"]
 SchemaMode = Literal["strict", "union", "separate"]  # separate: batches never mix sources (batching="per_stream")
 RESERVED = ("index", "episode_index", "frame_index", "timestamp", "task_index")  # every dataset has them as is
-DATASET_INDEX = "dataset_index"
-
-
-@dataclass(frozen=True)
-class KeySpec:
-    """One feature of one source, as its samples hold it."""
-
-    kind: Literal["column", "string", "camera"]
-    dtype: str  # info.json dtype; "camera" for video and image features
-    shape: tuple[int, ...]  # info.json shape (cameras: height, width, channels)
-    window: int | None  # frames in its delta_timestamps window; None without one
 
 
 def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows: Mapping[str, int],
                  name: str) -> dict[str, KeySpec]:
-    """The source's features under their common names (in info.json order), with their windows.
+    """The source's features (sample_keys.feature_keys) under their common names, with their windows.
 
     Args:
         meta: the source's metadata.
@@ -50,7 +40,7 @@ def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows:
         windows: common name -> frames in its window (the delta_timestamps that apply to this source).
         name: the source's label for errors.
     """
-    features = meta.info.features
+    features = feature_keys(meta, {})
     unknown = [k for k in feature_map if k not in features]
     if unknown:
         raise ValueError(f"source {name}: feature_map renames {unknown}, which it does not have; its features: "
@@ -60,15 +50,12 @@ def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows:
         raise ValueError(f"source {name}: feature_map renames {renamed_reserved}; the locating columns {RESERVED} "
                          "keep their names")
     specs: dict[str, KeySpec] = {}
-    for key, feature in features.items():
+    for key, spec in features.items():
         common = feature_map.get(key, key)
-        if common in specs or common in (DATASET_INDEX, "task"):
+        if common in specs or common in (DATASET_INDEX, TASK):
             raise ValueError(f"source {name}: feature_map gives two features the name {common!r} (or a reserved "
                              f"sample key); every common name must be unique")
-        dtype = feature["dtype"]
-        kind = "camera" if dtype in ("video", "image") else "string" if dtype == "string" else "column"
-        specs[common] = KeySpec(kind, "camera" if kind == "camera" else dtype, tuple(feature["shape"]),
-                                windows.get(common))
+        specs[common] = replace(spec, window=windows.get(common))
     return specs
 
 
@@ -125,20 +112,14 @@ class MixtureSchema:
                                       specs[owners[key]][key], return_uint8)
                       for key in owners if key in lacked}
         self.cameras = {k for source in specs for k, spec in source.items() if spec.kind == "camera"}
-        # Per-sample key order (both paths): windows' masks, columns, strings, cameras, task, union masks, source.
-        # One order for all sources, or each its own when batches never mix them.
+        # One key order for all sources (sample_keys.key_order), or each its own when batches never mix them.
         groups = [range(len(specs))] if mode != "separate" else [[s] for s in range(len(specs))]
         orders = []
         for members in groups:
             ordered = list(dict.fromkeys(k for m in members for k in specs[m]))
             spec_of = {k: next(specs[m][k] for m in members if k in specs[m]) for k in ordered}
-            orders.append([f"{k}_is_pad" for k in ordered if spec_of[k].window is not None]
-                          + [k for k in ordered if spec_of[k].kind == "column"]
-                          + [k for k in ordered if spec_of[k].kind == "string"]
-                          + [k for k in ordered if spec_of[k].kind == "camera"]
-                          + ["task"]
-                          + [f"{k}_is_pad" for k in self.fills if spec_of[k].window is None]
-                          + [DATASET_INDEX])
+            orders.append(key_order(spec_of, flags=[k for k in self.fills if spec_of[k].window is None],
+                                    mixture=True))
         self.orders = orders * len(specs) if mode != "separate" else orders
 
     @staticmethod

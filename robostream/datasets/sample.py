@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from robostream.datasets.sample_keys import TASK, feature_keys, key_order, pad_key
 from robostream.format.data_rows import EpisodeRows
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.windows import window_indices
@@ -41,6 +42,8 @@ class SampleAssembler:
         self.delta_offsets = dict(delta_offsets)
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
+        self.keys = feature_keys(meta, {k: len(v) for k, v in self.delta_offsets.items()})
+        self.order = key_order(self.keys)  # the batch path and mixtures follow it too
 
     def windows(self, frame: int, length: int) -> Windows:
         """Per windowed key the (clamped) frames to read and the padding mask, in an episode of `length`."""
@@ -68,7 +71,7 @@ class SampleAssembler:
                  windows: Windows | None = None) -> dict[str, Any]:
         """The sample of `frame`; video_frames holds per camera uint8 (T, C, H, W) for the frames of `video_frames`."""
         query, pads = self.windows(frame, len(rows)) if windows is None else windows
-        item: dict[str, Any] = {f"{key}_is_pad": torch.from_numpy(pad) for key, pad in pads.items()}
+        item: dict[str, Any] = {pad_key(key): torch.from_numpy(pad) for key, pad in pads.items()}
         for key, values in rows.columns.items():
             item[key] = torch.from_numpy(np.array(values[query[key]] if key in query else values[frame]))
         for key, values in rows.strings.items():
@@ -78,8 +81,8 @@ class SampleAssembler:
             item[key] = self._finish_camera(images, squeeze=key not in query)
         for key, decoded in video_frames.items():
             item[key] = self._finish_camera(decoded, squeeze=decoded.shape[0] == 1)
-        item["task"] = self.meta.task(int(rows.columns["task_index"][frame]))
-        return item
+        item[TASK] = self.meta.task(int(rows.columns["task_index"][frame]))
+        return {key: item[key] for key in self.order}
 
     def _finish_camera(self, frames: torch.Tensor, squeeze: bool) -> torch.Tensor:
         """uint8 (T, C, H, W) -> float in [0, 1] unless return_uint8.
