@@ -113,11 +113,11 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
         produced = (1 for i in order[:samples] if dataset[int(i)] is not None)
     readers = _readers(dataset)
     storages = [reader.meta.data_storage for reader in readers if not reader.meta.data_storage.is_local]
-    wait_before = sum(storage.blocks.wait_s for storage in storages)
+    wait_before = sum(storage.stats().wait_s for storage in storages)
     start = time.perf_counter()
     done = sum(produced)
     seconds = time.perf_counter() - start
-    wait = sum(storage.blocks.wait_s for storage in storages) - wait_before
+    wait = sum(storage.stats().wait_s for storage in storages) - wait_before
     decode = sum(reader.cameras.decode_seconds for reader in readers) - wait
     return {"samples": done, "seconds": seconds, "decode_s": decode, "fetch_s": seconds - decode,
             "samples_per_s": done / seconds if seconds else 0.0}

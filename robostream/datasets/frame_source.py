@@ -109,9 +109,10 @@ class FrameSource:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
         remote = [storage for storage in self.storages if not storage.is_local]
         if remote:
-            self.counters.set(worker, "bytes_read", sum(storage.counter.bytes for storage in remote))
-            self.counters.set(worker, "read_wait_us", int(sum(storage.blocks.wait_s for storage in remote) * 1e6))
-            self.counters.set(worker, "block_bytes_peak", sum(storage.blocks.peak_bytes for storage in remote))
+            stats = [storage.stats() for storage in remote]
+            self.counters.set(worker, "bytes_read", sum(s.bytes_read for s in stats))
+            self.counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in stats) * 1e6))
+            self.counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in stats))
 
     def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
                 ) -> dict[str, torch.Tensor]:

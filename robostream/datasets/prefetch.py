@@ -62,7 +62,7 @@ class Prefetcher:
 
     def _fetch(self, episode: int, key: str, first: int, stop: int, worker: int) -> None:
         storage = self.meta.data_storage
-        if not storage.blocks.has_room_for_prefetch():
+        if not storage.has_room_for_prefetch():
             return
         try:
             source = self.meta.open(self.meta.video_file(episode, key), what="video file")
@@ -78,7 +78,7 @@ class Prefetcher:
                 for packet in container.demux(stream):
                     if packet.pts is not None and float(packet.pts * stream.time_base) >= end_s:
                         break
-                    if not storage.blocks.has_room_for_prefetch():
+                    if not storage.has_room_for_prefetch():
                         break
         except EXPECTED:
             self.counters.add(worker, "prefetch_errors", 1)

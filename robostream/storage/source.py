@@ -20,6 +20,7 @@ import posixpath
 import re
 import threading
 import warnings
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -130,6 +131,16 @@ class ByteCounter:
             self.requests += 1
 
 
+@dataclass(frozen=True)
+class StorageStats:
+    """What one process read from a storage so far (readers outside storage/ see only this)."""
+
+    bytes_read: int  # bytes fetched from remote storage
+    requests: int  # range requests made
+    wait_s: float  # time readers (not prefetch) waited for blocks
+    block_bytes_peak: int  # most bytes of fetched blocks held at once
+
+
 class _ProcessState:
     """What a Storage holds per process."""
 
@@ -195,6 +206,16 @@ class Storage:
     @property
     def counter(self) -> ByteCounter:
         return self._process.get().counter
+
+    def stats(self) -> StorageStats:
+        """This process's reads of this storage so far."""
+        state = self._process.get()
+        return StorageStats(state.counter.bytes, state.counter.requests, state.blocks.wait_s,
+                            state.blocks.peak_bytes)
+
+    def has_room_for_prefetch(self) -> bool:
+        """Whether this process's read buffer can take another prefetched block."""
+        return self.blocks.has_room_for_prefetch()
 
     def describe(self, relative: str) -> str:
         """The full location of a file, for messages."""

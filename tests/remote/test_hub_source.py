@@ -49,7 +49,7 @@ def test_hf_root_stream_equals_local(hub, av1_root, revision):
                                      source=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
     log = hub.log()
-    assert remote.meta.storage.counter.bytes > 0
+    assert remote.meta.storage.stats().bytes_read > 0
     assert any(status == 206 for _, path, status, _ in log if path.startswith("/cdn/")), "no ranged reads"
     assert any(status == 302 for _, _, status, _ in _resolve_requests(hub)), "LFS redirects not followed"
     listings = [path for _, path, _, _ in log if "/tree/" in path]

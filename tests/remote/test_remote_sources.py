@@ -45,7 +45,7 @@ def test_http_stream_equals_local(http_dataset, av1_root):
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
     served = sum(s["bytes"] for s in http_dataset.stats().values())
     on_disk = sum(p.stat().st_size for p in av1_root.rglob("*") if p.is_file())
-    assert served >= 0.5 * on_disk and remote.meta.storage.counter.bytes > 0
+    assert served >= 0.5 * on_disk and remote.meta.storage.stats().bytes_read > 0
 
 
 def test_s3_stream_and_map_style_equal_local(s3_dataset, av1_root):

@@ -35,7 +35,7 @@ def test_ranged_reader_reads_any_span(memory_copy):
     reader.seek(-10, io.SEEK_END)
     assert reader.read() == data[-10:]
     assert reader.read(5) == b""
-    assert storage.counter.bytes >= len(data)
+    assert storage.stats().bytes_read >= len(data)
 
 
 def test_missing_and_unsafe_paths(memory_copy):
@@ -63,7 +63,7 @@ def test_data_files_root_reads_files_from_elsewhere(memory_copy, av1_root):
     dataset = LeRobotDataset(root=av1_root, source=SourceOptions(data_files_root=memory_copy), return_uint8=True)
     assert dataset.meta.data_storage.url == memory_copy and dataset.meta.storage.is_local
     assert int(dataset[3]["index"]) == 3
-    assert dataset.meta.data_storage.counter.bytes > 0
+    assert dataset.meta.data_storage.stats().bytes_read > 0
 
 
 def test_relative_local_roots_work(av1_root, monkeypatch):
