@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torch.utils.data import DataLoader
 
-from robostream import SourceOptions, StreamingLeRobotDataset
+from robostream import ReadOptions, StreamingLeRobotDataset
 from tests.remote.servers import RangeHTTPServer
 
 
@@ -54,7 +54,7 @@ def main() -> None:
 
     with RangeHTTPServer(root) as server:
         dataset = StreamingLeRobotDataset(root=root if args.local else server.url, return_uint8=True,
-                                          source=SourceOptions(read_buffer=args.read_buffer))
+                                          read_options=ReadOptions(read_buffer=args.read_buffer))
         baseline = tree_rss_bytes(os.getpid())
         watcher = threading.Thread(target=sample, daemon=True)
         watcher.start()

@@ -12,7 +12,8 @@ from typing import Any
 _EXPORTS = {
     "LeRobotDataset": "robostream.datasets.map_style",
     "Source": "robostream.datasets.mixture",
-    "SourceOptions": "robostream.datasets.source",
+    "ReadOptions": "robostream.datasets.origin",
+    "SourceOptions": "robostream.datasets.origin",  # the old name of ReadOptions, for one release
     "StreamingDataLoader": "robostream.datasets.loader",
     "StreamingLeRobotDataset": "robostream.datasets.streaming",
     "VideoDecoderCache": "robostream.video.cache",

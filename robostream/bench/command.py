@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "cache_dir", default=None, help="node-local disk cache of remote files (with --cache_limit)")
     _option(parser, "cache_limit", default=None, help="disk cache size, e.g. 20gb")
     _option(parser, "read_buffer", default=None, help="fetched remote blocks kept per process, e.g. 128mb")
-    _option(parser, "source", default=None, help="a label for result files and tables (default: local/remote)")
+    _option(parser, "label", default=None, help="a label for result files and tables (default: local/remote)")
+    _option(parser, "source", default=None, help=argparse.SUPPRESS)  # the old name of --label, for one release
     _option(parser, "sources", default=None,
             help="a mixture instead of ROOT: a JSON list of robostream.Source arguments (root, episodes, "
                  "proportion/repeat/choose, feature_map, ...), or @FILE holding one; streaming loader only")
@@ -95,11 +97,14 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         raise BenchError("give either --mode or --delta_timestamps, not both")
     modes = ["custom"] if deltas is not None else (args.mode or list(MODES))
     first = sources[0].get("root") if sources else root
-    source = args.source or ("local" if first is not None and "://" not in str(first) else "remote")
+    if args.source is not None:
+        warnings.warn("robostream bench: --source is now called --label; the old name goes in the next release",
+                      FutureWarning, stacklevel=2)
+    label = args.label or args.source or ("local" if first is not None and "://" not in str(first) else "remote")
     common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
                   storage_options=json.loads(args.storage_options) if args.storage_options else None,
                   cache_dir=args.cache_dir, cache_limit=args.cache_limit, read_buffer=args.read_buffer,
-                  source=source, delta_timestamps=deltas, batch_size=args.batch_size, num_workers=args.num_workers,
+                  label=label, delta_timestamps=deltas, batch_size=args.batch_size, num_workers=args.num_workers,
                   prefetch_factor=args.prefetch_factor, num_batches=args.num_batches, duration_s=args.duration_s,
                   warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,
                   video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,

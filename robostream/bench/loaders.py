@@ -21,7 +21,7 @@ from robostream.bench.probe import BatchProbe, TimedMapDataset
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.mixture import Source
-from robostream.datasets.source import SourceOptions
+from robostream.datasets.origin import ReadOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.video.decoder import default_backend
@@ -34,9 +34,9 @@ _SOURCE_KEYS = ("data_files_root", "storage_options", "cache_dir", "cache_limit"
 
 
 def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset:
-    options = SourceOptions(**{k: params[k] for k in _SOURCE_KEYS if params.get(k) is not None})
+    options = ReadOptions(**{k: params[k] for k in _SOURCE_KEYS if params.get(k) is not None})
     common: dict[str, Any] = dict(root=params.get("root"), revision=params.get("revision"),
-                                  episodes=params.get("episodes"), source=options)
+                                  episodes=params.get("episodes"), read_options=options)
     common.update(delta_timestamps=params.get("delta_timestamps"), return_uint8=True,
                   video_backend=params.get("video_backend"),
                   video_decode_device=params.get("video_decode_device") or "cpu",

@@ -21,7 +21,7 @@ from typing import Any
 
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
-from robostream.datasets.source import SourceOptions, open_dataset
+from robostream.datasets.origin import ReadOptions, open_dataset
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 
@@ -47,7 +47,7 @@ class RunConfig:
     cache_dir: str | None = None  # optional node-local disk cache of remote files (with cache_limit)
     cache_limit: str | None = None
     read_buffer: str | None = None  # fetched remote blocks kept per process (default: the datasets' default)
-    source: str = "local"  # a label for result files and tables
+    label: str = "local"  # names the run in result files and tables
     delta_timestamps: dict[str, list[float]] | None = None  # mode "custom"
     batch_size: int = 32
     num_workers: int = 2
@@ -72,7 +72,7 @@ class RunConfig:
         mixture of 3 sources: `local_mix3_stream_...`)."""
         mix = f"_mix{len(self.sources)}" if self.sources else ""
         mix += "_perstream" if self.batching == "per_stream" else ""
-        stem = (f"{self.source}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
+        stem = (f"{self.label}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
                 f"{self.video_decode_device.split(':')[0]}")
         return stem if rank is None else f"{stem}_rank{rank}"
 
@@ -121,7 +121,7 @@ def dataset_metadata(config: RunConfig) -> DatasetMetadata:
 
 def source_metadata(config: RunConfig) -> list[DatasetMetadata]:
     """The metadata of the benchmarked dataset, or of every source of a mixture."""
-    options = SourceOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
+    options = ReadOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
     wheres = config.sources or [{"repo_id": config.repo_id, "root": config.root, "revision": config.revision}]
     return [open_dataset(where.get("repo_id"), where.get("root"), where.get("revision"), options,
                          config.video_backend, "robostream bench") for where in wheres]

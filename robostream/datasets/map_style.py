@@ -22,7 +22,7 @@ import torch
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.sample import SampleAssembler
-from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
+from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
 from robostream.format.data_columns import DataColumns
 from robostream.plan.windows import delta_offsets
 
@@ -36,7 +36,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: Literal["torchcodec", "pyav"] | None = None,
                  video_decode_device: str = "cpu", video_decoder_cache_size: int | None = None,
-                 source: SourceOptions | None = None) -> None:
+                 read_options: ReadOptions | None = None, source: ReadOptions | None = None) -> None:
         """
         Args:
             repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
@@ -50,10 +50,12 @@ class LeRobotDataset(torch.utils.data.Dataset):
             video_backend: "torchcodec" (default) or "pyav" (fallback decoder).
             video_decode_device: "cpu", or "cuda"/"cuda:N" for NVDEC (CUDA builds of torch + torchcodec).
             video_decoder_cache_size: open decoders kept per process (default: 2 per camera).
-            source: how bytes are read (remote options, disk cache, read buffer); see SourceOptions.
+            read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions.
+            source: the old name of read_options (one release, with a warning).
         """
         self.repo_id = repo_id
-        self.meta = open_dataset(repo_id, root, revision, source, video_backend, "LeRobotDataset")
+        read_options = renamed("source", "read_options", source, read_options, who="LeRobotDataset")
+        self.meta = open_dataset(repo_id, root, revision, read_options, video_backend, "LeRobotDataset")
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

@@ -20,14 +20,14 @@ import numpy as np
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
-from robostream.datasets.frame_source import FrameSource
+from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.sample import SampleAssembler
-from robostream.datasets.source import SourceOptions, open_dataset, resolve_episodes
+from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets, window_seconds
-from robostream.storage.source import Storage
+from robostream.storage.store import Storage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +38,8 @@ class Source:
         repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
         root: a local folder or URL (hf://, s3://, http(s)://, file://); wins over repo_id.
         revision: the Hub revision of repo_id, pinned to its commit at construction.
-        options: how its bytes are read (data_files_root, storage_options, disk cache, read buffer); default
-            the dataset's `source=` options.
+        read_options: how its bytes are read (data_files_root, storage_options, disk cache, read buffer);
+            default the dataset's `read_options`.
         episodes: episode indices to read (default all).
         delta_timestamps: this source's windows (default the dataset's); seconds, resolved with its own fps.
         proportion: relative weight: its share of `epoch_size` (all sources then need one).
@@ -48,12 +48,13 @@ class Source:
         feature_map: renames its features to the mixture's common names (e.g. {"observation.images.cam_high":
             "observation.images.top"}); the locating columns (index, episode_index, ...) keep their names.
         name: how errors and the benchmark call it (default: repo_id or root).
+        options: the old name of read_options (one release, with a warning).
     """
 
     repo_id: str | None = None
     root: str | Path | None = None
     revision: str | None = None
-    options: SourceOptions | None = None
+    read_options: ReadOptions | None = None
     episodes: Sequence[int] | None = None
     delta_timestamps: Mapping[str, Sequence[float]] | None = None
     proportion: float | None = None
@@ -61,8 +62,13 @@ class Source:
     choose: int | None = None
     feature_map: Mapping[str, str] = field(default_factory=dict)
     name: str | None = None
+    options: ReadOptions | None = None
 
     def __post_init__(self) -> None:
+        if self.options is not None:
+            object.__setattr__(self, "read_options", renamed("options", "read_options", self.options,
+                                                             self.read_options, who="Source", stacklevel=4))
+            object.__setattr__(self, "options", None)
         if self.root is None and self.repo_id is None:
             raise ValueError("Source needs root= (a local folder or URL) or repo_id=")
         self.weight  # fails now, naming the bad weight
@@ -86,7 +92,7 @@ class SourceReader:
     episodes: list[int]  # selected episode indices, sorted
     lengths: np.ndarray  # samples of each selected episode
     cameras: CameraReader
-    frames: FrameSource
+    frames: FrameReader
     rename: dict[str, str]  # feature_map
     delta_timestamps: dict[str, list[float]]  # in its own key names
 
@@ -121,7 +127,7 @@ def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weigh
 class ReaderSettings:
     """What every source of one streaming dataset is read with (the dataset's own arguments)."""
 
-    options: SourceOptions | None
+    read_options: ReadOptions | None
     delta_timestamps: Mapping[str, Sequence[float]]
     tolerance_s: float
     return_uint8: bool
@@ -146,7 +152,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
         settings: the dataset's arguments.
         lenient_windows: skip windows of common keys the source lacks (a mixture: its schema reports them).
     """
-    meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.options or settings.options,
+    meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.read_options or settings.read_options,
                         settings.video_backend, "StreamingLeRobotDataset")
     episodes = resolve_episodes(meta, spec.episodes)
     settings.storages.append(meta.data_storage)
@@ -161,7 +167,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
                            settings.decoder_cache_size, frame_pool=settings.frame_pool)
     stride = window_stride([offsets[k] for k in meta.video_keys if k in offsets]) if settings.shuffle else 1
     assembler = SampleAssembler(meta, offsets, settings.return_uint8, settings.image_transforms)
-    frames = FrameSource(meta, assembler=assembler, cameras=cameras, counters=settings.counters, stride=stride,
+    frames = FrameReader(meta, assembler=assembler, cameras=cameras, counters=settings.counters, stride=stride,
                          decode_ahead=settings.decode_ahead, prefetch=settings.prefetch, index=index,
                          storages=settings.storages)
     return SourceReader(index, spec.label, meta, episodes, meta.episodes.lengths_of(episodes), cameras, frames,

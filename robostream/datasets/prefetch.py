@@ -23,7 +23,7 @@ from robostream.datasets.counters import FrameCounters
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
-from robostream.storage.source import RangedReader
+from robostream.storage.store import RangedReader
 
 EXPECTED = (RobostreamError, OSError, av.error.FFmpegError)  # failures the decoder's own read reports for real
 

@@ -6,7 +6,7 @@ How an epoch is produced (all of it a pure function of metadata, seed, epoch and
 2. Each stream interleaves a pool of up to `pool_size` live pieces, each spread evenly (with random jitter) over
    the whole stream so that all end together (plan/schedule.py); each piece is read forward, its rows read when it
    goes live and its frames decoded in small batches and kept only while a later sample needs them
-   (frame_source.py, piece_reader.py).
+   (frame_reader.py, piece_reader.py).
 3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... (segments, plan/segments.py) and reads them
    by level fill (epoch_iterator.py); worker w of every rank emits the same number of samples (pad by repeating,
    or drop, see `uneven`), so ranks get equal batch counts; a single rank emits every sample once.
@@ -33,13 +33,13 @@ from robostream.datasets.batching import BatchingMethod, make_batching
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator
-from robostream.datasets.frame_source import FrameSource
+from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (ReaderSettings, Source, SourceReader, mixture_fingerprint, mixture_schema,
                                          mixture_sources, open_reader, selection_fingerprint)
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
-from robostream.datasets.source import SourceOptions
+from robostream.datasets.origin import ReadOptions, renamed
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
@@ -68,7 +68,8 @@ class StreamingLeRobotDataset(IterableDataset):
                  pool_size: int = 8, canonical_streams: int | None = None, uneven: Uneven = "pad",
                  partition: Partition = "contiguous", decode_ahead: int = 4,
                  prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
-                 source: SourceOptions | None = None, rank: int | None = None, world_size: int | None = None) -> None:
+                 read_options: ReadOptions | None = None, rank: int | None = None, world_size: int | None = None,
+                 source: ReadOptions | None = None) -> None:
         """
         Args:
             repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
@@ -112,9 +113,10 @@ class StreamingLeRobotDataset(IterableDataset):
             prefetch_pieces: upcoming pieces per stream whose rows and video bytes are fetched in background
                 threads (remote data only), within the read buffer.
             video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera).
-            source: how bytes are read (remote options, disk cache, read buffer); see SourceOptions. A mixture's
-                default for sources without their own `options`.
+            read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
+                mixture's default for sources without their own `read_options`.
             rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
+            source: the old name of read_options (one release, with a warning).
         """
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
@@ -139,7 +141,8 @@ class StreamingLeRobotDataset(IterableDataset):
         self._rank_world = (rank, world_size) if rank is not None else None
         self.delta_timestamps = dict(delta_timestamps or {})
         self.counters = FrameCounters()
-        settings = ReaderSettings(options=source, delta_timestamps=self.delta_timestamps, tolerance_s=tolerance_s,
+        read_options = renamed("source", "read_options", source, read_options, who="StreamingLeRobotDataset")
+        settings = ReaderSettings(read_options=read_options, delta_timestamps=self.delta_timestamps, tolerance_s=tolerance_s,
                                   return_uint8=return_uint8, image_transforms=image_transforms,
                                   video_backend=video_backend, video_decode_device=video_decode_device,
                                   decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
@@ -194,8 +197,16 @@ class StreamingLeRobotDataset(IterableDataset):
         return self._only().cameras
 
     @property
-    def source(self) -> FrameSource:
+    def frames(self) -> FrameReader:
+        """How samples and batches are read from the dataset's files (one dataset)."""
         return self._only().frames
+
+    @property
+    def source(self) -> FrameReader:
+        """The old name of `frames` (one release, with a warning)."""
+        warnings.warn("StreamingLeRobotDataset.source is now called .frames; the old name goes in the next release",
+                      FutureWarning, stacklevel=2)
+        return self.frames
 
     # -- layout and plan ---------------------------------------------------------------------------------------
     def consumer(self, num_workers: int | None = None, worker: int | None = None) -> Consumer:

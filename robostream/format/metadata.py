@@ -29,7 +29,7 @@ from robostream.storage.cache import DiskCache
 from robostream.storage.derived import DerivedCache
 from robostream.storage.integrity import Validate
 from robostream.storage.retry import RetryPolicy
-from robostream.storage.source import DEFAULT_BLOCK_BUDGET, Storage
+from robostream.storage.store import DEFAULT_BLOCK_BUDGET, Storage
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"

@@ -48,7 +48,7 @@ class DerivedCache:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OSError(f"{self.directory}: cannot create the derived-data cache ({exc}); set ROBOSTREAM_CACHE "
-                          "or SourceOptions(cache_dir=...) to a writable local folder") from exc
+                          "or ReadOptions(cache_dir=...) to a writable local folder") from exc
 
     def folder(self, identity: str, build: Callable[[Path], None]) -> Path:
         """The folder derived from the source named by `identity`, built by `build(folder)` when missing."""

@@ -1,6 +1,6 @@
 """What a remote file's bytes must be: its version (size, ETag) and, where the host publishes one, a hash of it.
 
-Two checks use this, both pure functions here, applied by `storage/source.py` and `storage/cache.py`:
+Two checks use this, both pure functions here, applied by `storage/store.py` and `storage/cache.py`:
 
 - Every range read of a file must come from the version its first look-up saw. S3 and HTTP range requests carry
   `If-Match: <etag>` and each answer's total size (`Content-Range`) and ETag are compared with that version; a

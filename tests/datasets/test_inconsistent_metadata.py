@@ -253,13 +253,13 @@ def test_mixture_weights_must_be_finite(av1_root, weights, message):
 ])
 def test_a_damaged_node_cache_entry_is_rebuilt_not_fatal(av1_root, tmp_path, damage):
     """A derived-cache entry truncated or edited on disk used to fail every later start."""
-    from robostream import SourceOptions
+    from robostream import ReadOptions
 
-    options = SourceOptions(cache_dir=tmp_path / "cache", cache_limit="1gb")
-    expected = LeRobotDataset(root=av1_root, source=options)[5]  # builds the entries
+    options = ReadOptions(cache_dir=tmp_path / "cache", cache_limit="1gb")
+    expected = LeRobotDataset(root=av1_root, read_options=options)[5]  # builds the entries
     for folder in (tmp_path / "cache" / "derived").iterdir():
         if folder.is_dir() and not folder.name.startswith("."):
             damage(folder)
     with pytest.warns(RuntimeWarning, match="derived-data cache entry is damaged"):
-        got = LeRobotDataset(root=av1_root, source=options)[5]
+        got = LeRobotDataset(root=av1_root, read_options=options)[5]
     assert all(torch.equal(got[k], v) for k, v in expected.items() if torch.is_tensor(v))

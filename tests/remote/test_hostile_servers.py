@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from robostream import LeRobotDataset, SourceOptions
+from robostream import LeRobotDataset, ReadOptions
 from robostream.errors import FileChangedError
 from robostream.storage.retry import RemoteReadError, RetryPolicy
-from robostream.storage.source import Storage
+from robostream.storage.store import Storage
 
 from .servers import RangeHTTPServer, _QuietHandler, _RangeHandler
 
@@ -120,9 +120,9 @@ def test_a_wrong_content_range_is_an_error_and_never_cached(av1_root, tmp_path):
     cache = tmp_path / "cache"
     with ShiftedRangeServer(av1_root) as server:
         # 16 KiB blocks (a small read buffer): every file of the fixture takes several range requests
-        options = SourceOptions(retry=FAST_RETRY, cache_dir=cache, cache_limit="50mb", read_buffer=64 << 10)
+        options = ReadOptions(retry=FAST_RETRY, cache_dir=cache, cache_limit="50mb", read_buffer=64 << 10)
         with pytest.raises(RemoteReadError, match=r"asked for bytes \d+-\d+, the server sent bytes \d+-\d+"):
-            LeRobotDataset(root=server.url, source=options)[0]
+            LeRobotDataset(root=server.url, read_options=options)[0]
     originals = {p.read_bytes() for p in av1_root.rglob("*") if p.is_file()}
     cached = [p for p in cache.rglob("*") if p.is_file() and p.suffix in (".mp4", ".parquet")]
     assert all(p.read_bytes() in originals for p in cached)  # only files small enough to come whole, unshifted

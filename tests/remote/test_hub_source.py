@@ -15,14 +15,14 @@ import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
 from robostream.errors import RobostreamError
-from robostream.datasets.source import SourceOptions
+from robostream.datasets.origin import ReadOptions
 from robostream.storage.retry import RetryPolicy
 
 from .hub_server import HubServer, huggingface_hub_at
 from .test_remote_sources import _assert_same
 
 FAST_RETRY = RetryPolicy(max_attempts=6, base_delay_s=0.01, max_delay_s=0.05, timeout_s=5.0)
-FAST = SourceOptions(retry=FAST_RETRY)
+FAST = ReadOptions(retry=FAST_RETRY)
 REPO = "local/av1"
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,7 +46,7 @@ def test_hf_root_stream_equals_local(hub, av1_root, revision):
     hub.reset_stats()
     rev = hub.sha if revision == "sha" else "main"
     remote = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{rev}", seed=5, return_uint8=True,
-                                     source=FAST)
+                                     read_options=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
     log = hub.log()
     assert remote.meta.storage.stats().bytes_read > 0
@@ -63,7 +63,7 @@ def test_hf_root_stream_equals_local(hub, av1_root, revision):
 def test_repo_id_with_revision_pins_the_commit(hub, av1_root, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "empty_lerobot_home"))
     hub.reset_stats()
-    remote = StreamingLeRobotDataset(repo_id=REPO, revision="main", seed=3, return_uint8=True, source=FAST)
+    remote = StreamingLeRobotDataset(repo_id=REPO, revision="main", seed=3, return_uint8=True, read_options=FAST)
     assert hub.sha in str(remote.meta.root)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True))
     log = hub.log()
@@ -75,7 +75,7 @@ def test_repo_id_with_revision_pins_the_commit(hub, av1_root, tmp_path, monkeypa
 
 @pytest.mark.timeout(120)
 def test_hf_root_map_style_equals_local(hub, av1_root):
-    mapped = LeRobotDataset(root=f"hf://datasets/{REPO}", return_uint8=True, source=FAST)
+    mapped = LeRobotDataset(root=f"hf://datasets/{REPO}", return_uint8=True, read_options=FAST)
     local = LeRobotDataset(root=av1_root, return_uint8=True)
     assert len(mapped) == len(local)
     for i in (0, 17, len(local) // 2, len(local) - 1):
@@ -91,11 +91,11 @@ def test_missing_repo_and_revision_are_clear(hub, tmp_path, monkeypatch):
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     with pytest.raises(RepositoryNotFoundError):
-        StreamingLeRobotDataset(repo_id="local/nope", revision="main", source=FAST)
+        StreamingLeRobotDataset(repo_id="local/nope", revision="main", read_options=FAST)
     with pytest.raises(RevisionNotFoundError):
-        StreamingLeRobotDataset(repo_id=REPO, revision="v9.9", source=FAST)
+        StreamingLeRobotDataset(repo_id=REPO, revision="v9.9", read_options=FAST)
     with pytest.raises(RobostreamError, match="v9.9"):  # a revision in the URL that does not exist
-        StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@v9.9", source=FAST)
+        StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@v9.9", read_options=FAST)
 
 
 @pytest.mark.timeout(120)
@@ -105,7 +105,7 @@ def test_hf_stream_through_dataloader_worker_processes(hub, av1_root):
     from torch.utils.data import DataLoader
 
     dataset = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{hub.sha}", seed=1, return_uint8=True,
-                                      source=FAST)
+                                      read_options=FAST)
     ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
 

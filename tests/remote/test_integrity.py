@@ -20,12 +20,12 @@ from urllib.parse import quote
 import pytest
 
 from robostream import StreamingLeRobotDataset
-from robostream.datasets.source import SourceOptions
+from robostream.datasets.origin import ReadOptions
 from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError
 from robostream.storage.cache import DiskCache
 from robostream.storage.integrity import Digest
 from robostream.storage.retry import RetryPolicy
-from robostream.storage.source import RangedReader, Storage
+from robostream.storage.store import RangedReader, Storage
 
 from .hub_server import HubServer, huggingface_hub_at
 from .servers import FaultProxy, RangeHTTPServer, corrupt
@@ -193,8 +193,8 @@ def test_hub_root_at_a_missing_revision_is_a_clear_error(hub, proxy):
 
 
 def test_hub_dataset_with_full_validation_equals_local(hub, proxy, av1_root, tmp_path):
-    source = SourceOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb", validate="full")
-    remote = StreamingLeRobotDataset(root=f"hf://datasets/{AV1}", seed=3, return_uint8=True, source=source)
+    source = ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb", validate="full")
+    remote = StreamingLeRobotDataset(root=f"hf://datasets/{AV1}", seed=3, return_uint8=True, read_options=source)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True))
     cached = _cached_objects(tmp_path / "cache")
     assert cached and all(Path(str(p) + ".verified").read_text().startswith("sha256:") for p in cached)

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.datasets.source import SourceOptions
+from robostream.datasets.origin import ReadOptions
 from robostream.storage.retry import RemoteReadError, RetryPolicy
 
 from .servers import FaultProxy, RangeHTTPServer, drop_mid_body, http_status, reset, stall
 
 FAST_RETRY = RetryPolicy(max_attempts=6, base_delay_s=0.01, max_delay_s=0.05, timeout_s=1.0)
-FAST = SourceOptions(retry=FAST_RETRY)
+FAST = ReadOptions(retry=FAST_RETRY)
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -41,7 +41,7 @@ def _assert_same(remote, local):
 
 
 def test_http_stream_equals_local(http_dataset, av1_root):
-    remote = StreamingLeRobotDataset(root=http_dataset.url, seed=5, return_uint8=True, source=FAST)
+    remote = StreamingLeRobotDataset(root=http_dataset.url, seed=5, return_uint8=True, read_options=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
     served = sum(s["bytes"] for s in http_dataset.stats().values())
     on_disk = sum(p.stat().st_size for p in av1_root.rglob("*") if p.is_file())
@@ -50,10 +50,10 @@ def test_http_stream_equals_local(http_dataset, av1_root):
 
 def test_s3_stream_and_map_style_equal_local(s3_dataset, av1_root):
     url, options = s3_dataset
-    remote = StreamingLeRobotDataset(root=url, source=SourceOptions(storage_options=options, retry=FAST_RETRY), seed=8,
+    remote = StreamingLeRobotDataset(root=url, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY), seed=8,
                                      return_uint8=True)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=8, return_uint8=True))
-    mapped = LeRobotDataset(root=url, source=SourceOptions(storage_options=options, retry=FAST_RETRY), return_uint8=True)
+    mapped = LeRobotDataset(root=url, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY), return_uint8=True)
     local = LeRobotDataset(root=av1_root, return_uint8=True)
     for i in (0, 17, len(local) - 1):
         assert torch.equal(mapped[i]["observation.images.cam1"], local[i]["observation.images.cam1"])
@@ -65,7 +65,7 @@ def test_http_faults_are_retried_and_the_epoch_is_exact(http_dataset, av1_root, 
     # Faults hit requests 2, 6, 10, ... up to 30 (a stall costs one request timeout each).
     proxy: FaultProxy = make_fault_proxy(http_dataset.url,
                                          lambda n, method, path: fault if n % 4 == 2 and n <= 30 else None)
-    remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True, source=FAST)
+    remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True, read_options=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=2, return_uint8=True))
     assert proxy.stats()["faults"] > 0
 
@@ -73,7 +73,7 @@ def test_http_faults_are_retried_and_the_epoch_is_exact(http_dataset, av1_root, 
 def test_faults_outlasting_the_bound_give_a_clear_error(http_dataset, av1_root, make_fault_proxy):
     proxy = make_fault_proxy(http_dataset.url, lambda n, method, path: http_status(503) if "videos/" in path else None)
     remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True,
-                                     source=SourceOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01,
+                                     read_options=ReadOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01,
                                                                             timeout_s=2.0)))
     with pytest.raises(RemoteReadError, match=r"videos/observation\.images\.cam\d/chunk-000/file-00\d\.mp4.*"
                                               r"(bytes \d+-\d+|size|exists).*3 attempts"):
@@ -85,7 +85,7 @@ def test_a_server_without_range_support_is_refused_clearly(tmp_path):
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-    from robostream.storage.source import Storage
+    from robostream.storage.store import Storage
 
     class Quiet(SimpleHTTPRequestHandler):  # the stdlib handler ignores Range headers
         def log_message(self, *args):
@@ -114,7 +114,7 @@ def test_remote_streaming_through_dataloader_worker_processes(source, http_datas
     if source == "http":
         kwargs = {"root": http_dataset.url, "source": FAST}
     else:
-        kwargs = {"root": s3_dataset[0], "source": SourceOptions(storage_options=s3_dataset[1], retry=FAST_RETRY)}
+        kwargs = {"root": s3_dataset[0], "source": ReadOptions(storage_options=s3_dataset[1], retry=FAST_RETRY)}
     dataset = StreamingLeRobotDataset(seed=1, return_uint8=True, **kwargs)
     ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
@@ -122,7 +122,7 @@ def test_remote_streaming_through_dataloader_worker_processes(source, http_datas
 
 def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_root, tmp_path):
     kwargs = {"root": http_dataset.url, "seed": 4, "return_uint8": True,
-              "source": SourceOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb")}
+              "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb")}
     _assert_same(StreamingLeRobotDataset(**kwargs), StreamingLeRobotDataset(root=av1_root, seed=4, return_uint8=True))
     video_bytes = lambda: sum(s["bytes"] for p, s in http_dataset.stats().items() if "/videos/" in p)  # noqa: E731
     first = video_bytes()
@@ -133,7 +133,7 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
     cached = [p for p in (tmp_path / "cache" / "objects").rglob("*.mp4")]
     assert len(cached) == len(list(av1_root.rglob("*.mp4")))
     with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
-        list(StreamingLeRobotDataset(**{**kwargs, "source": SourceOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny",
+        list(StreamingLeRobotDataset(**{**kwargs, "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny",
                                                                           cache_limit=1000)}))
 
 
@@ -146,7 +146,7 @@ def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_b
 
     videos = sum(p.stat().st_size for p in av1_root.rglob("*.mp4"))
     dataset = StreamingLeRobotDataset(root=http_dataset.url, seed=6, return_uint8=True,
-                                      source=SourceOptions(retry=FAST_RETRY, read_buffer=read_buffer))
+                                      read_options=ReadOptions(retry=FAST_RETRY, read_buffer=read_buffer))
     ids = [i for b in DataLoader(dataset, batch_size=8, num_workers=2) for i in b["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
     counts = dataset.frame_counts()
@@ -174,7 +174,7 @@ def test_prefetch_failures_are_counted_and_the_sample_gets_the_error(av1_root, t
     (root / missing).unlink()
     with RangeHTTPServer(root) as server:
         dataset = StreamingLeRobotDataset(root=server.url, shuffle=False, canonical_streams=1, return_uint8=True,
-                                          source=FAST)
+                                          read_options=FAST)
         seen = []
         with pytest.raises(MissingFileError, match=missing.replace(".", r"\.")):
             for sample in dataset:
@@ -189,9 +189,9 @@ def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_da
     from robostream import Source, StreamingDataLoader
 
     url, options = s3_dataset
-    remote = [Source(root=http_dataset.url, episodes=[0, 1, 2], options=FAST),
+    remote = [Source(root=http_dataset.url, episodes=[0, 1, 2], read_options=FAST),
               Source(root=url, episodes=[3, 4], repeat=2,
-                     options=SourceOptions(storage_options=options, retry=FAST_RETRY)),
+                     options=ReadOptions(storage_options=options, retry=FAST_RETRY)),
               Source(root=av1_root, episodes=[5, 6], choose=20)]
     local = [Source(root=av1_root, episodes=[0, 1, 2]), Source(root=av1_root, episodes=[3, 4], repeat=2),
              Source(root=av1_root, episodes=[5, 6], choose=20)]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from torch.utils.data import DataLoader
 
-from robostream import LeRobotDataset, SourceOptions, StreamingLeRobotDataset
+from robostream import LeRobotDataset, ReadOptions, StreamingLeRobotDataset
 from robostream.storage.retry import RetryPolicy
 from robostream.synth import SynthConfig, generate
 
 from .servers import RangeHTTPServer
 
-FAST = SourceOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0))
+FAST = ReadOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0))
 SMALL = SynthConfig(episodes=2, cameras=1, height=48, width=64, episode_length=10, state_dim=3, data_file_mb=100,
                     video_file_mb=100, seed=1)
 LARGE = SynthConfig(episodes=10, cameras=2, height=48, width=64, episode_length=10, state_dim=3,
@@ -33,7 +33,7 @@ def servers(tmp_path_factory):
 
 def _construction_requests(server, make):
     server.reset_stats()
-    dataset = make(root=server.url, source=FAST)
+    dataset = make(root=server.url, read_options=FAST)
     return dataset, {path: s["requests"] for path, s in server.stats().items()}
 
 

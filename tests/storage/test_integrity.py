@@ -56,19 +56,19 @@ def test_etag_helpers():
 
 
 def test_validate_choices_are_checked(tmp_path):
-    from robostream.datasets.source import SourceOptions
-    from robostream.storage.source import Storage
+    from robostream.datasets.origin import ReadOptions
+    from robostream.storage.store import Storage
 
     check_validate("size", cached=False)
     check_validate("full", cached=True)
     with pytest.raises(ValueError, match=r"validate='sha'.*\('size', 'full'\)"):
-        SourceOptions(validate="sha")
+        ReadOptions(validate="sha")
     with pytest.raises(ValueError, match=r"validate='sha'.*\('size', 'full'\)"):
         Storage(tmp_path, validate="sha")
     with pytest.raises(ValueError, match="validate='full' hashes whole files as they enter the disk cache: pass "
                                          "cache_dir="):
-        SourceOptions(validate="full")
-    assert SourceOptions(validate="full", cache_dir=tmp_path, cache_limit="1gb").validate == "full"
+        ReadOptions(validate="full")
+    assert ReadOptions(validate="full", cache_dir=tmp_path, cache_limit="1gb").validate == "full"
 
 
 V = FileVersion(1000, '"v1"')

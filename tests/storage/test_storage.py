@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.datasets.source import SourceOptions
+from robostream.datasets.origin import ReadOptions
 from robostream.errors import MissingFileError, UnsafePathError
-from robostream.storage.source import RangedReader, Storage
+from robostream.storage.store import RangedReader, Storage
 
 
 @pytest.fixture()
@@ -60,7 +60,7 @@ def test_remote_samples_equal_local_samples(memory_copy, av1_root):
 
 
 def test_data_files_root_reads_files_from_elsewhere(memory_copy, av1_root):
-    dataset = LeRobotDataset(root=av1_root, source=SourceOptions(data_files_root=memory_copy), return_uint8=True)
+    dataset = LeRobotDataset(root=av1_root, read_options=ReadOptions(data_files_root=memory_copy), return_uint8=True)
     assert dataset.meta.data_storage.url == memory_copy and dataset.meta.storage.is_local
     assert int(dataset[3]["index"]) == 3
     assert dataset.meta.data_storage.stats().bytes_read > 0
@@ -76,7 +76,7 @@ def test_s3_without_the_optional_s3fs_says_which_extra_to_install(monkeypatch):
     import sys
 
     from robostream.errors import RobostreamError
-    from robostream.storage.source import Storage
+    from robostream.storage.store import Storage
 
     monkeypatch.setitem(sys.modules, "s3fs", None)  # what an environment without s3fs gives: ImportError
     with pytest.raises(RobostreamError, match=r"s3://bucket/ds: reading s3:// needs s3fs.*robostream\[s3\]"):

@@ -23,10 +23,10 @@ from robostream.datasets.sample import SampleAssembler, stack_window
 from robostream.format.data_rows import DataRowReader, EpisodeRows
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.schedule import piece_sample_order
-from robostream.storage.source import Storage
+from robostream.storage.store import Storage
 
 
-class FrameSource:
+class FrameReader:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
     def __init__(self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader,

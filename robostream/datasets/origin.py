@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from robostream.storage.cache import DiskCache, parse_size
 from robostream.storage.derived import DerivedCache, default_directory
 from robostream.storage.integrity import check_validate
 from robostream.storage.retry import RetryPolicy
-from robostream.storage.source import DEFAULT_BLOCK_BUDGET
+from robostream.storage.store import DEFAULT_BLOCK_BUDGET
 from robostream.video.decoder import BACKENDS
 
 
@@ -59,7 +60,7 @@ def hub_root(repo_id: str, revision: str | None) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SourceOptions:
+class ReadOptions:
     """How a dataset's bytes are read: shared by both datasets and the benchmark (where they are read from is the
     dataset's `repo_id` / `root` / `revision`).
 
@@ -99,16 +100,37 @@ class SourceOptions:
         check_validate(self.validate, cached=self.cache_dir is not None)
 
 
-def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | None, source: SourceOptions | None,
-                 video_backend: str | None, who: str) -> DatasetMetadata:
+class SourceOptions(ReadOptions):
+    """The old name of ReadOptions (same arguments), kept for one release with a warning."""
+
+    def __post_init__(self) -> None:
+        warnings.warn("SourceOptions is now called ReadOptions (same arguments); the old name goes in the next "
+                      "release", FutureWarning, stacklevel=3)
+        super().__post_init__()
+
+
+def renamed(old: str, new: str, old_value: Any, new_value: Any, *, who: str, stacklevel: int = 3) -> Any:
+    """The value of an argument renamed from `old` to `new`: the old name works for one release, with a warning
+    naming the new one."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"{who}: pass {new}= only ({old}= is its old name)")
+    warnings.warn(f"{who}: {old}= is now called {new}=; the old name goes in the next release", FutureWarning,
+                  stacklevel=stacklevel)
+    return old_value
+
+
+def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | None,
+                 read_options: ReadOptions | None, video_backend: str | None, who: str) -> DatasetMetadata:
     """Check the arguments every dataset class shares and load the metadata (info, episode table, tasks, stats).
 
     root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
     file://). Without root, repo_id names a dataset: lerobot's local copy when there is one (and no revision was
     asked for), else the Hub, pinned to the commit `revision` resolves to.
     """
-    source = source or SourceOptions()
-    cache = DiskCache(source.cache_dir, source.cache_limit) if source.cache_dir is not None else None
+    options = read_options or ReadOptions()
+    cache = DiskCache(options.cache_dir, options.cache_limit) if options.cache_dir is not None else None
     if video_backend not in (None, *BACKENDS):
         raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
     if root is None:
@@ -116,7 +138,8 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
             raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
-    derived = DerivedCache(Path(source.cache_dir) / "derived" if source.cache_dir is not None else default_directory())
-    return load_metadata(root, storage_options=source.storage_options, data_files_root=source.data_files_root,
-                         retry=source.retry, cache=cache, read_buffer_bytes=parse_size(source.read_buffer),
-                         derived=derived, validate=source.validate)
+    derived = DerivedCache(Path(options.cache_dir) / "derived" if options.cache_dir is not None else
+                           default_directory())
+    return load_metadata(root, storage_options=options.storage_options, data_files_root=options.data_files_root,
+                         retry=options.retry, cache=cache, read_buffer_bytes=parse_size(options.read_buffer),
+                         derived=derived, validate=options.validate)
