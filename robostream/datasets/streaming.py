@@ -13,6 +13,10 @@ How an epoch is produced (all of it a pure function of metadata, seed, epoch and
 4. A resume state holds, per segment, the position reached. The same layout continues exactly; any other layout
    re-cuts what remains of the epoch among its consumers: no sample repeated or skipped.
 
+Steps 1, 3 and 4 are pure functions (plan/epoch.py); the batching strategy chosen at construction
+(datasets/batching.py: random, or per_stream in datasets/lanes.py) picks which of them apply. This class holds the
+options, opens the sources, checks a loaded state's identity and starts each consumer's pass.
+
 Construction reads the metadata only (info, the locating columns of the episode table, tasks): nothing of data/ or
 videos/, so start-up and memory do not grow with the dataset; every process plans only from the episode lengths.
 """
