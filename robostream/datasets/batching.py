@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.lanes import LaneIterator, PerStreamBatching
+from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
 from robostream.plan.epoch import (EpochPlan, EpochSpec, LanePlan, advanced, checked_epoch_resume, epoch_state,
                                    plan_epoch)
 
@@ -28,6 +29,9 @@ class Batching(Protocol):
 
     name: BatchingMethod
     batch_size: int | None  # the batch size it was planned for (None: the loader's)
+    lanes: bool  # whether its states hold one lane per source
+
+    def schema_mode(self, features: FeatureMode) -> SchemaMode: ...
 
     def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
              resume: Mapping[str, Any] | None) -> EpochPlan | LanePlan: ...
@@ -49,6 +53,10 @@ class RandomBatching:
 
     name: BatchingMethod = "random"
     batch_size = None
+    lanes = False
+
+    def schema_mode(self, features: FeatureMode) -> SchemaMode:
+        return features
 
     def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
              resume: Mapping[str, Any] | None) -> EpochPlan:
@@ -75,7 +83,8 @@ class RandomBatching:
         """Any loader settings work: batches are cut from the consumer's sample sequence."""
 
 
-def make_batching(batching: BatchingMethod, *, batch_size: int | None, mixture: bool, features: str) -> Batching:
+def make_batching(batching: BatchingMethod, *, batch_size: int | None, mixture: bool, features: FeatureMode
+                  ) -> Batching:
     """The strategy for the dataset's `batching=` and `batch_size=` (errors name the argument and what to do)."""
     if batching == "random":
         if batch_size is not None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from robostream.datasets.batch_assembly import Allocate
 from robostream.datasets.epoch_iterator import EpochIterator
+from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
 from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, checked_lanes_resume, lanes_state, plan_lanes
 
 
@@ -65,9 +66,14 @@ class PerStreamBatching:
     """batching="per_stream" (see datasets/batching.py): planned for one batch size, which the loader must use."""
 
     name: Literal["per_stream"] = "per_stream"
+    lanes = True
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
+
+    def schema_mode(self, features: FeatureMode) -> SchemaMode:
+        """Batches never mix sources: each keeps its own keys, dtypes and shapes under the common names."""
+        return "separate"
 
     def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
              resume: Mapping[str, Any] | None) -> LanePlan:

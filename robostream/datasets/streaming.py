@@ -162,7 +162,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self.sources[0])
         if self.is_mixture:
             self.schema = mixture_schema(self.sources, self.delta_timestamps,
-                                         "separate" if batching == "per_stream" else features, return_uint8)
+                                         self.batching.schema_mode(features), return_uint8)
             if image_transforms is None:
                 self.batches_of_mixture = MixtureBatches(self.schema, [r.frames.batches for r in self.sources],
                                                          [r.rename for r in self.sources])
@@ -293,7 +293,7 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"resume state version {version!r}; this robostream reads 1 and {STATE_VERSION}")
         if on_mixture_change not in ("error", "next_epoch"):
             raise ValueError(f"on_mixture_change={on_mixture_change!r}: expected 'error' or 'next_epoch'")
-        check_state_head(state, lanes=self.batching.name == "per_stream")
+        check_state_head(state, lanes=self.batching.lanes)
         if CHECKSUM in state and state[CHECKSUM] != state_checksum(state):
             raise ValueError(f"resume state: checksum {state[CHECKSUM]!r} does not match its content; the state "
                              "was edited or corrupted after it was saved: use the checkpoint's original state")
