@@ -22,9 +22,9 @@ import numpy as np
 
 from robostream.format.stats import image_stats
 from robostream.format.v21 import V21
-from robostream.format.writer import DatasetWriter
 from robostream.video.encode import encode_video
 from robostream.writer.v21 import V21Writer
+from robostream.writer.v30 import DatasetWriter
 
 MARKER_BITS = 16
 ENCODE_ATTEMPTS = 2  # per camera of an episode (see _encode_episode)

@@ -25,7 +25,7 @@ LAYERS: dict[str, set[str]] = {
     "storage": set(),
     "video": set(),
     "format": {"storage"},
-    "writer": {"format"},
+    "writer": {"format", "video"},
     "datasets": {"plan", "storage", "video", "format"},
     "summary": {"format"},
     "synth": {"format", "video", "writer"},
@@ -34,9 +34,6 @@ LAYERS: dict[str, set[str]] = {
     "cli": {"bench", "convert", "summary", "synth"},
     "__init__": {"datasets", "video"},
 }
-# Single modules allowed one more edge: the v3.0 writer encodes videos; it belongs in writer/ but stays in format/
-# while tests/datasets/test_batch_assembly.py (another change in flight) imports it from there.
-MODULE_EXCEPTIONS = {("format.writer", "video")}
 MODULE_NAME = re.compile(r"robostream(\.\w+)+(:\w+)?")  # "robostream.bench.loaders:build" names a factory too
 
 
@@ -115,14 +112,12 @@ def _part_graph(edges: set[tuple[str, str]]) -> dict[str, set[str]]:
     return graph
 
 
-def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
-               exceptions: set[tuple[str, str]] = MODULE_EXCEPTIONS) -> list[str]:
+def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS) -> list[str]:
     """Edges against the table, and cycles between parts; empty when the structure holds.
 
     Args:
         edges: (importing module, imported part) pairs, as `import_edges` finds them.
         layers: what each part may import besides itself and the utilities.
-        exceptions: (module without the `robostream.` prefix, part) pairs allowed beyond the table.
     """
     found = []
     for module, target in sorted(edges):
@@ -132,27 +127,22 @@ def violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAY
         allowed = layers.get(source)
         if allowed is None:
             found.append(f"{module}: robostream.{source} is not in the layer table")
-        elif target not in allowed | UTILITIES and (module.removeprefix("robostream."), target) not in exceptions:
+        elif target not in allowed | UTILITIES:
             found.append(f"{module} imports robostream.{target}, which robostream.{source} may not use")
     return found + cycles(_part_graph(edges))
 
 
-def unused_edges(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
-                 exceptions: set[tuple[str, str]] = MODULE_EXCEPTIONS) -> list[str]:
-    """Edges the table (or an exception) allows that no module uses: a table that says more than the code does
+def unused_edges(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS) -> list[str]:
+    """Edges the table allows that no module uses: a table that says more than the code does
     hides which layers really depend on which.
 
     Args:
         edges: (importing module, imported part) pairs, as `import_edges` finds them.
         layers: what each part may import besides itself and the utilities.
-        exceptions: (module without the `robostream.` prefix, part) pairs allowed beyond the table.
     """
     graph = _part_graph(edges)
-    imported = {(module.removeprefix("robostream."), target) for module, target in edges}
     return [f"the table lets robostream.{source} use robostream.{target}, which no module of it imports"
-            for source, targets in sorted(layers.items()) for target in sorted(targets - graph.get(source, set()))] \
-        + [f"MODULE_EXCEPTIONS lets robostream.{module} use robostream.{target}, which it does not import"
-           for module, target in sorted(exceptions - imported)]
+            for source, targets in sorted(layers.items()) for target in sorted(targets - graph.get(source, set()))]
 
 
 def _reach(graph: Mapping[str, set[str]]) -> dict[str, dict[str, list[str]]]:
@@ -171,20 +161,15 @@ def _reach(graph: Mapping[str, set[str]]) -> dict[str, dict[str, list[str]]]:
     return reach
 
 
-def reach_violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS,
-                     exceptions: set[tuple[str, str]] = MODULE_EXCEPTIONS) -> list[str]:
+def reach_violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = LAYERS) -> list[str]:
     """Parts that reach, through any chain of imports, a part the table's own transitive closure does not: what
     a forbidden edge drags in above it, each with the chain that reaches it.
 
     Args:
         edges: (importing module, imported part) pairs, as `import_edges` finds them.
         layers: what each part may import besides itself and the utilities.
-        exceptions: (module without the `robostream.` prefix, part) pairs allowed beyond the table.
     """
-    allowed = {source: set(targets) | UTILITIES for source, targets in layers.items()}
-    for module, target in exceptions:  # an allowed edge of its part: whatever may use that part reaches through it
-        allowed.setdefault(_part(f"robostream.{module}"), set()).add(target)
-    allowed_reach = _reach(allowed)
+    allowed_reach = _reach({source: set(targets) | UTILITIES for source, targets in layers.items()})
     return [f"robostream.{source} reaches robostream.{target} ({' -> '.join(trail)}), which the table's closure "
             f"does not allow"
             for source, trails in sorted(_reach(_part_graph(edges)).items())
@@ -245,9 +230,8 @@ def test_a_forbidden_import_or_a_cycle_is_caught():
 
 def test_an_unused_edge_is_named():
     edges = import_edges()
-    assert unused_edges(edges, {**LAYERS, "storage": {"video"}}, MODULE_EXCEPTIONS | {("summary", "video")}) == [
-        "the table lets robostream.storage use robostream.video, which no module of it imports",
-        "MODULE_EXCEPTIONS lets robostream.summary use robostream.video, which it does not import"]
+    assert unused_edges(edges, {**LAYERS, "storage": {"video"}}) == [
+        "the table lets robostream.storage use robostream.video, which no module of it imports"]
 
 
 def test_a_forbidden_transitive_import_is_caught(tmp_path):
@@ -261,10 +245,10 @@ def test_a_forbidden_transitive_import_is_caught(tmp_path):
     edges = import_edges(tmp_path / "robostream")
     assert edges == {("robostream.app.main", "lib"), ("robostream.lib.api", "core"), ("robostream.core.disk", "errors")}
     layers = {"errors": set(), "core": set(), "lib": set(), "app": {"lib"}}
-    assert reach_violations(edges, layers, set()) == [
+    assert reach_violations(edges, layers) == [
         "robostream.app reaches robostream.core (app -> lib -> core), which the table's closure does not allow",
         "robostream.lib reaches robostream.core (lib -> core), which the table's closure does not allow"]
-    assert violations(edges, layers, set()) == [
+    assert violations(edges, layers) == [
         "robostream.lib.api imports robostream.core, which robostream.lib may not use"]
     # allowed one layer down, app reaches core through the table's closure without naming it
-    assert reach_violations(edges, {**layers, "lib": {"core"}}, set()) == []
+    assert reach_violations(edges, {**layers, "lib": {"core"}}) == []

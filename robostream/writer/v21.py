@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.format.info import DEFAULT_FEATURES
-from robostream.format.staging import StagedWriter, move_into_place
 from robostream.format.stats import feature_stats, stats_to_json
 from robostream.format.v21 import (
     EPISODES_JSONL,
@@ -30,7 +29,8 @@ from robostream.format.v21 import (
     V21_DATA_PATH,
     V21_VIDEO_PATH,
 )
-from robostream.format.writer import arrow_type, column_array, png_column
+from robostream.writer.staging import StagedWriter, move_into_place
+from robostream.writer.v30 import arrow_type, column_array, png_column
 
 V21_STATS = ("min", "max", "mean", "std", "count")
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import default_collate
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
-from robostream.format.writer import DatasetWriter
+from robostream.writer.v30 import DatasetWriter
 
 WINDOWS = {"observation.images.cam0": [-0.1, 0.0, 0.05], "action": [0.0, 0.05, 0.1, 0.15],
            "observation.state": [-0.05, 0.0]}

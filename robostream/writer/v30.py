@@ -33,7 +33,6 @@ from robostream.format.paths import (
     DEFAULT_VIDEO_PATH,
     render_template,
 )
-from robostream.format.staging import StagedWriter, move_into_place
 from robostream.format.stats import (
     aggregate_stats,
     feature_stats,
@@ -42,6 +41,7 @@ from robostream.format.stats import (
 )
 from robostream.format.tasks import write_tasks
 from robostream.video.encode import concat_videos, encode_video
+from robostream.writer.staging import StagedWriter, move_into_place
 
 MB = 1024 * 1024
 IMAGE_STATS_MAX_FRAMES = 32  # frames sampled per episode for camera stats

@@ -9,9 +9,9 @@ import torch
 
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.format.metadata import load_metadata
-from robostream.format.writer import DatasetWriter
 from robostream.synth import episode_tasks
 from robostream.video.encode import count_frames
+from robostream.writer.v30 import DatasetWriter
 
 
 def _files_per_episode(meta, key):
