@@ -30,7 +30,7 @@ from robostream.format.v21 import (
     V21_VIDEO_PATH,
 )
 from robostream.writer.staging import StagedWriter, move_into_place
-from robostream.writer.v30 import arrow_type, column_array, png_column
+from robostream.writer.v30 import arrow_type, column_array, episode_columns, png_column
 
 V21_STATS = ("min", "max", "mean", "std", "count")
 
@@ -84,14 +84,9 @@ class V21Writer(StagedWriter):
         tasks = [task] * length if isinstance(task, str) else list(task)
         if len(tasks) != length or any(len(frames[k]) != length for k in user_keys):
             raise ValueError(f"episode {episode}: every feature and the task list need {length} rows")
-        columns = dict(frames)
-        columns.update(
-            timestamp=(np.arange(length) / self.fps).astype(np.float32),
-            frame_index=np.arange(length, dtype=np.int64),
-            episode_index=np.full(length, episode, dtype=np.int64),
-            index=np.arange(self._frames, self._frames + length, dtype=np.int64),
-            task_index=np.array([self._tasks.setdefault(t, len(self._tasks)) for t in tasks], dtype=np.int64),
-        )
+        task_index = np.array([self._tasks.setdefault(t, len(self._tasks)) for t in tasks], dtype=np.int64)
+        columns = episode_columns(frames, fps=self.fps, episode=episode, first_index=self._frames,
+                                  task_index=task_index)
         stats: dict[str, dict[str, np.ndarray]] = {}
         arrays = []
         for name in self._schema.names:

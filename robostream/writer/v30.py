@@ -75,6 +75,19 @@ def column_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     return flat
 
 
+def episode_columns(frames: Mapping[str, Any], *, fps: float, episode: int, first_index: int,
+                    task_index: np.ndarray) -> dict[str, Any]:
+    """An episode's columns: the user's frames plus those every data file has (timestamp, frame_index,
+    episode_index, the dataset-wide index starting at `first_index`, task_index), one row per task index."""
+    length = len(task_index)
+    return {**frames,
+            "timestamp": (np.arange(length) / fps).astype(np.float32),
+            "frame_index": np.arange(length, dtype=np.int64),
+            "episode_index": np.full(length, episode, dtype=np.int64),
+            "index": np.arange(first_index, first_index + length, dtype=np.int64),
+            "task_index": task_index}
+
+
 def png_column(frames: np.ndarray) -> pa.Array:
     from PIL import Image
 
@@ -173,14 +186,8 @@ class DatasetWriter(StagedWriter):
                 raise ValueError(f"episode {episode_index}: feature {key!r} has {len(frames.get(key, videos.get(key)))}"
                                  f" rows, expected {length}")
         task_indices = np.array([self._tasks.setdefault(t, len(self._tasks)) for t in tasks], dtype=np.int64)
-        columns = dict(frames)
-        columns.update(
-            timestamp=(np.arange(length) / self.fps).astype(np.float32),
-            frame_index=np.arange(length, dtype=np.int64),
-            episode_index=np.full(length, episode_index, dtype=np.int64),
-            index=np.arange(self._frames, self._frames + length, dtype=np.int64),
-            task_index=task_indices,
-        )
+        columns = episode_columns(frames, fps=self.fps, episode=episode_index, first_index=self._frames,
+                                  task_index=task_indices)
         row: dict[str, Any] = {
             "episode_index": episode_index,
             "tasks": list(dict.fromkeys(tasks)),
