@@ -2,6 +2,8 @@
 # The lerobot environment the parity tests run in: .venv-lerobot, Python 3.12, lerobot 0.6.1 with the torch and
 # torchcodec pair it resolves (torch 2.11 + torchcodec 0.11), and robostream installed into it the way a lerobot user
 # would, constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
+# `--lerobot-only` installs lerobot alone (the long download, which needs nothing of .venv): scripts/test.sh runs it
+# beside scripts/setup.sh and the first tests, then this script again for the rest.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,17 +30,20 @@ find_python312() {
 if [ ! -x "$VENV/bin/python" ]; then
   "$(find_python312)" -m venv "$VENV"
 fi
+pins="$VENV/lerobot-pins.txt"
+if [ ! -f "$pins" ]; then
+  echo "setup_lerobot: installing lerobot[dataset]==$LEROBOT_VERSION into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q "lerobot[dataset]==$LEROBOT_VERSION" psutil
+  "$VENV/bin/python" -m pip freeze --exclude-editable > "$pins.tmp"
+  mv "$pins.tmp" "$pins"
+fi
+if [ "${1:-}" = "--lerobot-only" ]; then
+  exit 0
+fi
 stamp="$VENV/.robostream-installed"
 want=$(cat pyproject.toml scripts/setup_lerobot.sh | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  pins="$VENV/lerobot-pins.txt"
-  if [ ! -f "$pins" ]; then
-    echo "setup_lerobot: installing lerobot[dataset]==$LEROBOT_VERSION into $VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q "lerobot[dataset]==$LEROBOT_VERSION" psutil
-    "$VENV/bin/python" -m pip freeze --exclude-editable > "$pins.tmp"
-    mv "$pins.tmp" "$pins"
-  fi
   # Constraints: lerobot's packages that matter to it stay exactly as lerobot resolved them (torch/torchcodec pair
   # first); s3fs at the release of its fsspec (each s3fs pins one fsspec); the AWS test stack at the versions our
   # own .venv resolved, so pip has nothing to search (unpinned, it backtracks through botocore releases for long).
