@@ -13,17 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from robostream.synth import SynthConfig, generate
+from robostream.synth import generate
+from tests.helpers import AV1_CONFIG, H264_CONFIG
 from tests.lerobot_env import ENV_VAR, skip_reason
 
 # Columns derived from the tables (storage/derived.py) go to a fresh folder per test session, never the user's cache;
 # subprocesses (torchrun, benchmark probes, DataLoader workers) inherit it.
 os.environ["ROBOSTREAM_CACHE"] = tempfile.mkdtemp(prefix="robostream-test-cache-")
-
-AV1_CONFIG = SynthConfig(episodes=7, cameras=2, height=64, width=64, fps=20, episode_length=24, state_dim=6,
-                         codec="av1", gop=2, data_file_mb=0.008, video_file_mb=0.03, seed=3)
-H264_CONFIG = SynthConfig(episodes=4, cameras=2, height=64, width=80, fps=15, episode_length=40, state_dim=4,
-                          codec="h264", gop=48, data_file_mb=0.01, video_file_mb=0.05, seed=5)
 
 
 @pytest.fixture(scope="session")
@@ -41,35 +37,6 @@ def h264_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(params=["av1", "h264"])
 def any_root(request: pytest.FixtureRequest, av1_root: Path, h264_root: Path) -> Path:
     return av1_root if request.param == "av1" else h264_root
-
-
-def dataset_indices(root: Path, episodes: list[int] | None = None) -> list[int]:
-    """The global `index` values of the frames of `episodes` (default all), from the episode table."""
-    from robostream.format.metadata import load_metadata
-
-    table = load_metadata(root).episodes
-    chosen = table.episode_index if episodes is None else episodes
-    return [i for e in chosen for i in range(int(table.from_index[table.row_of(int(e))]),
-                                              int(table.to_index[table.row_of(int(e))]))]
-
-
-def data_column(root: Path, key: str):
-    """A data column of the whole dataset as numpy, row = global index (read straight from the parquet files)."""
-    import numpy as np
-    import pyarrow.parquet as pq
-
-    tables = [pq.read_table(p, columns=["index", key]) for p in sorted(Path(root).glob("data/*/*.parquet"))]
-    index = np.concatenate([t.column("index").to_numpy() for t in tables])
-    values = np.concatenate([np.stack(t.column(key).to_numpy(zero_copy_only=False)) for t in tables])
-    return values[np.argsort(index)]
-
-
-def copy_dataset(src: Path, dst: Path) -> Path:
-    """A writable copy of a fixture dataset for tests that damage it."""
-    import shutil
-
-    shutil.copytree(src, dst)
-    return dst
 
 
 @pytest.fixture(scope="session")

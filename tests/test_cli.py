@@ -33,9 +33,9 @@ def test_synth_is_deterministic(tmp_path):
 
 
 def test_inspect_fails_clearly_on_a_broken_dataset(av1_root, tmp_path, capsys):
-    from tests.conftest import copy_dataset
+    from tests.helpers import copy_tree
 
-    root = copy_dataset(av1_root, tmp_path / "ds")
+    root = copy_tree(av1_root, tmp_path / "ds")
     victim = next((root / "videos").rglob("file-001.mp4"))
     victim.unlink()
     assert main(["inspect", str(root)]) == 2

@@ -3,16 +3,12 @@ a real 2-process torchrun job whose ranks' figures are gathered over gloo."""
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from robostream.cli import main
+from tests.helpers import fail_unless_ranks, run_torchrun
 
-REPO = Path(__file__).parents[2]
 ARGS = ["--batch_size", "4", "--num_workers", "1", "--num_batches", "3", "--split_samples", "8"]
 
 
@@ -81,17 +77,9 @@ def test_bad_arguments_fail_clearly(av1_root, tmp_path, capsys):
 
 
 def test_torchrun_gathers_both_ranks(av1_root, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "robostream.bench", str(av1_root), "--mode", "single", "--loader", "stream", "map", *ARGS,
-           "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    rank_files = sorted(tmp_path.glob("*_rank*.json"))
-    if not rank_files:
-        pytest.skip(f"torchrun started no benchmark rank (exit {proc.returncode}), nothing distributed ran:\n"
-                    f"{proc.stderr[-2000:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(rank_files) == 4, [p.name for p in rank_files]  # 2 loaders x 2 ranks
+    proc = run_torchrun(["--nproc_per_node", "2", "-m", "robostream.bench", str(av1_root), "--mode", "single",
+                         "--loader", "stream", "map", *ARGS, "--out", str(tmp_path)], timeout=300)
+    fail_unless_ranks(proc, len(list(tmp_path.glob("*_rank*.json"))), 4, "result files (2 loaders x 2 ranks)")
     for loader in ("stream", "map"):
         job = json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu.json").read_text())
         ranks = [json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu_rank{r}.json").read_text())

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from robostream.synth import episode_lengths
-from tests.conftest import AV1_CONFIG
+from tests.helpers import AV1_CONFIG
 from tests.lerobot_env import run, skip_reason
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from robostream.convert import convert
 from robostream.convert.compare import compare_datasets
 from robostream.errors import DatasetFormatError, RobostreamError
-from tests.convert.conftest import DATA_MB, VIDEO_MB, convert_args, copy_tree, run_cli, tree_listing
+from tests.helpers import DATA_MB, VIDEO_MB, convert_args, copy_tree, run_cli, tree_listing
 
 
 def attempt(root: Path, out: Path):

@@ -17,7 +17,7 @@ from robostream.convert.verify import verify
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.format.v21 import read_v21
 from robostream.synth import read_marker
-from tests.convert.conftest import DATA_MB, VIDEO_MB, copy_tree, tree_listing
+from tests.helpers import DATA_MB, VIDEO_MB, copy_tree, tree_listing
 
 
 def quiet(line: str) -> None:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from robostream.convert.compare import compare_datasets
-from tests.convert.conftest import DATA_MB, VIDEO_MB, run_cli
+from tests.helpers import DATA_MB, VIDEO_MB, run_cli
 from tests.remote.hub_server import HubServer
 
 REPO = "local/ds21"

@@ -16,7 +16,7 @@ from robostream.convert.manifest import Lease, Owner, WorkDir
 from robostream.convert.planning import make_plan
 from robostream.convert.worker import run_task
 from robostream.format.v21 import read_layout
-from tests.convert.conftest import DATA_MB, VIDEO_MB
+from tests.helpers import DATA_MB, VIDEO_MB
 
 
 def _claim(args: tuple[str, int]) -> int | None:

@@ -13,7 +13,7 @@ import pytest
 
 from robostream.convert.compare import compare_datasets
 from robostream.convert.faults import ENV_VAR, MARK_VAR
-from tests.convert.conftest import convert_args, copy_tree, run_cli, tree_listing
+from tests.helpers import convert_args, copy_tree, run_cli, tree_listing
 
 
 def kill_env(tmp_path: Path, spec: str) -> dict[str, str]:
@@ -80,7 +80,7 @@ def test_two_commands_sharing_the_work_dir_convert_together(v21_root: Path, refe
     import subprocess
     import sys
 
-    from tests.convert.conftest import REPO
+    from tests.helpers import REPO
 
     args = [sys.executable, "-m", "robostream.cli", "convert",
             *convert_args(v21_root, "--workers", "1", "--out", str(tmp_path / "out"))]

@@ -14,7 +14,7 @@ import pytest
 
 from robostream.convert import EngineOptions, convert
 from robostream.convert.compare import compare_datasets
-from tests.convert.conftest import DATA_MB, VIDEO_MB
+from tests.helpers import DATA_MB, VIDEO_MB
 
 pytest.importorskip("datatrove", reason="datatrove is a test dependency (pip install -e .[test])")
 

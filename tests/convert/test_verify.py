@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from robostream.convert.verify import verify
-from tests.convert.conftest import run_cli
+from tests.helpers import run_cli
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 

@@ -11,7 +11,7 @@ from robostream.convert import convert
 from robostream.convert.compare import compare_datasets
 from robostream.convert.workdir import MARKER
 from robostream.errors import RobostreamError
-from tests.convert.conftest import DATA_MB, VIDEO_MB, copy_tree, tree_listing
+from tests.helpers import DATA_MB, VIDEO_MB, copy_tree, tree_listing
 
 
 def attempt(root: Path, *, out: Path | None, work_dir: Path | None):

@@ -12,12 +12,12 @@ from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.errors import (DatasetFormatError, FrameToleranceError, MissingFileError, UnsafePathError,
                                UnsupportedVersionError)
 from robostream.format.metadata import load_metadata
-from tests.conftest import copy_dataset
+from tests.helpers import copy_tree
 
 
 @pytest.fixture()
 def broken(av1_root, tmp_path):
-    return copy_dataset(av1_root, tmp_path / "ds")
+    return copy_tree(av1_root, tmp_path / "ds")
 
 
 def _edit_info(root, **changes):

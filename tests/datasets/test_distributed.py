@@ -2,9 +2,6 @@
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.format.metadata import load_metadata
-from tests.conftest import dataset_indices
+from tests.helpers import dataset_indices, fail_unless_ranks, run_torchrun
 from tests.datasets.elastic_parts import torchrun_part
 
 SCRIPT = Path(__file__).with_name("torchrun_epoch.py")
@@ -33,15 +30,9 @@ def episodes(av1_root):
 @pytest.fixture(scope="module")
 def torchrun_results(av1_root, episodes, tmp_path_factory):
     out = tmp_path_factory.mktemp("torchrun")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(SCRIPT),
-           str(av1_root), str(out), json.dumps(episodes)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
-    started = sorted(out.glob("started-*"))
-    if len(started) < 2:
-        pytest.skip(f"torchrun started {len(started)} of 2 processes, so nothing distributed ran: "
-                    f"{proc.stderr[-1500:]}")
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_torchrun(["--nproc_per_node", "2", str(SCRIPT), str(av1_root), str(out), json.dumps(episodes)],
+                        timeout=420)
+    fail_unless_ranks(proc, len(list(out.glob("rank-*.json"))), 2, "their results")
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
 
 

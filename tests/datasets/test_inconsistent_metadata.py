@@ -21,12 +21,12 @@ from robostream.errors import DatasetFormatError, VideoDecodeError
 from robostream.format.metadata import load_metadata
 from robostream.numbers import BadNumberError
 from robostream.video.encode import encode_video
-from tests.conftest import copy_dataset
+from tests.helpers import copy_tree
 
 
 @pytest.fixture()
 def broken(av1_root, tmp_path):
-    return copy_dataset(av1_root, tmp_path / "ds")
+    return copy_tree(av1_root, tmp_path / "ds")
 
 
 def _edit_info(root, edit):

@@ -7,7 +7,7 @@ from robostream.datasets.map_style import LeRobotDataset
 from robostream.format.metadata import load_metadata
 from robostream.synth import read_marker
 from robostream.video.decoder import BACKENDS
-from tests.conftest import data_column
+from tests.helpers import data_column
 
 
 def _marker(frame: torch.Tensor) -> tuple[int, int, int]:

@@ -11,7 +11,7 @@ import torch
 from robostream import LeRobotDataset, StreamingLeRobotDataset
 from robostream.format.data_rows import DataRowReader
 from robostream.format.metadata import load_metadata
-from tests.conftest import copy_dataset
+from tests.helpers import copy_tree
 
 
 def _rewrite(root, **write_options):
@@ -22,7 +22,7 @@ def _rewrite(root, **write_options):
 
 @pytest.fixture(scope="module", params=["several_groups_per_episode", "several_episodes_per_group", "no_stats"])
 def relaid(request, av1_root, tmp_path_factory):
-    root = copy_dataset(av1_root, tmp_path_factory.mktemp(request.param) / "ds")
+    root = copy_tree(av1_root, tmp_path_factory.mktemp(request.param) / "ds")
     options = {"several_groups_per_episode": {"row_group_size": 5},
                "several_episodes_per_group": {"row_group_size": 1000},
                "no_stats": {"row_group_size": 7, "write_statistics": False}}[request.param]
@@ -64,7 +64,7 @@ def test_map_style_and_streaming_match_the_original(relaid, av1_root):
 @pytest.mark.parametrize("row_group_size,groups_read", [(5, "several"), (1000, "one")])
 def test_only_the_episodes_row_groups_are_read(av1_root, tmp_path, row_group_size, groups_read):
     """With statistics, an episode costs the row groups that can hold it, not the whole file."""
-    root = _rewrite(copy_dataset(av1_root, tmp_path / "ds"), row_group_size=row_group_size)
+    root = _rewrite(copy_tree(av1_root, tmp_path / "ds"), row_group_size=row_group_size)
     meta = load_metadata(root)
     reader = DataRowReader(meta)
     episode = int(meta.episodes.episode_index[1])

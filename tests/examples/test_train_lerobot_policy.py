@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from robostream.synth import SynthConfig, generate
-from tests.conftest import copy_dataset, dataset_indices
+from tests.helpers import copy_tree, dataset_indices
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env, run
 
 REPO = Path(__file__).parents[2]
@@ -127,7 +127,7 @@ def test_resumed_run_continues_exactly(runs):
 
 def test_a_dataset_without_stats_is_refused_by_name(lerobot_python, hf_home, root, tmp_path):
     """lerobot's normaliser would pass unnormalised features through silently; the example names what is missing."""
-    bare = copy_dataset(root, tmp_path / "ds")
+    bare = copy_tree(root, tmp_path / "ds")
     (bare / "meta" / "stats.json").unlink()
     args = [str(SCRIPT), "--root", str(bare), "--output_dir", str(tmp_path / "out"), "--steps", "1"]
     proc = subprocess.run([lerobot_python, *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,

@@ -8,35 +8,15 @@ pick up real credentials or leave 127.0.0.1.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
-from .servers import Fault, FaultPlan, FaultProxy, RangeHTTPServer, RequestMatcher, S3Server
+from .servers import (Fault, FaultPlan, FaultProxy, MakeFaultProxy, RangeHTTPServer, RequestMatcher,
+                      S3Server, make_data_dir)
 
 S3_BUCKET = "robostream-test"
-
-# name -> size in bytes of the deterministic files served by every fixture server
-DATA_FILES: dict[str, int] = {
-    "blob.bin": 200_000,
-    "small.txt": 37,
-    "empty.bin": 0,
-    "nested/dir/chunk-000.bin": 70_001,
-    "with space/a b.bin": 1_234,
-}
-
-
-def make_data_dir(root: Path, files: dict[str, int] = DATA_FILES, seed: int = 0) -> Path:
-    """Write deterministic pseudo-random files (``name -> size``) under ``root``; return ``root``."""
-    rng = random.Random(seed)
-    for name, size in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(rng.randbytes(size))
-    return root
-
 
 @pytest.fixture(scope="package", autouse=True)
 def _isolated_network_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -91,8 +71,6 @@ def s3_bucket(s3_server: S3Server, remote_data_dir: Path) -> str:
     s3_server.upload_dir(S3_BUCKET, remote_data_dir)
     return S3_BUCKET
 
-
-MakeFaultProxy = Callable[..., FaultProxy]
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ bottom (:func:`http_filesystem`, :func:`s3_filesystem`) import fsspec/aiohttp/s3
 from __future__ import annotations
 
 import hashlib
+import random
 import http.client
 import logging
 import socket
@@ -780,3 +781,27 @@ __all__: Sequence[str] = [
     "FaultPlan", "RequestMatcher", "ProxyEvent", "FaultProxy", "plan_from_sequence", "drop_mid_body",
     "http_status", "stall", "reset", "corrupt", "if_match_holds", "http_filesystem", "s3_filesystem",
 ]
+
+
+# name -> size in bytes of the deterministic files served by every fixture server
+DATA_FILES: dict[str, int] = {
+    "blob.bin": 200_000,
+    "small.txt": 37,
+    "empty.bin": 0,
+    "nested/dir/chunk-000.bin": 70_001,
+    "with space/a b.bin": 1_234,
+}
+
+
+def make_data_dir(root: Path, files: dict[str, int] = DATA_FILES, seed: int = 0) -> Path:
+    """Write deterministic pseudo-random files (``name -> size``) under ``root``; return ``root``."""
+    rng = random.Random(seed)
+    for name, size in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(size))
+    return root
+
+
+# Starts a fault-injecting proxy in front of a URL, stopped after the test (the `make_fault_proxy` fixture).
+MakeFaultProxy = Callable[..., FaultProxy]

@@ -164,9 +164,9 @@ def test_prefetch_failures_are_counted_and_the_sample_gets_the_error(av1_root, t
     sample that needs it gets a clear error naming the file, after every earlier sample came through."""
     from robostream.errors import MissingFileError
     from robostream.format.metadata import load_metadata
-    from tests.conftest import copy_dataset
+    from tests.helpers import copy_tree
 
-    root = copy_dataset(av1_root, tmp_path / "ds")
+    root = copy_tree(av1_root, tmp_path / "ds")
     meta = load_metadata(root)
     key, victim = next((k, e) for k in meta.video_keys for e in (1, 2)
                        if meta.video_file(e, k) != meta.video_file(0, k))

@@ -30,7 +30,7 @@ import fsspec.exceptions
 import pytest
 import requests
 
-from .conftest import DATA_FILES, MakeFaultProxy
+from .servers import DATA_FILES, MakeFaultProxy
 from .servers import (
     FaultProxy,
     RangeHTTPServer,
