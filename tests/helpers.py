@@ -5,6 +5,7 @@ in the conftest files and import from here; tests import from here, never from a
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -53,6 +54,21 @@ def data_column(root: Path, key: str):
     index = np.concatenate([t.column("index").to_numpy() for t in tables])
     values = np.concatenate([np.stack(t.column(key).to_numpy(zero_copy_only=False)) for t in tables])
     return values[np.argsort(index)]
+
+
+def assert_same_sample(a: dict, b: dict) -> None:
+    """Two samples (or batches) with the same keys and equal values: tensors element for element."""
+    import torch
+
+    assert a.keys() == b.keys()
+    for key, value in b.items():
+        assert torch.equal(a[key], value) if isinstance(value, torch.Tensor) else a[key] == value, key
+
+
+def read_records(path: Path) -> dict[int, list[dict]]:
+    """rank -> its recorded steps, from the <stem>.rank<r>.jsonl files of train_streaming.py --record_samples."""
+    return {int(p.stem.rsplit(".rank", 1)[1]): [json.loads(line) for line in p.read_text().splitlines()]
+            for p in path.parent.glob(f"{path.stem}.rank*{path.suffix}")}
 
 
 def copy_tree(src: Path, dst: Path) -> Path:

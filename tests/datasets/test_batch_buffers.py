@@ -7,6 +7,7 @@ import torch
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.datasets.batch_buffers import BatchBuffers
+from tests.helpers import assert_same_sample
 
 CAMERA = "observation.images.cam0"
 
@@ -14,15 +15,6 @@ CAMERA = "observation.images.cam0"
 def _loader(root, buffers, workers=2, **kwargs):
     dataset = StreamingLeRobotDataset(root=root, return_uint8=True, delta_timestamps={CAMERA: [-0.1, 0.0]})
     return StreamingDataLoader(dataset, batch_size=4, num_workers=workers, batch_buffers=buffers, **kwargs)
-
-
-def _same(a, b):
-    assert a.keys() == b.keys()
-    for key in a:
-        if isinstance(a[key], torch.Tensor):
-            assert torch.equal(a[key], b[key]), key
-        else:
-            assert a[key] == b[key], key
 
 
 def test_pooled_batches_equal_torch_collate(av1_root):
@@ -33,7 +25,7 @@ def test_pooled_batches_equal_torch_collate(av1_root):
     plain = list(_loader(av1_root, False))
     assert len(pooled) == len(plain) > 10
     for a, b in zip(pooled, plain):
-        _same(a, b)
+        assert_same_sample(a, b)
     assert buffers.stats()["pooled_batches"] == len(plain) and buffers.stats()["fresh_batches"] == 0
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
 from robostream.format.data_rows import DataRowReader
 from robostream.format.metadata import load_metadata
-from tests.helpers import copy_tree
+from tests.helpers import assert_same_sample, copy_tree
 
 
 def _rewrite(root, **write_options):
@@ -27,12 +26,6 @@ def relaid(request, av1_root, tmp_path_factory):
                "several_episodes_per_group": {"row_group_size": 1000},
                "no_stats": {"row_group_size": 7, "write_statistics": False}}[request.param]
     return request.param, _rewrite(root, **options)
-
-
-def _same(a, b):
-    assert a.keys() == b.keys()
-    for key, value in b.items():
-        assert torch.equal(a[key], value) if isinstance(value, torch.Tensor) else a[key] == value, key
 
 
 def test_layout_is_what_the_test_claims(relaid):
@@ -54,11 +47,11 @@ def test_map_style_and_streaming_match_the_original(relaid, av1_root):
     _, root = relaid
     original, mine = LeRobotDataset(root=av1_root, return_uint8=True), LeRobotDataset(root=root, return_uint8=True)
     for position in range(0, len(original), 5):
-        _same(mine[position], original[position])
+        assert_same_sample(mine[position], original[position])
     stream = {int(s["index"]): s for s in StreamingLeRobotDataset(root=root, seed=3, return_uint8=True)}
     assert sorted(stream) == list(range(len(original)))
     for index in range(0, len(original), 7):
-        _same(stream[index], original[index])
+        assert_same_sample(stream[index], original[index])
 
 
 @pytest.mark.parametrize("row_group_size,groups_read", [(5, "several"), (1000, "one")])

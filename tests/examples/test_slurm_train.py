@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from tests.examples import processes
+from tests.helpers import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "examples" / "slurm" / "train.sbatch"
@@ -347,12 +348,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def read_records(path: Path) -> dict[int, list[dict]]:
-    """rank -> its recorded steps, from <stem>.rank<r>.jsonl files (train_streaming.py --record_samples)."""
-    return {int(p.stem.rsplit(".rank", 1)[1]): [json.loads(line) for line in p.read_text().splitlines()]
-            for p in path.parent.glob(f"{path.stem}.rank*{path.suffix}")}
 
 
 def test_warning_checkpoints_requeues_and_the_restart_resumes(slurm, av1_root):

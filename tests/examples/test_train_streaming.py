@@ -24,7 +24,7 @@ from safetensors.torch import load_file  # noqa: E402  (accelerate depends on sa
 
 from robostream.format.metadata import load_metadata  # noqa: E402
 from tests.examples import processes  # noqa: E402
-from tests.helpers import torchrun_unavailable  # noqa: E402
+from tests.helpers import read_records, torchrun_unavailable  # noqa: E402
 
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "examples" / "train_streaming.py"
@@ -55,12 +55,6 @@ def launch(args: list[str], home: Path) -> subprocess.CompletedProcess:
            "--main_process_port", "0", str(SCRIPT), *args]
     env = dict(offline_env(home), ACCELERATE_USE_CPU="true")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
-
-
-def read_records(path: Path) -> dict[int, list[dict]]:
-    """rank -> its recorded steps, from <stem>.rank<r>.jsonl files."""
-    return {int(p.stem.rsplit(".rank", 1)[1]): [json.loads(line) for line in p.read_text().splitlines()]
-            for p in path.parent.glob(f"{path.stem}.rank*{path.suffix}")}
 
 
 def require_two_ranks(name: str, proc: subprocess.CompletedProcess, records: dict[int, list[dict]]) -> None:
