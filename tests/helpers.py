@@ -94,6 +94,17 @@ def convert_args(src: Path, *extra: str) -> list[str]:
     return [str(src), "--data-file-size-in-mb", str(DATA_MB), "--video-file-size-in-mb", str(VIDEO_MB), *extra]
 
 
+def ranks_output(proc: subprocess.CompletedProcess, limit: int = 4000) -> str:
+    """The tail of a torchrun job's output without torchrun's own report of a failed rank (its traceback and failure
+    table say only that a rank exited non-zero, and would push the rank's own error out of the tail)."""
+    text = proc.stdout + proc.stderr
+    report = text.find("ChildFailedError")
+    if report != -1:
+        start = text.rfind("Traceback (most recent call last):", 0, report)
+        text = text[:start if start != -1 else report] or text
+    return text[-limit:]
+
+
 # Two gloo processes that add their ranks: whether torchrun can run anything distributed on this machine at all.
 _PROBE = """
 import torch, torch.distributed as dist
@@ -119,7 +130,8 @@ def torchrun_unavailable() -> str | None:
         except subprocess.TimeoutExpired:
             return "torchrun could not run a trivial 2-process gloo job here within 180 s"
     if proc.returncode:
-        return f"torchrun cannot run a trivial 2-process gloo job here (exit {proc.returncode}): {proc.stderr[-1500:]}"
+        return (f"torchrun cannot run a trivial 2-process gloo job here (exit {proc.returncode}): "
+                f"{ranks_output(proc, 1500)}")
     return None
 
 
@@ -139,4 +151,4 @@ def fail_unless_ranks(proc: subprocess.CompletedProcess, found: int, expected: i
     """Fail, with the ranks' output, unless the job exited 0 and all `expected` ranks left their `what`."""
     if proc.returncode != 0 or found != expected:
         pytest.fail(f"{found} of {expected} ranks wrote {what}, exit {proc.returncode}; torchrun itself works here "
-                    f"(the probe ran), so the job failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
+                    f"(the probe ran), so the job failed:\n{ranks_output(proc)}")
