@@ -15,13 +15,15 @@ bottom (:func:`http_filesystem`, :func:`s3_filesystem`) import fsspec/aiohttp/s3
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import random
 import http.client
 import logging
+import random
 import socket
 import struct
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -224,6 +226,12 @@ class _RangeHandler(_QuietHandler):
 
     def _serve(self, send_body: bool) -> None:
         owner: RangeHTTPServer = self.server.owner
+        with owner.load.admitted():
+            if owner.latency_s:  # a real store's first byte comes this much after the request
+                owner._stopping.wait(owner.latency_s)
+            self._answer(owner, send_body)
+
+    def _answer(self, owner: "RangeHTTPServer", send_body: bool) -> None:
         url_path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         owner._count(url_path, 0, request=True)
         file = owner.resolve(url_path)
@@ -253,10 +261,47 @@ class _RangeHandler(_QuietHandler):
             self.send_header("Content-Range", f"bytes {selected.start}-{selected.stop - 1}/{size}")
         self.end_headers()
         if send_body:
+            began = time.monotonic()
             for start in range(selected.start, selected.stop, _CHUNK):
                 chunk = data[start: min(start + _CHUNK, selected.stop)]
                 self.wfile.write(chunk)
                 owner._count(url_path, len(chunk))
+                if owner.bandwidth:  # one connection's rate: the next chunk waits until this one's time is up
+                    owner._stopping.wait(max(0.0, began + (start + len(chunk) - selected.start) / owner.bandwidth
+                                             - time.monotonic()))
+
+
+class InFlight:
+    """Requests a server is answering: admits at most `limit` at once (None: any number), and keeps the most seen
+    at once and the request-seconds spent (their mean in flight over a span is request-seconds / span)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._slots = threading.BoundedSemaphore(limit) if limit else None
+        self._lock = threading.Lock()
+        self.now = self.most = 0
+        self.request_s = 0.0
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        if self._slots is not None:
+            self._slots.acquire()
+        started = time.monotonic()
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.now -= 1
+                self.request_s += time.monotonic() - started
+            if self._slots is not None:
+                self._slots.release()
+
+    def reset(self) -> None:
+        """Forget the most seen and the request-seconds (requests in flight now stay counted)."""
+        with self._lock:
+            self.most, self.request_s = self.now, 0.0
 
 
 class RangeHTTPServer(_BackgroundServer):
@@ -271,16 +316,23 @@ class RangeHTTPServer(_BackgroundServer):
     ETag matches). ``etag=False``: no ETag, and If-Match only matches ``*``. Files may be replaced while serving:
     each answer is read from one version of the file.
 
+    A slow store, as object stores are: ``latency_s`` before the first byte of every answer, ``bandwidth`` bytes/s
+    per connection, at most ``max_in_flight`` requests served at once (the others wait their turn, as a throttled
+    store makes them); ``load`` counts requests in flight (the most at once, and request-seconds).
+
     >>> with RangeHTTPServer(tmp_dir) as srv:          # doctest: +SKIP
     ...     requests.get(srv.url_for("a/b.bin"), headers={"Range": "bytes=0-9"})
     """
 
     _handler = _RangeHandler
 
-    def __init__(self, root: str | Path, *, etag: bool = True) -> None:
+    def __init__(self, root: str | Path, *, etag: bool = True, latency_s: float = 0.0,
+                 bandwidth: float | None = None, max_in_flight: int | None = None) -> None:
         super().__init__()
         self.root = Path(root).resolve()
         self.send_etag = etag
+        self.latency_s, self.bandwidth = latency_s, bandwidth
+        self.load = InFlight(max_in_flight)
         self._stats_lock = threading.Lock()
         self._requests: Counter[str] = Counter()
         self._bytes: Counter[str] = Counter()
@@ -312,6 +364,7 @@ class RangeHTTPServer(_BackgroundServer):
         with self._stats_lock:
             self._requests.clear()
             self._bytes.clear()
+        self.load.reset()
 
     def _count(self, url_path: str, nbytes: int, request: bool = False) -> None:
         with self._stats_lock:
