@@ -1,9 +1,9 @@
 """One consumer's pass over its part of an epoch (MosaicML's `_Iterator` is the model): which sample comes next,
 and the live pieces that produce it.
 
-The plan (plan/epoch.py: EpochPlan) says which segments of which canonical streams this consumer role owns
-and how many samples it yields, and the order of its picks (plan/epoch.py: role_picks); here every pick (stream,
-piece, position) becomes a sample through the frame source. Live pieces are opened on their first sample and dropped after their last.
+The plan (plan/epoch.py: EpochPlan) says which segments of which canonical streams this consumer role owns and how
+many samples it yields, and `role_picks` the order of its picks; here every pick (stream, piece, position) becomes
+a sample through the frame reader. Live pieces are opened on their first sample and dropped after their last.
 """
 
 from __future__ import annotations

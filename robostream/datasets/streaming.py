@@ -146,8 +146,8 @@ class StreamingLeRobotDataset(IterableDataset):
         self.delta_timestamps = dict(delta_timestamps or {})
         self.counters = FrameCounters()
         read_options = renamed("source", "read_options", source, read_options, who="StreamingLeRobotDataset")
-        settings = ReaderSettings(read_options=read_options, delta_timestamps=self.delta_timestamps, tolerance_s=tolerance_s,
-                                  return_uint8=return_uint8, image_transforms=image_transforms,
+        settings = ReaderSettings(read_options=read_options, delta_timestamps=self.delta_timestamps,
+                                  tolerance_s=tolerance_s, return_uint8=return_uint8, image_transforms=image_transforms,
                                   video_backend=video_backend, video_decode_device=video_decode_device,
                                   decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
                                   prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,
