@@ -6,8 +6,11 @@ Options take both spellings (`--batch_size` and `--batch-size`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from robostream.bench.runner import (
     resolve_launch,
     run_config,
 )
+from robostream.bench.slow_store import RangeHTTPServer
 
 LOADERS = ("stream", "map")
 MODES = ("single", "sarm")
@@ -76,6 +80,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "reference", nargs="*", choices=["decode"], default=[],
             help="also measure raw sequential decode throughput of the same files on all cores")
     _option(parser, "reference_frames", type=int, default=12_000)
+    _option(parser, "store_latency_ms", type=float, default=None,
+            help="serve the local ROOT through the slow store on 127.0.0.1 (robostream/bench/slow_store.py) and read "
+                 "it from there: this first-byte latency on every request")
+    _option(parser, "store_mbps", type=float, default=None, help="the slow store's bandwidth per connection, MB/s")
+    _option(parser, "store_max_in_flight", type=int, default=None,
+            help="requests the slow store serves at once (the others queue, as at a throttled store)")
     _option(parser, "out", default="out/bench", help="folder for JSON/CSV results")
 
 
@@ -100,7 +110,9 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     if args.source is not None:
         warnings.warn("robostream bench: --source is now called --label; the old name goes in the next release",
                       FutureWarning, stacklevel=2)
-    label = args.label or args.source or ("local" if first is not None and "://" not in str(first) else "remote")
+    store = _store_settings(args)
+    label = args.label or args.source or (f"slow{args.store_latency_ms or 0:g}ms" if store else
+                                          "local" if first is not None and "://" not in str(first) else "remote")
     common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
                   storage_options=json.loads(args.storage_options) if args.storage_options else None,
                   cache_dir=args.cache_dir, cache_limit=args.cache_limit, read_buffer=args.read_buffer,
@@ -110,11 +122,40 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
                   video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,
                   video_decode_device=args.video_decode_device, device=args.device, split_samples=args.split_samples,
                   peer_python=args.peer_python, sources=sources, epoch_size=args.epoch_size,
-                  batching=args.batching)
+                  batching=args.batching, store=store)
     loaders = args.loader or (["stream"] if sources else ["stream", "map"])
     if args.warmup_batches < 1:
         raise BenchError("--warmup_batches must be >= 1: the first batch is start-up latency, never throughput")
     return [RunConfig(loader=loader, mode=mode, **common) for mode in modes for loader in [*loaders, *args.peer]]
+
+
+def _store_settings(args: argparse.Namespace) -> dict[str, float | int | None] | None:
+    """The slow store's settings when any --store_* option is given (None: read ROOT as it is)."""
+    settings = {"latency_ms": args.store_latency_ms, "mbps": args.store_mbps, "max_in_flight": args.store_max_in_flight}
+    if all(v is None for v in settings.values()):
+        return None
+    for name, value in settings.items():
+        if value is not None and value <= 0:
+            raise BenchError(f"--store_{name} {value}: expected a positive number")
+    return settings
+
+
+@contextlib.contextmanager
+def slow_store(args: argparse.Namespace) -> Iterator[RangeHTTPServer | None]:
+    """With --store_* options, the slow store serving the local ROOT (and args.root pointed at it); else None."""
+    settings = _store_settings(args)
+    if settings is None:
+        yield None
+        return
+    root = args.root or args.root_arg
+    if root is None or "://" in str(root) or not Path(root).is_dir() or args.sources or args.peer:
+        raise BenchError("--store_* options serve a local dataset folder (ROOT) through the slow store: give a local "
+                         "ROOT, and no --sources, --repo_id or --peer")
+    latency, mbps = settings["latency_ms"], settings["mbps"]
+    with RangeHTTPServer(root, latency_s=(latency or 0) / 1000, bandwidth=mbps * 1e6 if mbps else None,
+                         max_in_flight=settings["max_in_flight"]) as store:
+        args.root, args.root_arg = store.url, None
+        yield store
 
 
 def _sources(text: str) -> list[dict[str, Any]]:
@@ -129,6 +170,11 @@ def _sources(text: str) -> list[dict[str, Any]]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    with slow_store(args) as store:
+        return _run_bench(args, store)
+
+
+def _run_bench(args: argparse.Namespace, store: RangeHTTPServer | None) -> int:
     from rich.console import Console
 
     from robostream.bench.reference import decode_reference
@@ -159,7 +205,14 @@ def run_bench(args: argparse.Namespace) -> int:
         if launch.rank == 0:
             console.print(f"[bold][{i}/{len(plan)}][/] {config.name()} (world size {launch.world_size})")
         barrier(launch)
+        if store is not None:
+            store.reset_stats()
+        started = time.monotonic()
         mine, job = run_config(config, meta, launch, gather)
+        if store is not None:  # this process's store: what its runs asked of it
+            mine["metrics"]["store"] = store.summary(time.monotonic() - started)
+            if job is not None:
+                job["metrics"]["store"] = mine["metrics"]["store"]
         if launch.world_size > 1:
             write_json(out / f"{config.name(launch.rank)}.json", mine)
         if job is not None:

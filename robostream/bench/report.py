@@ -123,6 +123,10 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     if mixtures:
         lines.append("")
         lines.extend(f"Samples per source, {label(r)}: {r['metrics']['samples_per_source']}" for r in mixtures)
+    served = [r for r in results if "store" in r["metrics"]]
+    if served:
+        lines.append("")
+        lines.extend(store_line(r) for r in served)
     if reference:
         lines.append("")
         runs = " / ".join(f"{r:.0f}" for r in reference.get("runs_frames_per_s", []))
@@ -130,6 +134,14 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
                      f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s"
                      + (f" (mean of {runs}, before and after the runs)." if runs else "."))
     return "\n".join(lines) + "\n"
+
+
+def store_line(result: Mapping[str, Any]) -> str:
+    """What a run read from the slow store: its settings, requests, requests in flight and bytes served."""
+    settings, load = result["config"].get("store") or {}, result["metrics"]["store"]
+    knobs = ", ".join(f"{name} {value:g}" for name, value in settings.items() if value is not None)
+    return (f"Slow store ({knobs}), {label(result)}: {load['requests']} requests, in flight mean "
+            f"{load['in_flight_mean']:.2f} / max {load['in_flight_max']}, {load['bytes'] / 1e6:.1f} MB served")
 
 
 def plots(folder: Path, results: list[dict[str, Any]], reference: Mapping[str, Any] | None) -> list[Path]:

@@ -66,6 +66,7 @@ class RunConfig:
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
     batching: str = "random"  # of a mixture: "random" or "per_stream"
+    store: dict[str, float | int | None] | None = None  # the slow store the root is served through (latency_ms, ...)
 
     def name(self, rank: int | None = None) -> str:
         """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job; a

@@ -114,3 +114,22 @@ def test_a_mixture_is_benchmarked_with_per_source_counts(av1_root, tmp_path, cap
     assert main(["bench", "--sources", f"@{spec}", "--loader", "map", "--out", str(tmp_path / "x")]) == 2
     assert main(["bench", str(av1_root), "--sources", f"@{spec}", "--out", str(tmp_path / "x")]) == 2
     assert main(["bench", "--sources", "[1]", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_the_slow_store_serves_the_dataset_and_reports_requests_in_flight(av1_root, tmp_path, capsys):
+    """--store_*: the local dataset is read through the slow store on 127.0.0.1 (latency, a cap on requests in
+    flight); every run records what it asked of the store, and the table says it."""
+    out = tmp_path / "out"
+    assert main(["bench", str(av1_root), "--mode", "single", "--loader", "stream", "map", "--store_latency_ms", "5",
+                 "--store_max_in_flight", "3", *ARGS, "--out", str(out)]) == 0
+    for loader in ("stream", "map"):
+        result = json.loads((out / f"slow5ms_{loader}_single_b4_w1_cpu.json").read_text())
+        assert result["config"]["root"].startswith("http://127.0.0.1:")
+        assert result["config"]["store"] == {"latency_ms": 5.0, "mbps": None, "max_in_flight": 3}
+        store = result["metrics"]["store"]
+        assert store["requests"] > 0 and store["bytes"] > 0 and 1 <= store["in_flight_max"] <= 3
+        assert 0 < store["in_flight_mean"] <= 3
+    assert "Slow store (latency_ms 5, max_in_flight 3), " in capsys.readouterr().err
+    assert main(["bench", "http://127.0.0.1:9/ds", "--store_latency_ms", "5", "--out", str(tmp_path / "x")]) == 2
+    assert "serve a local dataset folder" in capsys.readouterr().err
+    assert main(["bench", str(av1_root), "--store_mbps", "0", "--out", str(tmp_path / "x")]) == 2

@@ -3,8 +3,9 @@
 Everything here listens on 127.0.0.1 only, binds port 0 (a free port chosen by the OS) and runs in background
 threads that the context managers start and stop. Nothing talks to the internet.
 
-* :class:`RangeHTTPServer` -- a read-only static file server with HTTP ``Range`` support, ``ETag`` + ``If-Match``,
-  and per-path counters.
+* :class:`RangeHTTPServer` -- the slow store (robostream/bench/slow_store.py, re-exported here): a read-only
+  static file server with HTTP ``Range`` support, ``ETag`` + ``If-Match``, per-path counters, and optional
+  latency, bandwidth and a cap on requests in flight.
 * :class:`S3Server` -- moto's S3 in a thread, plus helpers to upload a directory and build s3fs options.
 * :class:`FaultProxy` -- a reverse proxy that injects deterministic faults (dropped bodies, error statuses,
   stalls, connection resets, corrupted bodies) in front of either of the above.
@@ -15,363 +16,24 @@ bottom (:func:`http_filesystem`, :func:`s3_filesystem`) import fsspec/aiohttp/s3
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import http.client
 import logging
 import random
 import socket
 import struct
 import threading
-import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
+from robostream.bench.slow_store import (HOST, BackgroundServer, QuietHandler,
+                                         RangeHTTPServer, RangeNotSatisfiable, TrackingHTTPServer, if_match_holds,
+                                         parse_byte_range)
+
 log = logging.getLogger(__name__)
-
-HOST = "127.0.0.1"
-_CHUNK = 64 * 1024
-_JOIN_TIMEOUT_S = 5.0
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Shared plumbing: a threaded HTTP server on 127.0.0.1:0 that can be stopped cleanly.
-# --------------------------------------------------------------------------------------------------------------
-
-
-class _TrackingHTTPServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer that remembers its open connections and handler threads.
-
-    ``stop()`` shuts the open sockets down (waking threads blocked in reads of idle keep-alive connections) and
-    joins the handler threads with a bounded timeout, so a stopped server leaves nothing running.
-    """
-
-    daemon_threads = True
-    block_on_close = False  # we join our own threads, with a timeout
-
-    def __init__(self, owner: Any, handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__((HOST, 0), handler)
-        self.owner = owner
-        self._lock = threading.Lock()
-        self._conns: set[socket.socket] = set()
-        self._handler_threads: set[threading.Thread] = set()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(target=self._run_request, args=(request, client_address), daemon=True,
-                                  name=f"{type(self.owner).__name__}-conn")
-        with self._lock:
-            self._conns.add(request)
-            self._handler_threads.add(thread)
-        thread.start()
-
-    def _run_request(self, request: socket.socket, client_address: Any) -> None:
-        try:
-            self.process_request_thread(request, client_address)
-        finally:
-            with self._lock:
-                self._conns.discard(request)
-                self._handler_threads.discard(threading.current_thread())
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients that go away mid-response (timeouts, our own injected faults) are expected here.
-        log.debug("error while handling a request from %s", client_address, exc_info=True)
-
-    def close_connections(self) -> None:
-        """Shut down every open client connection and wait (bounded) for the handler threads to finish."""
-        with self._lock:
-            conns, threads = list(self._conns), list(self._handler_threads)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        for thread in threads:
-            thread.join(_JOIN_TIMEOUT_S)
-
-
-class _QuietHandler(BaseHTTPRequestHandler):
-    """HTTP/1.1 (keep-alive) handler base that logs to ``logging`` instead of stderr."""
-
-    protocol_version = "HTTP/1.1"
-    server: _TrackingHTTPServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        log.debug("%s: " + format, type(self.server.owner).__name__, *args)
-
-    def send_plain(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-        """A complete response with a fixed-length body."""
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body and self.command != "HEAD":
-            self.wfile.write(body)
-
-
-class _BackgroundServer:
-    """Start/stop/context-manager logic shared by :class:`RangeHTTPServer` and :class:`FaultProxy`."""
-
-    _handler: type[BaseHTTPRequestHandler]
-
-    def __init__(self) -> None:
-        self._httpd: _TrackingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()  # set by stop(); long waits (stalls) wait on it
-
-    @property
-    def port(self) -> int:
-        if self._httpd is None:
-            raise RuntimeError(f"{type(self).__name__} is not running; call start() or use it as a context manager")
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:41234`` (no trailing slash)."""
-        return f"http://{HOST}:{self.port}"
-
-    def start(self) -> "_BackgroundServer":
-        if self._httpd is not None:
-            raise RuntimeError(f"{type(self).__name__} already started")
-        self._stopping.clear()
-        self._httpd = _TrackingHTTPServer(self, self._handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True, name=f"{type(self).__name__}-serve")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop accepting, interrupt stalls, close open connections and join every thread. Idempotent."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None:
-            return
-        self._stopping.set()
-        httpd.shutdown()
-        httpd.server_close()
-        httpd.close_connections()
-        if thread is not None:
-            thread.join(_JOIN_TIMEOUT_S)
-        self._httpd = self._thread = None
-
-    def __enter__(self) -> Any:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# RangeHTTPServer
-# --------------------------------------------------------------------------------------------------------------
-
-
-class RangeNotSatisfiable(ValueError):
-    """The Range header is well formed but selects no byte of the file (answer 416)."""
-
-
-def parse_byte_range(header: str | None, size: int) -> range | None:
-    """The byte range a ``Range`` header selects from a file of ``size`` bytes.
-
-    Returns ``None`` to serve the whole file (no header, a malformed header or several ranges: RFC 9110 lets a
-    server ignore those), a ``range(start, stop)`` for ``bytes=a-b``, ``bytes=a-`` and ``bytes=-n``, and raises
-    :class:`RangeNotSatisfiable` when the range starts at or past the end of the file (or is ``bytes=-0``).
-    """
-    if not header:
-        return None
-    unit, _, spec = header.strip().partition("=")
-    if unit.strip().lower() != "bytes" or "," in spec:
-        return None
-    first, dash, last = spec.strip().partition("-")
-    first, last = first.strip(), last.strip()
-    if not dash or not (first.isdigit() or (not first and last.isdigit())) or (last and not last.isdigit()):
-        return None
-    if not first:  # suffix range: the last n bytes
-        n = int(last)
-        if n == 0 or size == 0:
-            raise RangeNotSatisfiable(header)
-        return range(max(0, size - n), size)
-    start = int(first)
-    if last and int(last) < start:
-        return None  # invalid (last < first): ignore the header
-    if start >= size:
-        raise RangeNotSatisfiable(header)
-    stop = size if not last else min(int(last) + 1, size)
-    return range(start, stop)
-
-
-def if_match_holds(header: str | None, etag: str | None) -> bool:
-    """RFC 9110 If-Match: true without the header, for ``*`` (the file exists), or when one of the listed ETags
-    equals ``etag`` by strong comparison (weak ETags never match)."""
-    if header is None:
-        return True
-    listed = [tag.strip() for tag in header.split(",")]
-    if "*" in listed:
-        return True
-    return etag is not None and not etag.startswith("W/") and etag in listed
-
-
-class _RangeHandler(_QuietHandler):
-    server: _TrackingHTTPServer
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        self._serve(send_body=True)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._serve(send_body=False)
-
-    def _serve(self, send_body: bool) -> None:
-        owner: RangeHTTPServer = self.server.owner
-        with owner.load.admitted():
-            if owner.latency_s:  # a real store's first byte comes this much after the request
-                owner._stopping.wait(owner.latency_s)
-            self._answer(owner, send_body)
-
-    def _answer(self, owner: "RangeHTTPServer", send_body: bool) -> None:
-        url_path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-        owner._count(url_path, 0, request=True)
-        file = owner.resolve(url_path)
-        if file is None:
-            self.send_plain(404, b"not found\n", {"Content-Type": "text/plain"})
-            return
-        data = file.read_bytes()  # one read: size, ETag and body of one version, however the file is replaced
-        size = len(data)
-        etag = owner.etag_of(data)
-        validators = {"ETag": etag} if etag else {}
-        if not if_match_holds(self.headers.get("If-Match"), etag):
-            self.send_plain(412, b"precondition failed\n", {"Content-Type": "text/plain", **validators})
-            return
-        try:
-            byte_range = parse_byte_range(self.headers.get("Range"), size)
-        except RangeNotSatisfiable:
-            self.send_plain(416, headers={"Content-Range": f"bytes */{size}", "Accept-Ranges": "bytes"})
-            return
-        selected = byte_range if byte_range is not None else range(0, size)
-        self.send_response(206 if byte_range is not None else 200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(len(selected)))
-        for name, value in validators.items():
-            self.send_header(name, value)
-        if byte_range is not None:
-            self.send_header("Content-Range", f"bytes {selected.start}-{selected.stop - 1}/{size}")
-        self.end_headers()
-        if send_body:
-            began = time.monotonic()
-            for start in range(selected.start, selected.stop, _CHUNK):
-                chunk = data[start: min(start + _CHUNK, selected.stop)]
-                self.wfile.write(chunk)
-                owner._count(url_path, len(chunk))
-                if owner.bandwidth:  # one connection's rate: the next chunk waits until this one's time is up
-                    owner._stopping.wait(max(0.0, began + (start + len(chunk) - selected.start) / owner.bandwidth
-                                             - time.monotonic()))
-
-
-class InFlight:
-    """Requests a server is answering: admits at most `limit` at once (None: any number), and keeps the most seen
-    at once and the request-seconds spent (their mean in flight over a span is request-seconds / span)."""
-
-    def __init__(self, limit: int | None) -> None:
-        self._slots = threading.BoundedSemaphore(limit) if limit else None
-        self._lock = threading.Lock()
-        self.now = self.most = 0
-        self.request_s = 0.0
-
-    @contextlib.contextmanager
-    def admitted(self) -> Iterator[None]:
-        if self._slots is not None:
-            self._slots.acquire()
-        started = time.monotonic()
-        with self._lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.now -= 1
-                self.request_s += time.monotonic() - started
-            if self._slots is not None:
-                self._slots.release()
-
-    def reset(self) -> None:
-        """Forget the most seen and the request-seconds (requests in flight now stay counted)."""
-        with self._lock:
-            self.most, self.request_s = self.now, 0.0
-
-
-class RangeHTTPServer(_BackgroundServer):
-    """Read-only HTTP/1.1 file server for ``root`` on ``127.0.0.1:<free port>``.
-
-    GET and HEAD; single ``Range: bytes=a-b | a- | -n`` requests get 206 with ``Content-Range``, unsatisfiable
-    ones 416; every response has ``Content-Length`` and ``Accept-Ranges: bytes``; missing files get 404; no
-    directory listings. ``stats()`` counts requests and body bytes sent per URL path (thread-safe).
-
-    ``etag=True`` (default): answers carry a strong ``ETag`` (the MD5 of the content, so a file replaced with other
-    bytes of the same size and timestamp still gets a new one) and ``If-Match`` is honoured (412 when no listed
-    ETag matches). ``etag=False``: no ETag, and If-Match only matches ``*``. Files may be replaced while serving:
-    each answer is read from one version of the file.
-
-    A slow store, as object stores are: ``latency_s`` before the first byte of every answer, ``bandwidth`` bytes/s
-    per connection, at most ``max_in_flight`` requests served at once (the others wait their turn, as a throttled
-    store makes them); ``load`` counts requests in flight (the most at once, and request-seconds).
-
-    >>> with RangeHTTPServer(tmp_dir) as srv:          # doctest: +SKIP
-    ...     requests.get(srv.url_for("a/b.bin"), headers={"Range": "bytes=0-9"})
-    """
-
-    _handler = _RangeHandler
-
-    def __init__(self, root: str | Path, *, etag: bool = True, latency_s: float = 0.0,
-                 bandwidth: float | None = None, max_in_flight: int | None = None) -> None:
-        super().__init__()
-        self.root = Path(root).resolve()
-        self.send_etag = etag
-        self.latency_s, self.bandwidth = latency_s, bandwidth
-        self.load = InFlight(max_in_flight)
-        self._stats_lock = threading.Lock()
-        self._requests: Counter[str] = Counter()
-        self._bytes: Counter[str] = Counter()
-
-    def start(self) -> "RangeHTTPServer":
-        super().start()
-        return self
-
-    def url_for(self, relpath: str | Path) -> str:
-        """Full URL of a file given relative to ``root`` (percent-encoded)."""
-        return f"{self.url}/{urllib.parse.quote(Path(relpath).as_posix().lstrip('/'))}"
-
-    def resolve(self, url_path: str) -> Path | None:
-        """The regular file under ``root`` that a URL path names, or ``None`` (missing, a directory, or outside)."""
-        candidate = (self.root / url_path.lstrip("/")).resolve()
-        if candidate != self.root and self.root not in candidate.parents:
-            return None
-        return candidate if candidate.is_file() else None
-
-    def etag_of(self, data: bytes) -> str | None:
-        return f'"{hashlib.md5(data).hexdigest()}"' if self.send_etag else None
-
-    def stats(self) -> dict[str, dict[str, int]]:
-        """``{url_path: {"requests": n, "bytes": body_bytes_sent}}`` since start or the last ``reset_stats()``."""
-        with self._stats_lock:
-            return {p: {"requests": self._requests[p], "bytes": self._bytes[p]} for p in self._requests}
-
-    def reset_stats(self) -> None:
-        with self._stats_lock:
-            self._requests.clear()
-            self._bytes.clear()
-        self.load.reset()
-
-    def _count(self, url_path: str, nbytes: int, request: bool = False) -> None:
-        with self._stats_lock:
-            if request:
-                self._requests[url_path] += 1
-            self._bytes[url_path] += nbytes
-
 
 # --------------------------------------------------------------------------------------------------------------
 # S3Server (moto)
@@ -581,8 +243,8 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authoriz
                "transfer-encoding", "upgrade", "expect", "host", "content-length"}
 
 
-class _ProxyHandler(_QuietHandler):
-    server: _TrackingHTTPServer
+class _ProxyHandler(QuietHandler):
+    server: TrackingHTTPServer
 
     def do_GET(self) -> None:  # noqa: N802
         self._handle()
@@ -701,7 +363,7 @@ class _ProxyHandler(_QuietHandler):
             pass
 
 
-class FaultProxy(_BackgroundServer):
+class FaultProxy(BackgroundServer):
     """Reverse proxy on ``127.0.0.1:<free port>`` in front of ``upstream`` (an ``http://host:port[/prefix]`` URL),
     injecting faults from a deterministic plan.
 

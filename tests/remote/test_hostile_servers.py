@@ -13,14 +13,14 @@ from robostream.errors import FileChangedError
 from robostream.storage.retry import RemoteReadError, RetryPolicy
 from robostream.storage.store import Storage
 
-from .servers import RangeHTTPServer, _QuietHandler, _RangeHandler
+from robostream.bench.slow_store import QuietHandler, RangeHandler, RangeHTTPServer
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, timeout_s=5)
 SECRETS = {"Authorization": "Bearer do-not-leak", "X-Api-Key": "do-not-leak-either"}
 pytestmark = pytest.mark.timeout(120)
 
 
-class _Recording(_RangeHandler):
+class _Recording(RangeHandler):
     """A RangeHTTPServer handler that records the headers of every request."""
 
     def _serve(self, send_body: bool) -> None:
@@ -36,7 +36,7 @@ class RecordingServer(RangeHTTPServer):
         self.seen: list[dict[str, str]] = []
 
 
-class _Redirect(_QuietHandler):
+class _Redirect(QuietHandler):
     def _redirect(self) -> None:
         owner = self.server.owner
         owner.seen.append(dict(self.headers))
@@ -67,7 +67,7 @@ def test_credentials_never_follow_a_redirect_to_another_host(tmp_path):
     assert elsewhere.seen and all(name not in h for h in elsewhere.seen for name in SECRETS)
 
 
-class _Trickle(_QuietHandler):
+class _Trickle(QuietHandler):
     """Sends its status line and headers one byte at a time, forever (until the client gives up)."""
 
     def _trickle(self) -> None:
@@ -97,7 +97,7 @@ def test_a_server_trickling_its_headers_cannot_hold_a_reader(tmp_path):
         assert time.monotonic() - started < 20  # 2 x 1 s deadlines, never the 1000 s the trickle would last
 
 
-class _ShiftedRange(_RangeHandler):
+class _ShiftedRange(RangeHandler):
     """Answers a Range request with the bytes one block further on, labelled as such (Content-Range honest
     about what it sent, not what was asked): a server or proxy bug that must never give wrong frames."""
 
@@ -140,7 +140,7 @@ def test_a_file_that_shrinks_after_its_size_was_read_is_a_changed_file(tmp_path)
 
 
 def test_a_redirect_to_a_non_http_url_is_refused(tmp_path):
-    class _ToFile(_QuietHandler):
+    class _ToFile(QuietHandler):
         def do_HEAD(self) -> None:  # noqa: N802
             self.send_plain(302, headers={"Location": "file:///etc/passwd"})
 

@@ -30,17 +30,16 @@ import fsspec.exceptions
 import pytest
 import requests
 
+from robostream.bench.slow_store import RangeHTTPServer, RangeNotSatisfiable, parse_byte_range
+
 from .servers import DATA_FILES, MakeFaultProxy
 from .servers import (
     FaultProxy,
-    RangeHTTPServer,
-    RangeNotSatisfiable,
     S3Server,
     corrupt,
     drop_mid_body,
     http_filesystem,
     http_status,
-    parse_byte_range,
     reset,
     s3_filesystem,
     stall,
