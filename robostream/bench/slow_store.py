@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +227,12 @@ class RangeHandler(QuietHandler):
         if file is None:
             self.send_plain(404, b"not found\n", {"Content-Type": "text/plain"})
             return
-        data = file.read_bytes()  # one read: size, ETag and body of one version, however the file is replaced
-        size = len(data)
-        etag = owner.etag_of(data)
+        with file.open("rb") as handle:  # the open file is one version, however the path is replaced meanwhile
+            self._send_file(owner, url_path, handle, send_body)
+
+    def _send_file(self, owner: "RangeHTTPServer", url_path: str, handle: BinaryIO, send_body: bool) -> None:
+        size = os.fstat(handle.fileno()).st_size
+        etag = owner.etag_of(handle)
         validators = {"ETag": etag} if etag else {}
         if not if_match_holds(self.headers.get("If-Match"), etag):
             self.send_plain(412, b"precondition failed\n", {"Content-Type": "text/plain", **validators})
@@ -250,14 +254,14 @@ class RangeHandler(QuietHandler):
         self.end_headers()
         if send_body:
             began = time.monotonic()
+            handle.seek(selected.start)  # only the range is read: a store serves GB files range by range
             for start in range(selected.start, selected.stop, CHUNK):
-                chunk = data[start: min(start + CHUNK, selected.stop)]
+                chunk = handle.read(min(CHUNK, selected.stop - start))
                 self.wfile.write(chunk)
                 owner._count(url_path, len(chunk))
                 if owner.bandwidth:  # one connection's rate: the next chunk waits until this one's time is up
                     owner._stopping.wait(max(0.0, began + (start + len(chunk) - selected.start) / owner.bandwidth
                                              - time.monotonic()))
-
 
 class InFlight:
     """Requests a server is answering: admits at most `limit` at once (None: any number), and keeps the most seen
@@ -321,6 +325,7 @@ class RangeHTTPServer(BackgroundServer):
         self.send_etag = etag
         self.latency_s, self.bandwidth = latency_s, bandwidth
         self.load = InFlight(max_in_flight)
+        self._etags: dict[tuple[int, int, int, int], str] = {}  # file identity -> ETag
         self._stats_lock = threading.Lock()
         self._requests: Counter[str] = Counter()
         self._bytes: Counter[str] = Counter()
@@ -340,8 +345,24 @@ class RangeHTTPServer(BackgroundServer):
             return None
         return candidate if candidate.is_file() else None
 
-    def etag_of(self, data: bytes) -> str | None:
-        return f'"{hashlib.md5(data).hexdigest()}"' if self.send_etag else None
+    def etag_of(self, handle: BinaryIO) -> str | None:
+        """The MD5 of an open file's content (a file replaced with other bytes of the same size and timestamp still
+        gets a new one), hashed once per version: keyed by the file's identity, inode and modification time."""
+        if not self.send_etag:
+            return None
+        info = os.fstat(handle.fileno())
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        with self._stats_lock:
+            known = self._etags.get(key)
+        if known is None:
+            digest = hashlib.md5()
+            handle.seek(0)
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+            known = f'"{digest.hexdigest()}"'
+            with self._stats_lock:
+                self._etags[key] = known
+        return known
 
     def stats(self) -> dict[str, dict[str, int]]:
         """``{url_path: {"requests": n, "bytes": body_bytes_sent}}`` since start or the last ``reset_stats()``."""
