@@ -112,14 +112,14 @@ class StreamingDataLoader(DataLoader):
             raise ValueError("in_order=False makes the batch order (and so the resume position) nondeterministic")
         batch_size = dataset.batching.loader_batch_size(batch_size)  # the one place a loader's batch size is decided
         drop_last = bool(kwargs.pop("drop_last", False))
-        assembled = kwargs.get("collate_fn") is None and dataset.assembles_batches
+        own_collate = kwargs.get("collate_fn") is None
+        assembled = own_collate and dataset.assembles_batches
         dataset.batching.check_loader(drop_last=drop_last, assembled=assembled)
         if on_batch is not None and not assembled:
             raise ValueError("on_batch needs batches assembled by the dataset: pass no collate_fn, and no "
                              "image_transforms to the dataset")
         if batch_buffers is True:
             batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
-        own_collate = kwargs.get("collate_fn") is None
         self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
         self.streaming_dataset = dataset
         if assembled:
