@@ -18,6 +18,7 @@ from robostream.datasets.batch_assembly import Allocate as BatchAllocate
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.mixture import SourceReader
 from robostream.datasets.mixture_schema import MixtureBatches, MixtureSchema
+from robostream.datasets.pick_read_ahead import PickReadAhead
 from robostream.datasets.piece_reader import PieceReader
 from robostream.plan.epoch import EpochPlan, Pick, role_picks
 
@@ -47,6 +48,7 @@ class EpochIterator:
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
         self._live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
+        self._fetch_ahead = PickReadAhead(plan, sources, self._locate)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for pick in self._picks():
@@ -94,8 +96,9 @@ class EpochIterator:
         return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
     def _picks(self) -> Iterator[Pick]:
-        return role_picks(self.plan, self.role, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                          pool_size=self.pool_size)
+        picks = role_picks(self.plan, self.role, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                           pool_size=self.pool_size)
+        return self._fetch_ahead(picks) if self._fetch_ahead.enabled else picks
 
     def _take(self, pick: Pick) -> tuple[PieceReader, int]:
         """The live piece reader of a pick (opened on its first sample, dropped after its last) and the position."""
@@ -108,13 +111,14 @@ class EpochIterator:
             source, episode, offset = self._locate(unit)
             reader = self._readers[key] = source.frames.open_piece(episode, offset + first, offset + stop,
                                                                    self.worker)
-            for unit, first, stop in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
-                ahead, episode, offset = self._locate(unit)
-                ahead.frames.read_ahead(episode, offset + first, offset + stop, self.worker)
+            for unit, _, _ in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
+                ahead, episode, _ = self._locate(unit)
+                ahead.frames.rows.read_ahead(episode)
             if source.meta.video_keys:
                 self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
         if position == len(reader.sample_frames) - 1:
             del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
+            self._fetch_ahead.done(stream, piece)
         return reader, position
 
     def _locate(self, unit: int) -> tuple[SourceReader, int, int]:

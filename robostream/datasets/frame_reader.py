@@ -2,7 +2,8 @@
 
 A piece's data rows are read when it goes live, in the process that owns it (format/data_rows.py); its frames are
 decoded in look-ahead batches and kept only while a later sample needs them (piece_reader.py). For remote data
-the rows and video bytes of the pieces that go live next are fetched ahead in background threads.
+the rows of the pieces that go live next are read ahead in a background thread, and the video bytes of the next
+picks are fetched ahead (pick_read_ahead.py, video_read_ahead.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from robostream.datasets.batch_assembly import Allocate, BatchAssembler
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.piece_reader import PieceReader
-from robostream.datasets.prefetch import Prefetcher
 from robostream.datasets.sample import SampleAssembler, stack_window
+from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_rows import DataRowReader, EpisodeRows
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.schedule import piece_sample_order
@@ -40,7 +41,7 @@ class FrameReader:
             counters: frame counters shared with the DataLoader workers.
             stride: a piece's samples are visited by residue class of this stride (overlapping windows).
             decode_ahead: samples whose missing frames are decoded in one call.
-            prefetch: fetch the rows and video bytes of upcoming pieces in background threads (remote data).
+            prefetch: fetch the rows of upcoming pieces and the video bytes of upcoming picks ahead (remote data).
             index: the source this reads in a mixture (its pieces' readers carry it).
             storages: where every source of the dataset reads its data (a list the sources of a mixture share,
                 so a worker's byte counters cover all of them); default: this source's.
@@ -57,12 +58,7 @@ class FrameReader:
         self.decode_ahead = decode_ahead
         remote = prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(meta, read_ahead_threads=1 if remote else 0)
-        self.prefetcher = Prefetcher(meta, counters, threads=2 if prefetch else 0)
-
-    def read_ahead(self, episode: int, first: int, stop: int, worker: int) -> None:
-        """Start fetching what the piece will need (remote data only; a no-op for local files)."""
-        self.rows.read_ahead(episode)
-        self.prefetcher.piece(episode, first, stop, worker)
+        self.video_ahead = VideoReadAhead(meta, enabled=prefetch)
 
     def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:
         rows = self.rows.episode(episode)
@@ -113,6 +109,10 @@ class FrameReader:
             self.counters.set(worker, "bytes_read", sum(s.bytes_read for s in stats))
             self.counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in stats) * 1e6))
             self.counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in stats))
+            self.counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in stats))
+            self.counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in stats))
+            self.counters.set(worker, "read_ahead_errors", self.video_ahead.errors
+                              + sum(s.read_ahead_failures for s in stats))
 
     def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
                 ) -> dict[str, torch.Tensor]:

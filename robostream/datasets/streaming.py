@@ -114,8 +114,9 @@ class StreamingLeRobotDataset(IterableDataset):
             decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are
                 decoded in runs of this many samples, one seek per run (memory vs seeks: 8 is ~10% faster than 4
                 on cheap-to-decode video, for ~2x the decoded frames held).
-            prefetch_pieces: upcoming pieces per stream whose rows and video bytes are fetched in background
-                threads (remote data only), within the read buffer.
+            prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data
+                only); 0 also turns off fetching the video bytes of the next picks ahead (which is sized by the
+                store's measured latency, within the read buffer).
             video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera).
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
                 mixture's default for sources without their own `read_options`.

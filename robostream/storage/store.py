@@ -29,10 +29,11 @@ import fsspec
 import fsspec.asyn
 from yarl import URL
 
-from robostream.errors import ChecksumMismatchError, MissingFileError, RobostreamError
+from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError, RobostreamError
 from robostream.process_local import ProcessLocal
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
+from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT, ReadAhead
 from robostream.storage.cache import CachedPath, DiskCache, Writable
 from robostream.storage.integrity import (
     FileVersion,
@@ -51,7 +52,7 @@ from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_ret
 # look-ahead frames of a 256x256 AV1 camera (~15 KiB each) per request.
 BLOCK_SIZE = 256 << 10
 MIN_BLOCK_SIZE = 16 << 10
-DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + prefetch)
+DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + read-ahead)
 
 
 def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
@@ -62,8 +63,10 @@ def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
         return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=policy.timeout_s)}}
     if protocol in ("s3", "s3a"):
         # botocore's "max_attempts" counts retries; "total_max_attempts" counts the first try too.
+        # botocore's pool (10 connections by default) would cap the read-ahead's requests in flight.
         return {"config_kwargs": {"connect_timeout": policy.timeout_s, "read_timeout": policy.timeout_s,
-                                  "retries": {"total_max_attempts": 1, "mode": "standard"}}}
+                                  "retries": {"total_max_attempts": 1, "mode": "standard"},
+                                  "max_pool_connections": 4 * DEFAULT_MAX_IN_FLIGHT}}
     return {}
 
 
@@ -137,17 +140,22 @@ class StorageStats:
 
     bytes_read: int  # bytes fetched from remote storage
     requests: int  # range requests made
-    wait_s: float  # time readers (not prefetch) waited for blocks
+    wait_s: float  # time readers (not the read-ahead) waited for blocks
     block_bytes_peak: int  # most bytes of fetched blocks held at once
+    in_flight_peak: int = 0  # most read-ahead requests under way at once
+    evicted_unread: int = 0  # blocks fetched ahead but evicted before a reader took them
+    read_ahead_failures: int = 0  # read-ahead requests that failed (the readers then fetched for themselves)
 
 
 class _ProcessState:
     """What a Storage holds per process."""
 
-    def __init__(self, block_budget: int) -> None:
+    def __init__(self, block_budget: int, max_in_flight: int) -> None:
         self.fs: fsspec.AbstractFileSystem | None = None
         self.blocks = BlockCache(block_budget)
         self.counter = ByteCounter()
+        self.read_ahead = ReadAhead(self.blocks, max_in_flight=max_in_flight)
+        self.versions: dict[str, FileVersion] = {}  # remote files opened, as first seen (see Storage.open)
 
 
 class Storage:
@@ -155,9 +163,11 @@ class Storage:
 
     def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
                  retry: RetryPolicy | None = None, cache: DiskCache | None = None,
-                 block_budget: int = DEFAULT_BLOCK_BUDGET, *, validate: Validate = "size") -> None:
+                 block_budget: int = DEFAULT_BLOCK_BUDGET, *, validate: Validate = "size",
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read.
-        block_budget: bytes of fetched blocks kept in memory per process, prefetched ones included.
+        block_budget: bytes of fetched blocks kept in memory per process, those fetched ahead included.
+        max_in_flight: read-ahead requests under way at once per process (storage/read_ahead.py).
         validate: "size" checks sizes (and ETags of range reads); "full" also hashes whole files entering the disk
         cache against the hash the host publishes (see storage/integrity.py)."""
         check_validate(validate)
@@ -180,7 +190,7 @@ class Storage:
                                                          dict(storage_options or {}))
         # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
         # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
-        self._process = ProcessLocal(partial(_ProcessState, block_budget))
+        self._process = ProcessLocal(partial(_ProcessState, block_budget, max_in_flight))
         if self.is_local:
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
             self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
@@ -211,11 +221,17 @@ class Storage:
         """This process's reads of this storage so far."""
         state = self._process.get()
         return StorageStats(state.counter.bytes, state.counter.requests, state.blocks.wait_s,
-                            state.blocks.peak_bytes)
+                            state.blocks.peak_bytes, state.read_ahead.in_flight_peak, state.blocks.evicted_unread,
+                            state.read_ahead.failures)
 
-    def has_room_for_prefetch(self) -> bool:
-        """Whether this process's read buffer can take another prefetched block."""
-        return self.blocks.has_room_for_prefetch()
+    @property
+    def read_ahead(self) -> ReadAhead:
+        """This process's fetches ahead of the readers (remote roots)."""
+        return self._process.get().read_ahead
+
+    def forget_version(self, path: str) -> None:
+        """The file at `path` changed on the server: the next reader opened asks for its version again."""
+        self._process.get().versions.pop(path, None)
 
     def describe(self, relative: str) -> str:
         """The full location of a file, for messages."""
@@ -296,10 +312,15 @@ class Storage:
             if not Path(path).is_file():
                 raise MissingFileError(f"{path}: {what} not found")
             return path
-        try:
-            version = self.stat(relative, what)
-        except FileNotFoundError as exc:
-            raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
+        # A file's version is asked for once per process: every later reader of it reads that version (If-Match),
+        # so a file replaced since is still an error at its next read, and a decoder opened again costs no HEAD.
+        versions = self._process.get().versions
+        version = versions.get(path)
+        if version is None:
+            try:
+                version = versions[path] = self.stat(relative, what)
+            except FileNotFoundError as exc:
+                raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
         reader = RangedReader(self, path, self.describe(relative), version, self.block_size)
         if self.cache is None:
             return reader
@@ -416,7 +437,7 @@ async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | No
 
 class RangedReader(io.RawIOBase):
     """A read-only, seekable view of one version of a remote file that fetches aligned blocks on demand, through
-    the storage's shared BlockCache (so prefetched blocks serve the decoders)."""
+    the storage's shared BlockCache (so blocks fetched ahead serve the decoders)."""
 
     def __init__(self, storage: Storage, path: str, name: str, version: FileVersion,
                  block_size: int = BLOCK_SIZE) -> None:
@@ -425,7 +446,6 @@ class RangedReader(io.RawIOBase):
         self._size = version.size
         self._block_size = block_size
         self._pos = 0
-        self.prefetching = False  # reads by the prefetcher do not count as waiting
         # Blocks are shared per file version: a reader of a newer version never gets an older one's bytes.
         self.key = f"{path}|{version.size}|{version.token}"
 
@@ -457,24 +477,42 @@ class RangedReader(io.RawIOBase):
         options = {"cache_type": "none"} if protocol == "hf" else {}
         return _Answer(None, None, None, fs.cat_file(self._path, start=start, end=end, **options))
 
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    def fetch_range(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of this version of the file, checked (status, Content-Range, ETag, length),
+        retried under the storage's policy, and counted."""
+        def once() -> bytes:
+            answer = self._answer(start, end)
+            if answer.status == 412:
+                raise changed_error(self.name, self._version, "412 Precondition Failed for If-Match")
+            check_range_answer(self.name, self._version, start, end, answer.status, answer.content_range,
+                               answer.etag, len(answer.body))
+            return answer.body
+
+        try:
+            data = call_with_retries(once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
+        except FileChangedError:
+            self._storage.forget_version(self._path)  # a reader opened from now on reads the new version
+            raise
+        self._storage.counter.add(len(data))
+        return data
+
+    def fetch_ahead(self, start: int, end: int, *, urgent: bool) -> None:
+        """Fetch bytes [start, end) into the block cache in the background (see storage/read_ahead.py)."""
+        self._storage.read_ahead.fetch(self, start, end, urgent=urgent)
+
+    def release(self, start: int, end: int) -> None:
+        """Bytes [start, end) fetched ahead will not be read by the reader that asked for them: they no longer
+        count as ahead (see BlockCache.release)."""
+        self._storage.blocks.release(self.key, start // self._block_size, -(-end // self._block_size))
+
     def _block(self, index: int) -> bytes:
         start = index * self._block_size
         end = min(self._size, start + self._block_size)
-
-        def fetch() -> bytes:
-            def once() -> bytes:
-                answer = self._answer(start, end)
-                if answer.status == 412:
-                    raise changed_error(self.name, self._version, "412 Precondition Failed for If-Match")
-                check_range_answer(self.name, self._version, start, end, answer.status, answer.content_range,
-                                   answer.etag, len(answer.body))
-                return answer.body
-
-            data = call_with_retries(once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
-            self._storage.counter.add(len(data))
-            return data
-
-        return self._storage.blocks.get((self.key, index), fetch, reader=not self.prefetching)
+        return self._storage.blocks.get((self.key, index), lambda: self.fetch_range(start, end))
 
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)

@@ -159,8 +159,8 @@ def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_b
         assert counts["bytes_read"] <= 2 * (videos + data), (counts["bytes_read"], videos, data)
 
 
-def test_prefetch_failures_are_counted_and_the_sample_gets_the_error(av1_root, tmp_path):
-    """A video file of an upcoming piece is missing: prefetch counts its failure (no silent loss) and the
+def test_read_ahead_failures_are_counted_and_the_sample_gets_the_error(av1_root, tmp_path):
+    """A video file of an upcoming piece is missing: the read-ahead counts its failure (no silent loss) and the
     sample that needs it gets a clear error naming the file, after every earlier sample came through."""
     from robostream.errors import MissingFileError
     from robostream.format.metadata import load_metadata
@@ -180,7 +180,7 @@ def test_prefetch_failures_are_counted_and_the_sample_gets_the_error(av1_root, t
             for sample in dataset:
                 seen.append(int(sample["episode_index"]))
     assert 0 in seen and max(seen) < victim  # every sample before the broken piece was delivered
-    assert dataset.frame_counts()["prefetch_errors"] >= 1
+    assert dataset.frame_counts()["read_ahead_errors"] >= 1
 
 
 def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_dataset, s3_dataset, av1_root):
@@ -191,7 +191,7 @@ def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_da
     url, options = s3_dataset
     remote = [Source(root=http_dataset.url, episodes=[0, 1, 2], read_options=FAST),
               Source(root=url, episodes=[3, 4], repeat=2,
-                     options=ReadOptions(storage_options=options, retry=FAST_RETRY)),
+                     read_options=ReadOptions(storage_options=options, retry=FAST_RETRY)),
               Source(root=av1_root, episodes=[5, 6], choose=20)]
     local = [Source(root=av1_root, episodes=[0, 1, 2]), Source(root=av1_root, episodes=[3, 4], repeat=2),
              Source(root=av1_root, episodes=[5, 6], choose=20)]

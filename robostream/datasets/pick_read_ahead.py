@@ -1,0 +1,115 @@
+"""A streaming consumer's picks, passed on in order, with the video bytes of the next ones fetched ahead.
+
+The plan fixes every pick (stream, piece, position) before anything is decoded, so the bytes each will need are
+known: the frames of the pick's sample (its windows included) per camera, located in the camera file by its packet
+index (datasets/video_read_ahead.py). Picks are taken from the plan ahead of the consumer and their spans handed to
+the storage's read-ahead in pick order, until the bytes asked for ahead reach the depth Little's law gives (the
+rate the decoders take fetched bytes x a request's time, storage/read_ahead.py): the next samples' frames of every
+live piece come first, the rest of each piece behind them, and the first batch costs about one round trip.
+
+A piece is read forward, so a pick asks only for the bytes past what its piece asked for already; when a piece is
+done, the blocks fetched for it that no decoder read are released (they no longer count as ahead).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from robostream.datasets.mixture import SourceReader
+from robostream.plan.epoch import EpochPlan, Pick
+from robostream.plan.schedule import piece_sample_order
+from robostream.storage.store import RangedReader
+
+FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
+MAX_PICKS_AHEAD = 4096  # bounds the picks held when their bytes are tiny
+PICKS_PER_ROUND = 32  # picks taken from the plan at a time (their new files' indexes are read together)
+
+
+@dataclass
+class _Piece:
+    source: SourceReader
+    episode: int
+    frames: dict[str, np.ndarray]  # per camera, (samples, T) frames in the piece's sample order
+    asked: dict[str, tuple[float, int]] = field(default_factory=dict)  # per camera: last first time, span end
+    spans: dict[str, tuple[RangedReader, int, int]] = field(default_factory=dict)  # per camera: bytes asked for
+
+
+class PickReadAhead:
+    """Picks of one consumer role with their video bytes fetched ahead (remote sources; see module doc)."""
+
+    def __init__(self, plan: EpochPlan, sources: Sequence[SourceReader],
+                 locate: Callable[[int], tuple[SourceReader, int, int]]) -> None:
+        self.plan, self.sources, self._locate = plan, sources, locate
+        self._pieces: dict[tuple[int, int], _Piece] = {}
+        self._remote = [s for s in sources if s.frames.video_ahead.enabled]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._remote)
+
+    def __call__(self, picks: Iterator[Pick]) -> Iterator[Pick]:
+        window: deque[Pick] = deque()
+        exhausted = False
+        while True:
+            while not exhausted and (not window or (len(window) < MAX_PICKS_AHEAD and self._wants_more())):
+                taken = list(itertools.islice(picks, PICKS_PER_ROUND))
+                exhausted = len(taken) < PICKS_PER_ROUND
+                entries = [self._entry(pick) for pick in taken]
+                # The packet indexes of files met for the first time are read concurrently (a round trip each).
+                for source in self._remote:
+                    source.frames.video_ahead.prepare(
+                        [(e.episode, key) for e in entries if e is not None and e.source is source for key in e.frames])
+                for pick, entry in zip(taken, entries):
+                    if entry is not None:
+                        self._ask(entry, pick[2])
+                window.extend(taken)
+            if not window:
+                return
+            yield window.popleft()
+
+    def done(self, stream: int, piece: int) -> None:
+        """The consumer took the piece's last sample: what was fetched for it and not read leaves the ahead."""
+        entry = self._pieces.pop((stream, piece), None)
+        if entry is not None:
+            for reader, start, end in entry.spans.values():
+                reader.release(start, end)
+
+    def _wants_more(self) -> bool:
+        ahead = [s.meta.data_storage.read_ahead for s in self._remote]
+        return sum(r.ahead_bytes() for r in ahead) < max(r.depth_bytes(FLOOR_BYTES) for r in ahead)
+
+    def _entry(self, pick: Pick) -> _Piece | None:
+        """What the read-ahead keeps of a pick's piece (None: its source reads nothing ahead)."""
+        stream, piece, _ = pick
+        entry = self._pieces.get((stream, piece))
+        if entry is None:
+            unit, first, stop = self.plan.pieces[stream][piece]
+            source, episode, offset = self._locate(unit)
+            if not source.frames.video_ahead.enabled:
+                return None
+            order = piece_sample_order(offset + first, offset + stop, source.frames.stride)
+            length = int(source.meta.episodes.lengths_of([episode])[0])
+            entry = _Piece(source, episode, source.frames.assembler.camera_window_frames(order, length))
+            self._pieces[(stream, piece)] = entry
+        return entry
+
+    def _ask(self, entry: _Piece, position: int) -> None:
+        video = entry.source.frames.video_ahead
+        fps = entry.source.meta.fps
+        for key, frames in entry.frames.items():
+            first_s, last_s = float(frames[position].min()) / fps, float(frames[position].max()) / fps
+            previous = entry.asked.get(key)
+            # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
+            # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
+            after = previous[1] if previous is not None and first_s >= previous[0] else 0
+            asked = video.fetch_span(entry.episode, key, first_s, last_s, after=after, urgent=False)
+            if asked is not None:
+                reader, start, end = asked
+                held = entry.spans.get(key)
+                entry.spans[key] = (reader, min(start, held[1]), max(end, held[2])) if held else asked
+                entry.asked[key] = (first_s, max(end, after))

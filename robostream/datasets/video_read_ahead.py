@@ -1,0 +1,102 @@
+"""The video bytes of frames a reader will decode, located in their files and fetched ahead (remote datasets).
+
+Each camera file's packet index is read once per process (video/packet_index.py: the moov only, which the
+decoder reads anyway); frames at episode times then map to byte spans of the file, which the storage's read-ahead
+fetches merged and many at once (storage/read_ahead.py). The streaming dataset asks for the spans of its next picks
+in the order they will be decoded, the map-style dataset for a whole batch before decoding it.
+
+Local datasets, and remote ones read through the disk cache (whole files), fetch nothing here.
+
+A file whose index cannot be read (missing, unreachable, not an mp4 PyAV can open, PyAV before 18.1) is counted
+(`read_ahead_errors`) and left to the decoder: its own read of the same bytes reports the error for the sample that
+needs them, under the same retry policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import av
+import numpy as np
+
+from robostream.errors import RobostreamError
+from robostream.format.metadata import DatasetMetadata
+from robostream.process_local import ProcessLocal
+from robostream.storage.store import RangedReader
+from robostream.video.packet_index import PacketIndex, read_packet_index
+
+INDEX_THREADS = 8  # packet indexes read at once (a round trip or two each)
+EXPECTED = (RobostreamError, OSError, av.error.FFmpegError)  # failures the decoder's own read reports for real
+
+
+class _File:
+    def __init__(self, reader: RangedReader | None, index: PacketIndex | None) -> None:
+        self.reader, self.index = reader, index
+
+
+class _State:
+    """One process's files (reader and packet index) and the threads reading their indexes."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, _File] = {}
+        self.pool = ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="robostream-index")
+
+
+class VideoReadAhead:
+    """Byte spans of camera frames, fetched ahead of the decoders of one dataset (per process)."""
+
+    def __init__(self, meta: DatasetMetadata, *, enabled: bool = True) -> None:
+        """enabled: False turns fetching ahead off (then decoders fetch their blocks as they read them)."""
+        self.meta = meta
+        storage = meta.data_storage
+        self.enabled = enabled and not storage.is_local and storage.cache is None and bool(meta.video_keys)
+        self._state = ProcessLocal(_State)
+
+    @property
+    def errors(self) -> int:
+        """Files whose index this process could not read (their frames were not fetched ahead)."""
+        return sum(file.index is None for file in self._state.get().files.values())
+
+    def fetch(self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool) -> None:
+        """Fetch, per camera, the bytes that decoding the frames at these episode times reads."""
+        if not self.enabled:
+            return
+        for key, times in times_by_key.items():
+            if len(times):
+                self.fetch_span(episode, key, float(np.min(times)), float(np.max(times)), urgent=urgent)
+
+    def fetch_span(self, episode: int, key: str, first_s: float, last_s: float, *, urgent: bool, after: int = 0
+                   ) -> tuple[RangedReader, int, int] | None:
+        """Fetch the bytes that decoding camera `key` of `episode` from episode time `first_s` to `last_s`
+        reads (those at or past byte `after` only); returns the file's reader and that byte span [start, end),
+        or None when nothing is known of the file."""
+        span = self.meta.episodes.video_span(episode, key)
+        file = self._file(self.meta.video_file(episode, key))
+        if file.index is None:
+            return None
+        start, end = file.index.byte_span(span.from_timestamp + first_s, span.from_timestamp + last_s)
+        file.reader.fetch_ahead(max(start, after), end, urgent=urgent)
+        return file.reader, start, end
+
+    def prepare(self, cameras: Sequence[tuple[int, str]]) -> None:
+        """Read the packet indexes of the files of these (episode, camera) pairs not read yet, concurrently."""
+        if not self.enabled:
+            return
+        state = self._state.get()
+        new = sorted({self.meta.video_file(episode, key) for episode, key in cameras} - state.files.keys())
+        if len(new) > 1:
+            list(state.pool.map(self._file, new))
+
+    def _file(self, relative: str) -> _File:
+        state = self._state.get()
+        file = state.files.get(relative)
+        if file is None:
+            try:
+                reader = self.meta.open(relative, what="video file")
+                assert isinstance(reader, RangedReader)  # enabled: a remote root without the disk cache
+                file = _File(reader, read_packet_index(reader))
+            except EXPECTED:
+                file = _File(None, None)
+            state.files[relative] = file
+        return file
