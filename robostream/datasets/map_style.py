@@ -23,6 +23,7 @@ import torch
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
+from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_columns import DataColumns
 from robostream.plan.windows import delta_offsets
 
@@ -70,6 +71,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
                                     video_decoder_cache_size)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
+        self.video_ahead = VideoReadAhead(self.meta)
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------
     @property
@@ -121,12 +123,15 @@ class LeRobotDataset(torch.utils.data.Dataset):
         windows = self.assembler.windows(frame, len(rows))
         wanted = {k: self.assembler.timestamps(rows, frames)
                   for k, frames in self.assembler.video_frames(frame, windows[0]).items()}
+        self.video_ahead.fetch(episode, wanted, urgent=True)  # remote: every camera's bytes at once
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         return self.assembler.assemble(rows, frame, video, windows)
 
     def __getitems__(self, positions: Sequence[int]) -> list[dict[str, Any]]:
         """The samples at `positions` (what torch's DataLoader asks for per batch), equal to `self[p]` for each;
-        their frames are decoded together, one decoder call per camera file instead of one per sample and camera."""
+        their frames are decoded together, one decoder call per camera file instead of one per sample and camera.
+        From a remote store, the byte spans of all their frames are located first and fetched at once, merged, many
+        requests in flight (one round trip for the batch instead of one per block a decoder reads)."""
         prepared, requests = [], []
         for position in positions:
             episode, frame = self.locate(position)
@@ -135,6 +140,10 @@ class LeRobotDataset(torch.utils.data.Dataset):
             prepared.append((rows, frame, windows))
             requests.append((episode, {k: self.assembler.timestamps(rows, frames)
                                        for k, frames in self.assembler.video_frames(frame, windows[0]).items()}))
+        if self.video_ahead.enabled:
+            self.video_ahead.prepare([(episode, key) for episode, wanted in requests for key in wanted])
+            for episode, wanted in requests:
+                self.video_ahead.fetch(episode, wanted, urgent=True)
         decoded = (self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys
                    else [{} for _ in requests])
         return [self.assembler.assemble(rows, frame, video, windows)

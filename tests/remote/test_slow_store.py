@@ -55,3 +55,109 @@ def test_streaming_through_a_slow_store_gives_the_local_samples(av1_root):
         remote = _frames(StreamingLeRobotDataset(root=store.url, seed=4, episodes=[0, 1], return_uint8=True))
         assert 0 < store.load.most <= 3 and store.load.request_s > 0
     assert sorted(remote) == sorted(local) and all(remote[i].equal(local[i]) for i in local)
+
+
+# -- the readers over a store with latency: the same samples, several requests in flight, exact resume ----------
+
+def _batches(root, **kwargs):
+    from robostream import StreamingDataLoader
+
+    dataset = StreamingLeRobotDataset(root=root, seed=3, return_uint8=True, **kwargs)
+    loader = StreamingDataLoader(dataset, batch_size=8, num_workers=2)
+    return loader, [(b["index"], b["observation.images.cam0"], b["observation.images.cam1"]) for b in loader]
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(x.equal(y) for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+
+
+def test_streaming_epoch_through_a_store_with_latency_equals_the_local_one(any_root):
+    """DataLoader workers read ahead of their decoders (AV1, and H.264 with B-frames and long GOPs): the epoch
+    is the local one batch for batch, requests overlap, and no block fetched ahead is evicted before its use."""
+    from robostream import ReadOptions
+
+    _, local = _batches(any_root)
+    with RangeHTTPServer(any_root, latency_s=0.03, bandwidth=50e6) as store:
+        loader, remote = _batches(store.url, read_options=ReadOptions(read_buffer="1mb"))  # 16 KiB blocks
+        counts = loader.streaming_dataset.frame_counts()
+        assert store.load.most >= 2  # requests in flight at once: the latency is overlapped
+    assert _same(remote, local)
+    assert counts["evicted_unread"] == 0 and counts["read_ahead_errors"] == 0
+
+
+def test_streaming_resume_through_a_store_with_latency_is_exact(av1_root):
+    from robostream import StreamingDataLoader
+
+    _, local = _batches(av1_root)
+    with RangeHTTPServer(av1_root, latency_s=0.03) as store:
+        first, _ = _batches(store.url)
+        first = StreamingDataLoader(first.streaming_dataset, batch_size=8, num_workers=2)
+        head = []
+        for batch in first:
+            head.append((batch["index"], batch["observation.images.cam0"], batch["observation.images.cam1"]))
+            if len(head) == 3:
+                break
+        state = first.state_dict()
+        dataset = StreamingLeRobotDataset(root=store.url, seed=3, return_uint8=True)
+        second = StreamingDataLoader(dataset, batch_size=8, num_workers=2)
+        second.load_state_dict(state)
+        tail = [(b["index"], b["observation.images.cam0"], b["observation.images.cam1"]) for b in second]
+    assert _same(head + tail, local)
+
+
+def test_map_style_batches_through_a_store_with_latency_equal_the_local_ones(any_root):
+    """A shuffled batch's frames are located and fetched together (several requests at once), then decoded:
+    the samples are the local ones."""
+    import torch
+
+    from robostream import LeRobotDataset
+
+    import json
+
+    fps = json.loads((any_root / "meta" / "info.json").read_text())["fps"]
+
+    def batches(root):
+        dataset = LeRobotDataset(root=root, delta_timestamps={"observation.images.cam0": [-3 / fps, 0.0]},
+                                 return_uint8=True)
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(1))[:24].tolist()
+        return [dataset.__getitems__(order[i: i + 8]) for i in range(0, 24, 8)]
+
+    local = batches(any_root)
+    with RangeHTTPServer(any_root, latency_s=0.03) as store:
+        remote = batches(store.url)
+        assert store.load.most >= 2
+    for a, b in zip(local, remote):
+        for x, y in zip(a, b):
+            assert x.keys() == y.keys()
+            assert all(x[k].equal(y[k]) if hasattr(x[k], "equal") else x[k] == y[k] for k in x)
+
+
+def test_read_ahead_overlaps_requests_in_order_and_never_evicts_unread_blocks(remote_data_dir):
+    """The storage's read-ahead over a store with latency: a range is cut into block-aligned requests run
+    concurrently; blocks fetched ahead wait for their reader (readers then make no request of their own), stay
+    within the free half of the buffer, and leave it when released."""
+    from robostream.storage.store import Storage
+
+    size = DATA_FILES["blob.bin"]
+    expected = (remote_data_dir / "blob.bin").read_bytes()
+    with RangeHTTPServer(remote_data_dir, latency_s=0.05) as store:
+        storage = Storage(store.url, block_budget=1 << 20)  # 16 KiB blocks, 512 KiB for blocks fetched ahead
+        storage.read_ahead.request_bytes = 32 << 10  # two blocks per request: several requests for the blob
+        reader = storage.open("blob.bin")
+        reader.fetch_ahead(0, size, urgent=False)
+        deadline = time.monotonic() + 30
+        while storage.blocks.unread_bytes < size and time.monotonic() < deadline:
+            time.sleep(0.01)
+        requests_before = storage.stats().requests
+        assert reader.read() == expected
+        stats = storage.stats()
+        assert stats.requests == requests_before  # every block was there: no reader waited on the store
+        assert stats.in_flight_peak >= 2 and store.load.most >= 2 and stats.evicted_unread == 0
+        assert storage.read_ahead.ahead_bytes() == 0  # all taken
+        other = storage.open("small.txt")
+        other.fetch_ahead(0, DATA_FILES["small.txt"], urgent=False)
+        deadline = time.monotonic() + 30
+        while storage.blocks.unread_bytes == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        other.release(0, DATA_FILES["small.txt"])  # never read: released, no longer ahead
+        assert storage.read_ahead.ahead_bytes() == 0
