@@ -11,6 +11,7 @@ from typing import Any
 
 _EXPORTS = {
     "LeRobotDataset": "robostream.datasets.map_style",
+    "LookAheadBatchSampler": "robostream.datasets.look_ahead_sampler",
     "Source": "robostream.datasets.mixture",
     "ReadOptions": "robostream.datasets.origin",
     "SourceOptions": "robostream.datasets.origin",  # the old name of ReadOptions, for one release

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from robostream.bench.probe import BatchProbe, TimedMapDataset
 from robostream.datasets.loader import StreamingDataLoader
+from robostream.datasets.look_ahead_sampler import LookAheadBatchSampler
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.mixture import Source
 from robostream.datasets.origin import ReadOptions
@@ -140,7 +141,10 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
         generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
         sampler = (DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params.get("seed", 0)))
                    if world > 1 else torch.utils.data.RandomSampler(dataset, generator=generator))
-        loader = DataLoader(TimedMapDataset(dataset, stats), sampler=sampler, **options)
+        # Batches that name their worker's next batch: a remote dataset fetches its bytes while this one decodes.
+        batches = LookAheadBatchSampler(sampler, batch_size=options.pop("batch_size"),
+                                        look_ahead=max(1, options["num_workers"]))
+        loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
         counts = None
     return {"loader": loader, "frames_per_sample": frames_per_sample(dataset), "counts": counts,
             "split": lambda samples: _split(params, samples),

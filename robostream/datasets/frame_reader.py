@@ -27,6 +27,9 @@ from robostream.plan.schedule import piece_sample_order
 from robostream.storage.store import Storage
 
 
+ROW_THREADS = 4  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
+
+
 class FrameReader:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
@@ -57,7 +60,7 @@ class FrameReader:
         self.stride = stride
         self.decode_ahead = decode_ahead
         remote = prefetch and not meta.data_storage.is_local
-        self.rows = DataRowReader(meta, read_ahead_threads=1 if remote else 0)
+        self.rows = DataRowReader(meta, read_ahead_threads=ROW_THREADS if remote else 0)
         self.video_ahead = VideoReadAhead(meta, enabled=prefetch)
 
     def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:

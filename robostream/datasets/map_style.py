@@ -25,6 +25,7 @@ from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
 from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_columns import DataColumns
+from robostream.process_local import ProcessLocal
 from robostream.plan.windows import delta_offsets
 
 
@@ -72,6 +73,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
                                     video_decoder_cache_size)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
         self.video_ahead = VideoReadAhead(self.meta)
+        self._ahead = ProcessLocal(_AskedAhead)
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------
     @property
@@ -130,8 +132,30 @@ class LeRobotDataset(torch.utils.data.Dataset):
     def __getitems__(self, positions: Sequence[int]) -> list[dict[str, Any]]:
         """The samples at `positions` (what torch's DataLoader asks for per batch), equal to `self[p]` for each;
         their frames are decoded together, one decoder call per camera file instead of one per sample and camera.
+
         From a remote store, the byte spans of all their frames are located first and fetched at once, merged, many
-        requests in flight (one round trip for the batch instead of one per block a decoder reads)."""
+        requests in flight (one round trip for the batch instead of one per block a decoder reads); a batch from
+        `LookAheadBatchSampler` also names the worker's next batch, whose bytes are then fetched while this one
+        decodes."""
+        prepared, requests = self._requests(positions)
+        if self.video_ahead.enabled:
+            ahead = getattr(positions, "ahead", None)
+            _, upcoming = self._requests(ahead) if ahead else ([], [])
+            self.video_ahead.prepare([(episode, key) for episode, wanted in requests + upcoming for key in wanted])
+            for episode, wanted in requests:
+                self.video_ahead.fetch(episode, wanted, urgent=True)
+            if upcoming:
+                self._ahead.get().ask(tuple(ahead), [span for episode, wanted in upcoming
+                                                     for span in self.video_ahead.fetch(episode, wanted, urgent=False)])
+        decoded = (self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys
+                   else [{} for _ in requests])
+        if self.video_ahead.enabled:
+            self._ahead.get().served(tuple(positions))
+        return [self.assembler.assemble(rows, frame, video, windows)
+                for (rows, frame, windows), video in zip(prepared, decoded)]
+
+    def _requests(self, positions: Sequence[int]) -> tuple[list[tuple[Any, int, Any]], list[tuple[int, dict]]]:
+        """Per position its (rows, frame, windows) and its (episode, timestamps by camera) decode request."""
         prepared, requests = [], []
         for position in positions:
             episode, frame = self.locate(position)
@@ -140,11 +164,28 @@ class LeRobotDataset(torch.utils.data.Dataset):
             prepared.append((rows, frame, windows))
             requests.append((episode, {k: self.assembler.timestamps(rows, frames)
                                        for k, frames in self.assembler.video_frames(frame, windows[0]).items()}))
-        if self.video_ahead.enabled:
-            self.video_ahead.prepare([(episode, key) for episode, wanted in requests for key in wanted])
-            for episode, wanted in requests:
-                self.video_ahead.fetch(episode, wanted, urgent=True)
-        decoded = (self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys
-                   else [{} for _ in requests])
-        return [self.assembler.assemble(rows, frame, video, windows)
-                for (rows, frame, windows), video in zip(prepared, decoded)]
+        return prepared, requests
+
+
+class _AskedAhead:
+    """The byte spans fetched ahead for the batches a worker will serve next (one process's), released once
+    the batch is served (or when more than a few are pending: a batch that never came, e.g. at an epoch's end),
+    so bytes no decoder read stop counting as ahead."""
+
+    PENDING = 4
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple[int, ...], list[tuple[Any, int, int]]] = {}
+
+    def ask(self, batch: tuple[int, ...], spans: list[tuple[Any, int, int]]) -> None:
+        self.pending[batch] = spans
+        while len(self.pending) > self.PENDING:
+            self._release(self.pending.pop(next(iter(self.pending))))
+
+    def served(self, batch: tuple[int, ...]) -> None:
+        self._release(self.pending.pop(batch, []))
+
+    @staticmethod
+    def _release(spans: list[tuple[Any, int, int]]) -> None:
+        for reader, start, end in spans:
+            reader.release(start, end)

@@ -92,6 +92,7 @@ class PickReadAhead:
             source, episode, offset = self._locate(unit)
             if not source.frames.video_ahead.enabled:
                 return None
+            source.frames.rows.read_ahead(episode)  # its rows too, in the background
             order = piece_sample_order(offset + first, offset + stop, source.frames.stride)
             length = int(source.meta.episodes.lengths_of([episode])[0])
             entry = _Piece(source, episode, source.frames.assembler.camera_window_frames(order, length))

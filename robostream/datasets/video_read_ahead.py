@@ -58,13 +58,15 @@ class VideoReadAhead:
         """Files whose index this process could not read (their frames were not fetched ahead)."""
         return sum(file.index is None for file in self._state.get().files.values())
 
-    def fetch(self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool) -> None:
-        """Fetch, per camera, the bytes that decoding the frames at these episode times reads."""
+    def fetch(self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool
+              ) -> list[tuple[RangedReader, int, int]]:
+        """Fetch, per camera, the bytes that decoding the frames at these episode times reads; returns the spans
+        asked for (to release those fetched ahead that no decoder read, see RangedReader.release)."""
         if not self.enabled:
-            return
-        for key, times in times_by_key.items():
-            if len(times):
-                self.fetch_span(episode, key, float(np.min(times)), float(np.max(times)), urgent=urgent)
+            return []
+        spans = [self.fetch_span(episode, key, float(np.min(times)), float(np.max(times)), urgent=urgent)
+                 for key, times in times_by_key.items() if len(times)]
+        return [span for span in spans if span is not None]
 
     def fetch_span(self, episode: int, key: str, first_s: float, last_s: float, *, urgent: bool, after: int = 0
                    ) -> tuple[RangedReader, int, int] | None:

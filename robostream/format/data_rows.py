@@ -155,6 +155,9 @@ class _Caches:
         self.pending = LRU()  # episode -> Future of its EpisodeRows
 
 
+PENDING_READS = 256  # episodes read ahead and not asked for yet (rows are small: KiBs per episode)
+
+
 class DataRowReader:
     """Rows of any episode of a dataset, read on demand (see the module docstring for cost and memory)."""
 
@@ -195,7 +198,7 @@ class DataRowReader:
             if episode in caches.pending:
                 return
             # Bounded: reads never asked for (an epoch ended early) are forgotten, oldest first.
-            caches.pending.put(episode, self._pool.get().submit(self._read, episode), 4 * self.footers)
+            caches.pending.put(episode, self._pool.get().submit(self._read, episode), PENDING_READS)
 
     def _file(self, relative: str, episode: int) -> _DataFile:
         caches = self._caches.get()
@@ -226,6 +229,10 @@ class DataRowReader:
         expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
         data_file = self._file(relative, episode)
         groups = np.flatnonzero((data_file.episode_lo <= episode) & (episode <= data_file.episode_hi)).tolist()
+        if groups and hasattr(data_file.source, "fetch_ahead"):
+            # Remote: the row groups' bytes in one merged request before pyarrow reads them column chunk by
+            # column chunk (each a round trip otherwise), outside the file's lock so other episodes' fetches overlap.
+            data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), urgent=True)
         try:
             with data_file.lock:
                 table = data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False) \
@@ -250,6 +257,19 @@ class DataRowReader:
         return EpisodeRows(episode=episode, columns=columns,
                            images={k: table.column(k).combine_chunks() for k in self.image_keys},
                            strings={k: table.column(k).to_pylist() for k in self.string_keys})
+
+
+def _row_groups_span(metadata: pq.FileMetaData, groups: list[int]) -> tuple[int, int]:
+    """Bytes [start, end) of the file that hold these row groups' column chunks."""
+    start, end = None, 0
+    for g in groups:
+        group = metadata.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            first = min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o is not None and o > 0)
+            start = first if start is None else min(start, first)
+            end = max(end, first + chunk.total_compressed_size)
+    return start or 0, end
 
 
 def _episode_ranges(parquet: pq.ParquetFile, column: int) -> tuple[np.ndarray, np.ndarray]:

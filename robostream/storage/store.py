@@ -47,10 +47,11 @@ from robostream.storage.integrity import (
 )
 from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
 
-# Bytes fetched per range request (at most). Live pieces read scattered spans of their files, so each live piece
-# and camera keeps about one block busy: small blocks keep that working set small; 256 KiB still holds a few
-# look-ahead frames of a 256x256 AV1 camera (~15 KiB each) per request.
-BLOCK_SIZE = 256 << 10
+# The unit of the block cache. Range requests fetch runs of blocks (storage/read_ahead.py merges them up to 2 MiB),
+# so the block is not the request size: it is the granularity of what is kept and of what a random read costs.
+# Random reads (a map-style sample: a keyframe run of a few KiB plus FFmpeg's 64 KiB read-ahead) waste up to a
+# block on each side, so blocks stay small.
+BLOCK_SIZE = 64 << 10
 MIN_BLOCK_SIZE = 16 << 10
 DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + read-ahead)
 
@@ -516,6 +517,8 @@ class RangedReader(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
+        if end - self._pos > self._block_size:  # several blocks (a parquet column chunk): one merged request
+            self.fetch_ahead(self._pos, end, urgent=True)
         parts = []
         while self._pos < end:
             index, offset = divmod(self._pos, self._block_size)
@@ -526,9 +529,15 @@ class RangedReader(io.RawIOBase):
         return b"".join(parts)
 
     def download(self, out: Writable) -> None:
-        """Write the whole file to `out`, block by block (each block retried)."""
-        for index in range(-(-self._size // self._block_size)):
-            out.write(self._block(index))
+        """Write the whole file to `out`, a window of blocks at a time fetched concurrently (each request
+        retried); the window is a quarter of the read buffer so its blocks stay cached until written."""
+        window = max(1, self._storage.block_budget // 4 // self._block_size)
+        blocks = -(-self._size // self._block_size)
+        for first in range(0, blocks, window):
+            stop = min(blocks, first + window)
+            self.fetch_ahead(first * self._block_size, stop * self._block_size, urgent=True)
+            for index in range(first, stop):
+                out.write(self._block(index))
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))

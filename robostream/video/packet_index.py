@@ -18,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 
 REORDER_FRAMES = 4  # packets past the last frame's decode time that reordered (B-frame) streams may need
-SLACK_BYTES = 64 << 10  # FFmpeg reads ahead of the packet it parses (its AVIO buffer); fetch that too
+AVIO_BYTES = 64 << 10  # FFmpeg reads a file object in chunks of this size from where it seeks
 
 
 @dataclass(frozen=True)
@@ -28,20 +28,22 @@ class PacketIndex:
     pos: np.ndarray  # int64 byte offset of each packet
     end: np.ndarray  # int64 byte offset just past each packet
     time_s: np.ndarray  # float64 decode time of each packet, seconds
-    keyframe: np.ndarray  # bool
+    keyframes: np.ndarray  # int64 positions of the keyframe packets, ascending
     frame_s: float  # typical time between packets
 
     def byte_span(self, first_s: float, last_s: float) -> tuple[int, int]:
         """Bytes [start, end) a decoder reads to produce the frames shown from `first_s` to `last_s` (file
         times): from the keyframe at or before `first_s` through the packets decoded up to `last_s` (plus a few
-        for reordered streams, and FFmpeg's read-ahead)."""
+        for reordered streams), in the chunks FFmpeg reads from there."""
         half = 0.5 * self.frame_s
         lo = int(np.searchsorted(self.time_s, first_s + half, side="right")) - 1
-        keys = np.flatnonzero(self.keyframe[: max(lo, 0) + 1])
-        first = int(keys[-1]) if len(keys) else 0
+        key = int(np.searchsorted(self.keyframes, max(lo, 0), side="right")) - 1
+        first = int(self.keyframes[key]) if key >= 0 else 0
         last = int(np.searchsorted(self.time_s, last_s + half + REORDER_FRAMES * self.frame_s, side="right"))
         last = min(max(last, first + 1), len(self.pos))
-        return int(self.pos[first]), int(self.end[first:last].max()) + SLACK_BYTES
+        start = int(self.pos[first])
+        chunks = -(-(int(self.end[first:last].max()) - start) // AVIO_BYTES)
+        return start, start + chunks * AVIO_BYTES
 
 
 def read_packet_index(source: str | BinaryIO) -> PacketIndex | None:
@@ -61,5 +63,5 @@ def read_packet_index(source: str | BinaryIO) -> PacketIndex | None:
     times = rows[:, 2].astype(np.float64) * time_base
     steps = np.diff(times)
     frame_s = float(np.median(steps[steps > 0])) if np.any(steps > 0) else 0.0
-    return PacketIndex(pos=rows[:, 0], end=rows[:, 0] + rows[:, 1], time_s=times, keyframe=rows[:, 3].astype(bool),
-                       frame_s=frame_s)
+    return PacketIndex(pos=rows[:, 0], end=rows[:, 0] + rows[:, 1], time_s=times,
+                       keyframes=np.flatnonzero(rows[:, 3]), frame_s=frame_s)

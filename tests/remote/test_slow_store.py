@@ -106,11 +106,12 @@ def test_streaming_resume_through_a_store_with_latency_is_exact(av1_root):
 
 
 def test_map_style_batches_through_a_store_with_latency_equal_the_local_ones(any_root):
-    """A shuffled batch's frames are located and fetched together (several requests at once), then decoded:
-    the samples are the local ones."""
+    """A shuffled batch's frames are located and fetched together (several requests at once), then decoded,
+    the next batch's fetched meanwhile (LookAheadBatch): the samples are the local ones."""
     import torch
 
     from robostream import LeRobotDataset
+    from robostream.datasets.look_ahead_sampler import LookAheadBatch
 
     import json
 
@@ -120,7 +121,7 @@ def test_map_style_batches_through_a_store_with_latency_equal_the_local_ones(any
         dataset = LeRobotDataset(root=root, delta_timestamps={"observation.images.cam0": [-3 / fps, 0.0]},
                                  return_uint8=True)
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(1))[:24].tolist()
-        return [dataset.__getitems__(order[i: i + 8]) for i in range(0, 24, 8)]
+        return [dataset.__getitems__(LookAheadBatch(order[i: i + 8], order[i + 8: i + 16])) for i in range(0, 24, 8)]
 
     local = batches(any_root)
     with RangeHTTPServer(any_root, latency_s=0.03) as store:
