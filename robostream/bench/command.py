@@ -141,6 +141,14 @@ def _store_settings(args: argparse.Namespace) -> dict[str, float | int | None] |
 
 
 @contextlib.contextmanager
+def video_bytes_per_frame(root: Path) -> float:
+    """The mean bytes of one camera frame in a local dataset's mp4 files (0: no video)."""
+    info = json.loads((root / "meta" / "info.json").read_text())
+    cameras = sum(1 for feature in info["features"].values() if feature.get("dtype") == "video")
+    size = sum(path.stat().st_size for path in (root / "videos").rglob("*.mp4")) if cameras else 0
+    return size / (int(info["total_frames"]) * cameras) if size else 0.0
+
+
 def slow_store(args: argparse.Namespace) -> Iterator[RangeHTTPServer | None]:
     """With --store_* options, the slow store serving the local ROOT (and args.root pointed at it); else None."""
     settings = _store_settings(args)
@@ -210,7 +218,8 @@ def _run_bench(args: argparse.Namespace, store: RangeHTTPServer | None) -> int:
         started = time.monotonic()
         mine, job = run_config(config, meta, launch, gather)
         if store is not None:  # this process's store: what its runs asked of it
-            mine["metrics"]["store"] = store.summary(time.monotonic() - started)
+            mine["metrics"]["store"] = {**store.summary(time.monotonic() - started),
+                                        "frame_bytes": video_bytes_per_frame(store.root)}
             if job is not None:
                 job["metrics"]["store"] = mine["metrics"]["store"]
         if launch.world_size > 1:

@@ -89,7 +89,13 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     if counts.get("frames_delivered"):
         out["decoded_per_delivered"] = counts["frames_decoded"] / counts["frames_delivered"]
         out["decoded_frames_per_s"] = out["frames_per_s"] * out["decoded_per_delivered"]
-    for key in ("bytes_read", "pooled_batches", "fresh_batches"):  # remote bytes; reused vs new batch buffers
+    # The whole run's frames (warm-up included, as a store's bytes served are): decoded when counted, else delivered.
+    out["run_frames"] = counts.get("frames_decoded") or sum(len(r["episodes"]) for r in records) * trace[
+        "frames_per_sample"]
+    # remote bytes and the readers' wait for them, read-ahead requests in flight, blocks fetched ahead and evicted
+    # unread; reused vs new batch buffers
+    for key in ("bytes_read", "read_wait_us", "in_flight_peak", "evicted_unread", "reader_fetches", "pooled_batches",
+                "fresh_batches"):
         if key in counts:
             out[key] = counts[key]
     cache = cache_totals(records)

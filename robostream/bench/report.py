@@ -137,11 +137,21 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
 
 
 def store_line(result: Mapping[str, Any]) -> str:
-    """What a run read from the slow store: its settings, requests, requests in flight and bytes served."""
+    """What a run read from the slow store: its settings, requests, requests in flight, bytes served (and as a
+    multiple of the video bytes of the frames the run decoded, at the dataset's mean bytes per frame), and the time
+    the readers waited for bytes (streaming: summed over workers)."""
     settings, load = result["config"].get("store") or {}, result["metrics"]["store"]
+    metrics = result["metrics"]
     knobs = ", ".join(f"{name} {value:g}" for name, value in settings.items() if value is not None)
-    return (f"Slow store ({knobs}), {label(result)}: {load['requests']} requests, in flight mean "
+    line = (f"Slow store ({knobs}), {label(result)}: {load['requests']} requests, in flight mean "
             f"{load['in_flight_mean']:.2f} / max {load['in_flight_max']}, {load['bytes'] / 1e6:.1f} MB served")
+    if load.get("frame_bytes") and metrics.get("run_frames"):
+        line += f" = {load['bytes'] / (metrics['run_frames'] * load['frame_bytes']):.2f}x the frames' video bytes"
+    if "read_wait_us" in metrics:
+        line += (f"; readers waited {metrics['read_wait_us'] / 1e6:.1f} s for bytes and fetched "
+                 f"{metrics.get('reader_fetches', 0)} blocks themselves, {metrics.get('evicted_unread', 0)} blocks "
+                 "fetched ahead were evicted unread")
+    return line
 
 
 def plots(folder: Path, results: list[dict[str, Any]], reference: Mapping[str, Any] | None) -> list[Path]:

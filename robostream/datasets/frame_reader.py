@@ -114,6 +114,7 @@ class FrameReader:
             self.counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in stats))
             self.counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in stats))
             self.counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in stats))
+            self.counters.set(worker, "reader_fetches", sum(s.reader_fetches for s in stats))
             self.counters.set(worker, "read_ahead_errors", self.video_ahead.errors
                               + sum(s.read_ahead_failures for s in stats))
 

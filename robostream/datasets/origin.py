@@ -17,6 +17,7 @@ from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.storage.cache import DiskCache, parse_size
 from robostream.storage.derived import DerivedCache, default_directory
 from robostream.storage.integrity import check_validate
+from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import DEFAULT_BLOCK_BUDGET
 from robostream.video.decoder import BACKENDS
@@ -77,8 +78,10 @@ class ReadOptions:
             node (with cache_limit). Costs disk, saves refetching files across epochs and processes. Its
             `derived/` subfolder then also holds the columns derived from the tables (see below).
         cache_limit: bytes (or e.g. "20gb") the disk cache may hold; least recently used files are evicted.
-        read_buffer: fetched remote blocks kept in memory per process, prefetched ones included (bytes or e.g.
+        read_buffer: fetched remote blocks kept in memory per process, those fetched ahead included (bytes or e.g.
             "128mb"): bounds remote-read memory; too small and readers wait for refetches.
+        max_in_flight: range requests a process keeps under way at once when fetching ahead (default 64): enough
+            for a map-style worker at 50-100 ms per request; lower it for a store that throttles connections.
         validate: "size" (default) checks every file's size, and that range reads of S3/HTTP files all see the
             version (ETag) the first read saw. "full" also hashes each whole file entering the disk cache (needs
             cache_dir) against the hash its host publishes (Hub sha256 or git sha1; S3 ETag if a plain MD5), fetches
@@ -91,12 +94,15 @@ class ReadOptions:
     cache_dir: str | Path | None = None
     cache_limit: int | str | None = None
     read_buffer: int | str = DEFAULT_BLOCK_BUDGET
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     validate: Literal["size", "full"] = "size"
 
     def __post_init__(self) -> None:
         if (self.cache_dir is None) != (self.cache_limit is None):
             raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
         parse_size(self.read_buffer)  # fails now, naming the value, rather than at the first remote read
+        if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight={self.max_in_flight!r}: expected a positive number of requests")
         check_validate(self.validate, cached=self.cache_dir is not None)
 
 
@@ -142,4 +148,4 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
                            default_directory())
     return load_metadata(root, storage_options=options.storage_options, data_files_root=options.data_files_root,
                          retry=options.retry, cache=cache, read_buffer_bytes=parse_size(options.read_buffer),
-                         derived=derived, validate=options.validate)
+                         derived=derived, validate=options.validate, max_in_flight=options.max_in_flight)

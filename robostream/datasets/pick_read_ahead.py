@@ -35,7 +35,9 @@ class _Piece:
     source: SourceReader
     episode: int
     frames: dict[str, np.ndarray]  # per camera, (samples, T) frames in the piece's sample order
-    asked: dict[str, tuple[float, int]] = field(default_factory=dict)  # per camera: last first time, span end
+    # per camera: the file's reader and each sample's byte span (start, end arrays); None: nothing known
+    located: dict[str, tuple[RangedReader, np.ndarray, np.ndarray] | None] | None = None
+    asked: dict[str, tuple[int, int]] = field(default_factory=dict)  # per camera: last position's start, span end
     spans: dict[str, tuple[RangedReader, int, int]] = field(default_factory=dict)  # per camera: bytes asked for
 
 
@@ -62,8 +64,9 @@ class PickReadAhead:
                 entries = [self._entry(pick) for pick in taken]
                 # The packet indexes of files met for the first time are read concurrently (a round trip each).
                 for source in self._remote:
-                    source.frames.video_ahead.prepare(
-                        [(e.episode, key) for e in entries if e is not None and e.source is source for key in e.frames])
+                    source.frames.video_ahead.prepare([(e.episode, key) for e in entries if e is not None
+                                                       and e.source is source and e.located is None
+                                                       for key in e.frames])
                 for pick, entry in zip(taken, entries):
                     if entry is not None:
                         self._ask(entry, pick[2])
@@ -100,17 +103,21 @@ class PickReadAhead:
         return entry
 
     def _ask(self, entry: _Piece, position: int) -> None:
-        video = entry.source.frames.video_ahead
-        fps = entry.source.meta.fps
-        for key, frames in entry.frames.items():
-            first_s, last_s = float(frames[position].min()) / fps, float(frames[position].max()) / fps
+        if entry.located is None:  # the piece's first pick: every sample's spans at once (its index is read)
+            video, fps = entry.source.frames.video_ahead, entry.source.meta.fps
+            entry.located = {key: video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
+                             for key, frames in entry.frames.items()}
+        for key, located in entry.located.items():
+            if located is None:
+                continue
+            reader, starts, ends = located
+            start, end = int(starts[position]), int(ends[position])
             previous = entry.asked.get(key)
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
-            after = previous[1] if previous is not None and first_s >= previous[0] else 0
-            asked = video.fetch_span(entry.episode, key, first_s, last_s, after=after, urgent=False)
-            if asked is not None:
-                reader, start, end = asked
-                held = entry.spans.get(key)
-                entry.spans[key] = (reader, min(start, held[1]), max(end, held[2])) if held else asked
-                entry.asked[key] = (first_s, max(end, after))
+            after = previous[1] if previous is not None and start >= previous[0] else 0
+            if end > after:
+                reader.fetch_ahead(max(start, after), end, urgent=False)
+            held = entry.spans.get(key)
+            entry.spans[key] = (reader, min(start, held[1]), max(end, held[2])) if held else (reader, start, end)
+            entry.asked[key] = (start, max(end, after))

@@ -24,7 +24,7 @@ from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.store import RangedReader
-from robostream.video.packet_index import PacketIndex, read_packet_index
+from robostream.video.packet_index import PacketIndex, moov_span, read_packet_index
 
 INDEX_THREADS = 8  # packet indexes read at once (a round trip or two each)
 EXPECTED = (RobostreamError, OSError, av.error.FFmpegError)  # failures the decoder's own read reports for real
@@ -62,24 +62,26 @@ class VideoReadAhead:
               ) -> list[tuple[RangedReader, int, int]]:
         """Fetch, per camera, the bytes that decoding the frames at these episode times reads; returns the spans
         asked for (to release those fetched ahead that no decoder read, see RangedReader.release)."""
-        if not self.enabled:
-            return []
-        spans = [self.fetch_span(episode, key, float(np.min(times)), float(np.max(times)), urgent=urgent)
-                 for key, times in times_by_key.items() if len(times)]
-        return [span for span in spans if span is not None]
+        asked = []
+        for key, times in times_by_key.items():
+            spans = self.spans(episode, key, np.min(times, keepdims=True), np.max(times, keepdims=True)) \
+                if len(times) and self.enabled else None
+            if spans is not None:
+                reader, (start,), (end,) = spans
+                reader.fetch_ahead(int(start), int(end), urgent=urgent)
+                asked.append((reader, int(start), int(end)))
+        return asked
 
-    def fetch_span(self, episode: int, key: str, first_s: float, last_s: float, *, urgent: bool, after: int = 0
-                   ) -> tuple[RangedReader, int, int] | None:
-        """Fetch the bytes that decoding camera `key` of `episode` from episode time `first_s` to `last_s`
-        reads (those at or past byte `after` only); returns the file's reader and that byte span [start, end),
-        or None when nothing is known of the file."""
+    def spans(self, episode: int, key: str, first_s: np.ndarray, last_s: np.ndarray
+              ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
+        """The reader of camera `key`'s file of `episode` and, for each i, the bytes [start, end) that decoding
+        its frames from episode time `first_s[i]` to `last_s[i]` reads; None when nothing is known of the file."""
         span = self.meta.episodes.video_span(episode, key)
         file = self._file(self.meta.video_file(episode, key))
         if file.index is None:
             return None
-        start, end = file.index.byte_span(span.from_timestamp + first_s, span.from_timestamp + last_s)
-        file.reader.fetch_ahead(max(start, after), end, urgent=urgent)
-        return file.reader, start, end
+        starts, ends = file.index.byte_spans(span.from_timestamp + first_s, span.from_timestamp + last_s)
+        return file.reader, starts, ends
 
     def prepare(self, cameras: Sequence[tuple[int, str]]) -> None:
         """Read the packet indexes of the files of these (episode, camera) pairs not read yet, concurrently."""
@@ -97,6 +99,9 @@ class VideoReadAhead:
             try:
                 reader = self.meta.open(relative, what="video file")
                 assert isinstance(reader, RangedReader)  # enabled: a remote root without the disk cache
+                moov = moov_span(reader)
+                if moov is not None:  # in one request: FFmpeg would read it a chunk (a round trip) at a time
+                    reader.fetch_ahead(*moov, urgent=True)
                 file = _File(reader, read_packet_index(reader))
             except EXPECTED:
                 file = _File(None, None)

@@ -29,6 +29,7 @@ from robostream.storage.cache import DiskCache
 from robostream.storage.derived import DerivedCache
 from robostream.storage.integrity import Validate
 from robostream.storage.retry import RetryPolicy
+from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
 from robostream.storage.store import DEFAULT_BLOCK_BUDGET, Storage
 
 INFO_PATH = "meta/info.json"
@@ -151,11 +152,13 @@ def episode_files(storage: Storage, chunks_size: int) -> list[str]:
 def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
                   data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                   cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
-                  derived: DerivedCache | None = None, *, validate: Validate = "size") -> DatasetMetadata:
+                  derived: DerivedCache | None = None, *, validate: Validate = "size",
+                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
     cache: keep the remote data and video files whole on local disk (metadata is always read directly).
-    read_buffer_bytes: fetched remote blocks kept in memory per process (reads and prefetch).
+    read_buffer_bytes: fetched remote blocks kept in memory per process (reads and read-ahead).
+    max_in_flight: read-ahead requests under way at once per process, at most.
     derived: keep the episode table's locating columns (and, for map-style reads, data columns) on local disk, so
     a later construction on this node loads them instead of parsing the parquet files again.
     validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
@@ -165,7 +168,8 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
     # storage.url: a Hub root pinned to the commit its revision named, so data and metadata come from the same one
     data_source = storage.url if data_files_root is None else data_files_root
-    data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes, validate=validate)
+    data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes, validate=validate,
+                           max_in_flight=max_in_flight)
     info = read_info(storage)
     files = episode_files(storage, info.chunks_size)
     if not files:

@@ -31,6 +31,7 @@ class BlockCache:
         self.wait_s = 0.0  # time readers spent waiting for blocks
         self.hits = self.misses = 0
         self.evicted_unread = 0  # blocks fetched ahead but evicted before a reader took them (budget too small)
+        self.reader_fetches = 0  # blocks a reader had to fetch itself (nobody had asked for them ahead)
         self.read_ahead_bytes_taken = 0  # bytes of blocks fetched ahead that a reader then took
         self.on_taken: Callable[[], None] | None = None  # told when unread blocks were taken (room for more)
 
@@ -49,6 +50,7 @@ class BlockCache:
             owner = future is None
             if owner:
                 future = self._inflight[key] = Future()
+                self.reader_fetches += 1
             self.misses += 1
         started = time.perf_counter()
         try:

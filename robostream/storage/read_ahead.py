@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 from robostream.storage.blocks import BlockCache, BlockKey
 
-DEFAULT_MAX_IN_FLIGHT = 16  # requests per process: 2 workers cover 100 ms x 100 MB/s with 1 MiB requests
+# Requests under way at once per process, at most: threads start only while requests wait (a worker's first batch
+# asks for a span per live piece and camera at once; later it needs about take rate x request time / request size).
+DEFAULT_MAX_IN_FLIGHT = 64
 REQUEST_BYTES = 2 << 20  # most bytes of one merged request: per connection ~20 ms of transfer at 100 MB/s
 EWMA = 0.2  # weight of the newest measurement
 

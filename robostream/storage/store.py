@@ -56,7 +56,7 @@ MIN_BLOCK_SIZE = 16 << 10
 DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + read-ahead)
 
 
-def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
+def _default_options(protocol: str, policy: RetryPolicy, max_in_flight: int) -> dict[str, Any]:
     """Per-request timeouts, and client-side retries off: RetryPolicy is the one place that retries."""
     if protocol in ("http", "https"):
         import aiohttp
@@ -67,7 +67,7 @@ def _default_options(protocol: str, policy: RetryPolicy) -> dict[str, Any]:
         # botocore's pool (10 connections by default) would cap the read-ahead's requests in flight.
         return {"config_kwargs": {"connect_timeout": policy.timeout_s, "read_timeout": policy.timeout_s,
                                   "retries": {"total_max_attempts": 1, "mode": "standard"},
-                                  "max_pool_connections": 4 * DEFAULT_MAX_IN_FLIGHT}}
+                                  "max_pool_connections": max_in_flight + 8}}  # + the readers' own
     return {}
 
 
@@ -146,6 +146,7 @@ class StorageStats:
     in_flight_peak: int = 0  # most read-ahead requests under way at once
     evicted_unread: int = 0  # blocks fetched ahead but evicted before a reader took them
     read_ahead_failures: int = 0  # read-ahead requests that failed (the readers then fetched for themselves)
+    reader_fetches: int = 0  # blocks readers fetched themselves, a round trip each (nobody asked for them ahead)
 
 
 class _ProcessState:
@@ -187,7 +188,7 @@ class Storage:
         if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
             root = pin_hub_root(root, dict(storage_options or {}), self.retry)
         self.url = root
-        self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry),
+        self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry, max_in_flight),
                                                          dict(storage_options or {}))
         # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
         # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
@@ -223,7 +224,7 @@ class Storage:
         state = self._process.get()
         return StorageStats(state.counter.bytes, state.counter.requests, state.blocks.wait_s,
                             state.blocks.peak_bytes, state.read_ahead.in_flight_peak, state.blocks.evicted_unread,
-                            state.read_ahead.failures)
+                            state.read_ahead.failures, state.blocks.reader_fetches)
 
     @property
     def read_ahead(self) -> ReadAhead:

@@ -26,24 +26,59 @@ class PacketIndex:
     """The packets of a file's first video stream, in decode order."""
 
     pos: np.ndarray  # int64 byte offset of each packet
-    end: np.ndarray  # int64 byte offset just past each packet
+    reach: np.ndarray  # int64: the furthest byte offset just past any of packets 0..i
     time_s: np.ndarray  # float64 decode time of each packet, seconds
     keyframes: np.ndarray  # int64 positions of the keyframe packets, ascending
     frame_s: float  # typical time between packets
+    delay_s: float  # how far decode times run behind presentation times (B-frame reordering; 0 without)
 
-    def byte_span(self, first_s: float, last_s: float) -> tuple[int, int]:
-        """Bytes [start, end) a decoder reads to produce the frames shown from `first_s` to `last_s` (file
-        times): from the keyframe at or before `first_s` through the packets decoded up to `last_s` (plus a few
-        for reordered streams), in the chunks FFmpeg reads from there."""
+    def byte_spans(self, first_s: np.ndarray, last_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes [start, end) a decoder reads to produce the frames shown from `first_s[i]` to `last_s[i]` (file
+        times), for each i: from the keyframe at or before `first_s` through the packets decoded up to `last_s`
+        (plus a few for reordered streams), and FFmpeg's chunked reads around them."""
         half = 0.5 * self.frame_s
-        lo = int(np.searchsorted(self.time_s, first_s + half, side="right")) - 1
-        key = int(np.searchsorted(self.keyframes, max(lo, 0), side="right")) - 1
-        first = int(self.keyframes[key]) if key >= 0 else 0
-        last = int(np.searchsorted(self.time_s, last_s + half + REORDER_FRAMES * self.frame_s, side="right"))
-        last = min(max(last, first + 1), len(self.pos))
-        start = int(self.pos[first])
-        chunks = -(-(int(self.end[first:last].max()) - start) // AVIO_BYTES)
-        return start, start + chunks * AVIO_BYTES
+        # Decode times are what the index holds: a keyframe shown at t is decoded at t - delay.
+        lo = np.maximum(np.searchsorted(self.time_s, np.asarray(first_s) + half - self.delay_s, side="right") - 1, 0)
+        key = np.searchsorted(self.keyframes, lo, side="right") - 1
+        first = np.where(key >= 0, self.keyframes[np.maximum(key, 0)], 0) if len(self.keyframes) else np.zeros_like(lo)
+        last = np.searchsorted(self.time_s, np.asarray(last_s) + half + REORDER_FRAMES * self.frame_s, side="right")
+        last = np.minimum(np.maximum(last, first + 1), len(self.pos))
+        furthest = self.reach[last - 1]  # packets before `first` end before it (file order): no overreach
+        # FFmpeg reads in chunks of AVIO_BYTES, from the keyframe's offset or, after a short forward seek, on from
+        # where it was (chunk-aligned there): any such run of chunks that covers the last byte ends within a chunk
+        # past it.
+        return self.pos[first] // AVIO_BYTES * AVIO_BYTES, furthest + AVIO_BYTES
+
+
+def moov_span(file: BinaryIO) -> tuple[int, int] | None:
+    """Bytes [start, end) of an mp4's moov box (the index), found by walking the top-level box headers (16 bytes
+    each, at the start of the file and after each box); None when there is none (not an mp4) before the end.
+    A remote reader fetches it in one request instead of FFmpeg reading it chunk after chunk."""
+    where = file.tell()
+    try:
+        return _find_moov(file, file.seek(0, 2))
+    finally:
+        file.seek(where)
+
+
+def _find_moov(file: BinaryIO, size: int) -> tuple[int, int] | None:
+    offset = 0
+    while offset + 8 <= size:
+        file.seek(offset)
+        header = file.read(16)
+        if len(header) < 8:
+            return None
+        length, kind = int.from_bytes(header[:4], "big"), header[4:8]
+        if length == 1 and len(header) == 16:  # 64-bit size follows the type
+            length = int.from_bytes(header[8:16], "big")
+        elif length == 0:  # the box runs to the end of the file
+            length = size - offset
+        if length < 8:
+            return None
+        if kind == b"moov":
+            return offset, min(size, offset + length)
+        offset += length
+    return None
 
 
 def read_packet_index(source: str | BinaryIO) -> PacketIndex | None:
@@ -63,5 +98,7 @@ def read_packet_index(source: str | BinaryIO) -> PacketIndex | None:
     times = rows[:, 2].astype(np.float64) * time_base
     steps = np.diff(times)
     frame_s = float(np.median(steps[steps > 0])) if np.any(steps > 0) else 0.0
-    return PacketIndex(pos=rows[:, 0], end=rows[:, 0] + rows[:, 1], time_s=times,
-                       keyframes=np.flatnonzero(rows[:, 3]), frame_s=frame_s)
+    # FFmpeg's mov muxer starts decode times below zero by the reordering delay (the first frame shows at 0).
+    delay_s = max(0.0, -float(times[0])) if len(times) else 0.0
+    return PacketIndex(pos=np.ascontiguousarray(rows[:, 0]), reach=np.maximum.accumulate(rows[:, 0] + rows[:, 1]), time_s=times,
+                       keyframes=np.flatnonzero(rows[:, 3]), frame_s=frame_s, delay_s=delay_s)

@@ -1,0 +1,83 @@
+"""The packet index (video/packet_index.py): the byte spans it plans hold every byte the decoder reads.
+
+A remote reader fetches `byte_spans` ahead and nothing else; a decoder reading outside them would pay a round trip
+per miss. Here a recording file object counts the decoder's reads for frames across a real file (AV1 with GOP 2
+and H.264 with B-frames and 30-frame GOPs, large enough for many 64 KiB chunks): every read must lie in the
+planned span, which must stay a small part of the file.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robostream.synth import SynthConfig, generate
+from robostream.video.packet_index import moov_span, read_packet_index
+
+
+class RecordingFile(io.RawIOBase):
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+        self.reads: list[tuple[int, int]] = []
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._data.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._data.tell()
+
+    def readinto(self, buffer) -> int:
+        start = self._data.tell()
+        count = self._data.readinto(buffer)
+        self.reads.append((start, start + count))
+        return count
+
+
+@pytest.fixture(scope="module", params=["av1", "h264"])
+def video(request, tmp_path_factory) -> bytes:
+    gop = 2 if request.param == "av1" else 30
+    root = generate(tmp_path_factory.mktemp(request.param) / "ds",
+                    SynthConfig(episodes=1, cameras=1, height=128, width=128, episode_length=300, codec=request.param,
+                                gop=gop, crf=4, seed=7))
+    (path,) = sorted(Path(root, "videos").rglob("*.mp4"))
+    return path.read_bytes()
+
+
+def test_the_decoder_reads_only_inside_the_planned_span(video):
+    from torchcodec.decoders import VideoDecoder
+
+    index = read_packet_index(io.BytesIO(video))
+    assert index is not None and len(index.pos) > 200
+    assert len(video) > 4 * 64 * 1024  # many chunks: a span is a real choice
+    spans = []
+    for frame in range(0, len(index.pos), 13):
+        file = RecordingFile(video)
+        decoder = VideoDecoder(file, seek_mode="approximate")
+        file.reads.clear()  # what opening read (the moov) is fetched separately
+        shown = float(decoder.get_frames_at(indices=[frame]).pts_seconds[0])
+        (start,), (end,) = index.byte_spans(np.array([shown]), np.array([shown]))
+        outside = [(a, b) for a, b in file.reads if b > a and (a < start or b > end)]
+        assert not outside, f"frame {frame}: span [{start}, {end}), reads outside it {outside[:4]}"
+        spans.append(end - start)
+    assert np.median(spans) < len(video) / 4  # a frame's span, not the file
+
+
+def test_moov_span_is_the_index_box(video):
+    start, end = moov_span(io.BytesIO(video))
+    assert video[start + 4: start + 8] == b"moov"
+    assert int.from_bytes(video[start: start + 4], "big") == end - start
+    assert moov_span(io.BytesIO(b"not an mp4 at all" * 10)) is None
+    file = io.BytesIO(video)
+    file.seek(5)
+    moov_span(file)
+    assert file.tell() == 5  # the reader is left where it was (PyAV opens from there)
