@@ -72,8 +72,9 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError, EOFError, OSError)):
         return True
     name = type(exc).__name__
+    # "Checksum": botocore's check of a whole-object answer against the checksum S3 stored (a corrupted transfer)
     return any(word in name for word in ("Timeout", "Connection", "Disconnected", "Payload", "IncompleteRead",
-                                          "ChunkedEncoding", "ProtocolError", "EndpointConnection"))
+                                          "ChunkedEncoding", "ProtocolError", "EndpointConnection", "Checksum"))
 
 
 def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng: random.Random | None = None,
