@@ -140,7 +140,6 @@ def _store_settings(args: argparse.Namespace) -> dict[str, float | int | None] |
     return settings
 
 
-@contextlib.contextmanager
 def video_bytes_per_frame(root: Path) -> float:
     """The mean bytes of one camera frame in a local dataset's mp4 files (0: no video)."""
     info = json.loads((root / "meta" / "info.json").read_text())
@@ -149,6 +148,7 @@ def video_bytes_per_frame(root: Path) -> float:
     return size / (int(info["total_frames"]) * cameras) if size else 0.0
 
 
+@contextlib.contextmanager
 def slow_store(args: argparse.Namespace) -> Iterator[RangeHTTPServer | None]:
     """With --store_* options, the slow store serving the local ROOT (and args.root pointed at it); else None."""
     settings = _store_settings(args)

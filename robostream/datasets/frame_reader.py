@@ -27,7 +27,7 @@ from robostream.plan.schedule import piece_sample_order
 from robostream.storage.store import Storage
 
 
-ROW_THREADS = 4  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
+ROW_THREADS = 16  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
 
 
 class FrameReader:

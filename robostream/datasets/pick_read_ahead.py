@@ -26,6 +26,7 @@ from robostream.plan.schedule import piece_sample_order
 from robostream.storage.store import RangedReader
 
 FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
+MIN_PICKS_AHEAD = 256  # a few batches ahead whatever their bytes (the read-ahead still fetches within its room)
 MAX_PICKS_AHEAD = 4096  # bounds the picks held when their bytes are tiny
 PICKS_PER_ROUND = 32  # picks taken from the plan at a time (their new files' indexes are read together)
 
@@ -58,7 +59,8 @@ class PickReadAhead:
         window: deque[Pick] = deque()
         exhausted = False
         while True:
-            while not exhausted and (not window or (len(window) < MAX_PICKS_AHEAD and self._wants_more())):
+            while not exhausted and (len(window) < MIN_PICKS_AHEAD
+                                     or (len(window) < MAX_PICKS_AHEAD and self._wants_more())):
                 taken = list(itertools.islice(picks, PICKS_PER_ROUND))
                 exhausted = len(taken) < PICKS_PER_ROUND
                 entries = [self._entry(pick) for pick in taken]
@@ -104,9 +106,15 @@ class PickReadAhead:
 
     def _ask(self, entry: _Piece, position: int) -> None:
         if entry.located is None:  # the piece's first pick: every sample's spans at once (its index is read)
-            video, fps = entry.source.frames.video_ahead, entry.source.meta.fps
-            entry.located = {key: video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
-                             for key, frames in entry.frames.items()}
+            frames_reader = entry.source.frames
+            video, fps = frames_reader.video_ahead, entry.source.meta.fps
+            entry.located = {}
+            for key, frames in entry.frames.items():
+                located = video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
+                if located is not None:  # a sample's frames are decoded with the next decode_ahead samples'
+                    reader, starts, ends = located
+                    located = reader, *decode_runs(starts, ends, frames_reader.decode_ahead)
+                entry.located[key] = located
         for key, located in entry.located.items():
             if located is None:
                 continue
@@ -121,3 +129,15 @@ class PickReadAhead:
             held = entry.spans.get(key)
             entry.spans[key] = (reader, min(start, held[1]), max(end, held[2])) if held else (reader, start, end)
             entry.asked[key] = (start, max(end, after))
+
+
+def decode_runs(starts: np.ndarray, ends: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample position p, the bytes [start, end) of positions p .. p + run - 1 together: a piece reader
+    decodes the frames of the next `run` samples in one call when a sample misses its own (piece_reader.py)."""
+    if run <= 1 or len(starts) == 0:
+        return starts, ends
+    pad = run - 1
+    starts = np.concatenate([starts, np.full(pad, starts[-1])])
+    ends = np.concatenate([ends, np.full(pad, ends[-1])])
+    window = np.lib.stride_tricks.sliding_window_view
+    return window(starts, run).min(axis=1), window(ends, run).max(axis=1)

@@ -26,6 +26,7 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.store import RangedReader
 from robostream.video.packet_index import PacketIndex, moov_span, read_packet_index
 
+CAMERAS_KEPT = 1 << 16  # (episode, camera) locations kept per process
 INDEX_THREADS = 8  # packet indexes read at once (a round trip or two each)
 EXPECTED = (RobostreamError, OSError, av.error.FFmpegError)  # failures the decoder's own read reports for real
 
@@ -40,6 +41,7 @@ class _State:
 
     def __init__(self) -> None:
         self.files: dict[str, _File] = {}
+        self.cameras: dict[tuple[int, str], tuple[str, float]] = {}  # (episode, camera) -> (file, its start time)
         self.pool = ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="robostream-index")
 
 
@@ -76,11 +78,18 @@ class VideoReadAhead:
               ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
         """The reader of camera `key`'s file of `episode` and, for each i, the bytes [start, end) that decoding
         its frames from episode time `first_s[i]` to `last_s[i]` reads; None when nothing is known of the file."""
-        span = self.meta.episodes.video_span(episode, key)
-        file = self._file(self.meta.video_file(episode, key))
+        state = self._state.get()
+        camera = state.cameras.get((episode, key))
+        if camera is None:  # where the episode's camera lies: asked per sample on the map-style path
+            if len(state.cameras) >= CAMERAS_KEPT:  # memory flat in the dataset's size
+                state.cameras.clear()
+            camera = state.cameras[(episode, key)] = (self.meta.video_file(episode, key),
+                                                      self.meta.episodes.video_span(episode, key).from_timestamp)
+        relative, from_s = camera
+        file = state.files.get(relative) or self._file(relative)
         if file.index is None:
             return None
-        starts, ends = file.index.byte_spans(span.from_timestamp + first_s, span.from_timestamp + last_s)
+        starts, ends = file.index.byte_spans(from_s + first_s, from_s + last_s)
         return file.reader, starts, ends
 
     def prepare(self, cameras: Sequence[tuple[int, str]]) -> None:
