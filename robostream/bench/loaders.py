@@ -141,7 +141,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
         generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
         sampler = (DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params.get("seed", 0)))
                    if world > 1 else torch.utils.data.RandomSampler(dataset, generator=generator))
-        # Batches that name their worker's next batch: a remote dataset fetches its bytes while this one decodes.
+        # Batches that name their worker's next batches: a remote dataset fetches their bytes while this one decodes.
         batches = LookAheadBatchSampler(sampler, batch_size=options.pop("batch_size"),
                                         look_ahead=max(1, options["num_workers"]))
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)

@@ -139,14 +139,17 @@ class LeRobotDataset(torch.utils.data.Dataset):
         decodes."""
         prepared, requests = self._requests(positions)
         if self.video_ahead.enabled:
-            ahead = getattr(positions, "ahead", None)
-            _, upcoming = self._requests(ahead) if ahead else ([], [])
-            self.video_ahead.prepare([(episode, key) for episode, wanted in requests + upcoming for key in wanted])
+            asked = self._ahead.get()
+            # The worker's next batches (LookAheadBatch), nearest first, each asked for once.
+            upcoming = [(tuple(batch), self._requests(batch)[1]) for batch in getattr(positions, "ahead", ())
+                        if tuple(batch) not in asked.pending]
+            self.video_ahead.prepare([(episode, key) for _, batch in [(None, requests), *upcoming]
+                                      for episode, wanted in batch for key in wanted])
             for episode, wanted in requests:
                 self.video_ahead.fetch(episode, wanted, urgent=True)
-            if upcoming:
-                self._ahead.get().ask(tuple(ahead), [span for episode, wanted in upcoming
-                                                     for span in self.video_ahead.fetch(episode, wanted, urgent=False)])
+            for key, batch in upcoming:
+                asked.ask(key, [span for episode, wanted in batch
+                                for span in self.video_ahead.fetch(episode, wanted, urgent=False)])
         decoded = (self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys
                    else [{} for _ in requests])
         if self.video_ahead.enabled:
@@ -172,7 +175,7 @@ class _AskedAhead:
     the batch is served (or when more than a few are pending: a batch that never came, e.g. at an epoch's end),
     so bytes no decoder read stop counting as ahead."""
 
-    PENDING = 4
+    PENDING = 8
 
     def __init__(self) -> None:
         self.pending: dict[tuple[int, ...], list[tuple[Any, int, int]]] = {}

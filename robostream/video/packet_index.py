@@ -12,7 +12,8 @@ more round trip), and every decoded frame's time is still checked against the as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
@@ -102,3 +103,18 @@ def read_packet_index(source: str | BinaryIO) -> PacketIndex | None:
     delay_s = max(0.0, -float(times[0])) if len(times) else 0.0
     return PacketIndex(pos=np.ascontiguousarray(rows[:, 0]), reach=np.maximum.accumulate(rows[:, 0] + rows[:, 1]), time_s=times,
                        keyframes=np.flatnonzero(rows[:, 3]), frame_s=frame_s, delay_s=delay_s)
+
+
+def save_packet_index(index: PacketIndex | None, folder: Path) -> None:
+    """Write an index (or that the file has none) to `folder` (a node-local derived folder)."""
+    arrays = {} if index is None else {f.name: np.asarray(getattr(index, f.name)) for f in fields(PacketIndex)}
+    np.savez(folder / "packet_index.npz", **arrays)
+
+
+def load_packet_index(folder: Path) -> PacketIndex | None:
+    """The index `save_packet_index` wrote (None: the file has none)."""
+    with np.load(folder / "packet_index.npz") as saved:
+        if not saved.files:
+            return None
+        values = {f.name: saved[f.name] for f in fields(PacketIndex)}
+    return PacketIndex(**{name: float(value) if value.ndim == 0 else value for name, value in values.items()})

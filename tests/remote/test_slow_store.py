@@ -121,7 +121,8 @@ def test_map_style_batches_through_a_store_with_latency_equal_the_local_ones(any
         dataset = LeRobotDataset(root=root, delta_timestamps={"observation.images.cam0": [-3 / fps, 0.0]},
                                  return_uint8=True)
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(1))[:24].tolist()
-        return [dataset.__getitems__(LookAheadBatch(order[i: i + 8], order[i + 8: i + 16])) for i in range(0, 24, 8)]
+        return [dataset.__getitems__(LookAheadBatch(order[i: i + 8], [order[i + 8: i + 16], order[i + 16: i + 24]]))
+                for i in range(0, 24, 8)]
 
     local = batches(any_root)
     with RangeHTTPServer(any_root, latency_s=0.03) as store:

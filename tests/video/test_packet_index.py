@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from robostream.synth import SynthConfig, generate
-from robostream.video.packet_index import moov_span, read_packet_index
+from robostream.video.packet_index import load_packet_index, moov_span, read_packet_index, save_packet_index
 
 
 class RecordingFile(io.RawIOBase):
@@ -81,3 +81,16 @@ def test_moov_span_is_the_index_box(video):
     file.seek(5)
     moov_span(file)
     assert file.tell() == 5  # the reader is left where it was (PyAV opens from there)
+
+
+def test_an_index_saved_in_a_derived_folder_loads_equal(video, tmp_path):
+    index = read_packet_index(io.BytesIO(video))
+    save_packet_index(index, tmp_path)
+    loaded = load_packet_index(tmp_path)
+    assert loaded.frame_s == index.frame_s and loaded.delay_s == index.delay_s
+    for name in ("pos", "reach", "time_s", "keyframes"):
+        assert np.array_equal(getattr(loaded, name), getattr(index, name))
+    times = np.linspace(0, index.time_s[-1], 17)
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.byte_spans(times, times), index.byte_spans(times, times)))
+    save_packet_index(None, tmp_path / ".." / tmp_path.name)  # a file without an index: remembered as such
+    assert load_packet_index(tmp_path) is None
