@@ -7,7 +7,7 @@ in the order they will be decoded, the map-style dataset for a whole batch befor
 
 Local datasets, and remote ones read through the disk cache (whole files), fetch nothing here.
 
-A file whose index cannot be read (missing, unreachable, not an mp4 PyAV can open, PyAV before 18.1) is counted
+A file whose index cannot be read (missing, unreachable, not an mp4 with a sample table) is counted
 (`read_ahead_errors`) and left to the decoder: its own read of the same bytes reports the error for the sample that
 needs them, under the same retry policy.
 """
@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import av
 import numpy as np
 
 from robostream.errors import RobostreamError
@@ -30,7 +29,7 @@ from robostream.video.packet_index import (PacketIndex, load_packet_index, moov_
 
 CAMERAS_KEPT = 1 << 16  # (episode, camera) locations kept per process
 INDEX_THREADS = 8  # packet indexes read at once (a round trip or two each)
-EXPECTED = (RobostreamError, OSError, av.error.FFmpegError)  # failures the decoder's own read reports for real
+EXPECTED = (RobostreamError, OSError)  # failures the decoder's own read reports for real
 
 
 class _File:
@@ -112,7 +111,7 @@ class VideoReadAhead:
 
         if self.meta.derived is None:
             return read_packet_index(reader)
-        return self.meta.derived.open(f"{reader.key}|packet-index-v1", build, load_packet_index)
+        return self.meta.derived.open(f"{reader.key}|packet-index-v2", build, load_packet_index)
 
     def _file(self, relative: str) -> _File:
         state = self._state.get()

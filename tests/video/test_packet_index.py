@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from robostream.synth import SynthConfig, generate
-from robostream.video.packet_index import load_packet_index, moov_span, read_packet_index, save_packet_index
+from robostream.video.packet_index import (load_packet_index, moov_span, parse_packet_index, read_packet_index,
+                                          save_packet_index)
 
 
 class RecordingFile(io.RawIOBase):
@@ -70,6 +71,35 @@ def test_the_decoder_reads_only_inside_the_planned_span(video):
         assert not outside, f"frame {frame}: span [{start}, {end}), reads outside it {outside[:4]}"
         spans.append(end - start)
     assert np.median(spans) < len(video) / 4  # a frame's span, not the file
+
+
+def test_the_index_is_the_one_ffmpeg_builds(video):
+    import av
+
+    with av.open(io.BytesIO(video)) as container:
+        stream = container.streams.video[0]
+        if not hasattr(stream, "index_entries"):
+            pytest.skip(f"PyAV {av.__version__} does not expose FFmpeg's index (18.1+) to compare with")
+        rows = np.array([(e.pos, e.size, e.timestamp, e.is_keyframe) for e in stream.index_entries], dtype=np.int64)
+        time_base = float(stream.time_base)
+    file = io.BytesIO(video)
+    file.seek(11)
+    index = read_packet_index(file)
+    assert file.tell() == 11
+    assert np.array_equal(index.pos, rows[:, 0])
+    assert np.array_equal(index.reach, np.maximum.accumulate(rows[:, 0] + rows[:, 1]))
+    assert np.allclose(index.time_s, rows[:, 2] * time_base, rtol=0, atol=1e-9)  # B-frames: from below zero
+    assert np.array_equal(index.keyframes, np.flatnonzero(rows[:, 3]))
+
+
+def test_a_file_without_a_readable_sample_table_has_no_index(video):
+    start, end = moov_span(io.BytesIO(video))
+    moov = video[start:end]
+    assert parse_packet_index(moov) is not None
+    assert parse_packet_index(moov[: len(moov) // 2]) is None  # truncated
+    assert parse_packet_index(moov.replace(b"stsz", b"xxxx")) is None  # no sizes
+    assert parse_packet_index(moov.replace(b"vide", b"soun")) is None  # no video track
+    assert read_packet_index(io.BytesIO(b"not an mp4 at all" * 10)) is None
 
 
 def test_moov_span_is_the_index_box(video):
