@@ -63,6 +63,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
             help="robostream loaders to run (default: stream and map; a mixture: stream)")
     _option(parser, "peer", nargs="*", choices=PEERS, default=[], help="the same runs with another package")
     _option(parser, "peer_python", default=None, help="interpreter with the peer package installed")
+    _option(parser, "peer_root", default=None,
+            help="the peer's own conversion of the dataset, for a peer that reads its own layout (lancedb)")
     _option(parser, "batch_size", type=int, default=32)
     _option(parser, "num_workers", type=int, default=2)
     _option(parser, "prefetch_factor", type=int, default=2)
@@ -121,7 +123,7 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
                   warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,
                   video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,
                   video_decode_device=args.video_decode_device, device=args.device, split_samples=args.split_samples,
-                  peer_python=args.peer_python, sources=sources, epoch_size=args.epoch_size,
+                  peer_python=args.peer_python, peer_root=args.peer_root, sources=sources, epoch_size=args.epoch_size,
                   batching=args.batching, store=store)
     loaders = args.loader or (["stream"] if sources else ["stream", "map"])
     if args.warmup_batches < 1:

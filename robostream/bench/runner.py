@@ -26,7 +26,13 @@ from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 
 HERE = Path(__file__).resolve().parent
-PEERS = ("lerobot",)
+# Peer loaders and their factories (files loaded by path under the peer's own interpreter, see probe.py).
+PEER_FACTORIES = {
+    "lerobot": "lerobot_peer.py:build",  # lerobot's LeRobotDataset, as lerobot-train builds it
+    "lerobot-stream": "lerobot_peer.py:build_streaming",  # lerobot's StreamingLeRobotDataset (Hub streaming)
+    "lancedb": "lancedb_peer.py:build",  # lerobot-lancedb's LanceDBDataset over its own conversion
+}
+PEERS = tuple(PEER_FACTORIES)
 
 
 class BenchError(RobostreamError):
@@ -63,6 +69,7 @@ class RunConfig:
     device: str = "cpu"
     split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None
+    peer_root: str | None = None  # what a peer reads when it needs its own conversion (lancedb), folder or URL
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
     batching: str = "random"  # of a mixture: "random" or "per_stream"
@@ -155,8 +162,8 @@ def local_device(device: str, environ: Mapping[str, str] | None = None) -> str:
 
 
 def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
-    factory = f"{HERE / 'lerobot_peer.py'}:build" if config.loader in PEERS else "robostream.bench.loaders:build"
-    params = {"loader": config.loader, "root": config.root, "repo_id": config.repo_id, "revision": config.revision,
+    factory = f"{HERE / PEER_FACTORIES[config.loader]}" if config.loader in PEERS else "robostream.bench.loaders:build"
+    params = {"loader": config.loader, "root": config.root, "peer_root": config.peer_root, "repo_id": config.repo_id, "revision": config.revision,
               "data_files_root": config.data_files_root, "episodes": None, "delta_timestamps": deltas,
               "storage_options": config.storage_options, "cache_dir": config.cache_dir,
               "cache_limit": config.cache_limit, "read_buffer": config.read_buffer,
