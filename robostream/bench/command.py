@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -27,9 +29,12 @@ from robostream.bench.runner import (
     resolve_launch,
     run_config,
 )
+from robostream.bench.hub_store import HubServer, hub_environment
 from robostream.bench.slow_store import RangeHTTPServer
 
 LOADERS = ("stream", "map")
+STORE_APIS = ("http", "hub", "s3")
+PEERS_OVER_STORE = {"hub": {"lerobot-stream"}, "s3": {"lancedb"}, "http": set()}  # peers that read that API
 MODES = ("single", "sarm")
 
 
@@ -88,6 +93,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "store_mbps", type=float, default=None, help="the slow store's bandwidth per connection, MB/s")
     _option(parser, "store_max_in_flight", type=int, default=None,
             help="requests the slow store serves at once (the others queue, as at a throttled store)")
+    _option(parser, "store_api", choices=STORE_APIS, default="http",
+            help="how the slow store is read: plain HTTP ranges, the Hub's API (the loopback Hub emulator, "
+                 "hf://; with --peer lerobot-stream), or S3's (s3://)")
     _option(parser, "out", default="out/bench", help="folder for JSON/CSV results")
 
 
@@ -113,7 +121,8 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         warnings.warn("robostream bench: --source is now called --label; the old name goes in the next release",
                       FutureWarning, stacklevel=2)
     store = _store_settings(args)
-    label = args.label or args.source or (f"slow{args.store_latency_ms or 0:g}ms" if store else
+    label = args.label or args.source or (
+        f"{'slow' if store['api'] == 'http' else store['api']}{args.store_latency_ms or 0:g}ms" if store else
                                           "local" if first is not None and "://" not in str(first) else "remote")
     common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
                   storage_options=json.loads(args.storage_options) if args.storage_options else None,
@@ -135,11 +144,14 @@ def _store_settings(args: argparse.Namespace) -> dict[str, float | int | None] |
     """The slow store's settings when any --store_* option is given (None: read ROOT as it is)."""
     settings = {"latency_ms": args.store_latency_ms, "mbps": args.store_mbps, "max_in_flight": args.store_max_in_flight}
     if all(v is None for v in settings.values()):
+        if args.store_api != "http":
+            raise BenchError(f"--store_api {args.store_api} reads through the slow store: give --store_latency_ms "
+                             "(or --store_mbps / --store_max_in_flight)")
         return None
     for name, value in settings.items():
         if value is not None and value <= 0:
             raise BenchError(f"--store_{name} {value}: expected a positive number")
-    return settings
+    return {**settings, "api": args.store_api}
 
 
 def video_bytes_per_frame(root: Path) -> float:
@@ -150,22 +162,46 @@ def video_bytes_per_frame(root: Path) -> float:
     return size / (int(info["total_frames"]) * cameras) if size else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class ServedStore:
+    """The slow store a run reads from, and the mean video bytes of one camera frame of the dataset it serves."""
+
+    server: RangeHTTPServer | HubServer
+    frame_bytes: float
+
+
 @contextlib.contextmanager
-def slow_store(args: argparse.Namespace) -> Iterator[RangeHTTPServer | None]:
-    """With --store_* options, the slow store serving the local ROOT (and args.root pointed at it); else None."""
+def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
+    """With --store_* options, the slow store serving the local ROOT through --store_api, and args pointed at it
+    (args.root, or args.repo_id for the Hub); else None."""
     settings = _store_settings(args)
     if settings is None:
         yield None
         return
     root = args.root or args.root_arg
-    if root is None or "://" in str(root) or not Path(root).is_dir() or args.sources or args.peer:
+    api = settings["api"]
+    if root is None or "://" in str(root) or not Path(root).is_dir() or args.sources or args.repo_id:
         raise BenchError("--store_* options serve a local dataset folder (ROOT) through the slow store: give a local "
-                         "ROOT, and no --sources, --repo_id or --peer")
-    latency, mbps = settings["latency_ms"], settings["mbps"]
-    with RangeHTTPServer(root, latency_s=(latency or 0) / 1000, bandwidth=mbps * 1e6 if mbps else None,
-                         max_in_flight=settings["max_in_flight"]) as store:
-        args.root, args.root_arg = store.url, None
-        yield store
+                         "ROOT, and no --sources or --repo_id")
+    if set(args.peer) - PEERS_OVER_STORE[api]:
+        raise BenchError(f"--peer {' '.join(args.peer)} with --store_api {api}: the peers that read that store are "
+                         f"{sorted(PEERS_OVER_STORE[api]) or 'none'}")
+    root = Path(root).resolve()
+    throttle = dict(latency_s=(settings["latency_ms"] or 0) / 1000, max_in_flight=settings["max_in_flight"],
+                    bandwidth=settings["mbps"] * 1e6 if settings["mbps"] else None)
+    frame_bytes = video_bytes_per_frame(root)
+    with contextlib.ExitStack() as stack:
+        if api == "hub":  # the dataset as a Hub repo; huggingface_hub here and in every probe pointed at it
+            repo_id = f"bench/{root.name}"
+            version = json.loads((root / "meta" / "info.json").read_text())["codebase_version"]
+            server = stack.enter_context(HubServer({repo_id: root}, tags=(version,), **throttle))
+            home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="robostream-bench-hf-")))
+            stack.enter_context(hub_environment(server.endpoint, home))
+            args.root, args.root_arg, args.repo_id = None, None, repo_id
+        else:
+            server = stack.enter_context(RangeHTTPServer(root, **throttle))
+            args.root, args.root_arg = server.url, None
+        yield ServedStore(server, frame_bytes)
 
 
 def _sources(text: str) -> list[dict[str, Any]]:
@@ -184,7 +220,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return _run_bench(args, store)
 
 
-def _run_bench(args: argparse.Namespace, store: RangeHTTPServer | None) -> int:
+def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
     from rich.console import Console
 
     from robostream.bench.reference import decode_reference
@@ -216,12 +252,12 @@ def _run_bench(args: argparse.Namespace, store: RangeHTTPServer | None) -> int:
             console.print(f"[bold][{i}/{len(plan)}][/] {config.name()} (world size {launch.world_size})")
         barrier(launch)
         if store is not None:
-            store.reset_stats()
+            store.server.reset_stats()
         started = time.monotonic()
         mine, job = run_config(config, meta, launch, gather)
         if store is not None:  # this process's store: what its runs asked of it
-            mine["metrics"]["store"] = {**store.summary(time.monotonic() - started),
-                                        "frame_bytes": video_bytes_per_frame(store.root)}
+            mine["metrics"]["store"] = {**store.server.summary(time.monotonic() - started),
+                                        "frame_bytes": store.frame_bytes}
             if job is not None:
                 job["metrics"]["store"] = mine["metrics"]["store"]
         if launch.world_size > 1:
@@ -240,7 +276,7 @@ def _run_bench(args: argparse.Namespace, store: RangeHTTPServer | None) -> int:
         names = {json.dumps(j["config"], sort_keys=True) for j in jobs}
         this_run = [r for r in results if json.dumps(r["config"], sort_keys=True) in names]
         write_csv(out, results)
-        console.print(markdown(this_run, reference), markup=False)
+        console.print(markdown(this_run, reference), markup=False, soft_wrap=True)  # markdown: never wrapped
         console.print(f"results: {out}/ (JSON per run, results.csv); plots: robostream bench-report {out}")
     finish(launch)
     return 0

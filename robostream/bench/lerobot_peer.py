@@ -41,6 +41,7 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler
 import lerobot
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.sampler import EpisodeAwareSampler
+from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
 
 try:  # import the decoder library before the timed first batch, as robostream's loaders do (lerobot imports it lazily)
     import torchcodec.decoders  # noqa: F401
@@ -213,3 +214,26 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     return {"loader": loader, "frames_per_sample": _frames_per_sample(dataset), "counts": None,
             "split": _split(dataset, lambda: _batches(dataset, batch_size, seed)),
             "info": _info(dataset, options, pin_memory)}
+
+
+def build_streaming(params: dict[str, Any]) -> dict[str, Any]:
+    """The probe bundle for lerobot's StreamingLeRobotDataset from the Hub (HF_ENDPOINT: the bench's Hub emulator),
+    as lerobot-train builds it with `--dataset.streaming=true` (lerobot/datasets/factory.py: `max_num_shards` =
+    num_workers, uint8 frames; its shuffle buffer of 1000 and seed; DataLoader without sampler, drop_last=False)."""
+    probe = _probe()
+    num_workers = int(params["num_workers"])
+    dataset = StreamingLeRobotDataset(params["repo_id"], revision=params.get("revision"),
+                                      episodes=params.get("episodes"), delta_timestamps=params.get("delta_timestamps"),
+                                      max_num_shards=max(1, num_workers), seed=int(params["seed"]),
+                                      tolerance_s=params.get("tolerance_s") or DEFAULT_TOLERANCE_S, return_uint8=True)
+    options = _loader_options(params)
+    pin_memory = bool(params.get("pin_memory", False))
+    loader = DataLoader(probe.TimedIterableDataset(dataset), batch_size=int(params["batch_size"]),
+                        pin_memory=pin_memory, drop_last=False, **options)
+    info = {"peer": "lerobot-stream", "lerobot_version": lerobot.__version__, "torch_version": torch.__version__,
+            "torchcodec_version": _version("torchcodec"), "uint8": True,
+            "dataset": f"StreamingLeRobotDataset({params['repo_id']!r}, max_num_shards={max(1, num_workers)}, "
+                       f"buffer_size={dataset.buffer_size}, seed={params['seed']})",
+            "pin_memory": pin_memory, **{key: value for key, value in options.items() if key != "num_workers"}}
+    return {"loader": loader, "frames_per_sample": _frames_per_sample(dataset), "counts": None, "split": None,
+            "info": info}

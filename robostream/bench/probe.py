@@ -24,12 +24,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import psutil
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 # What a worker attaches to each sample, in one float64 tensor (one small tensor per sample keeps the probe's cost
 # low): production time (s), worker id (-1 in-process), then the worker's cumulative decoder-cache counters.
@@ -90,6 +90,23 @@ class TimedMapDataset(Dataset):
         start = time.perf_counter()
         sample = self.inner[index]
         return _instrument(sample, time.perf_counter() - start, self.worker_stats)
+
+
+class TimedIterableDataset(IterableDataset):
+    """An iterable dataset whose samples carry how long the worker took to produce each (from asking for it to
+    having it), as TimedMapDataset's do."""
+
+    def __init__(self, inner: IterableDataset, worker_stats: WorkerStats = None) -> None:
+        self.inner, self.worker_stats = inner, worker_stats
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        samples = iter(self.inner)
+        while True:
+            start = time.perf_counter()
+            sample = next(samples, None)
+            if sample is None:
+                return
+            yield _instrument(sample, time.perf_counter() - start, self.worker_stats)
 
 
 class MemorySampler:

@@ -85,7 +85,8 @@ def write_csv(folder: Path, results: Iterable[Mapping[str, Any]]) -> Path:
 
 def label(result: Mapping[str, Any]) -> str:
     config = result["config"]
-    who = "lerobot" if config["loader"] == "lerobot" else f"robostream {config['loader']}"
+    loader = config["loader"]
+    who = f"robostream {loader}" if loader in ("stream", "map") else loader  # else a peer (runner.PEERS)
     return f"{who} / {config['mode']}"
 
 
@@ -142,7 +143,8 @@ def store_line(result: Mapping[str, Any]) -> str:
     the readers waited for bytes (streaming: summed over workers)."""
     settings, load = result["config"].get("store") or {}, result["metrics"]["store"]
     metrics = result["metrics"]
-    knobs = ", ".join(f"{name} {value:g}" for name, value in settings.items() if value is not None)
+    knobs = ", ".join(f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
+                      for name, value in settings.items() if value is not None)
     line = (f"Slow store ({knobs}), {label(result)}: {load['requests']} requests, in flight mean "
             f"{load['in_flight_mean']:.2f} / max {load['in_flight_max']}, {load['bytes'] / 1e6:.1f} MB served")
     if load.get("frame_bytes") and metrics.get("run_frames"):
@@ -165,7 +167,7 @@ def plots(folder: Path, results: list[dict[str, Any]], reference: Mapping[str, A
     names = [label(r) for r in results]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(results)), 4))
     ax.bar(names, [r["metrics"].get("frames_per_s_node", r["metrics"]["frames_per_s"]) for r in results],
-           color=["tab:gray" if r["config"]["loader"] == "lerobot" else "tab:blue" for r in results])
+           color=["tab:blue" if r["config"]["loader"] in ("stream", "map") else "tab:gray" for r in results])
     if reference:
         ax.axhline(reference["frames_per_s"], color="tab:red", linestyle="--", label="raw decode (all cores)")
         ax.legend()

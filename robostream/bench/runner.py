@@ -43,7 +43,7 @@ class BenchError(RobostreamError):
 class RunConfig:
     """One benchmark configuration: which loader reads which data how, and how long it is measured."""
 
-    loader: str  # "stream" | "map" (robostream) or "lerobot" (the peer's map-style LeRobotDataset)
+    loader: str  # "stream" | "map" (robostream) or a peer (PEERS)
     mode: str  # "single" | "sarm" | "custom"
     root: str | None = None
     repo_id: str | None = None
@@ -163,7 +163,8 @@ def local_device(device: str, environ: Mapping[str, str] | None = None) -> str:
 
 def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
     factory = f"{HERE / PEER_FACTORIES[config.loader]}" if config.loader in PEERS else "robostream.bench.loaders:build"
-    params = {"loader": config.loader, "root": config.root, "peer_root": config.peer_root, "repo_id": config.repo_id, "revision": config.revision,
+    params = {"loader": config.loader, "root": config.root, "peer_root": config.peer_root, "repo_id": config.repo_id,
+              "revision": config.revision,
               "data_files_root": config.data_files_root, "episodes": None, "delta_timestamps": deltas,
               "storage_options": config.storage_options, "cache_dir": config.cache_dir,
               "cache_limit": config.cache_limit, "read_buffer": config.read_buffer,

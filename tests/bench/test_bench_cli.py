@@ -125,15 +125,31 @@ def test_the_slow_store_serves_the_dataset_and_reports_requests_in_flight(av1_ro
     for loader in ("stream", "map"):
         result = json.loads((out / f"slow5ms_{loader}_single_b4_w1_cpu.json").read_text())
         assert result["config"]["root"].startswith("http://127.0.0.1:")
-        assert result["config"]["store"] == {"latency_ms": 5.0, "mbps": None, "max_in_flight": 3}
+        assert result["config"]["store"] == {"latency_ms": 5.0, "mbps": None, "max_in_flight": 3, "api": "http"}
         store = result["metrics"]["store"]
         assert store["requests"] > 0 and store["bytes"] > 0 and 1 <= store["in_flight_max"] <= 3
         assert 0 < store["in_flight_mean"] <= 3
         assert store["frame_bytes"] > 0 and result["metrics"]["run_frames"] > 0
         assert ("read_wait_us" in result["metrics"]) == (loader == "stream")  # the streaming workers' counters
     err = capsys.readouterr().err
-    assert "Slow store (latency_ms 5, max_in_flight 3), " in err and "x the frames' video bytes" in err
+    assert "Slow store (latency_ms 5, max_in_flight 3, api http), " in err and "x the frames' video bytes" in err
     assert "readers waited" in err
     assert main(["bench", "http://127.0.0.1:9/ds", "--store_latency_ms", "5", "--out", str(tmp_path / "x")]) == 2
     assert "serve a local dataset folder" in capsys.readouterr().err
     assert main(["bench", str(av1_root), "--store_mbps", "0", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_the_slow_store_speaks_the_hub_api(av1_root, tmp_path, capsys):
+    """--store_api hub: the dataset is a repo of the loopback Hub emulator (latency on every request) and the
+    readers take it as a Hub dataset (huggingface_hub pointed at 127.0.0.1), requests overlapping."""
+    out = tmp_path / "out"
+    assert main(["bench", str(av1_root), "--mode", "single", "--loader", "stream", "--store_api", "hub",
+                 "--store_latency_ms", "20", *ARGS, "--out", str(out)]) == 0
+    result = json.loads((out / "hub20ms_stream_single_b4_w1_cpu.json").read_text())
+    assert result["config"]["root"] is None and result["config"]["repo_id"] == f"bench/{av1_root.name}"
+    store = result["metrics"]["store"]
+    assert store["requests"] > 0 and store["bytes"] > 0 and store["in_flight_max"] > 1
+    assert "Slow store (latency_ms 20, api hub), " in capsys.readouterr().err
+    for wrong in (["--store_api", "hub"], ["--store_api", "hub", "--store_latency_ms", "5", "--peer", "lerobot"]):
+        assert main(["bench", str(av1_root), *wrong, "--out", str(tmp_path / "x")]) == 2
+    assert "the peers that read that store are ['lerobot-stream']" in capsys.readouterr().err
