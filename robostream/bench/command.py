@@ -30,7 +30,7 @@ from robostream.bench.runner import (
     run_config,
 )
 from robostream.bench.hub_store import HubServer, hub_environment
-from robostream.bench.slow_store import RangeHTTPServer
+from robostream.bench.slow_store import RangeHTTPServer, S3RangeServer
 
 LOADERS = ("stream", "map")
 STORE_APIS = ("http", "hub", "s3")
@@ -180,9 +180,10 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
         return
     root = args.root or args.root_arg
     api = settings["api"]
-    if root is None or "://" in str(root) or not Path(root).is_dir() or args.sources or args.repo_id:
+    if root is None or "://" in str(root) or not Path(root).is_dir() or args.sources or args.repo_id \
+            or args.storage_options:
         raise BenchError("--store_* options serve a local dataset folder (ROOT) through the slow store: give a local "
-                         "ROOT, and no --sources or --repo_id")
+                         "ROOT, and no --sources, --repo_id or --storage_options")
     if set(args.peer) - PEERS_OVER_STORE[api]:
         raise BenchError(f"--peer {' '.join(args.peer)} with --store_api {api}: the peers that read that store are "
                          f"{sorted(PEERS_OVER_STORE[api]) or 'none'}")
@@ -198,6 +199,15 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
             home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="robostream-bench-hf-")))
             stack.enter_context(hub_environment(server.endpoint, home))
             args.root, args.root_arg, args.repo_id = None, None, repo_id
+        elif api == "s3":  # buckets: the dataset (and a peer's own conversion) linked into an empty folder
+            buckets = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="robostream-bench-s3-")))
+            served = {"root": root, **({"peer_root": Path(args.peer_root).resolve()} if args.peer_root else {})}
+            for folder in served.values():
+                (buckets / folder.name).symlink_to(folder, target_is_directory=True)
+            server = stack.enter_context(S3RangeServer(buckets, **throttle))
+            args.root, args.root_arg = server.s3_url(root.name), None
+            args.peer_root = server.s3_url(served["peer_root"].name) if args.peer_root else None
+            args.storage_options = json.dumps(server.storage_options())
         else:
             server = stack.enter_context(RangeHTTPServer(root, **throttle))
             args.root, args.root_arg = server.url, None

@@ -153,3 +153,16 @@ def test_the_slow_store_speaks_the_hub_api(av1_root, tmp_path, capsys):
     for wrong in (["--store_api", "hub"], ["--store_api", "hub", "--store_latency_ms", "5", "--peer", "lerobot"]):
         assert main(["bench", str(av1_root), *wrong, "--out", str(tmp_path / "x")]) == 2
     assert "the peers that read that store are ['lerobot-stream']" in capsys.readouterr().err
+
+
+def test_the_slow_store_speaks_s3(av1_root, tmp_path, capsys):
+    """--store_api s3: the dataset is a bucket of the slow store's S3 dialect (s3://, an endpoint on 127.0.0.1)."""
+    out = tmp_path / "out"
+    assert main(["bench", str(av1_root), "--mode", "single", "--loader", "map", "--store_api", "s3",
+                 "--store_latency_ms", "20", *ARGS, "--out", str(out)]) == 0
+    result = json.loads((out / "s320ms_map_single_b4_w1_cpu.json").read_text())
+    assert result["config"]["root"] == f"s3://{av1_root.name}"
+    assert result["config"]["storage_options"]["client_kwargs"]["endpoint_url"].startswith("http://127.0.0.1:")
+    store = result["metrics"]["store"]
+    assert store["requests"] > 0 and store["bytes"] > 0 and store["in_flight_max"] > 1
+    assert "Slow store (latency_ms 20, api s3), " in capsys.readouterr().err
