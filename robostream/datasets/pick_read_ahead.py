@@ -59,8 +59,11 @@ class PickReadAhead:
         window: deque[Pick] = deque()
         exhausted = False
         while True:
-            while not exhausted and (len(window) < MIN_PICKS_AHEAD
-                                     or (len(window) < MAX_PICKS_AHEAD and self._wants_more())):
+            # At most one round per pick handed out: the first pick leaves once the first round's bytes are
+            # asked for (the first batch waits for its own bytes, not for the whole depth's), and the window
+            # grows to its depth while the consumer decodes.
+            if not exhausted and (len(window) < MIN_PICKS_AHEAD
+                                  or (len(window) < MAX_PICKS_AHEAD and self._wants_more())):
                 taken = list(itertools.islice(picks, PICKS_PER_ROUND))
                 exhausted = len(taken) < PICKS_PER_ROUND
                 entries = [self._entry(pick) for pick in taken]
