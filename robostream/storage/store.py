@@ -23,11 +23,10 @@ import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import fsspec
 import fsspec.asyn
-from yarl import URL
 
 from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError, RobostreamError
 from robostream.process_local import ProcessLocal
@@ -35,6 +34,8 @@ from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT, ReadAhead
 from robostream.storage.cache import CachedPath, DiskCache, Writable
+from robostream.storage.http import Answer, http_range, http_stat
+from robostream.storage.hub_ranges import HubRanges
 from robostream.storage.integrity import (
     FileVersion,
     Validate,
@@ -158,6 +159,7 @@ class _ProcessState:
         self.counter = ByteCounter()
         self.read_ahead = ReadAhead(self.blocks, max_in_flight=max_in_flight)
         self.versions: dict[str, FileVersion] = {}  # remote files opened, as first seen (see Storage.open)
+        self.hub_ranges: HubRanges | None = None
 
 
 class Storage:
@@ -177,6 +179,7 @@ class Storage:
         self.cache = cache
         self.validate = validate
         self.block_budget = block_budget
+        self.max_in_flight = max_in_flight
         # Blocks small enough that the budget holds several (decoders of every camera plus prefetch share it).
         self.block_size = min(BLOCK_SIZE, max(MIN_BLOCK_SIZE, block_budget // 64))
         root = str(root)
@@ -187,6 +190,7 @@ class Storage:
             _require_s3fs(root)
         if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
             root = pin_hub_root(root, dict(storage_options or {}), self.retry)
+        self.hub_repository = protocol == "hf" and not root.startswith("hf://buckets/")
         self.url = root
         self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry, max_in_flight),
                                                          dict(storage_options or {}))
@@ -210,6 +214,14 @@ class Storage:
                 if hasattr(state.fs, "retries"):  # s3fs retries on its own too (5 by default)
                     state.fs.retries = 1
         return state.fs
+
+    @property
+    def hub_ranges(self) -> HubRanges:
+        """This process's direct ranged reads of Hub repository files (hf:// roots)."""
+        state = self._process.get()
+        if state.hub_ranges is None:
+            state.hub_ranges = HubRanges(self.fs, _default_options("http", self.retry, self.max_in_flight))
+        return state.hub_ranges
 
     @property
     def blocks(self) -> BlockCache:
@@ -268,7 +280,7 @@ class Storage:
         if self.is_local:
             return FileVersion(os.path.getsize(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
-        read = (lambda: _http_stat(self.fs, path)) if self.protocol in ("http", "https") \
+        read = (lambda: http_stat(self.fs, path)) if self.protocol in ("http", "https") \
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
         return call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
 
@@ -348,74 +360,12 @@ class Storage:
             raise mismatch_error(reader.name, expected, exc.got, attempts=2) from exc
 
 
-class _Answer(NamedTuple):
-    """A request's answer: HTTP status, Content-Range and ETag headers (None: not known), the body and the
-    Content-Length header."""
-
-    status: int | None
-    content_range: str | None
-    etag: str | None
-    body: bytes
-    content_length: str | None = None
-
-
-MAX_REDIRECTS = 5
-REDIRECTS = (301, 302, 303, 307, 308)
-
-
-async def _http_request(fs: Any, method: str, url: str, headers: dict[str, str]) -> _Answer:
-    """One HTTP request with the filesystem's session and request options, redirects followed here: the headers
-    and request options from storage_options (credentials) go to the URL's own origin only, never to another host
-    a redirect names (aiohttp strips only `Authorization`, not an API-key header or a cookie). The session's
-    ClientTimeout(total=RetryPolicy.timeout_s) bounds the whole request, headers and body: a server that trickles
-    them cannot hold a reader. 404/410 -> FileNotFoundError; 412/416 are returned for the caller to judge."""
-    options = dict(fs.kwargs)
-    own_headers = options.pop("headers", None) or {}
-    session = await fs.set_session()
-    target = URL(fs.encode_url(url))
-    origin = target.origin()
-    for _ in range(MAX_REDIRECTS + 1):
-        home = target.origin() == origin
-        sent = {**own_headers, **headers} if home else dict(headers)
-        async with session.request(method, target, headers=sent, allow_redirects=False,
-                                   **(options if home else {})) as response:
-            if response.status in REDIRECTS and "Location" in response.headers:
-                target = target.join(URL(response.headers["Location"]))
-                if target.scheme not in ("http", "https"):
-                    raise ValueError(f"{url}: redirected to {target}, which is not an http(s) URL")
-                continue
-            answer = (response.status, response.headers.get("Content-Range"), response.headers.get("ETag"))
-            if response.status in (412, 416):
-                return _Answer(*answer, b"", response.headers.get("Content-Length"))
-            if response.status in (404, 410):
-                raise FileNotFoundError(url)
-            body = await response.read() if method == "GET" else b""
-            response.raise_for_status()
-            return _Answer(*answer, body, response.headers.get("Content-Length"))
-    raise ValueError(f"{url}: more than {MAX_REDIRECTS} redirects")
-
-
-async def _http_range(fs: Any, url: str, start: int, end: int, if_match: str | None) -> _Answer:
-    """GET bytes [start, end), keeping status and headers (fsspec's cat_file drops them)."""
-    headers = {"Range": f"bytes={start}-{end - 1}", **({"If-Match": if_match} if if_match else {})}
-    return await _http_request(fs, "GET", url, headers)
-
-
-def _http_stat(fs: Any, url: str) -> FileVersion:
-    """Content-Length and ETag from a HEAD request (fsspec's HTTP filesystem reports any failed HEAD, a 503
-    too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
-    answer = fsspec.asyn.sync(fs.loop, _http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"})
-    if answer.content_length is None:
-        raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
-    return FileVersion(int(answer.content_length), answer.etag)
-
-
 def _precondition_failed(exc: BaseException) -> bool:
     """s3fs turns botocore's 412 into a plain OSError; the botocore error is its cause."""
     return any(e is not None and http_status(e) == 412 for e in (exc, exc.__cause__))
 
 
-async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | None) -> _Answer:
+async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | None) -> Answer:
     """get_object for bytes [start, end) (If-Match when known), keeping Content-Range and ETag."""
     bucket, key, version_id = fs.split_path(path)
     request = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
@@ -427,14 +377,14 @@ async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | No
         response = await fs._call_s3("get_object", **request)
     except OSError as exc:
         if _precondition_failed(exc):
-            return _Answer(412, None, None, b"")
+            return Answer(412, None, None, b"")
         raise
     try:
         body = await response["Body"].read()
     finally:
         response["Body"].close()
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return _Answer(status, response.get("ContentRange"), response.get("ETag"), body)
+    return Answer(status, response.get("ContentRange"), response.get("ETag"), body)
 
 
 class RangedReader(io.RawIOBase):
@@ -468,16 +418,18 @@ class RangedReader(io.RawIOBase):
     def size(self) -> int:
         return self._size
 
-    def _answer(self, start: int, end: int) -> _Answer:
+    def _answer(self, start: int, end: int) -> Answer:
         fs, protocol = self._storage.fs, self._storage.protocol
         if protocol in ("http", "https"):
-            return fsspec.asyn.sync(fs.loop, _http_range, fs, self._path, start, end, strong_etag(self._version.etag))
+            return fsspec.asyn.sync(fs.loop, http_range, fs, self._path, start, end, strong_etag(self._version.etag))
         if protocol in ("s3", "s3a"):
             return fsspec.asyn.sync(fs.loop, _s3_range, fs, self._path, start, end, strong_etag(self._version.etag))
+        if self._storage.hub_repository:  # straight from where the Hub serves the bytes (buckets: HfFileSystem)
+            return self._storage.hub_ranges.range(self._path, start, end)
         # HfFileSystem reads through a read-ahead buffer by default: each block would fetch up to the end of the
         # file (or its 5 MB block size); "none" fetches exactly the bytes asked for.
         options = {"cache_type": "none"} if protocol == "hf" else {}
-        return _Answer(None, None, None, fs.cat_file(self._path, start=start, end=end, **options))
+        return Answer(None, None, None, fs.cat_file(self._path, start=start, end=end, **options))
 
     @property
     def block_size(self) -> int:

@@ -139,3 +139,20 @@ def test_emulator_endpoints_used_by_huggingface_hub(hub, av1_root):
     assert tail.status_code == 206 and tail.content == video.read_bytes()[-100:]
     past = requests.get(url, headers={"Range": f"bytes={video.stat().st_size}-"})
     assert past.status_code == 416
+
+
+@pytest.mark.timeout(120)
+def test_each_file_is_resolved_once_and_ranges_go_where_it_redirects(hub, av1_root):
+    """A file's /resolve/ is asked once per process; its ranges go straight to the URL the Hub redirected to
+    (one round trip each, not a redirect per range), with the same samples as local."""
+    hub.reset_stats()
+    mapped = LeRobotDataset(root=f"hf://datasets/{REPO}@{hub.sha}", return_uint8=True, read_options=FAST)
+    local = LeRobotDataset(root=av1_root, return_uint8=True)
+    for index in range(0, len(local), 3):
+        assert torch.equal(mapped[index]["observation.images.cam0"], local[index]["observation.images.cam0"])
+    resolved = [(method, path) for method, path, _, _ in hub.log() if "/resolve/" in path and path.endswith(".mp4")]
+    assert resolved and len(resolved) == len(set(resolved)), "a video file was resolved more than once"
+    assert {method for method, _ in resolved} == {"HEAD"}  # no bytes through /resolve/
+    ranges = {path for _, path, status, _ in hub.log() if path.startswith("/cdn/") and path.endswith(".mp4")
+              and status == 206}
+    assert ranges == {path.replace(f"/datasets/{REPO}/resolve/", f"/cdn/{REPO}/") for _, path in resolved}

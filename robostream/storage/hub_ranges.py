@@ -1,0 +1,65 @@
+"""Ranged reads of Hub repository files straight from where the Hub serves their bytes, resolved once per file.
+
+HfFileSystem sends every range to the Hub's `/resolve/` URL, which answers LFS and Xet files with a redirect to a
+CDN or Xet bridge URL: two round trips per range, each through the Hub's API host. Here each file's `/resolve/` is
+asked once per process (the token goes to the Hub only, never to the host it redirects to) and ranges then go
+straight to the URL it named, many at once through aiohttp, with status and Content-Range checked like any other
+ranged read. The revision is a commit (Storage pins it), so the bytes behind a file's URL never change; a signed
+URL that has expired (401/403) is resolved again at the next try (RetryPolicy treats it as transient).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import aiohttp
+import fsspec
+import fsspec.asyn
+
+from robostream.storage.http import Answer, http_range, http_request
+
+EXPIRED = (401, 403)  # what a signed URL past its lifetime answers
+
+
+class HubRanges:
+    """One process's direct reads of the files of one Hub filesystem (an `HfFileSystem`)."""
+
+    def __init__(self, hub: Any, http_options: dict[str, Any]) -> None:
+        from huggingface_hub.utils import build_hf_headers
+
+        self._hub = hub
+        # The Hub's headers (the token) are this filesystem's own: sent to the Hub's origin only (http_request).
+        self._http = fsspec.filesystem("http", skip_instance_cache=True, headers=build_hf_headers(token=hub.token),
+                                       **http_options)
+        self._urls: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def range(self, path: str, start: int, end: int) -> Answer:
+        """Bytes [start, end) of the file at `path` (an hf:// path at a commit), with the answer's headers."""
+        with self._lock:
+            url = self._urls.get(path)
+        if url is None:
+            url = self._resolve(path)
+        try:
+            answer = fsspec.asyn.sync(self._http.loop, http_range, self._http, url, start, end, None)
+        except aiohttp.ClientResponseError as exc:
+            if exc.status not in EXPIRED:
+                raise
+            with self._lock:
+                self._urls.pop(path, None)
+            raise ConnectionError(f"{url}: {exc.status} {exc.message}; the file's URL is resolved again") from exc
+        # The CDN's ETag is its own, not the Hub's: the pinned commit is what names this version.
+        return answer._replace(etag=None)
+
+    def _resolve(self, path: str) -> str:
+        from huggingface_hub import hf_hub_url
+
+        resolved = self._hub.resolve_path(path)
+        resolve_url = hf_hub_url(resolved.repo_id, resolved.path_in_repo, repo_type=resolved.repo_type,
+                                 revision=resolved.revision, endpoint=self._hub.endpoint)
+        answer = fsspec.asyn.sync(self._http.loop, http_request, self._http, "HEAD", resolve_url,
+                                  {"Accept-Encoding": "identity"}, stop_off_origin=True)
+        with self._lock:
+            self._urls[path] = answer.url
+        return answer.url
