@@ -252,7 +252,7 @@ class HubServer:
         with self._lock:
             requests, sent = len(self.requests), sum(entry[3] for entry in self.requests)
         return {"requests": requests, "bytes": sent, "in_flight_max": self.load.most,
-                "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0}
+                "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0, "cpu_s": self.load.cpu_s}
 
     def log(self) -> list[tuple[str, str, int, int]]:
         with self._lock:

@@ -153,6 +153,8 @@ def store_line(result: Mapping[str, Any]) -> str:
         line += (f"; readers waited {metrics['read_wait_us'] / 1e6:.1f} s for bytes and fetched "
                  f"{metrics.get('reader_fetches', 0)} blocks themselves, {metrics.get('evicted_unread', 0)} blocks "
                  "fetched ahead were evicted unread")
+    if "cpu_s" in load:  # the store runs on the readers' machine: what it took from them
+        line += f"; the store itself used {load['cpu_s']:.1f} CPU-s"
     return line
 
 

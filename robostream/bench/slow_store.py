@@ -285,19 +285,20 @@ class RangeHandler(QuietHandler):
 
 class InFlight:
     """Requests a server is answering: admits at most `limit` at once (None: any number), and keeps the most seen
-    at once and the request-seconds spent (their mean in flight over a span is request-seconds / span)."""
+    at once, the request-seconds spent (their mean in flight over a span is request-seconds / span) and the CPU
+    seconds the answering threads used (what the store costs the machine it shares with the readers)."""
 
     def __init__(self, limit: int | None) -> None:
         self._slots = threading.BoundedSemaphore(limit) if limit else None
         self._lock = threading.Lock()
         self.now = self.most = 0
-        self.request_s = 0.0
+        self.request_s = self.cpu_s = 0.0
 
     @contextlib.contextmanager
     def admitted(self) -> Iterator[None]:
         if self._slots is not None:
             self._slots.acquire()
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.thread_time()
         with self._lock:
             self.now += 1
             self.most = max(self.most, self.now)
@@ -307,13 +308,14 @@ class InFlight:
             with self._lock:
                 self.now -= 1
                 self.request_s += time.monotonic() - started
+                self.cpu_s += time.thread_time() - cpu_started
             if self._slots is not None:
                 self._slots.release()
 
     def reset(self) -> None:
-        """Forget the most seen and the request-seconds (requests in flight now stay counted)."""
+        """Forget the most seen, the request-seconds and CPU seconds (requests in flight now stay counted)."""
         with self._lock:
-            self.most, self.request_s = self.now, 0.0
+            self.most, self.request_s, self.cpu_s = self.now, 0.0, 0.0
 
 
 class RangeHTTPServer(BackgroundServer):
@@ -401,12 +403,12 @@ class RangeHTTPServer(BackgroundServer):
         self.load.reset()
 
     def summary(self, span_s: float) -> dict[str, float | int]:
-        """Requests and body bytes served since the last reset, the most in flight at once, and the mean in flight
-        over the `span_s` seconds that passed."""
+        """Requests and body bytes served since the last reset, the most in flight at once, the mean in flight
+        over the `span_s` seconds that passed, and the CPU seconds spent answering."""
         with self._stats_lock:
             requests, sent = sum(self._requests.values()), sum(self._bytes.values())
         return {"requests": requests, "bytes": sent, "in_flight_max": self.load.most,
-                "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0}
+                "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0, "cpu_s": self.load.cpu_s}
 
     def _count(self, url_path: str, nbytes: int, request: bool = False) -> None:
         with self._stats_lock:

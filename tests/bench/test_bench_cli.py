@@ -128,12 +128,12 @@ def test_the_slow_store_serves_the_dataset_and_reports_requests_in_flight(av1_ro
         assert result["config"]["store"] == {"latency_ms": 5.0, "mbps": None, "max_in_flight": 3, "api": "http"}
         store = result["metrics"]["store"]
         assert store["requests"] > 0 and store["bytes"] > 0 and 1 <= store["in_flight_max"] <= 3
-        assert 0 < store["in_flight_mean"] <= 3
+        assert 0 < store["in_flight_mean"] <= 3 and store["cpu_s"] > 0
         assert store["frame_bytes"] > 0 and result["metrics"]["run_frames"] > 0
         assert ("read_wait_us" in result["metrics"]) == (loader == "stream")  # the streaming workers' counters
     err = capsys.readouterr().err
     assert "Slow store (latency_ms 5, max_in_flight 3, api http), " in err and "x the frames' video bytes" in err
-    assert "readers waited" in err
+    assert "readers waited" in err and "the store itself used" in err
     assert main(["bench", "http://127.0.0.1:9/ds", "--store_latency_ms", "5", "--out", str(tmp_path / "x")]) == 2
     assert "serve a local dataset folder" in capsys.readouterr().err
     assert main(["bench", str(av1_root), "--store_mbps", "0", "--out", str(tmp_path / "x")]) == 2
