@@ -1,0 +1,289 @@
+"""Benchmark factory for the `lancedb` peer: lerobot-lancedb's `LanceDBDataset` over its own Lance conversion of the
+dataset, in the DataLoader its README recommends for training.
+
+probe.py loads this file BY PATH under the peer's interpreter (.venv-lancedb, scripts/setup_lancedb.sh), so it imports
+only the standard library, numpy, torch, lerobot, lerobot_lancedb and probe.py (from this folder), never robostream.
+
+The peer reads its own layout, not the LeRobot folder: `params["peer_root"]` (bench's `--peer_root`) is the output of
+`lerobot-lance-convert --root ROOT --out PEER_ROOT` (scripts/convert_lancedb.sh), a local folder or an `s3://` URL of
+it. Its three Lance tables: frames (one row per frame), videos (each mp4 verbatim in a blob column, with a keyframe
+byte index) and meta (the meta/ files, materialized once into a local cache for a remote root).
+
+What lerobot-lancedb 0.3.1 documents for training (its README and `lerobot_lancedb/reader.py`), reproduced here:
+  * `LanceDBDataset(root=..., delta_timestamps=..., tolerance_s=..., return_uint8=True, storage_options=...)`:
+    items are LeRobotDataset's (same keys and tensors); with `return_uint8=True` the frames are uint8 CHW straight
+    from torchcodec (without it, float32 in [0, 1]), as lerobot-train asks of LeRobotDataset.
+  * the dataset implements `__getitems__`: the DataLoader hands it a whole batch of indices, and it reads the batch's
+    frame rows (delta windows included, deduplicated) in one take from the frames table and the batch's video byte
+    ranges (keyframe-aligned, merged) in one `fetch_blob_ranges`, then decodes each file's frames with torchcodec
+    in a 16-thread pool. probe's TimedMapDataset times it that way (each sample: the batch's time / its size).
+  * "pair with EpisodeAwareSampler": lerobot's `EpisodeAwareSampler(shuffle=True, seed)`, the order lerobot-train
+    draws (the lerobot peer's too, so both read the same samples in the same order); batches of `batch_size`,
+    `drop_last=False`; with WORLD_SIZE > 1 each rank takes every WORLD_SIZE-th batch, as the lerobot peer does.
+  * `DataLoader(..., num_workers, prefetch_factor, persistent_workers=True,
+    multiprocessing_context=lance_mp_context())`: forkserver (fork is unsafe with Lance's async runtime; spawn where
+    forkserver is missing). The optional parameter `multiprocessing_context` overrides it.
+  * an object-store root gets `storage_options` in the Rust object_store crate's names (lance's), translated here
+    from the fsspec/s3fs options the bench passes (`object_store_options`); the reader sets LANCE_IO_THREADS=256
+    for a remote root unless the environment sets it. Its meta/ is materialized into a folder of this run's own
+    (the reader's cache is keyed by the URL alone, which a later run over another dataset could find stale).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.metadata
+import importlib.util
+import itertools
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Sampler
+
+import lerobot_lancedb.reader as lance_reader
+from lerobot.datasets.sampler import EpisodeAwareSampler
+from lerobot_lancedb import LanceDBDataset, lance_mp_context
+
+try:  # the reader imports torchcodec lazily in its first batch: import it before the timed first batch, as the
+    import torchcodec.decoders  # noqa: F401  lerobot peer and robostream's loaders do
+except ImportError:
+    pass
+
+HERE = Path(__file__).resolve().parent
+PERSISTENT_WORKERS = True  # lerobot-train's default (lerobot/configs/train.py)
+DEFAULT_TOLERANCE_S = 1e-4  # LanceDBDataset's and LeRobotDataset's default
+# object_store client options that are not `aws_*` keys, passed through as given
+OBJECT_STORE_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "pool_idle_timeout",
+                     "client_max_retries", "client_retry_timeout", "proxy_url"}
+
+
+def _probe() -> ModuleType:
+    """probe.py, imported under the name `probe` with its folder on sys.path (workers started by forkserver or spawn
+    unpickle TimedMapDataset by module name, and inherit sys.path)."""
+    if "probe" in sys.modules:
+        return sys.modules["probe"]
+    if str(HERE) not in sys.path:
+        sys.path.append(str(HERE))
+    spec = importlib.util.spec_from_file_location("probe", HERE / "probe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["probe"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def object_store_options(storage_options: Mapping[str, Any] | None, uri: str) -> dict[str, str] | None:
+    """lance's `storage_options` (the Rust object_store crate's keys, string values) for an `s3://` URI, from the
+    fsspec/s3fs options the bench passes for its S3 endpoint: `endpoint_url` (top level or in `client_kwargs`),
+    `key`/`secret`, `region_name`. An http:// endpoint needs `allow_http`, and an endpoint on an IP address
+    path-style requests (`aws_virtual_hosted_style_request=false`). Keys already in object_store's form (`aws_*`,
+    `allow_http`, ...) pass through. None for a local root or without options."""
+    if not storage_options or "://" not in uri:
+        return None
+    fsspec = dict(storage_options)
+    client = dict(fsspec.pop("client_kwargs", None) or {})
+    endpoint = fsspec.pop("endpoint_url", None) or client.get("endpoint_url")
+    region = fsspec.pop("region_name", None) or client.get("region_name")
+    key, secret, token = fsspec.pop("key", None), fsspec.pop("secret", None), fsspec.pop("token", None)
+    options = {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in fsspec.items()
+               if name.startswith("aws_") or name in OBJECT_STORE_KEYS}  # fsspec-only options are dropped
+    if endpoint:
+        options.setdefault("aws_endpoint", endpoint)
+        options.setdefault("aws_virtual_hosted_style_request", "false")
+        if endpoint.startswith("http://"):
+            options.setdefault("allow_http", "true")
+    if key is not None:
+        options.setdefault("aws_access_key_id", str(key))
+    if secret is not None:
+        options.setdefault("aws_secret_access_key", str(secret))
+    if token is not None:
+        options.setdefault("aws_session_token", str(token))
+    if endpoint or key is not None:
+        options.setdefault("aws_region", str(region or "us-east-1"))  # object_store signs for a region
+    if str(storage_options.get("anon", "")).lower() in ("true", "1"):  # fsspec's anonymous access
+        options.setdefault("aws_skip_signature", "true")
+    return options or None
+
+
+def _dataset(params: dict[str, Any]) -> LanceDBDataset:
+    uri = params.get("peer_root")
+    if not uri:
+        raise ValueError("the lancedb peer reads its own conversion: give --peer_root (the folder or s3:// URL "
+                         "`lerobot-lance-convert --root ROOT --out PEER_ROOT` wrote; scripts/convert_lancedb.sh)")
+    uri = str(uri)
+    if "://" in uri:
+        # A remote root's meta/ is materialized from its meta table into HF_LEROBOT_HOME/remote/<uri>, once and for
+        # good: a cache keyed by the URL alone (s3://bucket/key, no endpoint) would serve a stale meta/ to a later
+        # run over another dataset of the same name. Each run gets its own, so it also pays that read, as a fresh
+        # machine does. Workers unpickle the dataset with this folder as its root; it goes when this process ends.
+        cache = tempfile.mkdtemp(prefix="robostream-bench-lancedb-")
+        atexit.register(shutil.rmtree, cache, ignore_errors=True)
+        lance_reader.HF_LEROBOT_HOME = Path(cache)
+    return LanceDBDataset(
+        root=uri if "://" in uri else Path(uri),
+        episodes=params.get("episodes"),
+        delta_timestamps=params.get("delta_timestamps"),
+        tolerance_s=params.get("tolerance_s") or DEFAULT_TOLERANCE_S,
+        return_uint8=True,
+        storage_options=object_store_options(params.get("storage_options"), uri),
+    )
+
+
+class RankBatches(Sampler[list[int]]):
+    """Every `world_size`-th batch from `rank` on: the batches accelerate's BatchSamplerShard gives one rank."""
+
+    def __init__(self, batches: BatchSampler, rank: int, world_size: int) -> None:
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for position, batch in enumerate(self.batches):
+            if position % self.world_size == self.rank:
+                yield batch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.batches) / self.world_size)
+
+
+def _world() -> tuple[int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _batches(dataset: LanceDBDataset, batch_size: int, seed: int) -> Sampler[list[int]]:
+    """This rank's batches of dataset positions: EpisodeAwareSampler's shuffled order (first epoch)."""
+    order = EpisodeAwareSampler(
+        dataset.meta.episodes["dataset_from_index"],
+        dataset.meta.episodes["dataset_to_index"],
+        episode_indices_to_use=dataset.episodes,
+        shuffle=True,
+        seed=seed,
+        absolute_to_relative_idx=dataset.absolute_to_relative_idx,
+    )
+    batches = BatchSampler(order, batch_size, drop_last=False)
+    rank, world_size = _world()
+    return batches if world_size == 1 else RankBatches(batches, rank, world_size)
+
+
+def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
+    num_workers = int(params["num_workers"])
+    if num_workers == 0:
+        return {"num_workers": 0}
+    return {"num_workers": num_workers, "prefetch_factor": int(params["prefetch_factor"]),
+            "persistent_workers": PERSISTENT_WORKERS,
+            "multiprocessing_context": params.get("multiprocessing_context") or lance_mp_context()}
+
+
+def _frames_per_sample(dataset: LanceDBDataset) -> int:
+    deltas = dataset.delta_indices or {}
+    return sum(len(deltas.get(key, [0])) for key in dataset.meta.camera_keys)
+
+
+def _split(dataset: LanceDBDataset, batches: Callable[[], Sampler[list[int]]], size: int
+           ) -> Callable[[int], dict[str, float]]:
+    """split(n): n samples in the loader's order, in this process, read as the loader reads them (`__getitems__`
+    on each batch of indices), timing the whole batch and its decoding.
+
+    decode_s is `_decode_videos` (the batch's torchcodec decoding in the reader's thread pool) less the byte fetch
+    inside it (`_ensure_decoders`: the frame windows' ranges the prefetch missed); everything else (frame rows,
+    byte index, container headers, decoder creation, the prefetched windows) is fetch time. The video prefetch runs
+    in a background thread beside the frames-table read, so this split is of wall time, not of work.
+    """
+    def split(n: int) -> dict[str, float]:
+        positions = list(itertools.islice(itertools.chain.from_iterable(batches()), n))
+        decode_videos, ensure_decoders = dataset._decode_videos, dataset._ensure_decoders
+        decode_s = 0.0
+        window_fetch_s = 0.0
+
+        def timed_decode_videos(*args: Any, **kwargs: Any) -> Any:
+            nonlocal decode_s
+            start = time.perf_counter()
+            try:
+                return decode_videos(*args, **kwargs)
+            finally:
+                decode_s += time.perf_counter() - start
+
+        def timed_ensure_decoders(*args: Any, **kwargs: Any) -> Any:
+            nonlocal window_fetch_s
+            start = time.perf_counter()
+            try:
+                return ensure_decoders(*args, **kwargs)
+            finally:
+                window_fetch_s += time.perf_counter() - start
+
+        dataset._decode_videos, dataset._ensure_decoders = timed_decode_videos, timed_ensure_decoders
+        try:
+            start = time.perf_counter()
+            for first in range(0, len(positions), size):
+                dataset.__getitems__(positions[first:first + size])
+            seconds = time.perf_counter() - start
+        finally:
+            del dataset._decode_videos, dataset._ensure_decoders  # back to the methods
+        decode_s -= window_fetch_s
+        return {"samples": len(positions), "seconds": seconds, "decode_s": decode_s, "fetch_s": seconds - decode_s,
+                "samples_per_s": len(positions) / seconds if seconds > 0 else 0.0, "batch_size": size}
+
+    return split
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _info(dataset: LanceDBDataset, options: dict[str, Any], pin_memory: bool,
+          store_options: dict[str, str] | None) -> dict[str, Any]:
+    rank, world_size = _world()
+    remote = "://" in dataset._db_uri
+    return {
+        "peer": "lancedb",
+        "lerobot_lancedb_version": _version("lerobot-lancedb"),
+        "lancedb_version": _version("lancedb"),
+        "lerobot_version": _version("lerobot"),
+        "torch_version": torch.__version__,
+        "torchcodec_version": _version("torchcodec"),
+        "pyarrow_version": _version("pyarrow"),
+        "uri": dataset._db_uri,
+        "meta": f"materialized from the meta table into a per-run folder ({dataset.root})" if remote
+                else "read from peer_root/meta",
+        "storage_options": sorted(store_options) if store_options else None,  # names only: values may be secrets
+        "lance_io_threads": os.environ.get("LANCE_IO_THREADS") or ("256 (the reader's default for a remote root)"
+                                                                   if remote else "lance's default"),
+        "dataset": "LanceDBDataset(root=peer_root, delta_timestamps, return_uint8=True) over lerobot-lance-convert's "
+                   "tables (frames, videos as blobs, meta)",
+        "reads": "batched: __getitems__ per batch (one frames-table take, one fetch_blob_ranges), torchcodec decode "
+                 "in a 16-thread pool per worker",
+        "video_decoder_cache": f"{dataset._decoder_cache.capacity} decoders per worker, 2 GiB byte budget",
+        "uint8": True,
+        "frames": "uint8 CHW from torchcodec (return_uint8=True; float32 in [0, 1] without it)",
+        "sampler": "EpisodeAwareSampler(shuffle=True, seed)" + (
+            f", accelerate-style batch shard rank {rank} of {world_size}" if world_size > 1 else ""),
+        "drop_last": False,
+        "pin_memory": pin_memory,
+        **{key: value for key, value in options.items() if key != "num_workers"},
+        "worker_stats": "none: LanceDBDataset's decoder LRU keeps no hit/miss counters",
+    }
+
+
+def build(params: dict[str, Any]) -> dict[str, Any]:
+    """The probe bundle for lerobot-lancedb: a DataLoader over a TimedMapDataset-wrapped LanceDBDataset whose
+    batches are read with its batched `__getitems__`."""
+    probe = _probe()
+    dataset = _dataset(params)
+    batch_size, seed = int(params["batch_size"]), int(params["seed"])
+    options = _loader_options(params)
+    pin_memory = bool(params.get("pin_memory", False))
+    loader = DataLoader(probe.TimedMapDataset(dataset, worker_stats=None),
+                        batch_sampler=_batches(dataset, batch_size, seed), pin_memory=pin_memory, **options)
+    return {"loader": loader, "frames_per_sample": _frames_per_sample(dataset), "counts": None,
+            "split": _split(dataset, lambda: _batches(dataset, batch_size, seed), batch_size),
+            "info": _info(dataset, options, pin_memory, dataset._storage_options)}
+
