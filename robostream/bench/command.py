@@ -205,11 +205,13 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
             for folder in served.values():
                 (buckets / folder.name).symlink_to(folder, target_is_directory=True)
             server = stack.enter_context(S3RangeServer(buckets, **throttle))
+            server.hash_files()
             args.root, args.root_arg = server.s3_url(root.name), None
             args.peer_root = server.s3_url(served["peer_root"].name) if args.peer_root else None
             args.storage_options = json.dumps(server.storage_options())
         else:
             server = stack.enter_context(RangeHTTPServer(root, **throttle))
+            server.hash_files()
             args.root, args.root_arg = server.url, None
         yield ServedStore(server, frame_bytes)
 
