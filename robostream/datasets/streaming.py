@@ -40,7 +40,7 @@ from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (ReaderSettings, Source, SourceReader, mixture_fingerprint, mixture_schema,
-                                         mixture_sources, open_reader, selection_fingerprint)
+                                         mixture_sources, open_readers, selection_fingerprint)
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.origin import ReadOptions, renamed
@@ -153,8 +153,7 @@ class StreamingLeRobotDataset(IterableDataset):
                                   decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
                                   prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,
                                   frame_pool=ProcessLocal(FramePool), storages=[])
-        self.sources = [open_reader(i, spec, settings, lenient_windows=self.is_mixture)
-                        for i, spec in enumerate(specs)]
+        self.sources = open_readers(specs, settings, lenient_windows=self.is_mixture)
         weights = [spec.weight for spec in specs]
         self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights,
                                                      epoch_size)

@@ -1,16 +1,15 @@
 """`meta/episodes/*.parquet`: one row per episode with the files and spans that hold it.
 
 Only the columns needed to locate data are loaded (the `stats/...` columns can be large); they are kept as numpy
-arrays so lookups are cheap and the table can be shared copy-on-write with DataLoader worker processes. Each file's
-columns can be saved as a small derived folder (`save_part`/`load_part`): parsing the footer of a lerobot episodes
-file (10-episode row groups, ~100 columns) costs ~0.2 s per 10k episodes, loading the saved columns milliseconds.
+arrays so lookups are cheap and the table can be shared copy-on-write with DataLoader worker processes. The columns
+are kept once per node (format/metadata_snapshot.py): parsing the footer of a lerobot episodes file (10-episode
+row groups, ~100 columns) costs ~0.2 s per 10k episodes, loading the saved columns milliseconds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -102,16 +101,6 @@ def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str
         raise DatasetFormatError(f"{name}: episode metadata column(s) {nulls} have null values; re-write the "
                                  "dataset's meta/episodes")
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in wanted}
-
-
-def save_part(part: dict[str, np.ndarray], folder: Path) -> None:
-    """Write a part read by `read_episode_part` to a folder."""
-    np.savez(folder / "columns.npz", **part)
-
-
-def load_part(folder: Path) -> dict[str, np.ndarray]:
-    with np.load(folder / "columns.npz") as columns:
-        return {k: columns[k] for k in columns.files}
 
 
 def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: list[str], fps: float

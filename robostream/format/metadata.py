@@ -6,7 +6,10 @@ elsewhere (`data_files_root`, e.g. a storage bucket beside a Hub repo holding th
 
 from __future__ import annotations
 
+import io
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,15 +22,17 @@ from robostream.errors import (
     MissingFileError,
     UnsupportedVersionError,
 )
-from robostream.format.episodes import EpisodeTable, episode_table, load_part, read_episode_part, save_part
+from robostream.format.episodes import EpisodeTable, episode_table, read_episode_part
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
+from robostream.format.metadata_snapshot import (MetadataTables, load_tables, revision_token, save_tables,
+                                                 snapshot_identity)
 from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
 from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
 from robostream.memory import release_freed_memory
 from robostream.storage.cache import DiskCache
 from robostream.storage.derived import DerivedCache
-from robostream.storage.integrity import Validate
+from robostream.storage.integrity import FileVersion, Validate
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
 from robostream.storage.store import DEFAULT_BLOCK_BUDGET, Storage
@@ -36,6 +41,7 @@ INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
 EPISODES_DIR = "meta/episodes"
+EPISODE_FILE = re.compile(r"meta/episodes/chunk-[^/]+/file-[^/]+\.parquet")
 
 
 @dataclass(frozen=True)
@@ -114,12 +120,16 @@ class DatasetMetadata:
             ) from None
 
 
-def read_info(storage: Storage) -> DatasetInfo:
+def read_info_text(storage: Storage, listed: Mapping[str, FileVersion] | None) -> str:
+    """meta/info.json's text (listed: the files of meta/ when a listing was made: a missing file costs no request)."""
     where = storage.describe(INFO_PATH)
     try:
-        storage.size(INFO_PATH)
+        if listed is not None and INFO_PATH not in listed:
+            raise FileNotFoundError(where)
+        data = storage.read_bytes(INFO_PATH)
     except FileNotFoundError as exc:
-        if storage.exists("meta/episodes.jsonl"):
+        if (listed is not None and "meta/episodes.jsonl" in listed) or (listed is None and
+                                                                         storage.exists("meta/episodes.jsonl")):
             raise UnsupportedVersionError(
                 f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}") from exc
         # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
@@ -129,15 +139,17 @@ def read_info(storage: Storage) -> DatasetInfo:
         raise DatasetFormatError(f"{where}: not found{detail}; is {storage.url} a LeRobot dataset root (it should "
                                  "contain meta/info.json)?") from exc
     try:
-        text = storage.read_bytes(INFO_PATH).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DatasetFormatError(f"{where}: not UTF-8 text ({exc}); is it really a LeRobot info.json?") from exc
-    return loads_info(text, where)
 
 
-def episode_files(storage: Storage, chunks_size: int) -> list[str]:
-    """The episode-metadata parquet files: listed where the filesystem can list, else probed in rollover order
-    (file index up to chunks_size, then the next chunk) until the first one missing (plain HTTP)."""
+def episode_files(storage: Storage, chunks_size: int, listed: Mapping[str, FileVersion] | None) -> list[str]:
+    """The episode-metadata parquet files: from the listing of meta/ or a listing of their own where the
+    filesystem can list, else probed in rollover order (file index up to chunks_size, then the next chunk) until
+    the first one missing (plain HTTP)."""
+    if listed is not None:
+        return sorted(p for p in listed if EPISODE_FILE.fullmatch(p))
     if storage.can_list():
         return storage.glob(f"{EPISODES_DIR}/chunk-*/file-*.parquet")
     files, chunk, file = [], 0, 0
@@ -149,6 +161,48 @@ def episode_files(storage: Storage, chunks_size: int) -> list[str]:
         chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
 
 
+def read_tables(storage: Storage, listed: Mapping[str, FileVersion] | None) -> MetadataTables:
+    """Read the metadata files (every error names the file at fault); small files whole, in one request each."""
+    info_text = read_info_text(storage, listed)
+    info = loads_info(info_text, storage.describe(INFO_PATH))
+    files = episode_files(storage, info.chunks_size, listed)
+    if not files:
+        raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
+    parts = [(read_episode_part(storage.open(f), storage.describe(f), info.video_keys), storage.describe(f))
+             for f in files]
+    release_freed_memory()  # the parsed footers of the episode files (large, transient)
+    try:
+        if listed is not None and TASKS_PATH not in listed:
+            raise FileNotFoundError(TASKS_PATH)
+        tasks = read_tasks(io.BytesIO(storage.read_bytes(TASKS_PATH)), storage.describe(TASKS_PATH))
+    except FileNotFoundError as exc:
+        raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it"
+                               ) from exc
+    stats_text = None
+    if listed is None or STATS_PATH in listed:
+        try:
+            stats_text = storage.read_bytes(STATS_PATH).decode("utf-8")
+        except FileNotFoundError:
+            pass
+        except UnicodeDecodeError as exc:
+            raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: not UTF-8 JSON ({exc})") from exc
+    return MetadataTables(info_text=info_text, episode_parts=parts, tasks=tasks, stats_text=stats_text)
+
+
+def metadata_revision(storage: Storage) -> tuple[str | None, dict[str, FileVersion] | None]:
+    """What names the current revision of a dataset's metadata (see format/metadata_snapshot.py), and the listing
+    of meta/ when one was made. Revision None: meta/info.json is missing (reading the tables says why)."""
+    if storage.immutable:
+        return "", None
+    if storage.can_list():
+        listed = storage.list_versions("meta")
+        return revision_token(listed), listed
+    try:
+        return revision_token({INFO_PATH: storage.stat(INFO_PATH, "info.json")}), None
+    except FileNotFoundError:
+        return None, None
+
+
 def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
                   data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                   cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
@@ -156,11 +210,12 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
                   max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
-    cache: keep the remote data and video files whole on local disk (metadata is always read directly).
+    cache: keep the remote data and video files whole on local disk.
     read_buffer_bytes: fetched remote blocks kept in memory per process (reads and read-ahead).
     max_in_flight: read-ahead requests under way at once per process, at most.
-    derived: keep the episode table's locating columns (and, for map-style reads, data columns) on local disk, so
-    a later construction on this node loads them instead of parsing the parquet files again.
+    derived: the node-local cache that keeps the metadata tables (format/metadata_snapshot.py: a later
+    construction on this node loads them after checking the revision, at most one request) and, for map-style
+    reads, data columns. None: read the tables each time.
     validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
     """
     storage = Storage(root, storage_options, retry, validate=validate)
@@ -170,35 +225,20 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     data_source = storage.url if data_files_root is None else data_files_root
     data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes, validate=validate,
                            max_in_flight=max_in_flight)
-    info = read_info(storage)
-    files = episode_files(storage, info.chunks_size)
-    if not files:
-        raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
-    episodes = episode_table([(_episode_part(storage, f, info.video_keys, derived), storage.describe(f))
-                              for f in files], info.video_keys, info.fps)
-    release_freed_memory()  # the parsed footers of the episode files (large, transient)
-    if not storage.exists(TASKS_PATH):
-        raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it")
-    tasks = read_tasks(storage.open(TASKS_PATH), storage.describe(TASKS_PATH))
+    revision, listed = metadata_revision(storage)
+    if derived is None or revision is None:
+        tables = read_tables(storage, listed)
+    else:
+        tables = derived.open(snapshot_identity(storage.describe("meta"), revision),
+                              lambda folder: save_tables(read_tables(storage, listed), folder), load_tables)
+    info = loads_info(tables.info_text, storage.describe(INFO_PATH))
+    episodes = episode_table(tables.episode_parts, info.video_keys, info.fps)
     stats: dict[str, Any] = {}
-    if storage.exists(STATS_PATH):
+    if tables.stats_text is not None:
         try:
-            stats = stats_from_json(json.loads(storage.read_bytes(STATS_PATH)), storage.describe(STATS_PATH))
+            stats = stats_from_json(json.loads(tables.stats_text), storage.describe(STATS_PATH))
         except json.JSONDecodeError as exc:
             raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: "
                                      f"{exc.msg}") from exc
-        except UnicodeDecodeError as exc:
-            raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: not UTF-8 JSON ({exc})") from exc
-    return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes, tasks=tasks,
-                           stats=stats, derived=derived)
-
-
-def _episode_part(storage: Storage, relative: str, video_keys: list[str], derived: DerivedCache | None
-                  ) -> dict[str, Any]:
-    """One episode-metadata file's locating columns: from the derived cache, built from the parquet file once."""
-    name = storage.describe(relative)
-    if derived is None:
-        return read_episode_part(storage.open(relative), name, video_keys)
-    identity = f"episodes-v3|{storage.identity(relative)}|{','.join(video_keys)}"
-    return derived.open(identity, lambda folder: save_part(read_episode_part(storage.open(relative), name, video_keys),
-                                                           folder), load_part)
+    return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes,
+                           tasks=tables.tasks, stats=stats, derived=derived)

@@ -282,7 +282,10 @@ class Storage:
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
         read = (lambda: http_stat(self.fs, path)) if self.protocol in ("http", "https") \
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
-        return call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
+        version = call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
+        # The version a reader of this file opens (see open): a probe followed by an open asks the server once.
+        self._process.get().versions.setdefault(path, version)
+        return version
 
     def identity(self, relative: str, what: str = "file") -> str:
         """What names this version of a file: its location, size and (local files) modification time or (remote)
@@ -318,6 +321,45 @@ class Storage:
 
     def can_list(self) -> bool:
         return self.protocol not in ("http", "https")
+
+    @property
+    def immutable(self) -> bool:
+        """Whether no file under the root can change: a Hub repository root pinned to a commit."""
+        if not self.hub_repository:
+            return False
+        from huggingface_hub.utils import parse_hf_uri
+
+        return bool(_COMMIT.fullmatch(parse_hf_uri(self.url).revision or ""))
+
+    def list_versions(self, folder: str) -> dict[str, FileVersion]:
+        """Every file under `folder` (relative) with its version: size and ETag (S3), published hash (Hub) or, for
+        local files, modification time, inode and change time as the token. One listing request on a remote store
+        that lists (a local walk costs none); the versions are remembered, so opening these files asks the server
+        nothing more in this process."""
+        if not self.can_list():
+            raise ValueError(f"{self.url}: {self.protocol} cannot list folders")
+        base = self._path(folder, "folder").rstrip("/")
+        if self.is_local:
+            found: dict[str, FileVersion] = {}
+            for directory, _, names in os.walk(base):
+                for name in names:
+                    path = os.path.join(directory, name)
+                    stat = os.stat(path)
+                    relative = posixpath.join(folder, os.path.relpath(path, base).replace(os.sep, "/"))
+                    found[relative] = FileVersion(stat.st_size, f"{stat.st_mtime_ns}:{stat.st_ino}:{stat.st_ctime_ns}")
+            return found
+        try:
+            listing = call_with_retries(lambda: self.fs.find(base, detail=True), f"{self.describe(folder)} (listing)",
+                                        self.retry)
+        except FileNotFoundError:
+            return {}
+        prefix = self.root.rstrip("/") + "/"
+        found = {str(path)[len(prefix):]: _info_version(self.protocol, info) for path, info in listing.items()
+                 if info.get("type", "file") == "file" and str(path).startswith(prefix)}
+        versions = self._process.get().versions
+        for relative, version in found.items():
+            versions.setdefault(f"{self.root}/{relative}", version)
+        return found
 
     def open(self, relative: str, what: str = "file") -> io.RawIOBase | str:
         """A path string for local files, else a RangedReader fetching byte ranges on demand."""

@@ -42,7 +42,8 @@ def _resolve_requests(server: HubServer) -> list[tuple[str, str, int, int]]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("revision", ["main", "sha"])
-def test_hf_root_stream_equals_local(hub, av1_root, revision):
+def test_hf_root_stream_equals_local(hub, av1_root, revision, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROBOSTREAM_CACHE", str(tmp_path / "node_cache"))  # metadata read here, not from a snapshot
     hub.reset_stats()
     rev = hub.sha if revision == "sha" else "main"
     remote = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{rev}", seed=5, return_uint8=True,
