@@ -52,23 +52,38 @@ def snapshot_identity(location: str, revision: str) -> str:
 
 
 def save_tables(tables: MetadataTables, folder: Path) -> None:
-    (folder / "info.json").write_text(tables.info_text, encoding="utf-8")
-    (folder / "tasks.json").write_text(json.dumps({str(k): v for k, v in tables.tasks.items()}), encoding="utf-8")
-    if tables.stats_text is not None:
-        (folder / "stats.json").write_text(tables.stats_text, encoding="utf-8")
-    (folder / "episodes.json").write_text(json.dumps([name for _, name in tables.episode_parts]), encoding="utf-8")
-    for i, (part, _) in enumerate(tables.episode_parts):
-        np.savez(folder / f"episodes-{i}.npz", **part)
+    """Two reads per source when loaded: the small files in one JSON document, and each episodes file's columns
+    as raw bytes laid out by that document. Not .npy: its header is parsed with `ast.literal_eval`, which CPython
+    3.11 < 3.11.8 cannot run in several threads at once (gh-106905: "AST constructor recursion depth mismatch"),
+    and sources are opened in threads."""
+    files = []
+    for i, (part, name) in enumerate(tables.episode_parts):
+        columns = {column: np.ascontiguousarray(values) for column, values in part.items()}
+        rows = {len(values) for values in columns.values()}
+        if len(rows) > 1:
+            raise ValueError(f"{name}: episode columns of different lengths {sorted(rows)}")
+        with open(folder / f"episodes-{i}.bin", "wb") as out:
+            for values in columns.values():
+                out.write(values.tobytes())
+        files.append({"name": name, "rows": rows.pop() if rows else 0,
+                      "columns": [[column, values.dtype.str] for column, values in columns.items()]})
+    doc = {"info": tables.info_text, "stats": tables.stats_text, "tasks": {str(k): v for k, v in tables.tasks.items()},
+           "episode_files": files}
+    (folder / "metadata.json").write_text(json.dumps(doc), encoding="utf-8")
 
 
 def load_tables(folder: Path) -> MetadataTables:
-    names = json.loads((folder / "episodes.json").read_text(encoding="utf-8"))
+    doc = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
     parts = []
-    for i, name in enumerate(names):
-        with np.load(folder / f"episodes-{i}.npz") as columns:
-            parts.append(({k: columns[k] for k in columns.files}, name))
-    stats = folder / "stats.json"
-    tasks = json.loads((folder / "tasks.json").read_text(encoding="utf-8"))
-    return MetadataTables(info_text=(folder / "info.json").read_text(encoding="utf-8"), episode_parts=parts,
-                          tasks={int(k): v for k, v in tasks.items()},
-                          stats_text=stats.read_text(encoding="utf-8") if stats.is_file() else None)
+    for i, entry in enumerate(doc["episode_files"]):
+        data = (folder / f"episodes-{i}.bin").read_bytes()
+        offset, part = 0, {}
+        for column, dtype in entry["columns"]:
+            values = np.frombuffer(data, dtype=np.dtype(dtype), count=entry["rows"], offset=offset)
+            part[column] = values
+            offset += values.nbytes
+        if offset != len(data):
+            raise ValueError(f"{folder / f'episodes-{i}.bin'}: {len(data)} bytes, its columns need {offset}")
+        parts.append((part, entry["name"]))
+    return MetadataTables(info_text=doc["info"], episode_parts=parts,
+                          tasks={int(k): v for k, v in doc["tasks"].items()}, stats_text=doc["stats"])

@@ -249,9 +249,9 @@ def test_mixture_weights_must_be_finite(av1_root, weights, message):
     lambda folder: (folder / "columns.bin").write_bytes((folder / "columns.bin").read_bytes()[:-7])
     if (folder / "columns.bin").is_file() else None,
     lambda folder: (folder / "columns.json").write_text("{") if (folder / "columns.json").is_file() else None,
-    lambda folder: (folder / "episodes-0.npz").write_bytes(b"PK\x03\x04 cut") if (folder / "episodes-0.npz").is_file()
+    lambda folder: (folder / "episodes-0.bin").write_bytes(b"cut") if (folder / "episodes-0.bin").is_file()
     else None,  # the metadata snapshot (format/metadata_snapshot.py)
-    lambda folder: (folder / "episodes.json").write_text("[") if (folder / "episodes.json").is_file() else None,
+    lambda folder: (folder / "metadata.json").write_text("{") if (folder / "metadata.json").is_file() else None,
 ])
 def test_a_damaged_node_cache_entry_is_rebuilt_not_fatal(av1_root, tmp_path, damage):
     """A derived-cache entry truncated or edited on disk used to fail every later start."""
