@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -36,9 +37,14 @@ class CameraReader:
     """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors."""
 
     def __init__(self, meta: DatasetMetadata, tolerance_s: float, backend: str | None = None, device: str = "cpu",
-                 cache_size: int | None = None, frame_pool: ProcessLocal | None = None) -> None:
+                 cache_size: int | None = None, frame_pool: ProcessLocal | None = None,
+                 decoders: VideoDecoderCache | None = None, decode_threads: ProcessLocal | None = None) -> None:
         """frame_pool: where the batch path gives frames back to be decoded into again (shared by the sources of
-        a mixture; default: this reader's own)."""
+        a mixture; default: this reader's own).
+        decoders: the open decoders, a cache the sources of a mixture share (files named by their full location);
+        default: this reader's own, of cache_size.
+        decode_threads: the process's decode threads (a ProcessLocal of `decode_pool`), shared by a mixture's
+        sources; default: this reader's own."""
         self.meta = meta
         self.tolerance_s = finite_number(tolerance_s, what="tolerance_s", minimum=0)
         # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
@@ -48,9 +54,10 @@ class CameraReader:
         self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
         # The opener must not refer back to this reader: a reference cycle would leave a dropped dataset's decoders
         # to the cyclic garbage collector (see process_local.py for why that matters).
-        self.cache = VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
+        self.cache = decoders or VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
+        self._shared_cache = decoders is not None
         # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
-        self._executor = ProcessLocal(partial(decode_pool, len(meta.video_keys)))
+        self._executor = decode_threads or ProcessLocal(partial(decode_pool, len(meta.video_keys)))
         self.frame_pool = frame_pool or ProcessLocal(FramePool)
         self.frame_sizes = {k: feature_frame_size(meta.info.features[k]) for k in meta.video_keys}
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
@@ -63,13 +70,20 @@ class CameraReader:
         shown = np.round(np.asarray(timestamps_s, dtype=np.float64), 6)[:8].tolist()
         context = f" (episode {episode_index}, camera {key!r}, episode times {shown})"
         try:
-            with self.cache.use(relative, self.backend, self.device) as decoder:
+            with self._decoder(relative) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
                 return decode_at_timestamps(decoder, times, self.tolerance_s, context)
         except RobostreamError as exc:
             if context in str(exc):
                 raise
             raise type(exc)(f"{exc}{context}") from exc
+
+    def _decoder(self, relative: str) -> ContextManager[VideoDecoder]:
+        """Borrow the decoder of one of this dataset's video files (see VideoDecoderCache.use)."""
+        if not self._shared_cache:
+            return self.cache.use(relative, self.backend, self.device)
+        return self.cache.use(self.meta.describe(relative), self.backend, self.device,
+                              opener=partial(open_dataset_video, self.meta, relative, self.backend, self.device))
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
         """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
@@ -114,7 +128,7 @@ class CameraReader:
             times = [self.meta.episodes.video_span(requests[i][0], key).from_timestamp
                      + np.asarray(requests[i][1][key], dtype=np.float64) for i in group]
             try:
-                with self.cache.use(relative, self.backend, self.device) as decoder:
+                with self._decoder(relative) as decoder:
                     check_frame_size(decoder, key, self.frame_sizes[key])
                     frames, inverse = decode_unique(decoder, np.concatenate(times), self.tolerance_s)
             except RobostreamError:

@@ -48,21 +48,31 @@ class EpochIterator:
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
         self._live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
+        self._held: dict[int, int] = {}  # per source: decoders of its live pieces held open (VideoDecoderCache.hold)
         self._fetch_ahead = PickReadAhead(plan, sources, self._locate)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for pick in self._picks():
-            reader, position = self._take(pick)
-            source = self.sources[reader.source]
-            sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
-            if self.schema is not None:
-                sample = self.schema.finish(sample, reader.source, source.rename)
-            self.emitted += 1
-            yield sample
+        try:
+            for pick in self._picks():
+                reader, position = self._take(pick)
+                source = self.sources[reader.source]
+                sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
+                if self.schema is not None:
+                    sample = self.schema.finish(sample, reader.source, source.rename)
+                self.emitted += 1
+                yield sample
+        finally:
+            self._release_held()
 
     def batches(self, batch_size: int, drop_last: bool, allocate: BatchAllocate) -> Iterator[dict[str, Any]]:
         """The same samples as iteration, as whole batches of `batch_size` (the last one short unless
         `drop_last`): what a DataLoader worker gives when it collates this role's samples."""
+        try:
+            yield from self._batches(batch_size, drop_last, allocate)
+        finally:
+            self._release_held()
+
+    def _batches(self, batch_size: int, drop_last: bool, allocate: BatchAllocate) -> Iterator[dict[str, Any]]:
         picks = self._picks()
         while True:
             refs = [self._take(pick) for pick in itertools.islice(picks, batch_size)]
@@ -70,10 +80,12 @@ class EpochIterator:
                 return
             readers = {id(reader): reader for reader, _ in refs}
             held = sum(reader.resident for reader in readers.values())
-            for source in self.sources:
-                mine = refs if len(self.sources) == 1 else [ref for ref in refs if ref[0].source == source.index]
-                if mine and source.meta.video_keys:
-                    source.frames.prefill(mine, self.worker)
+            by_source: dict[int, list[tuple[PieceReader, int]]] = {}  # not a loop over sources: there may be 1000
+            for ref in refs:
+                by_source.setdefault(ref[0].source, []).append(ref)
+            for index, mine in sorted(by_source.items()):
+                if self.sources[index].meta.video_keys:
+                    self.sources[index].frames.prefill(mine, self.worker)
             self._live_frames += sum(reader.resident for reader in readers.values()) - held
             released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
             video = [self._frames(reader, position, released) for reader, position in refs]
@@ -91,7 +103,8 @@ class EpochIterator:
         for i, (reader, _) in enumerate(refs):
             groups.setdefault(reader.source, []).append(i)
         for source, members in groups.items():
-            self.sources[source].frames.count(self.worker, [video[i] for i in members])
+            self.sources[source].frames.count_frames(self.worker, [video[i] for i in members])
+        self.sources[0].frames.count_reads(self.worker)  # the storages of every source
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
         return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
@@ -116,10 +129,24 @@ class EpochIterator:
                 ahead.frames.rows.read_ahead(episode)
             if source.meta.video_keys:
                 self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
+                self._hold(reader.source, len(source.meta.video_keys))
         if position == len(reader.sample_frames) - 1:
             del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
             self._fetch_ahead.done(stream, piece)
+            self._hold(reader.source, -len(self.sources[reader.source].meta.video_keys))
         return reader, position
+
+    def _hold(self, source: int, decoders: int) -> None:
+        """Keep room in the decoder cache for a live piece's cameras (negative: the piece ended)."""
+        if decoders:
+            self.sources[source].cameras.cache.hold(decoders)
+            self._held[source] = self._held.get(source, 0) + decoders
+
+    def _release_held(self) -> None:
+        """The pass ended (or was abandoned): give back the room its live pieces held."""
+        for source, decoders in self._held.items():
+            self.sources[source].cameras.cache.hold(-decoders)
+        self._held.clear()
 
     def _locate(self, unit: int) -> tuple[SourceReader, int, int]:
         """The source, episode index and first frame of an epoch unit."""

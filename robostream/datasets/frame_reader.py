@@ -9,6 +9,8 @@ picks are fetched ahead (pick_read_ahead.py, video_read_ahead.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -20,8 +22,9 @@ from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.piece_reader import PieceReader
 from robostream.datasets.sample import SampleAssembler, stack_window
-from robostream.datasets.video_read_ahead import VideoReadAhead
-from robostream.format.data_rows import DataRowReader, EpisodeRows
+from robostream.datasets.video_read_ahead import VideoReadAhead, index_threads
+from robostream.format.data_rows import DataRowReader, EpisodeRows, RowCaches
+from robostream.process_local import ProcessLocal
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.schedule import piece_sample_order
 from robostream.storage.store import Storage
@@ -30,12 +33,23 @@ from robostream.storage.store import Storage
 ROW_THREADS = 16  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
 
 
+@dataclass(frozen=True)
+class ReadingThreads:
+    """Per-process caches and threads of the frame readers (each a ProcessLocal: rebuilt after a fork), one set
+    for all the sources of a mixture."""
+
+    row_caches: ProcessLocal = field(default_factory=lambda: ProcessLocal(RowCaches))
+    row_threads: ProcessLocal = field(default_factory=lambda: ProcessLocal(
+        partial(ThreadPoolExecutor, ROW_THREADS, thread_name_prefix="robostream-rows")))
+    index_threads: ProcessLocal = field(default_factory=lambda: ProcessLocal(index_threads))
+
+
 class FrameReader:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
     def __init__(self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader,
                  counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool, index: int = 0,
-                 storages: Sequence[Storage] | None = None) -> None:
+                 storages: Sequence[Storage] | None = None, shared: ReadingThreads | None = None) -> None:
         """
         Args:
             meta: the dataset's metadata.
@@ -48,6 +62,9 @@ class FrameReader:
             index: the source this reads in a mixture (its pieces' readers carry it).
             storages: where every source of the dataset reads its data (a list the sources of a mixture share,
                 so a worker's byte counters cover all of them); default: this source's.
+            shared: the per-process caches and threads that the sources of a mixture share (open data files,
+                rows read ahead, packet-index threads), so they grow with the live pieces, not with the sources;
+                default: this reader's own.
         """
         self.meta = meta
         self.index = index
@@ -60,8 +77,10 @@ class FrameReader:
         self.stride = stride
         self.decode_ahead = decode_ahead
         remote = prefetch and not meta.data_storage.is_local
-        self.rows = DataRowReader(meta, read_ahead_threads=ROW_THREADS if remote else 0)
-        self.video_ahead = VideoReadAhead(meta, enabled=prefetch)
+        shared = shared or ReadingThreads()
+        self.rows = DataRowReader(meta, read_ahead_threads=ROW_THREADS if remote else 0, caches=shared.row_caches,
+                                  threads=shared.row_threads)
+        self.video_ahead = VideoReadAhead(meta, enabled=prefetch, threads=shared.index_threads)
 
     def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:
         rows = self.rows.episode(episode)
@@ -103,9 +122,18 @@ class FrameReader:
             reader.add(wanted, frames)
 
     def count(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
-        """Count the frames delivered to samples (and, for remote data, this process's bytes read)."""
+        """Count the frames delivered to samples and, for remote data, this process's bytes read."""
+        self.count_frames(worker, frames)
+        self.count_reads(worker)
+
+    def count_frames(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
+        """Count the frames delivered to samples."""
         if self.meta.video_keys:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
+
+    def count_reads(self, worker: int) -> None:
+        """Record this process's reads of every source's remote data (once per batch: the storages are all the
+        sources' of a mixture)."""
         remote = [storage for storage in self.storages if not storage.is_local]
         if remote:
             stats = [storage.stats() for storage in remote]

@@ -21,7 +21,7 @@ import numpy as np
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
-from robostream.datasets.frame_reader import FrameReader
+from robostream.datasets.frame_reader import FrameReader, ReadingThreads
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
 from robostream.format.metadata import DatasetMetadata
@@ -29,6 +29,7 @@ from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets, window_seconds
 from robostream.storage.store import Storage
+from robostream.video.cache import VideoDecoderCache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +142,9 @@ class ReaderSettings:
     shuffle: bool
     counters: FrameCounters
     frame_pool: Any  # one ProcessLocal FramePool shared by every source's decoders
+    decoders: VideoDecoderCache | None  # a mixture's open decoders, shared by its sources (None: each its own)
+    decode_threads: Any  # a mixture's ProcessLocal decode pool, shared by its sources (None: each its own)
+    reading: ReadingThreads | None  # a mixture's data-file caches and read threads, shared (None: each its own)
     storages: list[Storage]  # every source's data storage, appended as sources open (byte counters cover all)
 
 
@@ -165,12 +169,13 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
                   if k in meta.info.features and spec.feature_map.get(k, k) in common}
     offsets = delta_offsets(deltas, meta.fps, settings.tolerance_s, list(meta.info.features)) if deltas else {}
     cameras = CameraReader(meta, settings.tolerance_s, settings.video_backend, settings.video_decode_device,
-                           settings.decoder_cache_size, frame_pool=settings.frame_pool)
+                           settings.decoder_cache_size, frame_pool=settings.frame_pool, decoders=settings.decoders,
+                           decode_threads=settings.decode_threads)
     stride = window_stride([offsets[k] for k in meta.video_keys if k in offsets]) if settings.shuffle else 1
     assembler = SampleAssembler(meta, offsets, settings.return_uint8, settings.image_transforms)
     frames = FrameReader(meta, assembler=assembler, cameras=cameras, counters=settings.counters, stride=stride,
                          decode_ahead=settings.decode_ahead, prefetch=settings.prefetch, index=index,
-                         storages=settings.storages)
+                         storages=settings.storages, shared=settings.reading)
     return SourceReader(index, spec.label, meta, episodes, meta.episodes.lengths_of(episodes), cameras, frames,
                         dict(spec.feature_map), deltas)
 

@@ -24,6 +24,7 @@ videos/, so start-up and memory do not grow with the dataset; every process plan
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -34,10 +35,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robostream.datasets.batch_assembly import Allocate
 from robostream.datasets.batching import BatchingMethod, make_batching
-from robostream.datasets.cameras import CameraReader
+from robostream.datasets.cameras import CameraReader, decode_pool
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator
-from robostream.datasets.frame_reader import FrameReader
+from robostream.datasets.frame_reader import FrameReader, ReadingThreads
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (ReaderSettings, Source, SourceReader, mixture_fingerprint, mixture_schema,
                                          mixture_sources, open_readers, selection_fingerprint)
@@ -51,9 +52,12 @@ from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.mixture import EpochUnits, SamplingMethod, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_state_head, state_checksum
 from robostream.process_local import ProcessLocal
+from robostream.video.cache import VideoDecoderCache
 from robostream.video.layout import FramePool
 
 STATE_VERSION = 2  # 1: one offset per canonical stream (still read)
+MIXTURE_DECODERS = 8  # decoders a mixture keeps open per process beyond those of its live pieces
+MAX_DECODE_THREADS = 16  # a mixture's decode threads per process, at most (fewer when workers fill the cores)
 
 
 class StreamingLeRobotDataset(IterableDataset):
@@ -117,7 +121,9 @@ class StreamingLeRobotDataset(IterableDataset):
             prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data
                 only); 0 also turns off fetching the video bytes of the next picks ahead (which is sized by the
                 store's measured latency, within the read buffer).
-            video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera).
+            video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera); a
+                mixture's sources share them (default 8), and decoders of live pieces are kept open beyond it:
+                open decoders (and file descriptors) grow with the live pieces, not with the sources.
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
                 mixture's default for sources without their own `read_options`.
             rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
@@ -152,7 +158,12 @@ class StreamingLeRobotDataset(IterableDataset):
                                   video_backend=video_backend, video_decode_device=video_decode_device,
                                   decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
                                   prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,
-                                  frame_pool=ProcessLocal(FramePool), storages=[])
+                                  frame_pool=ProcessLocal(FramePool), storages=[],
+                                  decoders=VideoDecoderCache(video_decoder_cache_size or MIXTURE_DECODERS)
+                                  if self.is_mixture else None,
+                                  decode_threads=ProcessLocal(partial(decode_pool, MAX_DECODE_THREADS))
+                                  if self.is_mixture else None,
+                                  reading=ReadingThreads() if self.is_mixture else None)
         self.sources = open_readers(specs, settings, lenient_windows=self.is_mixture)
         weights = [spec.weight for spec in specs]
         self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights,

@@ -38,20 +38,27 @@ class _File:
 
 
 class _State:
-    """One process's files (reader and packet index) and the threads reading their indexes."""
+    """One process's files (reader and packet index)."""
 
     def __init__(self) -> None:
         self.files: dict[str, _File] = {}
         self.cameras: dict[tuple[int, str], tuple[str, float]] = {}  # (episode, camera) -> (file, its start time)
-        self.pool = ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="robostream-index")
+
+
+def index_threads() -> ThreadPoolExecutor:
+    """This process's threads reading packet indexes (started as needed)."""
+    return ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="robostream-index")
 
 
 class VideoReadAhead:
     """Byte spans of camera frames, fetched ahead of the decoders of one dataset (per process)."""
 
-    def __init__(self, meta: DatasetMetadata, *, enabled: bool = True) -> None:
-        """enabled: False turns fetching ahead off (then decoders fetch their blocks as they read them)."""
+    def __init__(self, meta: DatasetMetadata, *, enabled: bool = True, threads: ProcessLocal | None = None) -> None:
+        """enabled: False turns fetching ahead off (then decoders fetch their blocks as they read them).
+        threads: the threads reading packet indexes (a ProcessLocal of `index_threads`), shared by the sources of
+        a mixture; default: its own."""
         self.meta = meta
+        self._threads = threads or ProcessLocal(index_threads)
         storage = meta.data_storage
         self.enabled = enabled and not storage.is_local and storage.cache is None and bool(meta.video_keys)
         self._state = ProcessLocal(_State)
@@ -100,7 +107,7 @@ class VideoReadAhead:
         state = self._state.get()
         new = sorted({self.meta.video_file(episode, key) for episode, key in cameras} - state.files.keys())
         if len(new) > 1:
-            list(state.pool.map(self._file, new))
+            list(self._threads.get().map(self._file, new))
 
     def _index(self, reader: RangedReader) -> PacketIndex | None:
         """The file's packet index: built once per node (a file version's index never changes) and kept in the

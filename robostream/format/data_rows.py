@@ -146,13 +146,14 @@ class LRU(OrderedDict):
         return [self.popitem(last=False)[1] for _ in range(len(self) - limit)]
 
 
-class _Caches:
-    """One process's footers and read-ahead futures (never shared across a fork)."""
+class RowCaches:
+    """One process's footers and read-ahead futures (never shared across a fork), keyed by full location: the
+    sources of a mixture may share them."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.files = LRU()  # relative path -> _DataFile
-        self.pending = LRU()  # episode -> Future of its EpisodeRows
+        self.files = LRU()  # the file's full location -> _DataFile
+        self.pending = LRU()  # (dataset root, episode) -> Future of its EpisodeRows
 
 
 PENDING_READS = 256  # episodes read ahead and not asked for yet (rows are small: KiBs per episode)
@@ -161,14 +162,18 @@ PENDING_READS = 256  # episodes read ahead and not asked for yet (rows are small
 class DataRowReader:
     """Rows of any episode of a dataset, read on demand (see the module docstring for cost and memory)."""
 
-    def __init__(self, meta: DatasetMetadata, *, footers: int = 8, read_ahead_threads: int = 0) -> None:
+    def __init__(self, meta: DatasetMetadata, *, footers: int = 8, read_ahead_threads: int = 0,
+                 caches: ProcessLocal | None = None, threads: ProcessLocal | None = None) -> None:
         """
         Args:
             meta: the dataset's metadata (info, episode table, where data files are read from).
-            footers: data-file footers kept parsed per process: a parsed footer costs ~6 KiB and ~10 us of parsing
-                per row group (a 1000-episode file: ~6 MiB, ~10 ms), paid again when a file comes back after
-                eviction.
+            footers: data-file footers (and open files) kept per process: a parsed footer costs ~6 KiB and ~10 us
+                of parsing per row group (a 1000-episode file: ~6 MiB, ~10 ms), paid again when a file comes back
+                after eviction.
             read_ahead_threads: threads reading episodes named by `read_ahead` in the background (0: off).
+            caches: the footers and read-ahead futures (a ProcessLocal of `RowCaches`), shared by the sources of a
+                mixture so that open files stay bounded by `footers`, not by the sources; default: its own.
+            threads: the read-ahead threads (a ProcessLocal ThreadPoolExecutor), shared by a mixture's sources.
         """
         self.meta = meta
         self.footers = max(1, footers)
@@ -178,15 +183,15 @@ class DataRowReader:
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
         self.image_keys = [k for k in self.wanted if features[k]["dtype"] == "image"]
         self.string_keys = [k for k in self.wanted if features[k]["dtype"] == "string"]
-        self._caches = ProcessLocal(_Caches)
-        self._pool = ProcessLocal(partial(ThreadPoolExecutor, max(1, read_ahead_threads),
-                                          thread_name_prefix="robostream-rows"))
+        self._caches = caches or ProcessLocal(RowCaches)
+        self._pool = threads or ProcessLocal(partial(ThreadPoolExecutor, max(1, read_ahead_threads),
+                                                     thread_name_prefix="robostream-rows"))
 
     def episode(self, episode: int) -> EpisodeRows:
         """The rows of `episode`; errors name the data file, the episode and the index range."""
         caches = self._caches.get()
         with caches.lock:
-            pending = caches.pending.pop(episode, None)
+            pending = caches.pending.pop((self.meta.root, episode), None)
         return pending.result() if pending is not None else self._read(episode)
 
     def read_ahead(self, episode: int) -> None:
@@ -195,18 +200,19 @@ class DataRowReader:
             return
         caches = self._caches.get()
         with caches.lock:
-            if episode in caches.pending:
+            if (self.meta.root, episode) in caches.pending:
                 return
             # Bounded: reads never asked for (an epoch ended early) are forgotten, oldest first.
-            caches.pending.put(episode, self._pool.get().submit(self._read, episode), PENDING_READS)
+            caches.pending.put((self.meta.root, episode), self._pool.get().submit(self._read, episode),
+                               PENDING_READS)
 
     def _file(self, relative: str, episode: int) -> _DataFile:
         caches = self._caches.get()
+        name = self.meta.describe(relative)
         with caches.lock:
-            found = caches.files.touch(relative)
+            found = caches.files.touch(name)
             if found is not None:
                 return found
-        name = self.meta.describe(relative)
         source = self.meta.open(relative, what=f"data file of episode {episode}")
         try:
             parquet = pq.ParquetFile(source)
@@ -219,7 +225,7 @@ class DataRowReader:
         lo, hi = _episode_ranges(parquet, names.index("episode_index"))
         data_file = _DataFile(parquet, source, lo, hi, threading.Lock())
         with caches.lock:
-            caches.files.put(relative, data_file, self.footers)
+            caches.files.put(name, data_file, self.footers)
         return data_file
 
     def _read(self, episode: int) -> EpisodeRows:

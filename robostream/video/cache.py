@@ -33,12 +33,18 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.entries: OrderedDict[DecoderKey, _Entry] = OrderedDict()
+        self.held = 0  # decoders of live pieces kept open beyond max_size (see VideoDecoderCache.hold)
         self.hits = self.misses = self.evictions = 0
         self.evicted_calls = self.evicted_seeks = 0  # decoding counts of decoders no longer open
 
 
 class VideoDecoderCache:
-    """LRU cache of open video decoders keyed by (path, backend, device)."""
+    """LRU cache of open video decoders keyed by (path, backend, device).
+
+    One cache may serve many datasets (the sources of a mixture): then each use names the file by its full location
+    and brings its own opener, and the readers `hold` room for the decoders of the pieces they have live, so the
+    open decoders (and file descriptors) are bounded by the live pieces, not by the sources a process has seen.
+    """
 
     def __init__(self, max_size: int = 32,
                  opener: Callable[[str, str | None, str], VideoDecoder] = open_video_decoder) -> None:
@@ -48,7 +54,8 @@ class VideoDecoderCache:
         self._opener = opener
         self._state = ProcessLocal(_State)
 
-    def _entry(self, path: str, backend: str | None, device: str) -> _Entry:
+    def _entry(self, path: str, backend: str | None, device: str,
+               opener: Callable[[], VideoDecoder] | None) -> _Entry:
         key = (str(path), backend, device)
         state = self._state.get()
         with state.lock:
@@ -59,11 +66,11 @@ class VideoDecoderCache:
                 return entry
             state.misses += 1
         # Open outside the lock: opening can take milliseconds and other threads may want other files.
-        entry = _Entry(self._opener(str(path), backend, device))
+        entry = _Entry(opener() if opener is not None else self._opener(str(path), backend, device))
         with state.lock:
             state.entries[key] = entry
             state.entries.move_to_end(key)
-            while len(state.entries) > self.max_size:
+            while len(state.entries) > self.max_size + state.held:
                 # An evicted decoder still in use by another thread stays alive until that thread drops it.
                 _, evicted = state.entries.popitem(last=False)
                 state.evictions += 1
@@ -72,11 +79,20 @@ class VideoDecoderCache:
         return entry
 
     @contextmanager
-    def use(self, path: str, backend: str | None = None, device: str = "cpu") -> Iterator[VideoDecoder]:
-        """Borrow the decoder of `path`, opening it on a miss; decoding is exclusive while borrowed."""
-        entry = self._entry(path, backend, device)
+    def use(self, path: str, backend: str | None = None, device: str = "cpu", *,
+            opener: Callable[[], VideoDecoder] | None = None) -> Iterator[VideoDecoder]:
+        """Borrow the decoder of `path`, opening it on a miss (with `opener` when given, else the cache's);
+        decoding is exclusive while borrowed."""
+        entry = self._entry(path, backend, device, opener)
         with entry.lock:
             yield entry.decoder
+
+    def hold(self, decoders: int) -> None:
+        """Keep room for `decoders` more open decoders in this process (negative: give that room back): those of
+        the pieces a reader has live. The least recently used beyond max_size plus what is held are closed."""
+        state = self._state.get()
+        with state.lock:
+            state.held = max(0, state.held + decoders)
 
     def stats(self) -> dict[str, float | int]:
         """hits, misses, evictions, hit_rate (hits / lookups, 0 before any lookup), size (open decoders), and the
