@@ -70,13 +70,17 @@ class VideoDecoderCache:
         with state.lock:
             state.entries[key] = entry
             state.entries.move_to_end(key)
-            while len(state.entries) > self.max_size + state.held:
-                # An evicted decoder still in use by another thread stays alive until that thread drops it.
-                _, evicted = state.entries.popitem(last=False)
-                state.evictions += 1
-                state.evicted_calls += evicted.decoder.calls
-                state.evicted_seeks += evicted.decoder.seeks
+            self._evict(state)
         return entry
+
+    def _evict(self, state: _State) -> None:
+        """Close the least recently used decoders beyond max_size plus those held (caller holds the lock)."""
+        while len(state.entries) > self.max_size + state.held:
+            # An evicted decoder still in use by another thread stays alive until that thread drops it.
+            _, evicted = state.entries.popitem(last=False)
+            state.evictions += 1
+            state.evicted_calls += evicted.decoder.calls
+            state.evicted_seeks += evicted.decoder.seeks
 
     @contextmanager
     def use(self, path: str, backend: str | None = None, device: str = "cpu", *,
@@ -93,6 +97,7 @@ class VideoDecoderCache:
         state = self._state.get()
         with state.lock:
             state.held = max(0, state.held + decoders)
+            self._evict(state)
 
     def stats(self) -> dict[str, float | int]:
         """hits, misses, evictions, hit_rate (hits / lookups, 0 before any lookup), size (open decoders), and the

@@ -1,0 +1,77 @@
+"""A mixture of many sources keeps, per process, open decoders and data files bounded by its live pieces (not by
+the sources it has read), gives the room of live pieces back when a pass ends or is abandoned, and its samples
+are still exactly each source's own."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream.datasets.streaming import MIXTURE_DECODERS
+from robostream.synth import SynthConfig, generate
+
+SOURCES = 40
+CAMERAS = 2
+ONE = SynthConfig(episodes=1, cameras=CAMERAS, height=48, width=64, episode_length=6, state_dim=2, seed=5)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    one = generate(tmp_path_factory.mktemp("one") / "ds", ONE)
+    base = tmp_path_factory.mktemp("sources")
+    for i in range(SOURCES):
+        shutil.copytree(one, base / f"src-{i:02d}")
+    return [base / f"src-{i:02d}" for i in range(SOURCES)]
+
+
+def _open_files(suffix: str) -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").endswith(suffix)
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc/self/fd")
+def test_open_decoders_and_files_are_bounded_by_live_pieces_not_sources(sources):
+    dataset = StreamingLeRobotDataset(sources=[Source(root=root) for root in sources], return_uint8=True,
+                                      pool_size=1, canonical_streams=2, seed=1)
+    cache = dataset.sources[0].cameras.cache
+    assert all(source.cameras.cache is cache for source in dataset.sources)
+    live_bound = MIXTURE_DECODERS + 2 * CAMERAS  # 2 streams x pool_size 1 live pieces
+    most_decoders = most_mp4 = most_parquet = 0
+    seen = set()
+    for sample in dataset:
+        seen.add(int(sample["dataset_index"]))
+        most_decoders = max(most_decoders, cache.stats()["size"])
+        most_mp4, most_parquet = max(most_mp4, _open_files(".mp4")), max(most_parquet, _open_files(".parquet"))
+    assert len(seen) == SOURCES
+    assert most_decoders <= live_bound < SOURCES * CAMERAS, most_decoders
+    assert most_mp4 <= live_bound and most_parquet <= 8, (most_mp4, most_parquet)
+    assert cache.stats()["size"] <= MIXTURE_DECODERS, "the pass ended but its live pieces' decoders stay open"
+
+    abandoned = iter(dataset)
+    next(abandoned)
+    abandoned.close()  # a loop that breaks early: the live pieces' room is given back too
+    assert cache.stats()["size"] <= MIXTURE_DECODERS
+
+
+def test_samples_of_many_sources_through_workers_are_each_sources_own(sources):
+    dataset = StreamingLeRobotDataset(sources=[Source(root=root) for root in sources[:12]], return_uint8=True,
+                                      pool_size=2, seed=2)
+    loader = StreamingDataLoader(dataset, batch_size=5, num_workers=2)
+    own = [LeRobotDataset(root=root, return_uint8=True) for root in sources[:12]]
+    count = 0
+    for batch in loader:
+        for i in range(len(batch["index"])):
+            expected = own[int(batch["dataset_index"][i])][int(batch["index"][i])]
+            assert torch.equal(batch["observation.images.cam0"][i], expected["observation.images.cam0"])
+            assert torch.equal(batch["observation.images.cam1"][i], expected["observation.images.cam1"])
+            count += 1
+    assert count == sum(len(dataset) for dataset in own)
