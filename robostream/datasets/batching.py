@@ -5,6 +5,8 @@ and iterate, so that no other code branches on the mode.
   together; any batch size, decided by the loader.
 - `PerStreamBatching` (batching="per_stream", datasets/lanes.py): every global batch from one source of a mixture;
   planned for one batch size, which the loader then uses.
+- `StratifiedBatching` (batching="stratified", datasets/stratified.py): every batch holds each source's share of
+  it; planned for one batch size too.
 
 The arithmetic is pure (plan/epoch.py); a strategy only picks which of it applies and builds the iterator.
 """
@@ -17,10 +19,11 @@ from typing import Any, Literal, Protocol
 from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.lanes import LaneIterator, PerStreamBatching
 from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
-from robostream.plan.epoch import (EpochPlan, EpochSpec, LanePlan, advanced, checked_epoch_resume, epoch_state,
-                                   plan_epoch)
+from robostream.datasets.stratified import StratifiedBatching, StratifiedIterator
+from robostream.plan.epoch import (EpochPlan, EpochSpec, LanePlan, StratifiedPlan, advanced, checked_epoch_resume,
+                                   epoch_state, plan_epoch)
 
-BatchingMethod = Literal["random", "per_stream"]
+BatchingMethod = Literal["random", "per_stream", "stratified"]
 PassFactory = Callable[[EpochPlan], EpochIterator]  # one consumer role's pass over a plan (or a lane's)
 
 
@@ -34,14 +37,15 @@ class Batching(Protocol):
     def schema_mode(self, features: FeatureMode) -> SchemaMode: ...
 
     def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
-             resume: Mapping[str, Any] | None) -> EpochPlan | LanePlan: ...
+             resume: Mapping[str, Any] | None) -> EpochPlan | LanePlan | StratifiedPlan: ...
 
     def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]: ...
 
     def state(self, plan: Any, world_size: int, num_workers: int, batches: int | None, batch_size: int,
               iterator: Any, *, interleaved: bool) -> dict[str, Any]: ...
 
-    def iterator(self, plan: Any, worker_role: int, make_pass: PassFactory) -> EpochIterator | LaneIterator: ...
+    def iterator(self, plan: Any, worker_role: int, make_pass: PassFactory
+                 ) -> EpochIterator | LaneIterator | StratifiedIterator: ...
 
     def loader_batch_size(self, batch_size: int | None) -> int: ...
 
@@ -90,12 +94,14 @@ def make_batching(batching: BatchingMethod, *, batch_size: int | None, mixture: 
         if batch_size is not None:
             raise ValueError("batch_size= plans batching='per_stream'; otherwise the loader's batch_size applies")
         return RandomBatching()
-    if batching != "per_stream":
-        raise ValueError(f"batching={batching!r}: expected 'random' or 'per_stream'")
+    if batching not in ("per_stream", "stratified"):
+        raise ValueError(f"batching={batching!r}: expected 'random', 'per_stream' or 'stratified'")
     if not mixture:
-        raise ValueError("batching='per_stream' draws each batch from one source of a mixture: pass sources=")
+        raise ValueError(f"batching={batching!r} divides batches among the sources of a mixture: pass sources=")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batching='per_stream' needs batch_size= (the loader's), got {batch_size!r}")
+        raise ValueError(f"batching={batching!r} needs batch_size= (the loader's), got {batch_size!r}")
+    if batching == "stratified":
+        return StratifiedBatching(batch_size)
     if features != "strict":
         raise ValueError("batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
                          "features= applies to batching='random'")

@@ -50,52 +50,64 @@ class EpochIterator:
         self._readers: dict[tuple[int, int], PieceReader] = {}
         self._held: dict[int, int] = {}  # per source: decoders of its live pieces held open (VideoDecoderCache.hold)
         self._fetch_ahead = PickReadAhead(plan, sources, self._locate)
+        self._pick_iterator: Iterator[Pick] | None = None  # this pass's picks, once taking started
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            for pick in self._picks():
-                reader, position = self._take(pick)
-                source = self.sources[reader.source]
-                sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
-                if self.schema is not None:
-                    sample = self.schema.finish(sample, reader.source, source.rename)
-                self.emitted += 1
-                yield sample
+            while refs := self.take(1):
+                yield self.sample(refs[0])
         finally:
-            self._release_held()
+            self.release()
 
     def batches(self, batch_size: int, drop_last: bool, allocate: BatchAllocate) -> Iterator[dict[str, Any]]:
         """The same samples as iteration, as whole batches of `batch_size` (the last one short unless
         `drop_last`): what a DataLoader worker gives when it collates this role's samples."""
         try:
-            yield from self._batches(batch_size, drop_last, allocate)
+            while refs := self.take(batch_size):
+                if drop_last and len(refs) < batch_size:
+                    return
+                yield self.assemble(refs, allocate)
         finally:
-            self._release_held()
+            self.release()
 
-    def _batches(self, batch_size: int, drop_last: bool, allocate: BatchAllocate) -> Iterator[dict[str, Any]]:
-        picks = self._picks()
-        while True:
-            refs = [self._take(pick) for pick in itertools.islice(picks, batch_size)]
-            if not refs or (drop_last and len(refs) < batch_size):
-                return
-            readers = {id(reader): reader for reader, _ in refs}
-            held = sum(reader.resident for reader in readers.values())
-            by_source: dict[int, list[tuple[PieceReader, int]]] = {}  # not a loop over sources: there may be 1000
-            for ref in refs:
-                by_source.setdefault(ref[0].source, []).append(ref)
-            for index, mine in sorted(by_source.items()):
-                if self.sources[index].meta.video_keys:
-                    self.sources[index].frames.prefill(mine, self.worker)
-            self._live_frames += sum(reader.resident for reader in readers.values()) - held
-            released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
-            video = [self._frames(reader, position, released) for reader, position in refs]
-            if self.mixture_batches is None:
-                batch = self.sources[0].frames.batch(refs, video, self.worker, allocate)
-            else:
-                batch = self._mixture_batch(refs, video, allocate)
-            self.sources[0].cameras.frame_pool.get().give(released)  # one pool, shared by the sources
-            self.emitted += len(refs)
-            yield batch
+    def take(self, count: int) -> list[tuple[PieceReader, int]]:
+        """The next `count` picks (fewer at the end of the pass) as (live piece reader, position), counted as
+        emitted."""
+        if self._pick_iterator is None:
+            self._pick_iterator = self._picks()
+        refs = [self._take(pick) for pick in itertools.islice(self._pick_iterator, count)]
+        self.emitted += len(refs)
+        return refs
+
+    def sample(self, ref: tuple[PieceReader, int]) -> dict[str, Any]:
+        """One taken pick as a sample (the per-sample path)."""
+        reader, position = ref
+        source = self.sources[reader.source]
+        sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
+        if self.schema is not None:
+            sample = self.schema.finish(sample, reader.source, source.rename)
+        return sample
+
+    def assemble(self, refs: Sequence[tuple[PieceReader, int]], allocate: BatchAllocate) -> dict[str, Any]:
+        """Taken picks (of any of the dataset's sources, from this or another pass) as one batch: the frames their
+        pieces miss decoded with one call per camera file, everything written once into the batch."""
+        readers = {id(reader): reader for reader, _ in refs}
+        held = sum(reader.resident for reader in readers.values())
+        by_source: dict[int, list[tuple[PieceReader, int]]] = {}  # not a loop over sources: there may be 1000
+        for ref in refs:
+            by_source.setdefault(ref[0].source, []).append(ref)
+        for index, mine in sorted(by_source.items()):
+            if self.sources[index].meta.video_keys:
+                self.sources[index].frames.prefill(mine, self.worker)
+        self._live_frames += sum(reader.resident for reader in readers.values()) - held
+        released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
+        video = [self._frames(reader, position, released) for reader, position in refs]
+        if self.mixture_batches is None:
+            batch = self.sources[0].frames.batch(refs, video, self.worker, allocate)
+        else:
+            batch = self._mixture_batch(refs, video, allocate)
+        self.sources[0].cameras.frame_pool.get().give(released)  # one pool, shared by the sources
+        return batch
 
     def _mixture_batch(self, refs: Sequence[tuple[PieceReader, int]],
                        video: Sequence[dict[str, list[torch.Tensor]]], allocate: BatchAllocate) -> dict[str, Any]:
@@ -142,7 +154,7 @@ class EpochIterator:
             self.sources[source].cameras.cache.hold(decoders)
             self._held[source] = self._held.get(source, 0) + decoders
 
-    def _release_held(self) -> None:
+    def release(self) -> None:
         """The pass ended (or was abandoned): give back the room its live pieces held."""
         for source, decoders in self._held.items():
             self.sources[source].cameras.cache.hold(-decoders)

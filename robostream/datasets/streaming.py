@@ -44,6 +44,7 @@ from robostream.datasets.mixture import (ReaderSettings, Source, SourceReader, m
                                          mixture_sources, open_readers, selection_fingerprint)
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
+from robostream.datasets.stratified import StratifiedIterator
 from robostream.datasets.origin import ReadOptions, renamed
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
@@ -95,9 +96,11 @@ class StreamingLeRobotDataset(IterableDataset):
             batching: how a mixture's sources share batches: "random" (samples of all sources shuffled together:
                 the mixture holds in expectation in every batch) or "per_stream" (every global batch, i.e. the
                 batches of all ranks at one step, from one source, in a random order of sources; sources may then
-                differ in keys and shapes). per_stream needs batch_size, and plans each source apart: a consumer
-                keeps live pieces of every source, so memory grows with the number of sources.
-            batch_size: the loader's batch size, needed to plan batching="per_stream".
+                differ in keys and shapes) or "stratified" (every batch holds each source's share of it: floor
+                or ceil of batch_size x its share of the epoch, the epoch's counts exact). per_stream and
+                stratified need batch_size, and plan each source apart: a consumer keeps live pieces of every
+                source, so memory grows with the number of sources.
+            batch_size: the loader's batch size, needed to plan batching="per_stream" or "stratified".
             delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame (a
                 mixture: common key names, resolved with each source's own fps).
             tolerance_s: how far a decoded frame's timestamp may be from the asked one before it is an error.
@@ -182,7 +185,7 @@ class StreamingLeRobotDataset(IterableDataset):
                                                    features=features, batching=batching, batch_size=batch_size)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next pass continues from (a checked state)
-        self._iterator: EpochIterator | LaneIterator | None = None  # this process's current pass
+        self._iterator: EpochIterator | LaneIterator | StratifiedIterator | None = None  # this process's current pass
 
     # -- one dataset (not a mixture) ---------------------------------------------------------------------------
     def _only(self) -> SourceReader:
@@ -354,7 +357,7 @@ class StreamingLeRobotDataset(IterableDataset):
                              f"{len(self.episodes)}; a stream can only resume over the same episodes")
 
     # -- iteration -------------------------------------------------------------------------------------------
-    def _start_pass(self) -> EpochIterator | LaneIterator:
+    def _start_pass(self) -> EpochIterator | LaneIterator | StratifiedIterator:
         """This consumer's pass over the coming plan (kept for the in-process state)."""
         consumer = self.consumer()
         plan = self.epoch_plan(consumer.world_size, consumer.num_workers)

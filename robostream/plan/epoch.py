@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from robostream.plan.mixture import EpochUnits, lane_batches_taken, lane_schedule
+from robostream.plan.mixture import EpochUnits, lane_batches_taken, lane_schedule, stratified_counts
 from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
-from robostream.plan.resume import emitted_by_role
+from robostream.plan.resume import emitted_by_role, rotation_after, round_robin_counts
 from robostream.plan.schedule import pool_schedule, take
 from robostream.plan.segments import (Segments, owned, positions_after, quotas_for_roles, read_order, recut,
                                       role_remaining, segments_from_state, segments_to_state, whole_streams)
@@ -87,6 +87,18 @@ class LanePlan:
     generation: int  # layouts this epoch went through before the current one
     rotation: int  # worker role shift after a same-layout resume
     schedules: list[np.ndarray]  # per worker role: the lane of each batch (lane_schedule of `batches`)
+
+
+@dataclass(frozen=True)
+class StratifiedPlan:
+    """What every consumer role does in the coming pass under stratified batching."""
+
+    lanes: list[EpochPlan | None]  # per source; None: no samples this epoch
+    quotas: list[list[int]]  # per worker role: samples of each lane its allocation divides into batches
+    done: list[int]  # per worker role: batches of its allocation delivered before this pass
+    generation: int  # layouts this epoch went through before the current one
+    rotation: int  # worker role shift after a same-layout resume
+    counts: list[np.ndarray]  # per worker role: (batches, sources) samples of each source in each batch
 
 
 def stream_pieces(spec: EpochSpec, lane: int = 0) -> list[list[Piece]]:
@@ -226,8 +238,23 @@ def epoch_state(plan: EpochPlan, world_size: int, num_workers: int, batches: int
         segments, quota_left, repeats_done and worker_rotation: what `checked_epoch_resume` reads back.
     """
     emitted = emitted_by_role(batches, plan.quotas, batch_size, world_size, num_workers, plan.rotation)
+    remaining = [-(-plan.quotas[(j + plan.rotation) % num_workers] // batch_size) for j in range(num_workers)]
     return {**advanced(plan, emitted, interleaved=interleaved),
-            "worker_rotation": int((plan.rotation + batches) % num_workers)}
+            "worker_rotation": rotation_after(remaining, batches, plan.rotation)}
+
+
+def lane_plans(spec: EpochSpec, sources: int, world_size: int, num_workers: int,
+               resume: Mapping[str, Any] | None) -> list[EpochPlan | None]:
+    """Every source planned apart as an epoch of its own (a lane; None: no samples this epoch), fresh or from the
+    lanes of a checked state (per_stream or stratified)."""
+    lanes: list[EpochPlan | None] = []
+    for s in range(sources):
+        lane_spec = spec.of_source(s)
+        lane_state = None if resume is None or resume["lanes"][s] is None else {
+            "layout": resume["layout"], "worker_rotation": resume["worker_rotation"], **resume["lanes"][s]}
+        lanes.append(plan_epoch(lane_spec, world_size, num_workers, lane_state, lane=s)
+                     if lane_spec.canonical else None)
+    return lanes
 
 
 def plan_lanes(spec: EpochSpec, sources: int, world_size: int, num_workers: int, batch_size: int,
@@ -245,13 +272,7 @@ def plan_lanes(spec: EpochSpec, sources: int, world_size: int, num_workers: int,
         The lane plan. Worker w of every rank follows schedule w, so all ranks read one source at each step; the
         same layout continues its schedule, another draws a new one (generation + 1) for what remains.
     """
-    lanes: list[EpochPlan | None] = []
-    for s in range(sources):
-        lane_spec = spec.of_source(s)
-        lane_state = None if resume is None or resume["lanes"][s] is None else {
-            "layout": resume["layout"], "worker_rotation": resume["worker_rotation"], **resume["lanes"][s]}
-        lanes.append(plan_epoch(lane_spec, world_size, num_workers, lane_state, lane=s)
-                     if lane_spec.canonical else None)
+    lanes = lane_plans(spec, sources, world_size, num_workers, resume)
     if resume is not None and list(resume["layout"]) == [world_size, num_workers]:
         schedule = resume["schedule"]
         batches, done, generation = schedule["batches"], schedule["done"], int(schedule["generation"])
@@ -289,7 +310,58 @@ def lanes_state(plan: LanePlan, num_workers: int, batches: int, batch_size: int,
     return {"batching": "per_stream", "lanes": lanes,
             "schedule": {"generation": plan.generation, "batches": plan.batches,
                          "done": [d + int(t.sum()) for d, t in zip(plan.done, taken)]},
-            "worker_rotation": int((plan.rotation + batches) % num_workers)}
+            "worker_rotation": rotation_after([len(plan.schedules[(j + plan.rotation) % num_workers])
+                                               - plan.done[(j + plan.rotation) % num_workers]
+                                               for j in range(num_workers)], batches, plan.rotation)}
+
+
+def plan_stratified(spec: EpochSpec, sources: int, world_size: int, num_workers: int, batch_size: int,
+                    resume: Mapping[str, Any] | None = None) -> StratifiedPlan:
+    """batching="stratified": each source's plan (a lane) and, per worker role, how many samples of each source
+    every one of its batches holds (plan/mixture.py: stratified_counts of the worker's lane quotas).
+
+    Args:
+        spec: the mixture's epoch (all sources' units).
+        sources: the number of sources (lanes).
+        world_size, num_workers: the layout.
+        batch_size: samples per batch.
+        resume: a checked stratified state (`checked_stratified_resume`); None: a fresh epoch.
+
+    Returns:
+        The plan. Worker w of every rank has the same lane quotas, hence the same batch counts; the same layout
+        continues its allocation, another allocates what remains anew (generation + 1).
+    """
+    lanes = lane_plans(spec, sources, world_size, num_workers, resume)
+    if resume is not None and list(resume["layout"]) == [world_size, num_workers]:
+        allocation = resume["allocation"]
+        quotas, done, generation = allocation["quotas"], allocation["done"], int(allocation["generation"])
+        rotation = int(resume["worker_rotation"])
+    else:
+        generation = 0 if resume is None else int(resume["allocation"]["generation"]) + 1
+        quotas = [[lane.quotas[w] if lane is not None else 0 for lane in lanes] for w in range(num_workers)]
+        done, rotation = [0] * num_workers, 0
+    counts = [stratified_counts(quotas[w], batch_size) for w in range(num_workers)]
+    return StratifiedPlan(lanes, [list(map(int, q)) for q in quotas], list(map(int, done)), generation, rotation,
+                          counts)
+
+
+def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, interleaved: bool) -> dict[str, Any]:
+    """The stratified state once each rank consumed `batches` batches: each lane's positions and every worker
+    role's place in its allocation (a DataLoader takes batches from its workers cyclically, see
+    `lane_batches_taken`)."""
+    roles = [(j + plan.rotation) % num_workers for j in range(num_workers)]
+    remaining = [len(plan.counts[r]) - plan.done[r] for r in roles]
+    taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
+    rotation = rotation_after(remaining, batches, plan.rotation)
+    delivered = [plan.counts[w][plan.done[w]: plan.done[w] + taken[w]].sum(axis=0) for w in range(num_workers)]
+    lanes = []
+    for s, lane in enumerate(plan.lanes):
+        emitted = [int(delivered[k % num_workers][s]) for k in range(len(lane.quotas))] if lane is not None else None
+        lanes.append(advanced(lane, emitted, interleaved=interleaved) if lane is not None else None)
+    return {"batching": "stratified", "lanes": lanes,
+            "allocation": {"generation": plan.generation, "quotas": plan.quotas,
+                           "done": [d + taken[w] for w, d in enumerate(plan.done)]},
+            "worker_rotation": rotation}
 
 
 def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str, Any]:
@@ -315,18 +387,21 @@ def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str,
 
 
 def checked_lanes_resume(state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
-    """The resume part of a batching="per_stream" state, every lane checked against its source's streams.
+    """The resume part of a batching="per_stream" or "stratified" state, every lane checked against its source's
+    streams.
 
     Args:
-        state: the state (`lanes_state` plus its layout).
+        state: the state (`lanes_state` or `stratified_state`, plus its layout).
         spec: the mixture's epoch.
         labels: the sources' names, for errors.
     """
-    lanes, schedule = state["lanes"], state["schedule"]
+    lanes = state["lanes"]
+    progress = "allocation" if state.get("batching") == "stratified" else "schedule"
+    per_worker = state[progress]["quotas" if progress == "allocation" else "batches"]
     if len(lanes) != len(labels):
         raise ValueError(f"resume state: {len(lanes)} lanes for {len(labels)} sources")
-    if not len(schedule["batches"]) == len(schedule["done"]) == state["layout"][1]:
-        raise ValueError(f"resume state: schedule needs one entry per worker of the layout {state['layout']}")
+    if not len(per_worker) == len(state[progress]["done"]) == state["layout"][1]:
+        raise ValueError(f"resume state: {progress} needs one entry per worker of the layout {state['layout']}")
     for s, lane in enumerate(lanes):
         lane_spec = spec.of_source(s)
         if (lane is None) != (lane_spec.canonical == 0):
@@ -338,4 +413,4 @@ def checked_lanes_resume(state: Mapping[str, Any], spec: EpochSpec, labels: Sequ
         natural = stream_lengths(stream_pieces(lane_spec, lane=s))
         check_epoch_state(lane["segments"], natural, state["layout"], lane["quota_left"], lane["repeats_done"],
                           spec.uneven, where=f"resume state lane {s}")
-    return {k: state[k] for k in ("layout", "worker_rotation", "lanes", "schedule")}
+    return {k: state[k] for k in ("layout", "worker_rotation", "lanes", progress)}

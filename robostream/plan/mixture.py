@@ -216,3 +216,46 @@ def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], bat
     remaining = [len(schedules[r]) - done[r] for r in roles]
     taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
     return [np.bincount(schedules[r][done[r]: done[r] + taken[r]], minlength=lanes) for r in range(workers)]
+
+
+def stratified_counts(quotas: Sequence[int], batch_size: int) -> np.ndarray:
+    """How many samples of each source every batch of one worker holds (batching="stratified").
+
+    Each source's share of a batch is its share of the worker's samples, p_s = q_s / Q. Every batch but the last
+    gives each source floor(B p_s) or ceil(B p_s) samples (exact when B p_s is an integer): the floors first, then
+    one more to the sources furthest behind their share so far (largest cumulative deficit, ties to the lower
+    index), so that every source stays within about a sample of its share at every batch. The last batch takes
+    what is left, so each source's count over the worker's batches is exactly its quota.
+
+    Args:
+        quotas: samples of each source this worker yields (a lane's quota for the worker; 0: none).
+        batch_size: samples per batch B; the last batch holds Q - (n - 1) B.
+
+    Returns:
+        An int64 array (batches, sources); batches = ceil(Q / B).
+    """
+    q = np.asarray(quotas, dtype=np.int64)
+    total = int(q.sum())
+    batches = -(-total // batch_size)
+    out = np.zeros((batches, len(q)), dtype=np.int64)
+    if batches == 0:
+        return out
+    share = q.astype(np.float64) * (batch_size / total)  # B p_s
+    floors = np.floor(share).astype(np.int64)
+    taken = np.zeros(len(q), dtype=np.int64)
+    order = np.arange(len(q))
+    for b in range(batches - 1):
+        counts = np.minimum(floors, q - taken)
+        left = batch_size - int(counts.sum())
+        deficit = (b + 1) * share - (taken + counts)  # behind the share so far (+ this batch's floor)
+        while left > 0:
+            room = np.flatnonzero(q - taken - counts > 0)
+            # most behind first; ties to the lower index (np.lexsort: the last key is the primary one)
+            ranked = room[np.lexsort((order[room], -deficit[room]))][:left]
+            counts[ranked] += 1
+            deficit[ranked] -= 1
+            left -= len(ranked)
+        out[b] = counts
+        taken += counts
+    out[-1] = q - taken
+    return out

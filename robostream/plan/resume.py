@@ -30,6 +30,23 @@ def round_robin_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
     return taken
 
 
+def rotation_after(remaining: Sequence[int], batches: int, rotation: int) -> int:
+    """The worker rotation that continues a DataLoader's cycle after it took `batches` more batches.
+
+    Worker j plays role (j + rotation) % W and has remaining[j] batches. The loader takes batches from its workers
+    in turn and skips those that have run out, so once one runs out the next batch is not from worker
+    batches % W: it is from the first worker still running that has given the fewest batches (the rest of the
+    current round, in worker order). A resumed loader starts its cycle at worker 0, so that worker must play the
+    role of the one whose batch comes next.
+    """
+    taken = round_robin_counts(remaining, batches)
+    active = np.flatnonzero(taken < np.asarray(remaining, dtype=np.int64))
+    if not len(active):  # the pass is over: no worker's turn is left to keep
+        return int((rotation + batches) % len(remaining))
+    following = int(active[np.argmin(taken[active])])  # argmin: the first of the fewest
+    return int((following + rotation) % len(remaining))
+
+
 def samples_per_worker(batches: int, quotas: Sequence[int], batch_size: int) -> list[int]:
     """Samples each DataLoader worker of a rank delivered once the rank consumed `batches` batches.
 

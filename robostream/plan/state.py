@@ -81,7 +81,7 @@ def _integer(state: Mapping[str, Any], key: str, minimum: int) -> int:
 
 def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
     """Every key a state of `state["version"]` needs, with its type, so that a damaged state fails here, naming
-    the key, not inside a DataLoader worker (lanes: batching="per_stream")."""
+    the key, not inside a DataLoader worker (lanes: batching="per_stream" or "stratified")."""
     _integer(state, "epoch", 0)
     _integer(state, "canonical_streams", 1)
     if isinstance(state.get("seed"), bool) or not isinstance(state.get("seed"), int):
@@ -96,17 +96,19 @@ def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
     rotation = _integer(state, "worker_rotation", 0)
     if rotation >= layout[1]:
         raise ValueError(f"resume state: 'worker_rotation' {rotation} is not a worker of the layout {layout}")
-    needed = ("lanes", "schedule") if lanes else ("stream_offsets",) if state.get("version") == 1 else (
+    stratified = state.get("batching") == "stratified"
+    progress, per_worker = ("allocation", ("quotas", "done")) if stratified else ("schedule", ("batches", "done"))
+    needed = ("lanes", progress) if lanes else ("stream_offsets",) if state.get("version") == 1 else (
         "segments", "quota_left", "repeats_done")
     missing = [k for k in needed if k not in state]
     if missing:
         raise ValueError(f"resume state: missing {missing}; it is damaged or not a StreamingLeRobotDataset state")
     if lanes:
-        schedule = state["schedule"]
+        schedule = state[progress]
         if not isinstance(state["lanes"], list) or not isinstance(schedule, Mapping) or not all(
-                isinstance(schedule.get(k), list) and len(schedule[k]) == layout[1] for k in ("batches", "done")):
-            raise ValueError("resume state: 'lanes' must be a list and 'schedule' hold 'batches' and 'done' per "
-                             f"worker of the layout {layout}")
+                isinstance(schedule.get(k), list) and len(schedule[k]) == layout[1] for k in per_worker):
+            raise ValueError(f"resume state: 'lanes' must be a list and {progress!r} hold {per_worker[0]!r} and "
+                             f"'done' per worker of the layout {layout}")
         _integer(schedule, "generation", 0)
     elif not isinstance(state.get("segments", state.get("stream_offsets")), list):
         raise ValueError("resume state: 'segments' must be a list of rows [stream, lo, hi, owner, position]")

@@ -206,16 +206,17 @@ def test_exact_resume_and_a_changed_mixture_refused(roots):
         StreamingLeRobotDataset(root=roots["a"]).load_state_dict(state)
 
 
-@pytest.mark.parametrize("batching", ["random", "per_stream"])
+@pytest.mark.parametrize("batching", ["random", "per_stream", "stratified"])
 def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part(roots, tmp_path, batching):
     """2 ranks x 2 workers for a few steps, then 1 rank x 3 workers to the end: together exactly the samples of an
     uninterrupted run (a source upsampled 1.5x: its repeats included), up to one padding sample per consumer (per
-    source with per_stream). per_stream: at every step both ranks' batches come from one and the same source."""
+    source with per_stream and stratified). per_stream: at every step both ranks' batches come from one and the
+    same source; stratified: every batch draws on every source."""
     sources = [{"root": str(roots["a"]), "repeat": 1.5}, {"root": str(roots["b"]), "choose": 40},
                {"root": str(roots["c"])}]
     spec = tmp_path / "mixture.json"
     spec.write_text(json.dumps({"sources": sources, "batching": batching}))
-    lanes = {"batching": "per_stream", "batch_size": 3} if batching == "per_stream" else {}
+    lanes = {"batching": batching, "batch_size": 3} if batching != "random" else {}
     uninterrupted = StreamingLeRobotDataset(sources=[Source(**s) for s in sources], seed=7, pool_size=2,
                                             return_uint8=True, **lanes)
     expected = collections.Counter(_key(s) for s in uninterrupted)
@@ -227,7 +228,7 @@ def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part(roots, t
     got = collections.Counter(tuple(i) for r in head + tail for i in r["ids"])
     assert not expected - got, "a sample was skipped"
     extra = got - expected
-    assert sum(extra.values()) <= (4 + 3) * (3 if batching == "per_stream" else 1), f"more than padding: {extra}"
+    assert sum(extra.values()) <= (4 + 3) * (3 if batching != "random" else 1), f"more than padding: {extra}"
     if batching == "per_stream":
         assert head[0]["batch_sources"] == head[1]["batch_sources"]  # one source per global batch
         assert all(len(s) == 1 for r in head + tail for s in r["batch_sources"])
@@ -262,6 +263,34 @@ def test_per_stream_batches_hold_one_source_and_resume_exactly(roots):
         StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, features="union")
     with pytest.raises(ValueError, match="needs batch_size="):
         StreamingLeRobotDataset(sources=sources, batching="per_stream")
+
+
+def test_stratified_batches_hold_each_sources_share_and_resume_exactly(roots):
+    sources = [Source(root=roots["a"], choose=48), Source(root=roots["b"]), Source(root=roots["c"], repeat=2)]
+
+    def loader(workers=2):
+        dataset = StreamingLeRobotDataset(sources=sources, batching="stratified", batch_size=8, seed=3,
+                                          return_uint8=True, delta_timestamps=WINDOWS)
+        return StreamingDataLoader(dataset, batch_size=8, num_workers=workers)
+
+    whole = list(loader())
+    by_source = collections.Counter(_key(s) for b in whole for s in _rows(b))
+    totals = collections.Counter(d for d, _ in by_source.elements())
+    assert totals == {0: 48, 1: 84, 2: 2 * sum(_lengths("c"))}
+    shares = {d: 8 * n / sum(totals.values()) for d, n in totals.items()}  # each worker's shares are close to these
+    full = [collections.Counter(b["dataset_index"].tolist()) for b in whole if len(b["index"]) == 8]
+    assert len(full) >= len(whole) - 2  # only each worker's last batch is short
+    assert all(abs(batch[d] - share) < 1.5 for batch in full for d, share in shares.items()), (shares, full[:4])
+    first = loader()
+    head = [_key(s) for b in itertools.islice(first, 7) for s in _rows(b)]
+    state = json.loads(json.dumps(first.state_dict()))
+    second = loader()
+    second.load_state_dict(state)
+    assert head + [_key(s) for b in second for s in _rows(b)] == [_key(s) for b in whole for s in _rows(b)]
+    with pytest.raises(ValueError, match="plans batching=.stratified. for batch_size=8"):
+        StreamingDataLoader(second.streaming_dataset, batch_size=4)
+    with pytest.raises(ValueError, match="batching='stratified' needs batch_size="):
+        StreamingLeRobotDataset(sources=sources, batching="stratified")
 
 
 def _rows(batch):

@@ -2,7 +2,7 @@
 
 argv: root (or a .json file: a mixture, {"sources": [Source kwargs], "epoch_size": ...}), out folder, workers per
 rank, batches (-1: to the end of the epoch), resume state file or "-". A mixture spec may ask for
-"batching": "per_stream" (planned for the loader's batch size, 3).
+"batching": "per_stream" or "stratified" (planned for the loader's batch size, 3).
 Every step does an all_reduce (it would hang if ranks had different batch counts). Each rank writes the samples it
 read (`index`; a mixture: [dataset_index, index]), its step count and the loader's state after its last batch.
 """
@@ -25,8 +25,8 @@ def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
     if root.endswith(".json"):
         spec = json.loads(Path(root).read_text())
         where = {"sources": [Source(**source) for source in spec["sources"]], "epoch_size": spec.get("epoch_size")}
-        if spec.get("batching") == "per_stream":
-            where.update(batching="per_stream", batch_size=3)
+        if spec.get("batching") in ("per_stream", "stratified"):
+            where.update(batching=spec["batching"], batch_size=3)
     else:
         where = {"root": root}
     dataset = StreamingLeRobotDataset(**where, seed=7, pool_size=2, uneven="pad", return_uint8=True)

@@ -16,8 +16,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from robostream.plan.epoch import (EpochSpec, checked_epoch_resume, checked_lanes_resume, epoch_state, lanes_state,
-                                   plan_epoch, plan_lanes, role_picks, stream_pieces)
-from robostream.plan.mixture import epoch_units
+                                   plan_epoch, plan_lanes, plan_stratified, role_picks, stratified_state,
+                                   stream_pieces)
+from robostream.plan.mixture import epoch_units, stratified_counts
 from robostream.plan.segments import owned, role_remaining
 
 POOL = 3
@@ -77,6 +78,24 @@ def _lane_pass(plan, spec, world, workers, batch_size, shuffle):
                      for s, lane in enumerate(plan.lanes) if lane is not None}
             per_worker.append([(s, list(itertools.islice(lanes[s], batch_size)))
                                for s in plan.schedules[w][plan.done[w]:].tolist()])
+        ranks.append(_rank_order(per_worker))
+    return ranks
+
+
+def _stratified_pass(plan, spec, world, workers, shuffle):
+    """Per rank, its batches in consumption order, each a list of ((unit, frame), own) from its lanes' counts."""
+    units = [np.flatnonzero(spec.units.source == s) for s in range(len(plan.lanes))]
+    ranks = []
+    for r in range(world):
+        per_worker = []
+        for j in range(workers):
+            w = (j + plan.rotation) % workers
+            lanes = {s: iter(itertools.chain.from_iterable(_role_batches(lane, r * workers + w, 1, shuffle,
+                                                                      units[s])))
+                     for s, lane in enumerate(plan.lanes) if lane is not None}
+            per_worker.append([[sample for s in np.flatnonzero(row).tolist()
+                                for sample in itertools.islice(lanes[s], int(row[s]))]
+                               for row in plan.counts[w][plan.done[w]:]])
         ranks.append(_rank_order(per_worker))
     return ranks
 
@@ -171,6 +190,51 @@ def test_per_stream_state_on_any_layout_continues_with_what_was_not_delivered(ep
                                batch_size, shuffle)
             assert [rank[steps:] for rank in ranks] == again
     assert sorted(own) == _epoch_samples(spec)
+
+
+@settings(max_examples=300, deadline=None)
+@given(epoch=epochs(), first=layouts, second=layouts, batch_size=st.integers(1, 6), data=st.data())
+def test_stratified_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, batch_size,
+                                                                               data):
+    """batching="stratified": every batch of a worker holds each source's share of it (floor or ceil, but the
+    last), ranks take equal steps, and a state taken after any batch count and continued on any layout delivers
+    every sample exactly once."""
+    lengths, counts, canonical, shuffle, _ = epoch
+    spec = _spec(lengths, counts, canonical, shuffle, "pad")
+    labels = [f"source {s}" for s in range(len(lengths))]
+    own, resume = [], None
+    for hop, (world, workers) in enumerate((first, second)):
+        plan = plan_stratified(spec, len(lengths), world, workers, batch_size, resume)
+        for w in range(workers):
+            shares = np.asarray(plan.quotas[w]) * batch_size / max(1, sum(plan.quotas[w]))
+            full = plan.counts[w][:-1]
+            assert (full.sum(axis=1) == batch_size).all() and (plan.counts[w].sum(axis=0) == plan.quotas[w]).all()
+            assert (np.abs(full - shares) < 1 + 0.05).all()
+        ranks = _stratified_pass(plan, spec, world, workers, shuffle)
+        _check_equal_steps(ranks)
+        for rank in ranks:
+            for batch in rank:
+                assert batch, "an empty batch"
+        steps = len(ranks[0]) if hop == 1 else data.draw(st.integers(0, len(ranks[0])))
+        own += [s for rank in ranks for batch in rank[:steps] for s, mine in batch if mine]
+        state = {"layout": [world, workers], **stratified_state(plan, workers, steps, interleaved=shuffle)}
+        resume = checked_lanes_resume(_json(state), spec, labels)
+        if hop == 0:
+            again = _stratified_pass(plan_stratified(spec, len(lengths), world, workers, batch_size, resume), spec,
+                                     world, workers, shuffle)
+            assert [rank[steps:] for rank in ranks] == again
+    assert sorted(own) == _epoch_samples(spec)
+
+
+def test_stratified_counts_give_each_source_its_share_of_every_batch():
+    counts = stratified_counts([60, 30, 30], 8)  # shares 4, 2, 2: exact in every batch
+    assert (counts == [4, 2, 2]).all()
+    counts = stratified_counts([50, 25, 10, 0], 16)  # shares 9.41, 4.71, 1.88, 0
+    assert (counts.sum(axis=0) == [50, 25, 10, 0]).all() and (counts[:-1].sum(axis=1) == 16).all()
+    assert set(counts[:-1, 0].tolist()) <= {9, 10} and set(counts[:-1, 2].tolist()) <= {1, 2}
+    assert np.abs(np.cumsum(counts, axis=0)[:-1] - np.outer(np.arange(1, len(counts)), [50, 25, 10, 0]) * 16 / 85
+                  ).max() < 1.2
+    assert stratified_counts([0, 0], 4).shape == (0, 2)
 
 
 def test_role_picks_follow_level_fill_then_repeat_own_samples():

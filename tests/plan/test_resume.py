@@ -3,7 +3,7 @@ from hypothesis import strategies as st
 
 from robostream.plan.layout import auto_canonical_streams
 from robostream.plan.resume import (emitted_by_role, level_fill_counts, round_robin_counts, samples_per_worker,
-                                    sequential_counts)
+                                    rotation_after, sequential_counts)
 
 
 def _simulate_round_robin(remaining, picks):
@@ -68,3 +68,13 @@ def test_emitted_by_role_follows_the_cyclic_batches_of_every_rank():
     # A worker whose quota runs out is skipped; a last partial batch counts what it held.
     assert emitted_by_role(6, [4, 12], 4, 1, 2, rotation=0) == [4, 12]
     assert emitted_by_role(0, [3, 3, 3], 4, 3, 1, rotation=0) == [0, 0, 0]
+
+
+def test_rotation_after_continues_the_loader_cycle_past_a_worker_that_ran_out():
+    """Workers with 6, 9, 9 batches: after 19 batches worker 0 has run out and worker 1 gave the 19th, so the
+    next is worker 2 (not 19 % 3 = 1): a resumed loader's worker 0 must play role 2. Found by the per_stream
+    property test (tests/plan/test_epoch.py), where a same-layout resume reordered the last batches."""
+    assert rotation_after([6, 9, 9], 19, 0) == 2
+    assert rotation_after([6, 9, 9], 18, 0) == 1  # worker 0 just ran out: worker 1 is next
+    assert rotation_after([3, 3, 3], 4, 0) == 1 and rotation_after([3, 3, 3], 4, 2) == 0  # no one ran out: b % W
+    assert rotation_after([2, 0, 5], 3, 1) == 0  # workers 0 and 1 out: worker 2, role 0, serves all that is left

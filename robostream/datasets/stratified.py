@@ -1,0 +1,130 @@
+"""batching="stratified": every batch holds each source's share of the batch (MosaicML's `batching_method=
+"stratified"` is the model); the strategy and its iterator.
+
+Each source is planned apart as a lane (as under per_stream, datasets/lanes.py), and worker w of every rank divides
+its lane quotas into batches with `stratified_counts` (plan/mixture.py): floor or ceil of batch_size x the source's
+share in every batch, the epoch's per-source counts exact. A batch is assembled from the picks of every lane it
+draws from, in one allocation, as a random batch of a mixture is.
+
+Cost: a consumer keeps live pieces of every source (each lane has its own pool), so memory and open decoders grow
+with the number of sources, as under per_stream; with hundreds of sources whose share of a batch is below one
+sample, batching="random" keeps the mixture in expectation at a cost flat in sources.
+
+Resume: the loader's batch count gives each worker role's place in its allocation, hence the samples every lane
+delivered, hence each lane's segment positions; the same layout continues the allocation, another allocates what
+remains anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from robostream.datasets.batch_assembly import Allocate
+from robostream.datasets.epoch_iterator import EpochIterator
+from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
+from robostream.plan.epoch import (EpochPlan, EpochSpec, StratifiedPlan, checked_lanes_resume, plan_stratified,
+                                   stratified_state)
+
+
+class StratifiedIterator:
+    """One consumer role's batches (or their samples, in batch order), each holding its allocation's counts of
+    every source."""
+
+    def __init__(self, plan: StratifiedPlan, iterators: Sequence[EpochIterator | None], worker_role: int) -> None:
+        """
+        Args:
+            plan: the pass's stratified plan.
+            iterators: per lane this role's pass over it (None: the lane has no samples).
+            worker_role: this role's worker index (its allocation).
+        """
+        self.iterators = list(iterators)
+        self.counts = plan.counts[worker_role][plan.done[worker_role]:]
+        self.batches_done = 0  # whole batches yielded (per-sample iteration: counted at each batch's last sample)
+        self.in_batch = 0  # samples of the current batch yielded so far
+
+    @property
+    def emitted(self) -> int:
+        return sum(it.emitted for it in self.iterators if it is not None)
+
+    def _refs(self, row: np.ndarray) -> list[tuple[Any, int]]:
+        """One batch's picks: the row's count of each lane, lanes in source order."""
+        return [ref for lane in np.flatnonzero(row).tolist() for ref in self.iterators[lane].take(int(row[lane]))]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for row in self.counts:
+                self.in_batch = 0
+                for lane in np.flatnonzero(row).tolist():
+                    for ref in self.iterators[lane].take(int(row[lane])):
+                        self.in_batch += 1
+                        yield self.iterators[lane].sample(ref)
+                self.batches_done += 1
+                self.in_batch = 0
+        finally:
+            self._release()
+
+    def batches(self, batch_size: int, drop_last: bool, allocate: Allocate) -> Iterator[dict[str, Any]]:
+        """Whole batches in allocation order (batch_size and drop_last were checked by StratifiedBatching)."""
+        assembler = next(it for it in self.iterators if it is not None)
+        try:
+            for row in self.counts:
+                yield assembler.assemble(self._refs(row), allocate)
+                self.batches_done += 1
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        for iterator in self.iterators:
+            if iterator is not None:
+                iterator.release()
+
+
+class StratifiedBatching:
+    """batching="stratified" (see datasets/batching.py): planned for one batch size, which the loader must use."""
+
+    name: Literal["stratified"] = "stratified"
+    lanes = True
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def schema_mode(self, features: FeatureMode) -> SchemaMode:
+        return features  # batches mix sources: their keys must agree (strict) or be filled (union)
+
+    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
+             resume: Mapping[str, Any] | None) -> StratifiedPlan:
+        return plan_stratified(spec, sources, world_size, num_workers, self.batch_size, resume)
+
+    def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
+        return checked_lanes_resume(state, spec, labels)
+
+    def state(self, plan: StratifiedPlan, world_size: int, num_workers: int, batches: int | None, batch_size: int,
+              iterator: StratifiedIterator | None, *, interleaved: bool) -> dict[str, Any]:
+        if batches is None:  # in-process iteration: whole batches of this rank's own pass
+            if iterator is not None and iterator.in_batch:
+                raise ValueError(f"batching='stratified' resumes at batch boundaries; {iterator.in_batch} samples "
+                                 f"of a batch of {self.batch_size} were taken")
+            batches = iterator.batches_done if iterator is not None else 0
+        elif batch_size != self.batch_size:
+            raise ValueError(f"batching='stratified' was planned for batch_size={self.batch_size}, the loader uses "
+                             f"{batch_size}")
+        return stratified_state(plan, num_workers, batches, interleaved=interleaved)
+
+    def iterator(self, plan: StratifiedPlan, worker_role: int,
+                 make_pass: Callable[[EpochPlan], EpochIterator]) -> StratifiedIterator:
+        return StratifiedIterator(plan, [make_pass(lane) if lane is not None else None for lane in plan.lanes],
+                                  worker_role)
+
+    def loader_batch_size(self, batch_size: int | None) -> int:
+        if batch_size is not None and batch_size != self.batch_size:
+            raise ValueError(f"the dataset plans batching='stratified' for batch_size={self.batch_size}: load it "
+                             f"with that batch_size (or leave the loader's unset), not {batch_size}")
+        return self.batch_size
+
+    def check_loader(self, *, drop_last: bool, assembled: bool) -> None:
+        if drop_last or not assembled:
+            raise ValueError("batching='stratified' assembles every batch from its sources' shares in the dataset: "
+                             "load it without drop_last, collate_fn or image_transforms")
