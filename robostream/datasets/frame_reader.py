@@ -137,14 +137,16 @@ class FrameReader:
         remote = [storage for storage in self.storages if not storage.is_local]
         if remote:
             stats = [storage.stats() for storage in remote]
+            # Blocks and read-ahead may be shared by several storages (a mixture's): count each once.
+            shared = list({id(storage.blocks): s for storage, s in zip(remote, stats)}.values())
             self.counters.set(worker, "bytes_read", sum(s.bytes_read for s in stats))
-            self.counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in stats) * 1e6))
-            self.counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in stats))
-            self.counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in stats))
-            self.counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in stats))
-            self.counters.set(worker, "reader_fetches", sum(s.reader_fetches for s in stats))
+            self.counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in shared) * 1e6))
+            self.counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in shared))
+            self.counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in shared))
+            self.counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in shared))
+            self.counters.set(worker, "reader_fetches", sum(s.reader_fetches for s in shared))
             self.counters.set(worker, "read_ahead_errors", self.video_ahead.errors
-                              + sum(s.read_ahead_failures for s in stats))
+                              + sum(s.read_ahead_failures for s in shared))
 
     def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
                 ) -> dict[str, torch.Tensor]:

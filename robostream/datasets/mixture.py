@@ -28,7 +28,7 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets, window_seconds
-from robostream.storage.store import Storage
+from robostream.storage.store import SharedReading, Storage
 from robostream.video.cache import VideoDecoderCache
 
 
@@ -145,6 +145,7 @@ class ReaderSettings:
     decoders: VideoDecoderCache | None  # a mixture's open decoders, shared by its sources (None: each its own)
     decode_threads: Any  # a mixture's ProcessLocal decode pool, shared by its sources (None: each its own)
     reading: ReadingThreads | None  # a mixture's data-file caches and read threads, shared (None: each its own)
+    shared_reading: SharedReading | None  # a mixture's remote clients, blocks and read-ahead (None: each its own)
     storages: list[Storage]  # every source's data storage, appended as sources open (byte counters cover all)
 
 
@@ -158,7 +159,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
         lenient_windows: skip windows of common keys the source lacks (a mixture: its schema reports them).
     """
     meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.read_options or settings.read_options,
-                        settings.video_backend, "StreamingLeRobotDataset")
+                        settings.video_backend, "StreamingLeRobotDataset", shared_reading=settings.shared_reading)
     episodes = resolve_episodes(meta, spec.episodes)
     settings.storages.append(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps

@@ -53,6 +53,7 @@ from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.mixture import EpochUnits, SamplingMethod, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_state_head, state_checksum
 from robostream.process_local import ProcessLocal
+from robostream.storage.store import SharedReading
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.layout import FramePool
 
@@ -166,7 +167,8 @@ class StreamingLeRobotDataset(IterableDataset):
                                   if self.is_mixture else None,
                                   decode_threads=ProcessLocal(partial(decode_pool, MAX_DECODE_THREADS))
                                   if self.is_mixture else None,
-                                  reading=ReadingThreads() if self.is_mixture else None)
+                                  reading=ReadingThreads() if self.is_mixture else None,
+                                  shared_reading=SharedReading() if self.is_mixture else None)
         self.sources = open_readers(specs, settings, lenient_windows=self.is_mixture)
         weights = [spec.weight for spec in specs]
         self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights,

@@ -35,7 +35,7 @@ from robostream.storage.derived import DerivedCache
 from robostream.storage.integrity import FileVersion, Validate
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
-from robostream.storage.store import DEFAULT_BLOCK_BUDGET, Storage
+from robostream.storage.store import DEFAULT_BLOCK_BUDGET, SharedReading, Storage
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -207,7 +207,8 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
                   data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                   cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
                   derived: DerivedCache | None = None, *, validate: Validate = "size",
-                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> DatasetMetadata:
+                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, shared_reading: SharedReading | None = None
+                  ) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
     cache: keep the remote data and video files whole on local disk.
@@ -217,6 +218,8 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     construction on this node loads them after checking the revision, at most one request) and, for map-style
     reads, data columns. None: read the tables each time.
     validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
+    shared_reading: data and video files are read through the clients, blocks and read-ahead it shares with other
+    datasets (a mixture's sources; see storage/store.py SharedReading).
     """
     storage = Storage(root, storage_options, retry, validate=validate)
     if storage.is_local and not Path(storage.root).is_dir():
@@ -224,7 +227,7 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     # storage.url: a Hub root pinned to the commit its revision named, so data and metadata come from the same one
     data_source = storage.url if data_files_root is None else data_files_root
     data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes, validate=validate,
-                           max_in_flight=max_in_flight)
+                           max_in_flight=max_in_flight, shared=shared_reading)
     revision, listed = metadata_revision(storage)
     if derived is None or revision is None:
         tables = read_tables(storage, listed)

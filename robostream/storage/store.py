@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import os
 import posixpath
 import re
@@ -151,15 +152,43 @@ class StorageStats:
 
 
 class _ProcessState:
-    """What a Storage holds per process."""
+    """What a Storage holds per process, its own: counters and the versions of the files it opened."""
+
+    def __init__(self) -> None:
+        self.counter = ByteCounter()
+        self.versions: dict[str, FileVersion] = {}  # remote files opened, as first seen (see Storage.open)
+
+
+class _Reading:
+    """A process's filesystem client, fetched blocks and read-ahead: one Storage's, or shared (SharedReading)."""
 
     def __init__(self, block_budget: int, max_in_flight: int) -> None:
+        self.lock = threading.Lock()  # sources open in threads: one client made, not one per thread
         self.fs: fsspec.AbstractFileSystem | None = None
         self.blocks = BlockCache(block_budget)
-        self.counter = ByteCounter()
         self.read_ahead = ReadAhead(self.blocks, max_in_flight=max_in_flight)
-        self.versions: dict[str, FileVersion] = {}  # remote files opened, as first seen (see Storage.open)
         self.hub_ranges: HubRanges | None = None
+
+
+class SharedReading:
+    """Filesystem clients, fetched blocks and read-ahead that the storages of many datasets (the sources of a
+    mixture) share in each process, one set per protocol and options: connections, threads and fetched bytes then
+    grow with what is being read, not with the sources seen, and the read buffer bounds them all together. Blocks
+    are keyed by the file's full location and version, so sources never see each other's bytes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[str, ProcessLocal] = {}
+
+    def group(self, key: str, factory: Any) -> ProcessLocal:
+        with self._lock:
+            return self._groups.setdefault(key, ProcessLocal(factory))
+
+    def __getstate__(self) -> dict[str, Any]:  # a spawned worker builds its own groups
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()
 
 
 class Storage:
@@ -168,10 +197,12 @@ class Storage:
     def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
                  retry: RetryPolicy | None = None, cache: DiskCache | None = None,
                  block_budget: int = DEFAULT_BLOCK_BUDGET, *, validate: Validate = "size",
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, shared: SharedReading | None = None) -> None:
         """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read.
         block_budget: bytes of fetched blocks kept in memory per process, those fetched ahead included.
         max_in_flight: read-ahead requests under way at once per process (storage/read_ahead.py).
+        shared: read through the filesystem client, blocks and read-ahead this shares with other storages of the
+        same protocol and options (default: this storage's own).
         validate: "size" checks sizes (and ETags of range reads); "full" also hashes whole files entering the disk
         cache against the hash the host publishes (see storage/integrity.py)."""
         check_validate(validate)
@@ -196,7 +227,11 @@ class Storage:
                                                          dict(storage_options or {}))
         # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
         # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
-        self._process = ProcessLocal(partial(_ProcessState, block_budget, max_in_flight))
+        self._process = ProcessLocal(_ProcessState)
+        reading = partial(_Reading, block_budget, max_in_flight)
+        self._reading = ProcessLocal(reading) if shared is None or self.is_local else shared.group(
+            f"{protocol}|{json.dumps(self._options, sort_keys=True, default=repr)}|{block_budget}|{max_in_flight}",
+            reading)
         if self.is_local:
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
             self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
@@ -205,43 +240,47 @@ class Storage:
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        state = self._process.get()
+        state = self._reading.get()
         if state.fs is None:
-            if self.is_local:
-                state.fs = fsspec.filesystem("file")
-            else:
-                state.fs = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self._options)[0]
-                if hasattr(state.fs, "retries"):  # s3fs retries on its own too (5 by default)
-                    state.fs.retries = 1
+            with state.lock:
+                if state.fs is None and self.is_local:
+                    state.fs = fsspec.filesystem("file")
+                elif state.fs is None:
+                    fs = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self._options)[0]
+                    if hasattr(fs, "retries"):  # s3fs retries on its own too (5 by default)
+                        fs.retries = 1
+                    state.fs = fs
         return state.fs
 
     @property
     def hub_ranges(self) -> HubRanges:
         """This process's direct ranged reads of Hub repository files (hf:// roots)."""
-        state = self._process.get()
-        if state.hub_ranges is None:
-            state.hub_ranges = HubRanges(self.fs, _default_options("http", self.retry, self.max_in_flight))
+        state, fs = self._reading.get(), self.fs
+        with state.lock:
+            if state.hub_ranges is None:
+                state.hub_ranges = HubRanges(fs, _default_options("http", self.retry, self.max_in_flight))
         return state.hub_ranges
 
     @property
     def blocks(self) -> BlockCache:
-        return self._process.get().blocks
+        return self._reading.get().blocks
 
     @property
     def counter(self) -> ByteCounter:
         return self._process.get().counter
 
     def stats(self) -> StorageStats:
-        """This process's reads of this storage so far."""
-        state = self._process.get()
-        return StorageStats(state.counter.bytes, state.counter.requests, state.blocks.wait_s,
-                            state.blocks.peak_bytes, state.read_ahead.in_flight_peak, state.blocks.evicted_unread,
-                            state.read_ahead.failures, state.blocks.reader_fetches)
+        """This process's reads of this storage so far (bytes and requests its own; the rest, of the blocks and
+        read-ahead, shared with the storages it shares them with)."""
+        counter, reading = self._process.get().counter, self._reading.get()
+        return StorageStats(counter.bytes, counter.requests, reading.blocks.wait_s, reading.blocks.peak_bytes,
+                            reading.read_ahead.in_flight_peak, reading.blocks.evicted_unread,
+                            reading.read_ahead.failures, reading.blocks.reader_fetches)
 
     @property
     def read_ahead(self) -> ReadAhead:
         """This process's fetches ahead of the readers (remote roots)."""
-        return self._process.get().read_ahead
+        return self._reading.get().read_ahead
 
     def forget_version(self, path: str) -> None:
         """The file at `path` changed on the server: the next reader opened asks for its version again."""

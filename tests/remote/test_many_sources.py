@@ -85,6 +85,10 @@ def test_http_sources_open_concurrently_then_from_the_node_cache(served, node_ca
         # One source's requests are made one after another: only opening sources concurrently overlaps them.
         assert server.load.most >= 8, f"at most {server.load.most} requests in flight: sources opened one by one"
         assert len(next(iter(DataLoader(cold, batch_size=4)))["index"]) == 4
+        # One HTTP client, block cache and read-ahead per process for all sources: connections, threads and fetched
+        # bytes do not grow with the sources.
+        assert len({id(r.meta.data_storage.fs) for r in cold.sources}) == 1
+        assert len({id(r.meta.data_storage.blocks) for r in cold.sources}) == 1
 
         server.reset_stats()
         warm = _mixture(urls)
