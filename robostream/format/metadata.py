@@ -218,10 +218,10 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     construction on this node loads them after checking the revision, at most one request) and, for map-style
     reads, data columns. None: read the tables each time.
     validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
-    shared_reading: data and video files are read through the clients, blocks and read-ahead it shares with other
-    datasets (a mixture's sources; see storage/store.py SharedReading).
+    shared_reading: metadata, data and video files are read through the clients, blocks and read-ahead it shares with
+    other datasets (a mixture's sources; see storage/store.py SharedReading).
     """
-    storage = Storage(root, storage_options, retry, validate=validate)
+    storage = Storage(root, storage_options, retry, validate=validate, shared=shared_reading)
     if storage.is_local and not Path(storage.root).is_dir():
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
     # storage.url: a Hub root pinned to the commit its revision named, so data and metadata come from the same one
