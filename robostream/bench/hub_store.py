@@ -262,6 +262,7 @@ class HubServer:
 class _HubHandler(BaseHTTPRequestHandler):
     server_hub: HubServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall per answer (see slow_store.QuietHandler)
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
