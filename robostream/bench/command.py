@@ -59,8 +59,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
             help="a mixture instead of ROOT: a JSON list of robostream.Source arguments (root, episodes, "
                  "proportion/repeat/choose, feature_map, ...), or @FILE holding one; streaming loader only")
     _option(parser, "epoch_size", type=int, default=None, help="samples per epoch of a mixture weighted by proportion")
-    _option(parser, "batching", choices=["random", "per_stream"], default="random",
-            help="a mixture's batches: sources mixed in each (random) or one source per global batch (per_stream)")
+    _option(parser, "batching", choices=["random", "per_stream", "stratified"], default="random",
+            help="a mixture's batches: sources mixed in each (random), one source per global batch (per_stream) or "
+                 "each source's share in every batch (stratified)")
     _option(parser, "mode", nargs="+", choices=MODES, default=None,
             help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)")
     _option(parser, "delta_timestamps", default=None, help="custom windows as JSON (replaces --mode)")

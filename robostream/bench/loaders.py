@@ -47,8 +47,8 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
             raise ValueError(f"a mixture runs with the streaming loader only, not {params['loader']!r}")
         for key in ("root", "revision", "episodes"):
             common.pop(key)
-        lanes = ({"batching": "per_stream", "batch_size": int(params["batch_size"])}
-                 if params.get("batching") == "per_stream" else {})
+        lanes = ({"batching": params["batching"], "batch_size": int(params["batch_size"])}
+                 if params.get("batching") in ("per_stream", "stratified") else {})
         return StreamingLeRobotDataset(sources=[Source(**s) for s in params["sources"]],
                                        epoch_size=params.get("epoch_size"), **lanes, **common,
                                        seed=params.get("seed", 0), pool_size=params.get("pool_size", 8))

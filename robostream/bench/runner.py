@@ -72,14 +72,14 @@ class RunConfig:
     peer_root: str | None = None  # what a peer reads when it needs its own conversion (lancedb), folder or URL
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
-    batching: str = "random"  # of a mixture: "random" or "per_stream"
+    batching: str = "random"  # of a mixture: "random", "per_stream" or "stratified"
     store: dict[str, float | int | None] | None = None  # the slow store the root is served through (latency_ms, ...)
 
     def name(self, rank: int | None = None) -> str:
         """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job; a
         mixture of 3 sources: `local_mix3_stream_...`)."""
         mix = f"_mix{len(self.sources)}" if self.sources else ""
-        mix += "_perstream" if self.batching == "per_stream" else ""
+        mix += {"per_stream": "_perstream", "stratified": "_stratified"}.get(self.batching, "")
         stem = (f"{self.label}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
                 f"{self.video_decode_device.split(':')[0]}")
         return stem if rank is None else f"{stem}_rank{rank}"

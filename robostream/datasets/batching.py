@@ -24,7 +24,8 @@ from robostream.plan.epoch import (EpochPlan, EpochSpec, LanePlan, StratifiedPla
                                    epoch_state, plan_epoch)
 
 BatchingMethod = Literal["random", "per_stream", "stratified"]
-PassFactory = Callable[[EpochPlan], EpochIterator]  # one consumer role's pass over a plan (or a lane's)
+# One consumer role's pass over a plan (or a lane's, keeping that share of the live pieces)
+PassFactory = Callable[..., EpochIterator]
 
 
 class Batching(Protocol):

@@ -367,11 +367,14 @@ class StreamingLeRobotDataset(IterableDataset):
         worker_role = (consumer.worker + plan.rotation) % consumer.num_workers
         role = consumer.rank * consumer.num_workers + worker_role
 
-        def pass_over(lane: EpochPlan) -> EpochIterator:
+        def pass_over(lane: EpochPlan, share: float = 1.0) -> EpochIterator:
+            """This role's pass over a plan; `share`: the part of pool_size it keeps live (a lane of a stratified
+            mixture, read at its source's share of the batches)."""
             return EpochIterator(lane, role=role, worker=consumer.worker, sources=self.sources,
                                  schema=self.schema, mixture_batches=self.batches_of_mixture,
                                  counters=self.counters, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                                 pool_size=self.pool_size, prefetch_pieces=self.prefetch_pieces)
+                                 pool_size=max(1, round(self.pool_size * share)),
+                                 prefetch_pieces=self.prefetch_pieces)
 
         self._iterator = self.batching.iterator(plan, worker_role, pass_over)
         return self._iterator
