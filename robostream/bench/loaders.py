@@ -80,7 +80,8 @@ class SummedCacheStats:
     """The decoder-cache counters of every source of a dataset, summed (picklable for spawned workers)."""
 
     def __init__(self, dataset: LeRobotDataset | StreamingLeRobotDataset) -> None:
-        self.caches = [reader.cameras.cache for reader in _readers(dataset)]
+        # A mixture's sources share one cache: count it once.
+        self.caches = list({id(reader.cameras.cache): reader.cameras.cache for reader in _readers(dataset)}.values())
 
     def __call__(self) -> dict[str, float]:
         totals: dict[str, float] = {}
@@ -113,7 +114,9 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params.get("seed", 0)))
         produced = (1 for i in order[:samples] if dataset[int(i)] is not None)
     readers = _readers(dataset)
-    storages = [reader.meta.data_storage for reader in readers if not reader.meta.data_storage.is_local]
+    # A mixture's remote sources share their blocks (and the time waited for them): count each once.
+    storages = list({id(reader.meta.data_storage.blocks): reader.meta.data_storage for reader in readers
+                     if not reader.meta.data_storage.is_local}.values())
     wait_before = sum(storage.stats().wait_s for storage in storages)
     start = time.perf_counter()
     done = sum(produced)
@@ -126,7 +129,9 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
 
 def build(params: dict[str, Any]) -> dict[str, Any]:
     """The probe bundle of a robostream loader (see probe.py)."""
+    started = time.perf_counter()
     dataset = _dataset(params)
+    construction_s = time.perf_counter() - started
     stats = SummedCacheStats(dataset)
     options = _loader_options(params)
     if isinstance(dataset, StreamingLeRobotDataset):
@@ -150,4 +155,4 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
             "split": lambda samples: _split(params, samples),
             "info": {"loader": params["loader"], "decoder": _readers(dataset)[0].cameras.backend,
                      "video_decode_device": _readers(dataset)[0].cameras.device, "uint8": True, "torch_version": torch.__version__,
-                     "pid": os.getpid()}}
+                     "pid": os.getpid(), "sources": len(_readers(dataset)), "construction_s": construction_s}}

@@ -123,7 +123,7 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     mixtures = [r for r in results if "samples_per_source" in r["metrics"]]
     if mixtures:
         lines.append("")
-        lines.extend(f"Samples per source, {label(r)}: {r['metrics']['samples_per_source']}" for r in mixtures)
+        lines.extend(mixture_line(r) for r in mixtures)
     served = [r for r in results if "store" in r["metrics"]]
     if served:
         lines.append("")
@@ -135,6 +135,20 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
                      f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s"
                      + (f" (mean of {runs}, before and after the runs)." if runs else "."))
     return "\n".join(lines) + "\n"
+
+
+def mixture_line(result: Mapping[str, Any]) -> str:
+    """A mixture run: its construction time (main process), peak PSS per source and samples per source (listed up
+    to 12 sources, else their range)."""
+    counts, info = result["metrics"]["samples_per_source"], result.get("info", {})
+    shown = str(counts) if len(counts) <= 12 else f"{min(counts)}..{max(counts)} over {len(counts)} sources"
+    line = f"Mixture, {label(result)}: samples per source {shown}"
+    if "construction_s" in info:
+        line += f"; construction {info['construction_s']:.2f} s"
+    pss = result["metrics"].get("peak_pss_mib")
+    if pss:
+        line += f"; peak PSS {pss / len(counts):.2f} MiB per source"
+    return line
 
 
 def store_line(result: Mapping[str, Any]) -> str:

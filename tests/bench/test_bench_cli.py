@@ -104,12 +104,15 @@ def test_a_mixture_is_benchmarked_with_per_source_counts(av1_root, tmp_path, cap
                  "--num_batches", "1000", "--split_samples", "8", "--out", str(tmp_path / "out")]) == 0
     result = json.loads((tmp_path / "out" / "local_mix2_stream_single_b4_w1_cpu.json").read_text())
     assert result["metrics"]["samples_per_source"] == [int(lengths[:3].sum()), 2 * int(lengths[3:].sum())]
-    assert "Samples per source" in capsys.readouterr().err
-    assert main(["bench", "--sources", f"@{spec}", "--batching", "per_stream", "--mode", "single", "--batch_size",
-                 "4", "--num_workers", "1", "--num_batches", "1000", "--split_samples", "8",
-                 "--out", str(tmp_path / "out")]) == 0
-    lanes = json.loads((tmp_path / "out" / "local_mix2_perstream_stream_single_b4_w1_cpu.json").read_text())
-    assert lanes["metrics"]["samples_per_source"] == result["metrics"]["samples_per_source"]
+    assert result["info"]["sources"] == 2 and 0 < result["info"]["construction_s"] < 60
+    report = capsys.readouterr().err
+    assert "samples per source" in report and "construction" in report and "MiB per source" in report
+    for batching, tag in (("per_stream", "perstream"), ("stratified", "stratified")):
+        assert main(["bench", "--sources", f"@{spec}", "--batching", batching, "--mode", "single", "--batch_size",
+                     "4", "--num_workers", "1", "--num_batches", "1000", "--split_samples", "8",
+                     "--out", str(tmp_path / "out")]) == 0
+        lanes = json.loads((tmp_path / "out" / f"local_mix2_{tag}_stream_single_b4_w1_cpu.json").read_text())
+        assert lanes["metrics"]["samples_per_source"] == result["metrics"]["samples_per_source"]
     assert main(["bench", str(av1_root), "--batching", "per_stream", "--out", str(tmp_path / "x")]) == 2
     assert main(["bench", "--sources", f"@{spec}", "--loader", "map", "--out", str(tmp_path / "x")]) == 2
     assert main(["bench", str(av1_root), "--sources", f"@{spec}", "--out", str(tmp_path / "x")]) == 2
