@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robostream.convert.finalize import is_v30, swap, write_metadata
-from robostream.convert.manifest import Owner, WorkDir
+from robostream.convert.manifest import Owner, WorkDir, read_json
 from robostream.convert.workdir import claim_work_dir, remove_work_dir
 from robostream.convert.worker import Heartbeat, WorkerOptions, load_plan
 from robostream.errors import RobostreamError
-from robostream.format.v21 import read_v21
+from robostream.format.v21 import read_info_v21, read_v21
 
 FINALIZE = "finalize"  # the lease name of the finalize step
 
@@ -34,6 +34,27 @@ class Targets:
     @property
     def journal(self) -> Path:
         return self.work / "swap.json"
+
+
+def finished_conversion(root: str | Path, out: str | Path | None, work_dir: str | Path | None) -> Path | None:
+    """`out` when it already holds a finished conversion of `root` (a v3.0 dataset with the input's episodes,
+    frames and fps, and no conversion of it under way): what a command started after the others sharing its work
+    dir finished finds (a late task of a SLURM array, a rerun). None otherwise.
+
+    Args:
+        root: the v2.1 input.
+        out: the v3.0 output (None: an in-place conversion, not recognised here).
+        work_dir: the work dir; None: beside the output.
+    """
+    if out is None:
+        return None
+    out = Path(out).absolute()
+    work = Path(work_dir).absolute() if work_dir is not None else out.parent / f".{out.name}.robostream-convert"
+    if work.exists() or not is_v30(out):
+        return None
+    made, given = read_json(out / "meta" / "info.json"), read_info_v21(Path(root).absolute())
+    same = all(made.get(key) == given.get(key) for key in ("total_episodes", "total_frames", "fps"))
+    return out if same else None
 
 
 def claim_targets(root: str | Path, out: str | Path | None, work_dir: str | Path | None) -> Targets:

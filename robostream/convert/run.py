@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from robostream.convert.executors import EngineOptions, LocalPool
-from robostream.convert.finish import Targets, claim_targets, complete_swap, finalize_or_wait
+from robostream.convert.finish import Targets, claim_targets, complete_swap, finalize_or_wait, finished_conversion
 from robostream.convert.manifest import WorkDir
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
 from robostream.convert.progress import Progress
@@ -70,8 +70,9 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
 
     Args:
         src: the v2.1 dataset folder (meta/, data/, videos/).
-        out: write the v3.0 dataset here (must not exist); None converts in place: `src` becomes v3.0 and the
-            input is kept as `<src>_old`, like lerobot.
+        out: write the v3.0 dataset here (must not exist, unless it holds a finished conversion of `src`: then
+            nothing is done, as for a command that joined a conversion others finished); None converts in place:
+            `src` becomes v3.0 and the input is kept as `<src>_old`, like lerobot.
         work_dir: plan, leases and the dataset being built; default beside the output. Must be on the output's
             filesystem. Rerunning the same command with the same work dir resumes after any interruption.
         workers: processes (local) or datatrove tasks (other executors) converting files in parallel.
@@ -89,6 +90,11 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     started = time.time()
     _check_arguments(workers=workers, executor=executor, data_file_size_in_mb=data_file_size_in_mb,
                      video_file_size_in_mb=video_file_size_in_mb, lease_s=lease_s, max_attempts=max_attempts)
+    finished = finished_conversion(src, out, work_dir)
+    if finished is not None:
+        log(f"{finished}: already holds the v3.0 conversion of {src} (its episodes, frames and fps), and no "
+            "conversion of it is under way: nothing to do")
+        return {"output": str(finished), "already_converted": True, "seconds": round(time.time() - started, 3)}
     targets = claim_targets(src, out, work_dir)
     if targets.journal.exists():  # a crash during the swap: complete it
         complete_swap(targets)

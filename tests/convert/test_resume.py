@@ -75,7 +75,8 @@ def test_a_file_that_keeps_failing_fails_the_run_naming_it_and_a_rerun_after_the
 
 def test_two_commands_sharing_the_work_dir_convert_together(v21_root: Path, reference: Path, tmp_path: Path):
     """Two `robostream convert` commands (as on two machines sharing the folder) on one conversion: both exit 0,
-    the files are split between them by the leases, one finalizes, the other reports it."""
+    the files are split between them by the leases, one finalizes, the other reports it (or, when it starts after
+    the first finished, as on a loaded machine, finds the finished conversion and does nothing)."""
     import os
     import subprocess
     import sys
@@ -89,6 +90,23 @@ def test_two_commands_sharing_the_work_dir_convert_together(v21_root: Path, refe
     outputs = [run.communicate(timeout=240) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
-    assert sum(bool(s.get("finished_by_another_process")) for s in summaries) <= 1
+    assert sum(bool(s.get("finished_by_another_process") or s.get("already_converted")) for s in summaries) <= 1
     assert compare_datasets(tmp_path / "out", reference) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_command_after_the_conversion_finished_does_nothing(v21_root: Path, reference: Path, tmp_path: Path):
+    """A late command of a finished conversion (a SLURM array's straggler, a rerun) finds the result and exits 0
+    without touching it; a v3.0 folder that is not this input's conversion is still refused."""
+    args = convert_args(v21_root, "--workers", "1", "--out", str(tmp_path / "out"))
+    assert run_cli("convert", *args).returncode == 0
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*")}
+    again = run_cli("convert", *args)
+    assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["already_converted"]
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "out").rglob("*")} == before
+    assert compare_datasets(tmp_path / "out", reference) == []
+    info = tmp_path / "out" / "meta" / "info.json"
+    doc = json.loads(info.read_text())
+    info.write_text(json.dumps({**doc, "total_frames": doc["total_frames"] + 1}))
+    other = run_cli("convert", *args)
+    assert other.returncode == 2 and "already exists" in other.stderr
