@@ -26,6 +26,9 @@ from robostream.datasets.streaming import StreamingLeRobotDataset
 
 # Called in the process that assembled a batch with the batch and the seconds it took; may add keys to it.
 BatchHook = Callable[[dict[str, Any], float], None]
+# Called in the process that assembled a batch (a worker) with the batch and the dataset's epoch; returns the batch
+# with some tensors replaced by others of the same shape and dtype (augmentations: robostream.augment).
+BatchTransform = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class LoaderBatching:
     drop_last: bool
     buffers: BatchBuffers | None  # shared-memory slots for worker processes; None: fresh memory
     on_batch: BatchHook | None = None
+    transform: BatchTransform | None = None
 
 
 class DatasetBatches(IterableDataset):
@@ -70,6 +74,8 @@ def _timed_batches(dataset: StreamingLeRobotDataset, batching: LoaderBatching) -
         if batch is None:
             return
         marker = markers.pop() if markers else None
+        if batching.transform is not None:
+            _transform_in_place(batch, batching.transform, dataset.epoch)
         if marker is not None:
             batch[SLOT_KEY] = marker
         if batching.on_batch is not None:
@@ -79,12 +85,27 @@ def _timed_batches(dataset: StreamingLeRobotDataset, batching: LoaderBatching) -
 
 
 
+def _transform_in_place(batch: dict[str, Any], transform: BatchTransform, epoch: int) -> None:
+    """Write the transform's tensors into the batch's own: a worker's batch may live in a reused shared-memory slot,
+    which the main process reads, so the result must land there rather than in new memory."""
+    for key, value in transform(batch, epoch=epoch).items():
+        old = batch.get(key)
+        if value is old:
+            continue
+        if not isinstance(old, torch.Tensor) or not isinstance(value, torch.Tensor) or value.shape != old.shape \
+                or value.dtype != old.dtype:
+            raise ValueError(f"batch_transform changed {key!r} (to {getattr(value, 'shape', type(value))}, "
+                             f"{getattr(value, 'dtype', '')}): it must return tensors of the batch's own shapes "
+                             "and dtypes")
+        old.copy_(value)
+
+
 class StreamingDataLoader(DataLoader):
     """DataLoader over a StreamingLeRobotDataset with `state_dict()` / `load_state_dict()`."""
 
     def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int | None = None, num_workers: int = 0,
                  batch_buffers: BatchBuffers | bool = True, *, on_batch: BatchHook | None = None,
-                 **kwargs: Any) -> None:
+                 batch_transform: BatchTransform | None = None, **kwargs: Any) -> None:
         """
         Args:
             dataset: the StreamingLeRobotDataset to load.
@@ -96,6 +117,10 @@ class StreamingDataLoader(DataLoader):
             on_batch: called in the process that assembled each batch (a worker) with the batch and the seconds
                 it took to produce; may add keys (instrumentation: the benchmark times the loader through it).
                 Needs batches assembled by the dataset (no collate_fn, no image_transforms).
+            batch_transform: called like `batch_transform(batch, epoch=epoch)` in the process that assembled each
+                batch (a worker), before it is sent; returns the batch with camera tensors (or others) replaced
+                by tensors of the same shapes and dtypes, written back in place: augmentations on whole batches,
+                e.g. robostream.augment.BatchImageTransforms. Needs batches assembled by the dataset.
             kwargs: torch's DataLoader arguments (drop_last, pin_memory, prefetch_factor, ...). A collate_fn
                 makes the dataset yield samples that it collates (the per-sample path).
 
@@ -115,15 +140,16 @@ class StreamingDataLoader(DataLoader):
         own_collate = kwargs.get("collate_fn") is None
         assembled = own_collate and dataset.assembles_batches
         dataset.batching.check_loader(drop_last=drop_last, assembled=assembled)
-        if on_batch is not None and not assembled:
-            raise ValueError("on_batch needs batches assembled by the dataset: pass no collate_fn, and no "
-                             "image_transforms to the dataset")
+        if (on_batch is not None or batch_transform is not None) and not assembled:
+            raise ValueError("on_batch and batch_transform need batches assembled by the dataset: pass no "
+                             "collate_fn, and no image_transforms to the dataset")
         if batch_buffers is True:
             batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
         self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
         self.streaming_dataset = dataset
         if assembled:
-            view = DatasetBatches(dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch))
+            view = DatasetBatches(dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch,
+                                                             batch_transform))
             super().__init__(view, batch_size=None, num_workers=num_workers, collate_fn=_assembled, **kwargs)
             # torch passes the dataset's batches through; users still see the batching they asked for.
             object.__setattr__(self, "batch_size", batch_size)

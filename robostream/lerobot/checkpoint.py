@@ -1,0 +1,78 @@
+"""Checkpoints in lerobot's layout, plus the data position, committed by one rename.
+
+`<output_dir>/checkpoints/<step>/pretrained_model/` is lerobot's (policy config and weights, processors with their
+stats, train_config.json: what `lerobot-eval --policy.path=...` and `from_pretrained` load) and `training_state/`
+too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint`. robostream adds
+`training_state/robostream_data.json`: the epoch and the streaming loader's state, so `--resume` continues with the
+batches an uninterrupted run would have seen, on any number of processes. lerobot writes straight into the step's
+folder; here it is written into a temporary sibling and renamed, then `last` is pointed at it: a kill during a save
+leaves the previous checkpoint as `last`, complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lerobot.common.train_utils import (
+    get_step_checkpoint_dir,
+    load_training_state,
+    save_checkpoint,
+    update_last_checkpoint,
+)
+from lerobot.utils.constants import TRAINING_STATE_DIR
+
+DATA_STATE = "robostream_data.json"
+
+
+@dataclass
+class Position:
+    """Where training is: optimisation steps done and the epoch the data position belongs to."""
+
+    step: int = 0
+    epoch: int = 0
+
+
+def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num_processes: int,
+         **parts: Any) -> Path:
+    """Write the checkpoint of `position.step` (main process only) and make it `last`.
+
+    Args:
+        cfg: the training config (saved as train_config.json).
+        position: the step and epoch.
+        data_state: the streaming loader's state_dict (None for map-style: lerobot's step arithmetic resumes it).
+        num_processes: the processes training (recorded, as lerobot does).
+        parts: policy, optimizer, scheduler, preprocessor, postprocessor for lerobot's save_checkpoint.
+    """
+    final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, position.step)
+    tmp = final.with_name(f".tmp-{final.name}")
+    if tmp.exists():
+        shutil.rmtree(tmp)  # left by a save of the same step that was interrupted
+    save_checkpoint(checkpoint_dir=tmp, step=position.step, cfg=cfg, num_processes=num_processes,
+                    batch_size=cfg.batch_size, **parts)
+    state = {"step": position.step, "epoch": position.epoch, "data": data_state}
+    (tmp / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
+    if final.exists():  # a resumed run saves a step the interrupted one had saved
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    update_last_checkpoint(final)
+    return final
+
+
+def load(checkpoint: Path, *, optimizer: Any, scheduler: Any) -> tuple[Position, dict[str, Any] | None]:
+    """Restore optimizer, scheduler and RNG (lerobot's load_training_state); return the position and the data
+    state saved with them."""
+    step, _, _ = load_training_state(checkpoint, optimizer, scheduler)
+    path = checkpoint / TRAINING_STATE_DIR / DATA_STATE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: {checkpoint} was not written by robostream's training command "
+                                "(or not completely); resume from a checkpoint it wrote, or start a new run")
+    state = json.loads(path.read_text())
+    if state["step"] != step:
+        raise ValueError(f"{path} is at step {state['step']} but {checkpoint / TRAINING_STATE_DIR} at step {step}: "
+                         "the checkpoint is inconsistent")
+    return Position(step=step, epoch=state["epoch"]), state["data"]

@@ -1,0 +1,153 @@
+"""The training command's configuration: lerobot's `TrainPipelineConfig` plus a `robostream` section.
+
+Every flag of `lerobot-train` keeps its meaning (the same draccus parser, the same validation); `--robostream.*`
+adds how robostream reads the data. A mixture is named on the command line (`--dataset.repo_id='[a,b]'`, optionally
+`--dataset.root='[ra,rb]'` and `--robostream.weights='[0.7,0.3]'`) or in a mixture file (`--robostream.mixture=
+mix.json|yaml`: a list of robostream.Source arguments, which may also give each source its episodes, feature_map,
+revision and weight kind).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from lerobot.configs.train import TrainPipelineConfig
+
+from robostream.datasets.mixture import Source
+from robostream.datasets.origin import ReadOptions
+
+Weighting = Literal["proportion", "repeat", "choose"]
+AugmentWhere = Literal["workers", "device"]
+
+
+@dataclass
+class RobostreamOptions:
+    """`--robostream.*`: how robostream reads the training data (see StreamingLeRobotDataset for each option).
+
+    Args:
+        weights: one weight per source of a mixture named by `--dataset.repo_id='[a,b,...]'` (default: equal
+            proportions); their meaning is `weighting`.
+        weighting: "proportion" (shares of epoch_size), "repeat" (times each source's size per epoch) or "choose"
+            (samples per epoch).
+        mixture: a JSON or YAML file holding the mixture instead: a list of robostream.Source arguments
+            ({"repo_id" or "root", "proportion"/"repeat"/"choose", "episodes", "feature_map", "revision", ...}).
+        features: "strict" (sources must match after their feature_map) or "union" (a key a source lacks is zeros
+            there, with `<key>_is_pad` True).
+        batching: how a mixture's sources share batches: "random", "per_stream" or "stratified".
+        epoch_size: samples per epoch of a mixture weighted by proportion (default: the sources' total).
+        sampling_method: a mixture's partial passes: "balanced" or "fixed".
+        pool_size: live episode pieces per canonical stream (shuffle randomness vs memory).
+        decode_ahead: samples of a piece whose frames are decoded together.
+        prefetch_pieces: upcoming pieces per stream read ahead (remote data).
+        canonical_streams: the streams an epoch is cut into (default: chosen at the first start, then kept).
+        uneven: equal batch counts across ranks by "pad" (repeat a few samples) or "drop".
+        cache_dir: keep whole remote data/video files on this local disk folder, shared by the node's processes
+            (its `derived/` also holds the node's metadata snapshots); see robostream.ReadOptions.
+        cache_limit: what the disk cache may hold (e.g. "200gb"; needed with cache_dir).
+        augment_on: where `--dataset.image_transforms` run on whole batches: "workers" (uint8 batches in the
+            DataLoader workers; streaming only) or "device" (float batches on the training device, after the
+            transfer).
+        record: append every step's loss and batch `index` values to this file (JSON lines): compare a resumed run
+            with an uninterrupted one.
+    """
+
+    weights: list[float] | None = None
+    weighting: Weighting = "proportion"
+    mixture: str | None = None
+    features: Literal["strict", "union"] = "strict"
+    batching: Literal["random", "per_stream", "stratified"] = "random"
+    epoch_size: int | None = None
+    sampling_method: Literal["balanced", "fixed"] = "balanced"
+    pool_size: int = 8
+    decode_ahead: int = 4
+    prefetch_pieces: int = 2
+    canonical_streams: int | None = None
+    uneven: Literal["pad", "drop"] = "pad"
+    cache_dir: str | None = None
+    cache_limit: str | None = None
+    augment_on: AugmentWhere = "workers"
+    record: str | None = None
+
+
+@dataclass
+class RobostreamTrainConfig(TrainPipelineConfig):
+    """lerobot-train's configuration with a `robostream` section (saved with it in every checkpoint's
+    train_config.json, so `--resume` reads the data the same way)."""
+
+    robostream: RobostreamOptions = field(default_factory=RobostreamOptions)
+
+    def validate(self) -> None:
+        super().validate()
+        self.mixture_sources()  # bad mixture flags fail before anything is built
+
+    def mixture_sources(self) -> list[Source] | None:
+        """The mixture this config names (None: one dataset, `--dataset.repo_id` / `--dataset.root`)."""
+        options = self.robostream
+        if options.mixture is not None:
+            if _as_list(self.dataset.repo_id, "--dataset.repo_id") is not None or options.weights is not None:
+                raise ValueError(f"--robostream.mixture={options.mixture} names the sources and their weights: "
+                                 "leave --dataset.repo_id a single name (it names the run) and --robostream.weights "
+                                 "unset")
+            return _sources_from_file(Path(options.mixture))
+        repo_ids = _as_list(self.dataset.repo_id, "--dataset.repo_id")
+        if repo_ids is None:
+            if options.weights is not None:
+                raise ValueError(f"--robostream.weights={options.weights} weighs the sources of a mixture, but "
+                                 f"--dataset.repo_id={self.dataset.repo_id!r} names one dataset: give a list, "
+                                 "e.g. --dataset.repo_id='[a,b]' --robostream.weights='[0.7,0.3]'")
+            return None
+        roots = _as_list(self.dataset.root, "--dataset.root") if self.dataset.root is not None else None
+        if self.dataset.root is not None and (roots is None or len(roots) != len(repo_ids)):
+            raise ValueError(f"--dataset.root={self.dataset.root!r} must list one root per source of "
+                             f"--dataset.repo_id ({len(repo_ids)} sources)")
+        weights = options.weights if options.weights is not None else [1.0] * len(repo_ids)
+        if len(weights) != len(repo_ids):
+            raise ValueError(f"--robostream.weights has {len(weights)} values {weights} but --dataset.repo_id names "
+                             f"{len(repo_ids)} sources {repo_ids}: give one weight per source")
+        if self.dataset.episodes is not None:
+            raise ValueError("--dataset.episodes selects episodes of one dataset; give each source of a mixture its "
+                             "episodes in a --robostream.mixture file")
+        return [Source(repo_id=repo_id, root=root, revision=self.dataset.revision, **{options.weighting: weight})
+                for repo_id, root, weight in zip(repo_ids, roots or [None] * len(repo_ids), weights)]
+
+    def read_options(self) -> ReadOptions | None:
+        """How the data's bytes are read (the disk cache of --robostream.cache_dir), None for the defaults."""
+        options = self.robostream
+        if options.cache_dir is None and options.cache_limit is None:
+            return None
+        return ReadOptions(cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+
+
+def _as_list(value: str | None, flag: str) -> list[str] | None:
+    """`'[a,b]'` (how draccus hands over a list given to a string field) as a list; a plain name as None."""
+    if value is None or not value.strip().startswith("["):
+        return None
+    try:
+        items = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{flag}={value!r} is not a list like '[a,b]': {exc}") from exc
+    if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
+        raise ValueError(f"{flag}={value!r}: expected a non-empty list of names, e.g. '[lerobot/a,lerobot/b]'")
+    return items
+
+
+def _sources_from_file(path: Path) -> list[Source]:
+    try:
+        doc: Any = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(
+            path.read_text())
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ValueError(f"--robostream.mixture={path}: cannot read a JSON/YAML list of sources: {exc}") from exc
+    if not isinstance(doc, list) or not doc or not all(isinstance(s, dict) for s in doc):
+        raise ValueError(f"--robostream.mixture={path}: expected a non-empty list of objects like "
+                         '{"repo_id": "lerobot/a", "proportion": 0.7}')
+    sources = []
+    for i, spec in enumerate(doc):
+        try:
+            sources.append(Source(**spec))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--robostream.mixture={path}: source {i} {spec}: {exc}") from exc
+    return sources

@@ -1,0 +1,201 @@
+"""The training data: robostream's dataset and loader built from a RobostreamTrainConfig, and the metadata a
+policy is made from (one dataset's, or a mixture's with its statistics aggregated).
+
+Streaming (`--dataset.streaming=true`): StreamingLeRobotDataset + StreamingDataLoader, rank-aware by itself (no
+accelerate sharding), resumable exactly on any layout from the loader's state, one dataset or a mixture.
+Map-style (default, as lerobot-train): robostream's LeRobotDataset under lerobot's own EpisodeAwareSampler (its
+`drop_n_last_frames`, its (seed, epoch) order, its resume arithmetic `compute_sampler_state`, accelerate's batch
+sharding): lerobot's data path with our reader in it; one dataset only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from lerobot.datasets import EpisodeAwareSampler, compute_sampler_state
+from lerobot.datasets.factory import resolve_delta_timestamps
+
+from robostream.datasets.loader import StreamingDataLoader
+from robostream.datasets.map_style import LeRobotDataset
+from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.format.metadata import DatasetMetadata
+from robostream.format.stats import aggregate_stacked
+from robostream.lerobot.config import RobostreamTrainConfig
+
+if TYPE_CHECKING:
+    from robostream.augment import BatchImageTransforms
+
+CORE_STATS = ("min", "max", "mean", "std")
+
+
+@dataclass
+class MixtureMetadata:
+    """What lerobot's `make_policy`, `resolve_delta_timestamps` and processors read from a dataset's metadata
+    (`features`, `stats`, `fps`, `camera_keys`), for a mixture: its features under the common names (the union of
+    the sources'), and statistics aggregated as lerobot aggregates datasets' stats (count-weighted mean, pooled
+    variance, min of mins, max of maxes, count-weighted quantiles), each source counted with the samples it
+    contributes to an epoch (its weight), not with the frames it holds."""
+
+    features: dict[str, dict[str, Any]]
+    stats: dict[str, dict[str, np.ndarray]]
+    fps: int
+    camera_keys: list[str]
+
+    @classmethod
+    def of(cls, dataset: StreamingLeRobotDataset) -> MixtureMetadata:
+        features: dict[str, dict[str, Any]] = {}
+        for reader in dataset.sources:
+            for key, spec in reader.meta.features.items():
+                features.setdefault(reader.rename.get(key, key), spec)
+        stats = mixture_stats([reader.stats for reader in dataset.sources], dataset.samples_per_source)
+        return cls(features=features, stats=stats, fps=dataset.sources[0].meta.fps,
+                   camera_keys=[k for k, f in features.items() if f["dtype"] in ("video", "image")])
+
+
+def mixture_stats(per_source: list[dict[str, dict[str, np.ndarray]]], samples: list[int]
+                  ) -> dict[str, dict[str, np.ndarray]]:
+    """Each feature's statistics over the sources that have it, weighted by the samples each gives per epoch.
+
+    Args:
+        per_source: each source's stats (meta/stats.json) under the mixture's names.
+        samples: each source's samples per epoch.
+    """
+    stacked: dict[str, dict[str, np.ndarray]] = {}
+    for key in dict.fromkeys(k for stats in per_source for k in stats):
+        parts = [(stats[key], n) for stats, n in zip(per_source, samples) if key in stats and n > 0]
+        if not parts or not all(all(s in p for s in CORE_STATS) for p, _ in parts):
+            continue  # nothing to aggregate; a policy that normalises the key is refused by check_stats
+        names = [s for s in parts[0][0] if s != "count" and all(s in p for p, _ in parts)]
+        stacked[key] = {s: np.stack([np.asarray(p[s], dtype=np.float64) for p, _ in parts]) for s in names}
+        stacked[key]["count"] = np.array([[n] for _, n in parts], dtype=np.int64)
+    return aggregate_stacked(stacked)
+
+
+def check_stats(features: list[str], stats: dict[str, dict[str, np.ndarray]]) -> None:
+    """lerobot's normaliser passes a feature without stats through unnormalised, silently: refuse instead."""
+    missing = [k for k in features if k not in stats]
+    if missing:
+        raise ValueError(f"the dataset's meta/stats.json has no statistics for {missing}, which the policy "
+                         "normalises: compute them (robostream convert writes them) or pick other features")
+
+
+@dataclass
+class TrainingData:
+    """The dataset, its loader and what the policy is made from."""
+
+    dataset: StreamingLeRobotDataset | LeRobotDataset
+    loader: torch.utils.data.DataLoader
+    meta: DatasetMetadata | MixtureMetadata
+    delta_timestamps: dict[str, list[float]]
+    sampler: EpisodeAwareSampler | None  # map-style only
+    device_augment: BatchImageTransforms | None  # augmentations run on the device (else none, or in the workers)
+
+    @property
+    def streaming(self) -> bool:
+        return isinstance(self.dataset, StreamingLeRobotDataset)
+
+    @property
+    def num_frames(self) -> int:
+        if self.streaming:
+            return int(sum(self.dataset.samples_per_source))
+        return len(self.dataset)
+
+    @property
+    def num_episodes(self) -> int:
+        if self.streaming:
+            return sum(len(r.episodes) for r in self.dataset.sources)
+        return len(self.dataset.episodes)
+
+
+def make_training_data(cfg: RobostreamTrainConfig, *, device: torch.device, policy_config: Any) -> TrainingData:
+    """Open the dataset (or mixture) of `cfg`, then its loader with the windows `policy_config` needs, and the
+    augmentations of `--dataset.image_transforms` on whole batches where `--robostream.augment_on` puts them.
+
+    Args:
+        cfg: the validated training config.
+        device: the training device (pinned memory for CUDA).
+        policy_config: the policy's config (its delta indices decide the windows).
+    """
+    if not cfg.dataset.streaming and cfg.dataset.image_transforms.enable and cfg.robostream.augment_on == "workers":
+        raise ValueError("--robostream.augment_on=workers augments the batches a streaming loader assembles: add "
+                         "--dataset.streaming=true, or use --robostream.augment_on=device")
+    return _streaming(cfg, device, policy_config) if cfg.dataset.streaming else _map_style(cfg, device, policy_config)
+
+
+def _augment(cfg: RobostreamTrainConfig, camera_keys: list[str]) -> BatchImageTransforms | None:
+    transforms = cfg.dataset.image_transforms
+    if not transforms.enable:
+        return None
+    from robostream.augment import BatchImageTransforms  # torchvision + kornia: needed only to augment
+
+    return BatchImageTransforms(transforms, seed=cfg.seed or 0, camera_keys=camera_keys)
+
+
+def _video_backend(cfg: RobostreamTrainConfig) -> str | None:
+    return cfg.dataset.video_backend if cfg.dataset.video_backend in ("torchcodec", "pyav") else None
+
+
+def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
+    options = cfg.robostream
+    sources = cfg.mixture_sources()
+    single = {} if sources is not None else dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root,
+                                                 revision=cfg.dataset.revision, episodes=cfg.dataset.episodes)
+    common = dict(seed=cfg.seed or 0, return_uint8=True, tolerance_s=cfg.tolerance_s,
+                  video_backend=_video_backend(cfg), pool_size=options.pool_size, decode_ahead=options.decode_ahead,
+                  prefetch_pieces=options.prefetch_pieces, canonical_streams=options.canonical_streams,
+                  uneven=options.uneven, read_options=cfg.read_options())
+    if sources is not None:
+        common.update(sources=sources, features=options.features, batching=options.batching,
+                      batch_size=cfg.batch_size, epoch_size=options.epoch_size,
+                      sampling_method=options.sampling_method)
+    # The windows depend on the dataset's features and fps: open it once without them to resolve them (metadata
+    # only: the node cache makes the second construction cheap), as lerobot resolves them from ds_meta.
+    probe = StreamingLeRobotDataset(**single, **common)
+    meta = MixtureMetadata.of(probe) if sources is not None else probe.meta
+    delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
+    dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)
+    augment = _augment(cfg, list(meta.camera_keys))
+    in_workers = augment is not None and options.augment_on == "workers"
+    # The loader's own generator: torch's DataLoader draws a seed from its generator at every iter(), which would
+    # otherwise advance the global RNG that dropout and noise use, and a resumed run would diverge from there.
+    loader = StreamingDataLoader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                                 pin_memory=device.type == "cuda",
+                                 batch_transform=augment if in_workers else None,
+                                 prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+                                 generator=torch.Generator().manual_seed(cfg.seed or 0))
+    return TrainingData(dataset, loader, meta, delta_timestamps, sampler=None,
+                        device_augment=None if in_workers else augment)
+
+
+def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
+    if cfg.mixture_sources() is not None:
+        raise ValueError("a mixture of datasets is read by the streaming dataset: add --dataset.streaming=true")
+    open_args = dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision,
+                     episodes=cfg.dataset.episodes, tolerance_s=cfg.tolerance_s, return_uint8=True,
+                     video_backend=_video_backend(cfg), read_options=cfg.read_options())
+    meta = LeRobotDataset(**open_args).meta
+    delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
+    dataset = LeRobotDataset(**open_args, delta_timestamps=delta_timestamps)
+    ends = np.cumsum(dataset.lengths)  # our index i is the i-th frame of the selected episodes
+    sampler = EpisodeAwareSampler((ends - dataset.lengths).tolist(), ends.tolist(),
+                                  drop_n_last_frames=getattr(policy_config, "drop_n_last_frames", 0), shuffle=True,
+                                  seed=cfg.seed if cfg.seed is not None else 0)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
+                                         num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
+                                         prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+                                         multiprocessing_context=cfg.dataloader_multiprocessing_context
+                                         if cfg.num_workers else None,
+                                         persistent_workers=cfg.persistent_workers and cfg.num_workers > 0)
+    return TrainingData(dataset, loader, meta, delta_timestamps, sampler=sampler,
+                        device_augment=_augment(cfg, list(meta.camera_keys)))
+
+
+def resume_sampler(data: TrainingData, *, step: int, batch_size: int, num_processes: int) -> dict[str, int]:
+    """Map-style: position lerobot's sampler after `step` steps (lerobot's arithmetic: exact on the layout and
+    batch size that wrote the checkpoint)."""
+    state = compute_sampler_state(step, len(data.sampler), batch_size, num_processes)
+    data.sampler.load_state_dict(state)
+    return state

@@ -1,0 +1,247 @@
+"""lerobot-train with robostream underneath: `python -m robostream.lerobot.train` (or `robostream train`) takes
+lerobot 0.6's flags and trains with them; only the data side is robostream's.
+
+    python -m robostream.lerobot.train --policy.type=act --dataset.repo_id=lerobot/aloha_sim_insertion_human \\
+        --dataset.streaming=true --batch_size=8 --steps=100000 --output_dir=outputs/act
+    # a weighted mixture (streaming), and exact resume from the last checkpoint:
+    python -m robostream.lerobot.train --policy.type=diffusion --dataset.repo_id='[a/x,b/y]' \\
+        --robostream.weights='[0.7,0.3]' --dataset.streaming=true --output_dir=outputs/mix
+    python -m robostream.lerobot.train --resume=true \\
+        --config_path=outputs/mix/checkpoints/last/pretrained_model/train_config.json
+    # several GPUs: accelerate launch --num_processes 8 -m robostream.lerobot.train ...
+
+lerobot's own pieces, used as lerobot-train uses them: the config and its parser (draccus; `--help` lists every
+flag), `make_policy`, the pre/post processors (stats from the dataset on a fresh run, from the checkpoint on
+resume), the optimizer/scheduler presets, accelerate (device, mixed precision from the policy, DDP), its training
+step (`update_policy`: autocast, backward, gradient clipping, optimizer and scheduler step), its metrics and wandb
+logging, its checkpoint layout, push_to_hub at the end. Kept from lerobot-train's loop: uint8 cameras become float
+in [0, 1] after the loader (here on the device), and map-style reading uses lerobot's EpisodeAwareSampler with the
+policy's `drop_n_last_frames`.
+
+Different: the dataset (robostream's LeRobotDataset, or StreamingLeRobotDataset with `--dataset.streaming=true`:
+one dataset or a mixture, local or remote, exactly resumable on any layout); `--dataset.image_transforms` run on
+whole batches (robostream.augment: lerobot's distribution, per-sample parameters, deterministic per (seed, epoch,
+sample)); streaming ignores `drop_n_last_frames` (as lerobot's streaming dataset does). Not supported (refused):
+reward models, evaluation in a simulation env during training (`--env.*`: evaluate checkpoints with lerobot-eval),
+held-out eval splits, sample weighting.
+"""
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pprint import pformat
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lerobot.common.train_utils import should_save_checkpoint
+from lerobot.common.wandb_utils import WandBLogger
+from lerobot.configs import parser
+from lerobot.optim.factory import make_optimizer_and_scheduler
+from lerobot.policies import make_policy, make_pre_post_processors
+from lerobot.scripts.lerobot_train import update_policy
+from lerobot.utils.import_utils import register_third_party_plugins
+from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
+from lerobot.utils.random_utils import set_seed
+from lerobot.utils.utils import init_logging
+
+from robostream.lerobot import checkpoint
+from robostream.lerobot.checkpoint import Position
+from robostream.lerobot.config import RobostreamTrainConfig
+from robostream.lerobot.data import TrainingData, check_stats, make_training_data, resume_sampler
+
+if TYPE_CHECKING:
+    from robostream.augment import BatchImageTransforms
+
+
+def make_accelerator(cfg: RobostreamTrainConfig) -> Any:
+    """lerobot-train's Accelerator: CPU when the policy's device is, mixed precision from the policy's dtype (or
+    use_amp), DDP with unused parameters allowed, the scheduler stepped once per optimisation step."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    policy = cfg.policy
+    mixed_precision = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(getattr(policy, "dtype", None))
+    if not hasattr(policy, "dtype") and getattr(policy, "use_amp", False):
+        dtype = torch.get_autocast_dtype(torch.device(policy.device).type)
+        mixed_precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    return Accelerator(step_scheduler_with_optimizer=False, mixed_precision=mixed_precision,
+                       kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+                       cpu=policy.device == "cpu")
+
+
+def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
+    for wanted, why in ((cfg.is_reward_model_training, "reward models are trained by lerobot-train"),
+                        (cfg.env is not None, "--env.* evaluates in simulation during training: evaluate the "
+                                              "checkpoints with lerobot-eval --policy.path=.../pretrained_model"),
+                        (cfg.dataset.eval_split > 0, "--dataset.eval_split holds out episodes for an eval loss: "
+                                                     "not supported here"),
+                        (cfg.sample_weighting is not None, "--sample_weighting is not supported here"),
+                        (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here")):
+        if wanted:
+            raise ValueError(f"robostream's training command: {why}")
+
+
+def make_processors(cfg: RobostreamTrainConfig, policy: Any, stats: dict, device: torch.device) -> tuple[Any, Any]:
+    """lerobot-train's processors: normalised with the dataset's stats on a fresh run; a pretrained policy's or a
+    checkpoint's own processors otherwise (their saved stats win on resume)."""
+    kwargs: dict[str, Any] = {}
+    pretrained = cfg.policy.pretrained_path
+    if not pretrained or not cfg.resume:
+        kwargs["dataset_stats"] = stats
+    if pretrained is not None:
+        features = {**policy.config.input_features, **policy.config.output_features}
+        pre = {"device_processor": {"device": device.type},
+               "normalizer_processor": {"features": features, "norm_map": policy.config.normalization_mapping},
+               "rename_observations_processor": {"rename_map": cfg.rename_map}}
+        post = {"unnormalizer_processor": {"features": policy.config.output_features,
+                                           "norm_map": policy.config.normalization_mapping}}
+        if not cfg.resume:
+            pre["normalizer_processor"]["stats"] = stats
+            post["unnormalizer_processor"]["stats"] = stats
+        if getattr(cfg.policy, "use_relative_actions", False):
+            pre["relative_actions_processor"] = {"enabled": True,
+                                                 "exclude_joints": getattr(cfg.policy, "relative_exclude_joints", []),
+                                                 "action_names": getattr(cfg.policy, "action_feature_names", None)}
+            post["absolute_actions_processor"] = {"enabled": True}
+        kwargs.update(preprocessor_overrides=pre, postprocessor_overrides=post)
+    return make_pre_post_processors(policy_cfg=cfg.policy, pretrained_path=pretrained,
+                                     pretrained_revision=getattr(cfg.policy, "pretrained_revision", None), **kwargs)
+
+
+def batches(data: TrainingData, position: Position) -> Iterator[dict[str, Any]]:
+    """Batches from the current position on, epoch after epoch; `position.epoch` follows them. A streaming loader
+    keeps a loaded state for its epoch only (the first pass continues mid-epoch, later ones start fresh);
+    lerobot's sampler advances its own epoch at every pass."""
+    while True:
+        if data.streaming:
+            data.dataset.set_epoch(position.epoch)
+        yield from data.loader
+        position.epoch += 1
+
+
+def to_device(batch: dict[str, Any], camera_keys: list[str], device: torch.device,
+              augment: "BatchImageTransforms | None", epoch: int) -> dict[str, Any]:
+    """uint8 cameras to float in [0, 1] on the device (lerobot-train's conversion, after the transfer: 4x fewer
+    bytes cross), augmented there when `--robostream.augment_on=device`."""
+    for key in camera_keys:
+        if key in batch and batch[key].dtype == torch.uint8:
+            batch[key] = batch[key].to(device, non_blocking=True).to(torch.float32).div_(255)
+    return augment(batch, epoch=epoch) if augment is not None else batch
+
+
+@parser.wrap()  # parses the annotation of `cfg`: a class, not a string (no `from __future__ import annotations`)
+def train(cfg: RobostreamTrainConfig) -> None:
+    """Train cfg.policy on robostream's data (see the module docstring)."""
+    cfg.validate()
+    refuse_unsupported(cfg)
+    accelerator = make_accelerator(cfg)
+    init_logging(accelerator=accelerator)
+    main = accelerator.is_main_process
+    if main:
+        logging.info(pformat(cfg.to_dict()))
+    wandb = WandBLogger(cfg) if cfg.wandb.enable and cfg.wandb.project and main else None
+    if cfg.seed is not None:
+        set_seed(cfg.seed, accelerator=accelerator)
+    device = accelerator.device
+    torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
+    torch.backends.cudnn.benchmark = not cfg.cudnn_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = True
+
+    data = make_training_data(cfg, device=device, policy_config=cfg.policy)
+    policy = make_policy(cfg=cfg.policy, ds_meta=data.meta, rename_map=cfg.rename_map)
+    if cfg.peft is not None:
+        policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
+    check_stats([*cfg.policy.input_features, *cfg.policy.output_features], data.meta.stats)
+    accelerator.wait_for_everyone()
+    preprocessor, postprocessor = make_processors(cfg, policy, data.meta.stats, device)
+    optimizer, scheduler = make_optimizer_and_scheduler(cfg, policy)
+
+    position = Position()
+    if cfg.resume:
+        position, data_state = checkpoint.load(cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler)
+        if data.streaming:
+            data.loader.load_state_dict(data_state)
+        else:
+            sampler = resume_sampler(data, step=position.step, batch_size=cfg.batch_size,
+                                     num_processes=accelerator.num_processes)
+            position.epoch = sampler["epoch"]
+        if main:
+            logging.info(f"resumed from {cfg.checkpoint_path} at step {position.step} epoch {position.epoch}")
+
+    if data.streaming:  # rank-aware by itself: accelerate must not shard it again
+        policy, optimizer, scheduler = accelerator.prepare(policy, optimizer, scheduler)
+    else:
+        policy, optimizer, data.loader, scheduler = accelerator.prepare(policy, optimizer, data.loader, scheduler)
+    policy.train()
+
+    meters = {"loss": AverageMeter("loss", ":.3f", reduction="mean"), "grad_norm": AverageMeter("grdn", ":.3f"),
+              "lr": AverageMeter("lr", ":0.1e"), "update_s": AverageMeter("updt_s", ":.3f", reduction="max"),
+              "dataloading_s": AverageMeter("data_s", ":.3f", reduction="max")}
+    tracker = MetricsTracker(cfg.batch_size, data.num_frames, data.num_episodes, meters, initial_step=position.step,
+                             accelerator=accelerator)
+    if main:
+        logging.info(f"{cfg.policy.type}: {sum(p.numel() for p in policy.parameters()):,} parameters, "
+                     f"{data.num_frames} frames in {data.num_episodes} episodes, windows {data.delta_timestamps}, "
+                     f"batch {cfg.batch_size} x {accelerator.num_processes}, from step {position.step}, "
+                     f"{'streaming' if data.streaming else 'map-style'}")
+    record = open(cfg.robostream.record, "a", buffering=1) if cfg.robostream.record and main else None
+    stream = batches(data, position)
+    started, waited, first = time.perf_counter(), 0.0, position.step
+    while position.step < cfg.steps:  # checked first: never fetches a batch it will not train on
+        fetch = time.perf_counter()
+        batch = next(stream)
+        indices = batch["index"].tolist() if record else None
+        batch = preprocessor(to_device(batch, data.meta.camera_keys, device, data.device_augment,
+                                       position.epoch))
+        wait = time.perf_counter() - fetch
+        tracker.dataloading_s = wait
+        waited += wait
+        tracker, _ = update_policy(tracker, policy, batch, optimizer, cfg.optimizer.grad_clip_norm,
+                                   accelerator=accelerator, lr_scheduler=scheduler)
+        position.step += 1
+        tracker.step()
+        if record:
+            record.write(json.dumps({"step": position.step, "epoch": position.epoch, "loss": tracker.loss.val,
+                                     "index": indices}) + "\n")
+        if cfg.log_freq > 0 and position.step % cfg.log_freq == 0:
+            tracker.reduce_across_ranks()
+            if main:
+                logging.info(tracker)
+                if wandb:
+                    wandb.log_dict(tracker.to_dict(), position.step)
+            tracker.reset_averages()
+        if cfg.save_checkpoint and should_save_checkpoint(position.step, cfg.save_freq, cfg.steps):
+            # every rank's loader is at the same step; rank 0's state describes the whole job
+            data_state = data.loader.state_dict() if data.streaming else None
+            if main:
+                saved = checkpoint.save(cfg=cfg, position=position, data_state=data_state,
+                                        num_processes=accelerator.num_processes,
+                                        policy=accelerator.unwrap_model(policy), optimizer=optimizer,
+                                        scheduler=scheduler, preprocessor=preprocessor, postprocessor=postprocessor)
+                logging.info(f"checkpoint {saved}")
+                if wandb:
+                    wandb.log_policy(saved)
+            accelerator.wait_for_everyone()
+    if record:
+        record.close()
+    seconds, steps = time.perf_counter() - started, position.step - first
+    if main:
+        logging.info(f"done: {steps} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):.2f} steps/s), data wait "
+                     f"{1000 * waited / max(steps, 1):.1f} ms per step")
+        if getattr(cfg.policy, "push_to_hub", False):
+            accelerator.unwrap_model(policy).push_model_to_hub(cfg)
+            preprocessor.push_to_hub(cfg.policy.repo_id)
+            postprocessor.push_to_hub(cfg.policy.repo_id)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
+def main() -> None:
+    register_third_party_plugins()
+    train()
+
+
+if __name__ == "__main__":
+    main()
