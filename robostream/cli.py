@@ -1,4 +1,4 @@
-"""The `robostream` command: synth, inspect, bench, bench-report, convert, verify."""
+"""The `robostream` command: synth, inspect, bench, bench-report, convert, verify, train."""
 
 from __future__ import annotations
 
@@ -178,10 +178,30 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("bench-report", help="markdown table and PNG plots from `bench --out` results")
     add_report_arguments(report)
     report.set_defaults(run=run_report)
+    # Listed for --help only: `main` hands `robostream train ...` to lerobot's own parser before argparse sees it.
+    sub.add_parser("train", add_help=False,
+                   help="lerobot-train (lerobot 0.6's flags: --policy.type=..., --dataset.repo_id=...) on robostream's "
+                        "datasets: `robostream train --help` lists every flag")
     return parser
 
 
+def _train(argv: list[str]) -> int:
+    """`robostream train ...`: lerobot's draccus parser reads the flags (sys.argv), as `lerobot-train` does."""
+    try:
+        from robostream.lerobot.train import main as train_main
+    except ImportError as exc:
+        print(f"robostream train: error: needs lerobot 0.6 and accelerate in this environment ({exc}): pip install "
+              "'lerobot[training]'", file=sys.stderr)
+        return 2
+    sys.argv = ["robostream train", *argv]
+    train_main()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        return _train(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

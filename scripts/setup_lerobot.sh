@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The lerobot environment the parity tests run in: .venv-lerobot, Python 3.12, lerobot 0.6.1 with the torch and
-# torchcodec pair it resolves (torch 2.11 + torchcodec 0.11), and robostream installed into it the way a lerobot user
-# would, constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
+# The lerobot environment the parity tests run in: .venv-lerobot, Python 3.12, lerobot 0.6.1 (with its diffusion
+# extra: `robostream train` is tested on ACT and Diffusion Policy) with the torch and torchcodec pair it resolves
+# (torch 2.11 + torchcodec 0.11), and robostream installed into it the way a lerobot user would (with its `train`
+# extra: accelerate, kornia), constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
 # `--lerobot-only` installs lerobot alone (the long download, which needs nothing of .venv): scripts/test.sh runs it
 # beside scripts/setup.sh and the first tests, then this script again for the rest.
 # Safe to run again: it only installs what is missing.
@@ -32,9 +33,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 pins="$VENV/lerobot-pins.txt"
 if [ ! -f "$pins" ]; then
-  echo "setup_lerobot: installing lerobot[dataset]==$LEROBOT_VERSION into $VENV"
+  echo "setup_lerobot: installing lerobot[dataset,diffusion]==$LEROBOT_VERSION into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "lerobot[dataset]==$LEROBOT_VERSION" psutil
+  "$VENV/bin/python" -m pip install -q "lerobot[dataset,diffusion]==$LEROBOT_VERSION" psutil
   "$VENV/bin/python" -m pip freeze --exclude-editable > "$pins.tmp"
   mv "$pins.tmp" "$pins"
 fi
@@ -55,7 +56,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "s3fs==$fsspec"
     .venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(boto3|botocore|aiobotocore|s3transfer|moto)=='
   } > "$constraints"
-  "$VENV/bin/python" -m pip install -q -c "$constraints" -e ".[test,s3]"
+  "$VENV/bin/python" -m pip install -q -c "$constraints" -e ".[test,s3,train]"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" -c "import lerobot, torch, torchcodec; print('setup_lerobot: lerobot', lerobot.__version__, '| torch', torch.__version__, '| torchcodec', torchcodec.__version__)"

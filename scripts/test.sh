@@ -4,7 +4,8 @@
 #      .venv-lerobot once it is built;
 #   2. .venv-lerobot (lerobot 0.6.1's pair: torch 2.11 + torchcodec 0.11, robostream installed into it): the tests
 #      whose subject depends on the pair: video decoding, datasets and loaders (DataLoader workers, shared memory,
-#      torch.distributed), batch assembly, the benchmark's loaders, the training example.
+#      torch.distributed), batch assembly, the benchmark's loaders, the training example, the batched augmentations
+#      (compared with lerobot's torchvision transforms, which only this environment has).
 # Wall time (CI: ~20 minutes on 2 cores): lerobot's environment is a download of several minutes that needs nothing
 # of ours, so it is built in the background while .venv is set up and the tests that do not need it run; the
 # second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
@@ -18,7 +19,7 @@ bash scripts/setup_lerobot.sh --lerobot-only >"$lerobot_log" 2>&1 &
 lerobot_setup=$!
 bash scripts/setup.sh
 
-needs_lerobot=(tests/compat tests/bench/test_lerobot_peer.py tests/examples/test_train_lerobot_policy.py)
+needs_lerobot=(tests/compat tests/bench/test_lerobot_peer.py tests/lerobot_train)
 echo "test: our pair (.venv), the tests that need no lerobot (its environment builds meanwhile)"
 .venv/bin/python -m pytest "$@" $(printf -- '--ignore=%s ' "${needs_lerobot[@]}")
 
@@ -34,8 +35,8 @@ echo "test: our pair (.venv), lerobot parity against $ROBOSTREAM_LEROBOT_PYTHON"
 .venv/bin/python -m pytest "$@" "${needs_lerobot[@]}"
 
 echo "test: lerobot 0.6.1's pair (.venv-lerobot)"
-exec .venv-lerobot/bin/python -m pytest "$@" tests/video tests/datasets tests/bench tests/examples \
-  --ignore=tests/bench/test_lerobot_peer.py --ignore=tests/examples/test_train_lerobot_policy.py \
+exec .venv-lerobot/bin/python -m pytest "$@" tests/video tests/datasets tests/bench tests/examples tests/augment \
+  --ignore=tests/bench/test_lerobot_peer.py \
   --ignore=tests/examples/test_slurm_train.py \
   --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout_under_torchrun[4to5]" \
   --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout_under_torchrun[12to7]" \

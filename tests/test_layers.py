@@ -31,7 +31,9 @@ LAYERS: dict[str, set[str]] = {
     "synth": {"format", "video", "writer"},
     "convert": {"format"},
     "bench": {"datasets", "video", "format"},
-    "cli": {"bench", "convert", "summary", "synth"},
+    "augment": set(),
+    "lerobot": {"datasets", "format", "augment"},
+    "cli": {"bench", "convert", "summary", "synth", "lerobot"},
     "__init__": {"datasets", "video"},
 }
 MODULE_NAME = re.compile(r"robostream(\.\w+)+(:\w+)?")  # "robostream.bench.loaders:build" names a factory too

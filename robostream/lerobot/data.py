@@ -138,6 +138,13 @@ def _video_backend(cfg: RobostreamTrainConfig) -> str | None:
     return cfg.dataset.video_backend if cfg.dataset.video_backend in ("torchcodec", "pyav") else None
 
 
+def own_generator(cfg: RobostreamTrainConfig) -> torch.Generator:
+    """The loader's own generator: torch's DataLoader draws a seed from its generator at every iter(), which would
+    otherwise advance the global RNG that dropout and noise use; a resumed run calls iter() at another step than
+    the run it continues, and would diverge from there (lerobot-train's loader does, measured: step 5's loss)."""
+    return torch.Generator().manual_seed(cfg.seed or 0)
+
+
 def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
     options = cfg.robostream
     sources = cfg.mixture_sources()
@@ -149,8 +156,9 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                   uneven=options.uneven, read_options=cfg.read_options())
     if sources is not None:
         common.update(sources=sources, features=options.features, batching=options.batching,
-                      batch_size=cfg.batch_size, epoch_size=options.epoch_size,
-                      sampling_method=options.sampling_method)
+                      epoch_size=options.epoch_size, sampling_method=options.sampling_method,
+                      # the planned batch of per_stream/stratified; random batches are the loader's alone
+                      batch_size=None if options.batching == "random" else cfg.batch_size)
     # The windows depend on the dataset's features and fps: open it once without them to resolve them (metadata
     # only: the node cache makes the second construction cheap), as lerobot resolves them from ds_meta.
     probe = StreamingLeRobotDataset(**single, **common)
@@ -159,13 +167,11 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)
     augment = _augment(cfg, list(meta.camera_keys))
     in_workers = augment is not None and options.augment_on == "workers"
-    # The loader's own generator: torch's DataLoader draws a seed from its generator at every iter(), which would
-    # otherwise advance the global RNG that dropout and noise use, and a resumed run would diverge from there.
     loader = StreamingDataLoader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                  pin_memory=device.type == "cuda",
                                  batch_transform=augment if in_workers else None,
                                  prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-                                 generator=torch.Generator().manual_seed(cfg.seed or 0))
+                                 generator=own_generator(cfg))
     return TrainingData(dataset, loader, meta, delta_timestamps, sampler=None,
                         device_augment=None if in_workers else augment)
 
@@ -185,6 +191,7 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                                   seed=cfg.seed if cfg.seed is not None else 0)
     loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                                          num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
+                                         generator=own_generator(cfg),
                                          prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
                                          multiprocessing_context=cfg.dataloader_multiprocessing_context
                                          if cfg.num_workers else None,

@@ -131,6 +131,14 @@ def to_device(batch: dict[str, Any], camera_keys: list[str], device: torch.devic
     return augment(batch, epoch=epoch) if augment is not None else batch
 
 
+def write_record(record: Any, accelerator: Any, position: Position, loss: float, picked: dict[str, Any]) -> None:
+    """One JSON line per step: the losses of every rank and the samples of the global batch (rank by rank)."""
+    losses = accelerator.gather(torch.tensor([loss], dtype=torch.float64)).tolist()
+    gathered = {k: accelerator.gather(v.to(accelerator.device)).tolist() for k, v in picked.items()}
+    if record is not None:
+        record.write(json.dumps({"step": position.step, "epoch": position.epoch, "loss": losses, **gathered}) + "\n")
+
+
 @parser.wrap()  # parses the annotation of `cfg`: a class, not a string (no `from __future__ import annotations`)
 def train(cfg: RobostreamTrainConfig) -> None:
     """Train cfg.policy on robostream's data (see the module docstring)."""
@@ -192,7 +200,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
     while position.step < cfg.steps:  # checked first: never fetches a batch it will not train on
         fetch = time.perf_counter()
         batch = next(stream)
-        indices = batch["index"].tolist() if record else None
+        picked = {k: batch[k] for k in ("index", "dataset_index") if k in batch} if cfg.robostream.record else None
         batch = preprocessor(to_device(batch, data.meta.camera_keys, device, data.device_augment,
                                        position.epoch))
         wait = time.perf_counter() - fetch
@@ -202,9 +210,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
                                    accelerator=accelerator, lr_scheduler=scheduler)
         position.step += 1
         tracker.step()
-        if record:
-            record.write(json.dumps({"step": position.step, "epoch": position.epoch, "loss": tracker.loss.val,
-                                     "index": indices}) + "\n")
+        if picked is not None:  # collective: every rank takes part, the main process writes
+            write_record(record, accelerator, position, tracker.loss.val, picked)
         if cfg.log_freq > 0 and position.step % cfg.log_freq == 0:
             tracker.reduce_across_ranks()
             if main:

@@ -1,0 +1,286 @@
+"""`python -m robostream.lerobot.train`: lerobot-train's flags over robostream's datasets, exact resume after SIGKILL.
+
+Opt-in like the other lerobot tests (ROBOSTREAM_LEROBOT_PYTHON names an interpreter with lerobot 0.6.1; skipped
+otherwise): the command runs there, offline, with robostream from this checkout.
+
+Policies are shrunk to run on 2 CPU cores in seconds (ACT of width 64 with one layer each; a diffusion U-Net of
+widths 32/64; ResNet-18 backbones from random init, so nothing is downloaded). Datasets: 4 episodes of ~12 frames
+and 3 of ~10 (2 cameras 64x64). Run A trains straight; run B is killed with SIGKILL (its whole process group:
+DataLoader workers and torchrun's ranks too) once it has trained past the checkpoint at step 4, then continues with
+lerobot's own resume flags (`--resume=true --config_path=.../checkpoints/last/pretrained_model/train_config.json`).
+Both record every step's losses and global batch (`--robostream.record`); B's steps must be A's and its final
+weights A's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from robostream.synth import SynthConfig, generate
+from tests.helpers import dataset_indices
+from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env
+
+REPO = Path(__file__).parents[2]
+TINY = SynthConfig(episodes=4, cameras=2, height=64, width=64, fps=20, episode_length=12, state_dim=6,
+                   data_file_mb=0.005, video_file_mb=0.02, seed=7)
+TINY2 = SynthConfig(episodes=3, cameras=2, height=64, width=64, fps=20, episode_length=10, state_dim=6,
+                    data_file_mb=0.005, video_file_mb=0.02, seed=8)
+ACT = ["--policy.type=act", "--policy.dim_model=64", "--policy.n_heads=2", "--policy.dim_feedforward=128",
+       "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1", "--policy.chunk_size=10",
+       "--policy.n_action_steps=10"]
+DIFFUSION = ["--policy.type=diffusion", "--policy.down_dims=[32,64]", "--policy.crop_shape=[56,56]",
+             "--policy.use_group_norm=true", "--policy.diffusion_step_embed_dim=32",
+             "--policy.spatial_softmax_num_keypoints=8", "--policy.horizon=8", "--policy.n_action_steps=4",
+             "--policy.n_obs_steps=2"]
+COMMON = ["--policy.device=cpu", "--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null",
+          "--seed=3", "--log_freq=1"]
+AUGMENT = ["--dataset.image_transforms.enable=true", "--dataset.image_transforms.max_num_transforms=3"]
+WEIGHTS = Path("pretrained_model") / "model.safetensors"
+
+
+def command_env(hf_home: Path) -> dict[str, str]:
+    # One torch thread: on a busy 2-core machine two OpenMP threads spin against other processes; runs compared
+    # with each other use the same setting, so the arithmetic is the same.
+    return offline_env(hf_home, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def launcher(python: str, processes: int) -> list[str]:
+    if processes == 1:
+        return [python, "-m", "robostream.lerobot.train"]
+    # --standalone: a rendezvous on a free port (several jobs may run on the machine at once)
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m",
+            "robostream.lerobot.train"]
+
+
+def train(python: str, hf_home: Path, args: list[str], *, processes: int = 1) -> str:
+    proc = subprocess.run([*launcher(python, processes), *args], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    if proc.returncode != 0:
+        pytest.fail(f"train {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
+    return proc.stderr
+
+
+def train_until_killed(python: str, hf_home: Path, args: list[str], record: Path, after_steps: int, *,
+                       processes: int = 1) -> None:
+    """Start a run, SIGKILL its process group once it recorded `after_steps` steps (past a checkpoint)."""
+    proc = subprocess.Popen([*launcher(python, processes), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=command_env(hf_home), start_new_session=True)
+    deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+    while not (record.exists() and len(record.read_text().splitlines()) >= after_steps):
+        if proc.poll() is not None:
+            pytest.fail(f"the run to kill ended first ({proc.returncode}):\n{proc.stderr.read()[-4000:]}")
+        if time.monotonic() > deadline:
+            kill_tree(proc.pid)
+            pytest.fail(f"the run to kill did not reach step {after_steps} in {SUBPROCESS_TIMEOUT_S} s")
+        time.sleep(0.02)
+    kill_tree(proc.pid)
+    proc.wait()
+    proc.stderr.close()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant at once, as a node failure would: torchrun starts its ranks in
+    sessions of their own, so its process group alone would leave them running."""
+    tree = psutil.Process(pid)
+    for process in [*tree.children(recursive=True), tree]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)
+
+
+def resume(output_dir: Path) -> list[str]:
+    return ["--resume=true", f"--config_path={output_dir / 'checkpoints' / 'last' / 'pretrained_model'}"
+                                              "/train_config.json"]
+
+
+def read_record(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def tensor_bytes(path: Path) -> dict[str, bytes]:
+    """name -> raw bytes of every tensor of a .safetensors file, read without torch so the comparison is exact."""
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + size])
+    data = raw[8 + size:]
+    return {name: data[t["data_offsets"][0]:t["data_offsets"][1]]
+            for name, t in header.items() if name != "__metadata__"}
+
+
+def assert_resumed_exactly(a: list[dict], b: list[dict], final_a: Path, final_b: Path) -> None:
+    """B (killed, resumed) recorded some steps twice: those after the checkpoint it resumed from. Every step it
+    recorded must be A's step (same samples, same losses to the last bit), and its final weights A's."""
+    by_step = {r["step"]: r for r in a}
+    assert sorted({r["step"] for r in b}) == sorted(by_step), "B did not train every step once it resumed"
+    assert len(b) > len(a), "B was not killed after its checkpoint (no step was trained twice)"
+    for rb in b:
+        assert rb == by_step[rb["step"]], f"step {rb['step']}: resumed {rb} != uninterrupted {by_step[rb['step']]}"
+    wa, wb = tensor_bytes(final_a), tensor_bytes(final_b)
+    assert wa.keys() == wb.keys() and [k for k in wa if wa[k] != wb[k]] == [], "the resumed weights differ"
+
+
+@pytest.fixture(scope="module")
+def root(lerobot_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate(tmp_path_factory.mktemp("tiny") / "ds", TINY)
+
+
+@pytest.fixture(scope="module")
+def root2(lerobot_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate(tmp_path_factory.mktemp("tiny2") / "ds", TINY2)
+
+
+def single(root: Path, out: Path, record: Path, steps: int, *extra: str) -> list[str]:
+    return [*ACT, *COMMON, "--dataset.repo_id=local/tiny", f"--dataset.root={root}", f"--output_dir={out}",
+            f"--robostream.record={record}", f"--steps={steps}", "--save_freq=4", *extra]
+
+
+@pytest.fixture(scope="module")
+def act_runs(lerobot_python: str, hf_home: Path, root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Streaming ACT with augmentations in the workers: A straight to 12 steps, B killed after step 5 and resumed."""
+    tmp = tmp_path_factory.mktemp("act")
+    args = ["--dataset.streaming=true", "--batch_size=8", "--num_workers=1", *AUGMENT]
+    train(lerobot_python, hf_home, single(root, tmp / "a", tmp / "a.jsonl", 12, *args))
+    train_until_killed(lerobot_python, hf_home, single(root, tmp / "b", tmp / "b.jsonl", 12, *args),
+                       tmp / "b.jsonl", after_steps=5)
+    train(lerobot_python, hf_home, resume(tmp / "b"))
+    return tmp
+
+
+def test_streaming_act_trains_every_frame_with_augmentations(act_runs, root):
+    a = read_record(act_runs / "a.jsonl")
+    assert [r["step"] for r in a] == list(range(1, 13))
+    assert all(math.isfinite(r["loss"][0]) and r["loss"][0] > 0 for r in a)
+    epoch0 = [i for r in a if r["epoch"] == 0 for i in r["index"]]
+    assert sorted(epoch0) == dataset_indices(root), "epoch 0 must be every frame exactly once"
+
+
+def test_streaming_resume_after_sigkill_is_exact(act_runs):
+    assert_resumed_exactly(read_record(act_runs / "a.jsonl"), read_record(act_runs / "b.jsonl"),
+                           act_runs / "a" / "checkpoints" / "000012" / WEIGHTS,
+                           act_runs / "b" / "checkpoints" / "000012" / WEIGHTS)
+
+
+def test_checkpoints_have_lerobots_layout_and_the_data_state(act_runs):
+    checkpoints = act_runs / "b" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["000004", "000008", "000012", "last"], \
+        "a temporary folder was left"
+    assert os.readlink(checkpoints / "last") == "000012"
+    final = checkpoints / "000012"
+    for name in ("config.json", "model.safetensors", "train_config.json", "policy_preprocessor.json",
+                 "policy_postprocessor.json"):
+        assert (final / "pretrained_model" / name).is_file(), name
+    for name in ("optimizer_state.safetensors", "rng_state.safetensors", "training_step.json",
+                 "robostream_data.json"):
+        assert (final / "training_state" / name).is_file(), name
+    state = json.loads((final / "training_state" / "robostream_data.json").read_text())
+    assert (state["step"], state["epoch"]) == (12, 1) and state["data"]["layout"] == [1, 1]
+    saved = json.loads((final / "pretrained_model" / "train_config.json").read_text())
+    assert saved["robostream"]["augment_on"] == "workers" and saved["dataset"]["image_transforms"]["enable"]
+
+
+def test_lerobots_own_loaders_take_the_checkpoint(act_runs, lerobot_python, hf_home, root):
+    """from_pretrained + the saved processors (what lerobot-eval loads), then an action for a sample that lerobot's
+    own LeRobotDataset reads."""
+    script = f"""
+import torch
+from lerobot.configs.policies import PreTrainedConfig
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+path = {str(act_runs / 'b' / 'checkpoints' / 'last' / 'pretrained_model')!r}
+cfg = PreTrainedConfig.from_pretrained(path)
+policy = get_policy_class(cfg.type).from_pretrained(path).eval()
+pre, post = make_pre_post_processors(cfg, pretrained_path=path)
+sample = LeRobotDataset("local/tiny", root={str(root)!r})[5]
+batch = {{k: v.unsqueeze(0) if isinstance(v, torch.Tensor) else [v] for k, v in sample.items()}}
+with torch.no_grad():
+    action = post(policy.select_action(pre(batch)))
+print("action", tuple(action.shape), bool(torch.isfinite(action).all()))
+"""
+    proc = subprocess.run([lerobot_python, "-c", script], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "action (1, 6) True" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_diffusion_trains_on_a_weighted_mixture_with_its_aggregated_stats(lerobot_python, hf_home, root, root2,
+                                                                         tmp_path):
+    out = tmp_path / "mix"
+    train(lerobot_python, hf_home, [
+        *DIFFUSION, *COMMON, "--dataset.streaming=true", "--dataset.repo_id=[local/a,local/b]",
+        f"--dataset.root=[{root},{root2}]", "--robostream.weights=[0.7,0.3]", "--batch_size=8", "--num_workers=1",
+        "--steps=4", "--save_freq=4", f"--output_dir={out}", f"--robostream.record={tmp_path / 'mix.jsonl'}"])
+    record = read_record(tmp_path / "mix.jsonl")
+    assert [r["step"] for r in record] == [1, 2, 3, 4] and all(math.isfinite(r["loss"][0]) for r in record)
+    assert {s for r in record for s in r["dataset_index"]} == {0, 1}
+    # lerobot's aggregation with each source counted by the samples it gives an epoch: 0.7 and 0.3 of 49 + 31
+    stats = [json.loads((r / "meta" / "stats.json").read_text()) for r in (root, root2)]
+    counts = np.array([56, 24])
+    expected = sum(np.array(s["action"]["mean"]) * n for s, n in zip(stats, counts)) / counts.sum()
+    saved = read_normalizer_mean(out / "checkpoints" / "000004" / "pretrained_model", "action")
+    np.testing.assert_allclose(saved, expected, rtol=1e-6)
+
+
+def read_normalizer_mean(model_dir: Path, key: str) -> np.ndarray:
+    """The normaliser's `<key>.mean` from the preprocessor's saved state (safetensors, read without torch)."""
+    state = next(model_dir.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+    raw = state.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + size])
+    t = header[f"{key}.mean"]
+    data = raw[8 + size + t["data_offsets"][0]:8 + size + t["data_offsets"][1]]
+    return np.frombuffer(data, dtype={"F32": np.float32, "F64": np.float64}[t["dtype"]])
+
+
+def test_map_style_resume_after_sigkill_is_exact(lerobot_python, hf_home, root, tmp_path):
+    """lerobot's data path (EpisodeAwareSampler, its resume arithmetic) with robostream's LeRobotDataset."""
+    args = ["--batch_size=8", "--num_workers=0"]
+    train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 8, *args))
+    train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
+                       tmp_path / "b.jsonl", after_steps=5)
+    train(lerobot_python, hf_home, resume(tmp_path / "b"))
+    a = read_record(tmp_path / "a.jsonl")
+    assert sorted(i for r in a if r["epoch"] == 0 for i in r["index"]) == dataset_indices(root)
+    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
+                           tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS)
+
+
+def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_home, root, tmp_path):
+    """torchrun (gloo): killed after step 5 and resumed on 2 processes: exact. The same checkpoint resumed on one
+    process: the rest of epoch 0 is exactly the samples the 2-process run had left (each once), in other batches
+    (the layout changed, so the batches' composition and the float sums differ: not bit for bit)."""
+    args = ["--dataset.streaming=true", "--batch_size=4", "--num_workers=1"]
+    train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 8, *args), processes=2)
+    train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
+                       tmp_path / "b.jsonl", after_steps=5, processes=2)
+    # B's checkpoint 4 as it was before B resumed (B overwrites `last`), resumed on ONE process below
+    shutil.copytree(tmp_path / "b" / "checkpoints" / "000004", tmp_path / "c" / "checkpoints" / "000004")
+    os.symlink("000004", tmp_path / "c" / "checkpoints" / "last")
+    train(lerobot_python, hf_home, resume(tmp_path / "b"), processes=2)
+    a = read_record(tmp_path / "a.jsonl")
+    # 49 frames: 2 ranks x 4 samples per step, the epoch's last step 2 x 1 (ranks padded to equal counts)
+    assert [len(r["index"]) for r in a] == [8] * 6 + [2, 8] and all(len(r["loss"]) == 2 for r in a)
+    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
+                           tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS)
+
+    train(lerobot_python, hf_home, [*resume(tmp_path / "c"), f"--output_dir={tmp_path / 'c'}", "--batch_size=8",
+                                    f"--robostream.record={tmp_path / 'c.jsonl'}"])
+    c = read_record(tmp_path / "c.jsonl")
+    assert [r["step"] for r in c] == [5, 6, 7, 8] and all(len(r["loss"]) == 1 for r in c)
+    before = {i for r in a if r["epoch"] == 0 and r["step"] <= 4 for i in r["index"]}
+    left_a = {i for r in a if r["epoch"] == 0 and r["step"] > 4 for i in r["index"]}
+    left_c = [i for r in c if r["epoch"] == 0 for i in r["index"]]
+    # what A had left, without the samples 2 ranks repeat to stay equal (one rank needs no padding)
+    assert len(left_c) == len(set(left_c)) and set(left_c) == left_a - before, "the rest of epoch 0 on one process"
+    assert before | set(left_c) == set(dataset_indices(root))
