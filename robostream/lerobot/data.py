@@ -161,7 +161,13 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                       batch_size=None if options.batching == "random" else cfg.batch_size)
     # The windows depend on the dataset's features and fps: open it once without them to resolve them (metadata
     # only: the node cache makes the second construction cheap), as lerobot resolves them from ds_meta.
-    probe = StreamingLeRobotDataset(**single, **common)
+    try:
+        probe = StreamingLeRobotDataset(**single, **common)
+    except ValueError as exc:
+        if sources is not None:
+            exc.add_note("on the command line: a --robostream.mixture file gives each source its feature_map "
+                         "(and episodes, revision, weight); --robostream.features=union fills missing keys")
+        raise
     meta = MixtureMetadata.of(probe) if sources is not None else probe.meta
     delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
     dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)

@@ -284,3 +284,57 @@ def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_
     # what A had left, without the samples 2 ranks repeat to stay equal (one rank needs no padding)
     assert len(left_c) == len(set(left_c)) and set(left_c) == left_a - before, "the rest of epoch 0 on one process"
     assert before | set(left_c) == set(dataset_indices(root))
+
+
+BAD_FLAGS = r"""
+import json, sys
+from robostream.lerobot.train import main
+base = ["--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=false", "--steps=1", "--dataset.streaming=true"]
+results = {}
+for name, args in json.loads(sys.argv[1]).items():
+    sys.argv = ["robostream train", *base, *args]
+    try:
+        main()
+        results[name] = "no error"
+    except SystemExit as exc:
+        results[name] = f"SystemExit {exc.code}"
+    except Exception as exc:
+        results[name] = f"{type(exc).__name__}: {exc} {getattr(exc, '__notes__', '')}"
+print(json.dumps(results))
+"""
+
+
+def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, root, root2, tmp_path):
+    """lerobot's error style: the exception (a ValueError, or draccus's usage error) names the flag or key; nothing
+    is trained or written."""
+    renamed = tmp_path / "renamed"
+    shutil.copytree(root2, renamed)
+    for name in ("info.json", "stats.json"):  # the same data under another state key: strict mixtures refuse it
+        path = renamed / "meta" / name
+        doc = json.loads(path.read_text())
+        features = doc["features"] if name == "info.json" else doc
+        features["observation.pressure"] = features.pop("observation.state")
+        path.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    cases = {
+        "missing_root": ["--dataset.repo_id=local/x", f"--dataset.root={tmp_path / 'nowhere'}"],
+        "weights": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
+                    "--robostream.weights=[0.5,0.3,0.2]"],
+        "weights_one_dataset": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.weights=[1]"],
+        "strict": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{renamed}]"],
+        "choice": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.batching=sorted"],
+        "map_style_mixture": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
+                              "--dataset.streaming=false"],
+    }
+    cases = {k: [*v, f"--output_dir={out / k}"] for k, v in cases.items()}
+    proc = subprocess.run([lerobot_python, "-c", BAD_FLAGS, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "nowhere: dataset root does not exist" in got["missing_root"]
+    assert "--robostream.weights has 3 values [0.5, 0.3, 0.2] but --dataset.repo_id names 2 sources" in got["weights"]
+    assert "names one dataset" in got["weights_one_dataset"]
+    assert "feature 'observation.pressure' is in source" in got["strict"] and "--robostream.mixture" in got["strict"]
+    assert got["choice"] == "SystemExit 2" and "invalid choice: 'sorted'" in proc.stderr
+    assert "add --dataset.streaming=true" in got["map_style_mixture"]
+    assert not out.exists() or not any(out.rglob("*.safetensors")), "nothing is trained or saved"
