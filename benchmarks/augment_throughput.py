@@ -1,6 +1,6 @@
 """Augmentation throughput: lerobot's per-sample `ImageTransforms` vs robostream's `BatchImageTransforms`.
 
-Run in lerobot's environment (lerobot, torchvision, kornia and robostream installed), from the repository root:
+Run in lerobot's environment (lerobot, torchvision and robostream installed), from the repository root:
 
     .venv-lerobot/bin/python benchmarks/augment_throughput.py --batch 32 --cameras 3 --height 96 --width 128 \\
         --window 1 --repeats 20

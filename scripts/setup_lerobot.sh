@@ -2,7 +2,7 @@
 # The lerobot environment the parity tests run in: .venv-lerobot, Python 3.12, lerobot 0.6.1 (with its diffusion
 # extra: `robostream train` is tested on ACT and Diffusion Policy) with the torch and torchcodec pair it resolves
 # (torch 2.11 + torchcodec 0.11), and robostream installed into it the way a lerobot user would (with its `train`
-# extra: accelerate, kornia), constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
+# extra: accelerate), constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
 # `--lerobot-only` installs lerobot alone (the long download, which needs nothing of .venv): scripts/test.sh runs it
 # beside scripts/setup.sh and the first tests, then this script again for the rest.
 # Safe to run again: it only installs what is missing.

@@ -1,6 +1,6 @@
 """Batched image augmentation with lerobot's `ImageTransforms` distribution (see batch_transforms.py).
 
-Needs torch and kornia (hue); the rest of robostream does not import this package.
+Needs torch alone; only the training command (robostream.lerobot) imports this package.
 """
 
 from robostream.augment.batch_transforms import BatchImageTransforms

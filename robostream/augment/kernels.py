@@ -5,14 +5,14 @@ and a float64 tensor [N] (or [N, 6] for `affine`) of per-sample parameters, and 
 the input itself when the operation is the identity for that shape, e.g. saturation of a 1-channel image, as
 torchvision does). They follow torchvision 0.26's float formulas op for op, so on CPU brightness, contrast,
 saturation, sharpness (3 channels) and affine give the same bits as `torchvision.transforms.v2.functional` called
-image by image; hue goes through kornia's RGB<->HSV, within 2e-6 (measured figures: batch_transforms.py).
+image by image; hue rebuilds the channels from max, chroma and hue in a few passes, within 2e-6 (measured figures:
+batch_transforms.py).
 """
 
 from __future__ import annotations
 
 import math
 
-import kornia.enhance
 import torch
 import torch.nn.functional as nnf
 
@@ -55,13 +55,28 @@ def adjust_saturation(images: torch.Tensor, factors: torch.Tensor) -> torch.Tens
 
 
 def adjust_hue(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
-    """`F.adjust_hue` per sample; factors in turns, [-0.5, 0.5] (1-channel images are returned as is)."""
+    """`F.adjust_hue` per sample; factors in turns, [-0.5, 0.5] (1-channel images are returned as is).
+
+    A hue shift keeps each pixel's largest channel and chroma (max - min) and moves its hue: the hue is taken in
+    sixths of a turn from the sector of the largest channel (torchvision's rule, ties to red then green), shifted,
+    and each channel rebuilt as max - chroma * clamp(min(k, 4 - k), 0, 1), k = (n + hue) mod 6 (n = 5, 3, 1 for
+    r, g, b): the same function as torchvision's RGB -> HSV -> RGB round trip in a few passes over the pixels,
+    equal to it within 2e-6 (float rounding, measured) and 2.6x faster than kornia's RGB<->HSV on 128x128 frames.
+    """
     if images.shape[-3] == 1:
         return images
-    # kornia's hue is in radians on [0, 2*pi) where torchvision's is in turns on [0, 1)
-    radians = (factors * (2.0 * math.pi)).to(device=images.device, dtype=images.dtype)
-    frames = images.flatten(0, 1)
-    return kornia.enhance.adjust_hue(frames, radians.repeat_interleave(images.shape[1])).view(images.shape)
+    r, g, b = images.unbind(dim=-3)
+    largest = torch.maximum(torch.maximum(r, g), b)
+    chroma = largest - torch.minimum(torch.minimum(r, g), b)
+    divisor = torch.where(chroma > 0, chroma, torch.ones_like(chroma))  # grey pixels: any hue, chroma 0 rebuilds them
+    sixths = torch.where(largest == r, (g - b) / divisor,
+                         torch.where(largest == g, (b - r) / divisor + 2.0, (r - g) / divisor + 4.0))
+    sixths = sixths.add_(_per_sample(factors * 6.0, images).squeeze(-3)).remainder_(6.0)
+    channels = []
+    for n in (5.0, 3.0, 1.0):
+        k = (sixths + n).remainder_(6.0)
+        channels.append(largest - chroma * torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0))
+    return torch.stack(channels, dim=-3)
 
 
 def adjust_sharpness(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:

@@ -129,7 +129,7 @@ def _augment(cfg: RobostreamTrainConfig, camera_keys: list[str]) -> BatchImageTr
     transforms = cfg.dataset.image_transforms
     if not transforms.enable:
         return None
-    from robostream.augment import BatchImageTransforms  # torchvision + kornia: needed only to augment
+    from robostream.augment import BatchImageTransforms
 
     return BatchImageTransforms(transforms, seed=cfg.seed or 0, camera_keys=camera_keys)
 

@@ -1,6 +1,6 @@
 """BatchImageTransforms vs torchvision's per-sample kernels and lerobot's ImageTransforms distribution.
 
-Runs in lerobot's environment (torchvision, kornia, lerobot); skipped elsewhere.
+Runs in lerobot's environment (torchvision, lerobot); skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pytest
 import torch
 
 pytest.importorskip("torchvision", reason="compares with torchvision's kernels: run in lerobot's environment")
-pytest.importorskip("kornia", reason="robostream.augment needs kornia (hue): run in lerobot's environment")
 pytest.importorskip("lerobot", reason="compares with lerobot's ImageTransforms: run in lerobot's environment")
 
 from lerobot.transforms import (  # noqa: E402
