@@ -281,8 +281,8 @@ class RangeHandler(QuietHandler):
             handle.seek(selected.start)  # only the range is read: a store serves GB files range by range
             for start in range(selected.start, selected.stop, CHUNK):
                 chunk = handle.read(min(CHUNK, selected.stop - start))
+                owner._count(url_path, len(chunk))  # before it goes out: a client holding it finds it counted
                 self.wfile.write(chunk)
-                owner._count(url_path, len(chunk))
                 if owner.bandwidth:  # one connection's rate: the next chunk waits until this one's time is up
                     owner._stopping.wait(max(0.0, began + (start + len(chunk) - selected.start) / owner.bandwidth
                                              - time.monotonic()))
