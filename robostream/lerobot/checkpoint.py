@@ -5,8 +5,8 @@ stats, train_config.json: what `lerobot-eval --policy.path=...` and `from_pretra
 too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint`. robostream adds
 `training_state/robostream_data.json`: the epoch and the streaming loader's state, so `--resume` continues with the
 batches an uninterrupted run would have seen, on any number of processes. lerobot writes straight into the step's
-folder; here it is written into a temporary sibling and renamed, then `last` is pointed at it: a kill during a save
-leaves the previous checkpoint as `last`, complete.
+folder; here it is written into a temporary sibling, flushed to disk, renamed, then `last` is replaced by a link to
+it in one rename: a kill (or a node's crash) at any point leaves `last` naming a complete checkpoint.
 """
 
 from __future__ import annotations
@@ -18,13 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lerobot.common.train_utils import (
-    get_step_checkpoint_dir,
-    load_training_state,
-    save_checkpoint,
-    update_last_checkpoint,
-)
-from lerobot.utils.constants import TRAINING_STATE_DIR
+from lerobot.common.train_utils import get_step_checkpoint_dir, load_training_state, save_checkpoint
+from lerobot.utils.constants import LAST_CHECKPOINT_LINK, TRAINING_STATE_DIR
 
 DATA_STATE = "robostream_data.json"
 
@@ -49,18 +44,61 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
         parts: policy, optimizer, scheduler, preprocessor, postprocessor for lerobot's save_checkpoint.
     """
     final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, position.step)
+    last = final.parent / LAST_CHECKPOINT_LINK
+    named = last.resolve() if last.is_symlink() else None
+    for left in final.parent.glob(".tmp-*"):  # left by interrupted saves (this process is the only writer)
+        if left.is_symlink():
+            left.unlink()
+        elif left.resolve() != named:  # a checkpoint moved aside that `last` still names is kept
+            shutil.rmtree(left)
     tmp = final.with_name(f".tmp-{final.name}")
-    if tmp.exists():
-        shutil.rmtree(tmp)  # left by a save of the same step that was interrupted
     save_checkpoint(checkpoint_dir=tmp, step=position.step, cfg=cfg, num_processes=num_processes,
                     batch_size=cfg.batch_size, **parts)
     state = {"step": position.step, "epoch": position.epoch, "data": data_state}
     (tmp / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
-    if final.exists():  # a resumed run saves a step the interrupted one had saved
-        shutil.rmtree(final)
+    _flush_tree(tmp)
+    aside = None
+    if final.exists():  # a run resumed from an older checkpoint saves a step saved before: move that one aside
+        aside = final.with_name(f".tmp-old-{final.name}")
+        os.replace(final, aside)
+        if named == final.resolve():  # `last` named it: it names it again at once (a window of one rename)
+            _point_last(aside)
     os.replace(tmp, final)
-    update_last_checkpoint(final)
+    _point_last(final)
+    if aside is not None:
+        shutil.rmtree(aside)
     return final
+
+
+def _point_last(checkpoint: Path) -> None:
+    """`last` -> `checkpoint` (relative, as lerobot links it) in one rename: never missing, never half-made."""
+    link = checkpoint.parent / LAST_CHECKPOINT_LINK
+    new = link.with_name(f".tmp-{LAST_CHECKPOINT_LINK}")
+    new.unlink(missing_ok=True)
+    new.symlink_to(checkpoint.name)
+    os.replace(new, link)
+    _flush_dir(checkpoint.parent)
+
+
+def _flush_tree(root: Path) -> None:
+    """Every file and folder under `root` on disk before it is renamed into place (a rename can reach the disk
+    before the data it names)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _flush_dir(Path(folder))
+
+
+def _flush_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load(checkpoint: Path, *, optimizer: Any, scheduler: Any) -> tuple[Position, dict[str, Any] | None]:

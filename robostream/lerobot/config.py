@@ -82,6 +82,8 @@ class RobostreamTrainConfig(TrainPipelineConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.robostream.mixture is not None:  # saved in train_config.json: a resume may start elsewhere
+            self.robostream.mixture = str(Path(self.robostream.mixture).resolve())
         self.mixture_sources()  # bad mixture flags fail before anything is built
 
     def mixture_sources(self) -> list[Source] | None:
@@ -92,6 +94,11 @@ class RobostreamTrainConfig(TrainPipelineConfig):
                 raise ValueError(f"--robostream.mixture={options.mixture} names the sources and their weights: "
                                  "leave --dataset.repo_id a single name (it names the run) and --robostream.weights "
                                  "unset")
+            given = [f"--dataset.{name}" for name in ("root", "episodes", "revision")
+                     if getattr(self.dataset, name) is not None]
+            if given:
+                raise ValueError(f"--robostream.mixture={options.mixture} gives each source its root, episodes and "
+                                 f"revision: leave {', '.join(given)} unset")
             return _sources_from_file(Path(options.mixture))
         repo_ids = _as_list(self.dataset.repo_id, "--dataset.repo_id")
         if repo_ids is None:

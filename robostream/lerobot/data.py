@@ -10,6 +10,7 @@ sharding): lerobot's data path with our reader in it; one dataset only.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from lerobot.datasets import EpisodeAwareSampler, compute_sampler_state
 from lerobot.datasets.factory import resolve_delta_timestamps
+from lerobot.utils.constants import IMAGENET_STATS
 
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
@@ -74,9 +76,28 @@ def mixture_stats(per_source: list[dict[str, dict[str, np.ndarray]]], samples: l
     return aggregate_stacked(stacked)
 
 
-def check_stats(features: list[str], stats: dict[str, dict[str, np.ndarray]]) -> None:
-    """lerobot's normaliser passes a feature without stats through unnormalised, silently: refuse instead."""
-    missing = [k for k in features if k not in stats]
+def use_imagenet_stats(meta: DatasetMetadata | MixtureMetadata) -> None:
+    """lerobot's `--dataset.use_imagenet_stats` (its default): every camera but depth maps normalised with
+    ImageNet's mean and std instead of the dataset's (a pretrained backbone expects them); in place."""
+    for key in meta.camera_keys:
+        info = {**(meta.features[key].get("info") or {}), **(meta.features[key].get("video_info") or {})}
+        if info.get("is_depth_map") or info.get("video.is_depth_map"):  # lerobot's depth_keys rule
+            continue
+        meta.stats[key] = {**meta.stats.get(key, {}),
+                           **{name: np.asarray(value, dtype=np.float32) for name, value in IMAGENET_STATS.items()}}
+
+
+def check_stats(policy_config: Any, stats: dict[str, dict[str, np.ndarray]], rename_map: dict[str, str]) -> None:
+    """lerobot's normaliser passes a feature without stats through unnormalised, silently: refuse instead (for
+    the features the policy normalises: not those of an IDENTITY mode; a renamed feature under either name)."""
+    from lerobot.configs.types import NormalizationMode
+
+    features = {**policy_config.input_features, **policy_config.output_features}
+    renamed_from = {new: old for old, new in (rename_map or {}).items()}
+    missing = [k for k, feature in features.items()
+               if policy_config.normalization_mapping.get(getattr(feature.type, "value", feature.type),
+                                                         NormalizationMode.IDENTITY) != NormalizationMode.IDENTITY
+               and k not in stats and renamed_from.get(k) not in stats]
     if missing:
         raise ValueError(f"the dataset's meta/stats.json has no statistics for {missing}, which the policy "
                          "normalises: compute them (robostream convert writes them) or pick other features")
@@ -134,8 +155,7 @@ def _augment(cfg: RobostreamTrainConfig, camera_keys: list[str]) -> BatchImageTr
     return BatchImageTransforms(transforms, seed=cfg.seed or 0, camera_keys=camera_keys)
 
 
-def _video_backend(cfg: RobostreamTrainConfig) -> str | None:
-    return cfg.dataset.video_backend if cfg.dataset.video_backend in ("torchcodec", "pyav") else None
+VIDEO_BACKENDS = ("torchcodec", "pyav")
 
 
 def own_generator(cfg: RobostreamTrainConfig) -> torch.Generator:
@@ -151,7 +171,8 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     single = {} if sources is not None else dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root,
                                                  revision=cfg.dataset.revision, episodes=cfg.dataset.episodes)
     common = dict(seed=cfg.seed or 0, return_uint8=True, tolerance_s=cfg.tolerance_s,
-                  video_backend=_video_backend(cfg), pool_size=options.pool_size, decode_ahead=options.decode_ahead,
+                  video_backend=cfg.dataset.video_backend, pool_size=options.pool_size,
+                  decode_ahead=options.decode_ahead,
                   prefetch_pieces=options.prefetch_pieces, canonical_streams=options.canonical_streams,
                   uneven=options.uneven, read_options=cfg.read_options())
     if sources is not None:
@@ -169,6 +190,8 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                          "(and episodes, revision, weight); --robostream.features=union fills missing keys")
         raise
     meta = MixtureMetadata.of(probe) if sources is not None else probe.meta
+    if cfg.dataset.use_imagenet_stats:
+        use_imagenet_stats(meta)
     delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
     dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)
     augment = _augment(cfg, list(meta.camera_keys))
@@ -177,7 +200,12 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                                  pin_memory=device.type == "cuda",
                                  batch_transform=augment if in_workers else None,
                                  prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+                                 multiprocessing_context=cfg.dataloader_multiprocessing_context
+                                 if cfg.num_workers else None,
                                  generator=own_generator(cfg))
+    if cfg.persistent_workers and cfg.num_workers:
+        logging.info("--persistent_workers does not apply to streaming: its workers start with each pass (the "
+                     "pass's epoch and resume position are theirs)")
     return TrainingData(dataset, loader, meta, delta_timestamps, sampler=None,
                         device_augment=None if in_workers else augment)
 
@@ -187,8 +215,10 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
         raise ValueError("a mixture of datasets is read by the streaming dataset: add --dataset.streaming=true")
     open_args = dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision,
                      episodes=cfg.dataset.episodes, tolerance_s=cfg.tolerance_s, return_uint8=True,
-                     video_backend=_video_backend(cfg), read_options=cfg.read_options())
+                     video_backend=cfg.dataset.video_backend, read_options=cfg.read_options())
     meta = LeRobotDataset(**open_args).meta
+    if cfg.dataset.use_imagenet_stats:
+        use_imagenet_stats(meta)
     delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
     dataset = LeRobotDataset(**open_args, delta_timestamps=delta_timestamps)
     ends = np.cumsum(dataset.lengths)  # our index i is the i-th frame of the selected episodes

@@ -23,7 +23,7 @@ one dataset or a mixture, local or remote, exactly resumable on any layout); `--
 whole batches (robostream.augment: lerobot's distribution, per-sample parameters, deterministic per (seed, epoch,
 sample)); streaming ignores `drop_n_last_frames` (as lerobot's streaming dataset does). Not supported (refused):
 reward models, evaluation in a simulation env during training (`--env.*`: evaluate checkpoints with lerobot-eval),
-held-out eval splits, sample weighting.
+held-out eval splits, sample weighting, HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP, DeepSpeed).
 """
 
 import dataclasses
@@ -35,7 +35,7 @@ from pprint import pformat
 from typing import TYPE_CHECKING, Any
 
 import torch
-from lerobot.common.train_utils import should_save_checkpoint
+from lerobot.common.train_utils import load_training_batch_size, load_training_num_processes, should_save_checkpoint
 from lerobot.common.wandb_utils import WandBLogger
 from lerobot.configs import parser
 from lerobot.optim.factory import make_optimizer_and_scheduler
@@ -49,7 +49,7 @@ from lerobot.utils.utils import init_logging
 from robostream.lerobot import checkpoint
 from robostream.lerobot.checkpoint import Position
 from robostream.lerobot.config import RobostreamTrainConfig
-from robostream.lerobot.data import TrainingData, check_stats, make_training_data, resume_sampler
+from robostream.lerobot.data import VIDEO_BACKENDS, TrainingData, check_stats, make_training_data, resume_sampler
 
 if TYPE_CHECKING:
     from robostream.augment import BatchImageTransforms
@@ -78,9 +78,44 @@ def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
                         (cfg.dataset.eval_split > 0, "--dataset.eval_split holds out episodes for an eval loss: "
                                                      "not supported here"),
                         (cfg.sample_weighting is not None, "--sample_weighting is not supported here"),
-                        (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here")):
+                        (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here"),
+                        (cfg.save_checkpoint_to_hub, "--save_checkpoint_to_hub is not supported here: push the "
+                                                     "final policy with --policy.push_to_hub"),
+                        (cfg.dataset.video_backend not in VIDEO_BACKENDS,
+                         f"--dataset.video_backend={cfg.dataset.video_backend!r}: choose one of {VIDEO_BACKENDS}")):
         if wanted:
             raise ValueError(f"robostream's training command: {why}")
+
+
+def refuse_sharded(accelerator: Any) -> None:
+    """Checkpoints are saved from the main process's unwrapped model: sharded models (FSDP, DeepSpeed) would
+    need gathering first, which lerobot-train does and this command does not."""
+    if accelerator.distributed_type.name in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
+        raise ValueError(f"robostream's training command: accelerate's {accelerator.distributed_type.name} is not "
+                         "supported (sharded models): launch with plain DDP (accelerate launch --multi_gpu) or "
+                         "use lerobot-train")
+
+
+def is_peft_model(policy: Any) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # without peft no policy is a PeftModel
+        return False
+    return isinstance(policy, PeftModel)
+
+
+def resume_map_style(cfg: RobostreamTrainConfig, data: TrainingData, *, step: int, num_processes: int
+                     ) -> dict[str, int]:
+    """lerobot-train's map-style resume: the sampler positioned by the processes and batch size that wrote the
+    checkpoint (recorded there), a warning when the run goes on with others (the order resumes at the right
+    epoch and offset, but which rank gets which sample changes)."""
+    saved_processes = load_training_num_processes(cfg.checkpoint_path) or num_processes
+    saved_batch = load_training_batch_size(cfg.checkpoint_path) or cfg.batch_size
+    if (saved_processes, saved_batch) != (num_processes, cfg.batch_size):
+        logging.warning(f"map-style resume: the checkpoint was written by {saved_processes} processes x batch "
+                        f"{saved_batch}, this run has {num_processes} x {cfg.batch_size}: the data order goes on "
+                        "from the right sample, not with the same batches (streaming resumes exactly)")
+    return resume_sampler(data, step=step, batch_size=saved_batch, num_processes=saved_processes)
 
 
 def make_processors(cfg: RobostreamTrainConfig, policy: Any, stats: dict, device: torch.device) -> tuple[Any, Any]:
@@ -145,6 +180,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
     cfg.validate()
     refuse_unsupported(cfg)
     accelerator = make_accelerator(cfg)
+    refuse_sharded(accelerator)
     init_logging(accelerator=accelerator)
     main = accelerator.is_main_process
     if main:
@@ -159,9 +195,9 @@ def train(cfg: RobostreamTrainConfig) -> None:
 
     data = make_training_data(cfg, device=device, policy_config=cfg.policy)
     policy = make_policy(cfg=cfg.policy, ds_meta=data.meta, rename_map=cfg.rename_map)
-    if cfg.peft is not None:
+    if cfg.peft is not None and not is_peft_model(policy):  # a resumed PEFT run's policy comes back wrapped
         policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
-    check_stats([*cfg.policy.input_features, *cfg.policy.output_features], data.meta.stats)
+    check_stats(cfg.policy, data.meta.stats, cfg.rename_map)
     accelerator.wait_for_everyone()
     preprocessor, postprocessor = make_processors(cfg, policy, data.meta.stats, device)
     optimizer, scheduler = make_optimizer_and_scheduler(cfg, policy)
@@ -172,9 +208,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         if data.streaming:
             data.loader.load_state_dict(data_state)
         else:
-            sampler = resume_sampler(data, step=position.step, batch_size=cfg.batch_size,
-                                     num_processes=accelerator.num_processes)
-            position.epoch = sampler["epoch"]
+            position.epoch = resume_map_style(cfg, data, step=position.step,
+                                              num_processes=accelerator.num_processes)["epoch"]
         if main:
             logging.info(f"resumed from {cfg.checkpoint_path} at step {position.step} epoch {position.epoch}")
 
@@ -182,6 +217,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         policy, optimizer, scheduler = accelerator.prepare(policy, optimizer, scheduler)
     else:
         policy, optimizer, data.loader, scheduler = accelerator.prepare(policy, optimizer, data.loader, scheduler)
+        # accelerate's loader sets its own pass count (0 here) as the sampler's epoch at every iter()
+        data.loader.set_epoch(position.epoch)
     policy.train()
 
     meters = {"loss": AverageMeter("loss", ":.3f", reduction="mean"), "grad_norm": AverageMeter("grdn", ":.3f"),
@@ -238,7 +275,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         logging.info(f"done: {steps} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):.2f} steps/s), data wait "
                      f"{1000 * waited / max(steps, 1):.1f} ms per step")
         if getattr(cfg.policy, "push_to_hub", False):
-            accelerator.unwrap_model(policy).push_model_to_hub(cfg)
+            unwrapped = accelerator.unwrap_model(policy)
+            unwrapped.push_model_to_hub(cfg, peft_model=unwrapped if cfg.policy.use_peft else None)
             preprocessor.push_to_hub(cfg.policy.repo_id)
             postprocessor.push_to_hub(cfg.policy.repo_id)
     accelerator.wait_for_everyone()

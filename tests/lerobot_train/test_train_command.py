@@ -188,6 +188,9 @@ def test_checkpoints_have_lerobots_layout_and_the_data_state(act_runs):
     assert (state["step"], state["epoch"]) == (12, 1) and state["data"]["layout"] == [1, 1]
     saved = json.loads((final / "pretrained_model" / "train_config.json").read_text())
     assert saved["robostream"]["augment_on"] == "workers" and saved["dataset"]["image_transforms"]["enable"]
+    # lerobot's --dataset.use_imagenet_stats (on by default): cameras normalised with ImageNet's mean
+    np.testing.assert_allclose(read_normalizer_mean(final / "pretrained_model", "observation.images.cam0"),
+                               [0.485, 0.456, 0.406], rtol=1e-6)
 
 
 def test_lerobots_own_loaders_take_the_checkpoint(act_runs, lerobot_python, hf_home, root):
@@ -220,7 +223,7 @@ def test_diffusion_trains_on_a_weighted_mixture_with_its_aggregated_stats(lerobo
     train(lerobot_python, hf_home, [
         *DIFFUSION, *COMMON, "--dataset.streaming=true", "--dataset.repo_id=[local/a,local/b]",
         f"--dataset.root=[{root},{root2}]", "--robostream.weights=[0.7,0.3]", "--batch_size=8", "--num_workers=1",
-        "--steps=4", "--save_freq=4", f"--output_dir={out}", f"--robostream.record={tmp_path / 'mix.jsonl'}"])
+        "--dataloader_multiprocessing_context=fork", "--steps=4", "--save_freq=4", f"--output_dir={out}", f"--robostream.record={tmp_path / 'mix.jsonl'}"])
     record = read_record(tmp_path / "mix.jsonl")
     assert [r["step"] for r in record] == [1, 2, 3, 4] and all(math.isfinite(r["loss"][0]) for r in record)
     assert {s for r in record for s in r["dataset_index"]} == {0, 1}
@@ -244,23 +247,28 @@ def read_normalizer_mean(model_dir: Path, key: str) -> np.ndarray:
 
 
 def test_map_style_resume_after_sigkill_is_exact(lerobot_python, hf_home, root, tmp_path):
-    """lerobot's data path (EpisodeAwareSampler, its resume arithmetic) with robostream's LeRobotDataset."""
+    """lerobot's data path (EpisodeAwareSampler, its resume arithmetic) with robostream's LeRobotDataset, resumed
+    in the second epoch (49 frames, 7 steps an epoch; checkpoint 8): accelerate's loader sets its own pass count
+    as the sampler's epoch, which must not send a resumed run back to epoch 0's order."""
     args = ["--batch_size=8", "--num_workers=0"]
-    train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 8, *args))
-    train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
-                       tmp_path / "b.jsonl", after_steps=5)
+    train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 14, *args))
+    train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 14, *args),
+                       tmp_path / "b.jsonl", after_steps=9)
     train(lerobot_python, hf_home, resume(tmp_path / "b"))
     a = read_record(tmp_path / "a.jsonl")
-    assert sorted(i for r in a if r["epoch"] == 0 for i in r["index"]) == dataset_indices(root)
-    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
-                           tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS)
+    for epoch in (0, 1):
+        assert sorted(i for r in a if r["epoch"] == epoch for i in r["index"]) == dataset_indices(root)
+    assert [r["index"] for r in a if r["epoch"] == 0] != [r["index"] for r in a if r["epoch"] == 1]
+    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000014" / WEIGHTS,
+                           tmp_path / "b" / "checkpoints" / "000014" / WEIGHTS)
 
 
 def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_home, root, tmp_path):
     """torchrun (gloo): killed after step 5 and resumed on 2 processes: exact. The same checkpoint resumed on one
     process: the rest of epoch 0 is exactly the samples the 2-process run had left (each once), in other batches
     (the layout changed, so the batches' composition and the float sums differ: not bit for bit)."""
-    args = ["--dataset.streaming=true", "--batch_size=4", "--num_workers=1"]
+    # forked workers (lerobot's default, spawn, is exercised by act_runs): 4 runs x 2 ranks start workers per epoch
+    args = ["--dataset.streaming=true", "--batch_size=4", "--num_workers=1", "--dataloader_multiprocessing_context=fork"]
     train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 8, *args), processes=2)
     train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
                        tmp_path / "b.jsonl", after_steps=5, processes=2)
@@ -325,6 +333,9 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
         "choice": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.batching=sorted"],
         "map_style_mixture": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
                               "--dataset.streaming=false"],
+        "mixture_and_root": ["--dataset.repo_id=mix", f"--robostream.mixture={tmp_path / 'mix.yaml'}",
+                             f"--dataset.root={root}"],
+        "video_backend": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--dataset.video_backend=decord"],
     }
     cases = {k: [*v, f"--output_dir={out / k}"] for k, v in cases.items()}
     proc = subprocess.run([lerobot_python, "-c", BAD_FLAGS, json.dumps(cases)], capture_output=True, text=True,
@@ -337,4 +348,6 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
     assert "feature 'observation.pressure' is in source" in got["strict"] and "--robostream.mixture" in got["strict"]
     assert got["choice"] == "SystemExit 2" and "invalid choice: 'sorted'" in proc.stderr
     assert "add --dataset.streaming=true" in got["map_style_mixture"]
+    assert "leave --dataset.root unset" in got["mixture_and_root"]
+    assert "--dataset.video_backend='decord': choose one of" in got["video_backend"]
     assert not out.exists() or not any(out.rglob("*.safetensors")), "nothing is trained or saved"
