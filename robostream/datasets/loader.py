@@ -83,8 +83,6 @@ def _timed_batches(dataset: StreamingLeRobotDataset, batching: LoaderBatching) -
         yield batch
 
 
-
-
 def _transform_in_place(batch: dict[str, Any], transform: BatchTransform, epoch: int) -> None:
     """Write the transform's tensors into the batch's own: a worker's batch may live in a reused shared-memory slot,
     which the main process reads, so the result must land there rather than in new memory."""
