@@ -8,10 +8,13 @@ bad config fails at construction rather than when someone turns augmentation on.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 SUPPORTED = (
     "ColorJitter (brightness, contrast, saturation, hue), SharpnessJitter (sharpness), "
@@ -71,6 +74,11 @@ class AugmentSpec:
     probabilities: tuple[float, ...]
     n_subset: int
     random_order: bool
+
+    @functools.cached_property
+    def probabilities_tensor(self) -> torch.Tensor:
+        """`probabilities` as float32, the tensor lerobot's RandomSubsetApply draws its subset from."""
+        return torch.tensor(self.probabilities, dtype=torch.float32)
 
 
 def parse_config(config: Any) -> AugmentSpec:

@@ -4,9 +4,9 @@ Every kernel takes float32 samples [N, T, C, H, W] in [0, 1] (T frames sharing t
 and a float64 tensor [N] (or [N, 6] for `affine`) of per-sample parameters, and returns the adjusted samples (possibly
 the input itself when the operation is the identity for that shape, e.g. saturation of a 1-channel image, as
 torchvision does). They follow torchvision 0.26's float formulas op for op, so on CPU brightness, contrast,
-saturation, sharpness (3 channels) and affine give the same bits as `torchvision.transforms.v2.functional` called
-image by image; hue rebuilds the channels from max, chroma and hue in a few passes, within 2e-6 (measured figures:
-batch_transforms.py).
+saturation and sharpness (3 channels) give the same bits as `torchvision.transforms.v2.functional` called image
+by image, affine the same pixels but for 5.5e-7 of them; hue rebuilds the channels from max, chroma and hue in a
+few passes, within 2e-6 (measured figures: batch_transforms.py).
 """
 
 from __future__ import annotations
@@ -150,6 +150,9 @@ def _affine_grid(theta: torch.Tensor, *, height: int, width: int) -> torch.Tenso
     base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height, device=device)[:, None])
     base[..., 2].fill_(1)
     scale = torch.tensor([0.5 * width, 0.5 * height], dtype=dtype, device=device)
-    rescaled = theta.transpose(1, 2).div(scale)
-    grid = base.view(1, height * width, 3).expand(theta.shape[0], -1, -1).bmm(rescaled)
-    return grid.view(theta.shape[0], height, width, 2)
+    rescaled = theta.transpose(1, 2).div(scale)  # [N, 3, 2]
+    # every sample's matrix in one [HW, 3] x [3, 2N] product: 12x faster than torchvision's bmm per sample (a K = 3
+    # batched product is slow on CPU), 1 ulp off it at most, which moves 5.5e-7 of the nearest picks (measured)
+    n = theta.shape[0]
+    grid = base.view(height * width, 3).mm(rescaled.permute(1, 0, 2).reshape(3, 2 * n))
+    return grid.view(height, width, n, 2).permute(2, 0, 1, 3)

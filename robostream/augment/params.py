@@ -82,56 +82,62 @@ def draw_plan(spec: AugmentSpec, *, seed: int, height: int, width: int) -> Plan:
         height: image height, for RandomAffine's vertical translation range.
         width: image width, for its horizontal range.
     """
-    generator = torch.Generator().manual_seed(seed)
-    probabilities = torch.tensor(spec.probabilities, dtype=torch.float32)
-    chosen = torch.multinomial(probabilities, spec.n_subset, generator=generator)
+    draws = _Draws(torch.Generator().manual_seed(seed))
+    chosen = torch.multinomial(spec.probabilities_tensor, spec.n_subset, generator=draws.generator).tolist()
     if not spec.random_order:
-        chosen = chosen.sort().values
+        chosen.sort()
     names: list[str] = []
     ops: list[Op] = []
-    for i in chosen.tolist():
+    for i in chosen:
         transform = spec.transforms[i]
         names.append(transform.name)
-        ops.extend(_draw_ops(transform.params, generator, height=height, width=width))
+        ops.extend(_draw_ops(transform.params, draws, height=height, width=width))
     return Plan(seed=seed, transforms=tuple(names), ops=tuple(ops))
 
 
-def _uniform(generator: torch.Generator, bounds: tuple[float, float]) -> float:
-    # torch.empty(1).uniform_(lo, hi).item(), the draw every torchvision v2 / lerobot transform makes
-    return torch.empty(1, dtype=torch.float32).uniform_(bounds[0], bounds[1], generator=generator).item()
+class _Draws:
+    """A plan's generator and the one float32 the uniform draws go through."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+        self._one = torch.empty(1, dtype=torch.float32)
+
+    def uniform(self, bounds: tuple[float, float]) -> float:
+        # torch.empty(1).uniform_(lo, hi).item(), the draw every torchvision v2 / lerobot transform makes
+        return self._one.uniform_(bounds[0], bounds[1], generator=self.generator).item()
 
 
-def _draw_ops(params: TransformParams, generator: torch.Generator, *, height: int, width: int) -> list[Op]:
+def _draw_ops(params: TransformParams, draws: _Draws, *, height: int, width: int) -> list[Op]:
     if isinstance(params, ColorJitterSpec):
-        return _draw_color_jitter(params, generator)
+        return _draw_color_jitter(params, draws)
     if isinstance(params, SharpnessSpec):
-        return [FactorOp("sharpness", _uniform(generator, params.sharpness))]
+        return [FactorOp("sharpness", draws.uniform(params.sharpness))]
     if isinstance(params, AffineSpec):
-        return [_draw_affine(params, generator, height=height, width=width)]
+        return [_draw_affine(params, draws, height=height, width=width)]
     return []  # Identity draws nothing
 
 
-def _draw_color_jitter(spec: ColorJitterSpec, generator: torch.Generator) -> list[Op]:
+def _draw_color_jitter(spec: ColorJitterSpec, draws: _Draws) -> list[Op]:
     # ColorJitter.make_params: the order permutation first, then one factor per enabled adjustment
-    order = torch.randperm(4, generator=generator).tolist()
-    factors = {kind: _uniform(generator, bounds) for kind in _JITTER_ORDER
+    order = torch.randperm(4, generator=draws.generator).tolist()
+    factors = {kind: draws.uniform(bounds) for kind in _JITTER_ORDER
                if (bounds := getattr(spec, kind)) is not None}
     return [FactorOp(_JITTER_ORDER[i], factors[_JITTER_ORDER[i]]) for i in order if _JITTER_ORDER[i] in factors]
 
 
-def _draw_affine(spec: AffineSpec, generator: torch.Generator, *, height: int, width: int) -> AffineOp:
+def _draw_affine(spec: AffineSpec, draws: _Draws, *, height: int, width: int) -> AffineOp:
     # RandomAffine.make_params, draw for draw
-    angle = _uniform(generator, spec.degrees)
+    angle = draws.uniform(spec.degrees)
     translate = (0, 0)
     if spec.translate is not None:
         max_dx = float(spec.translate[0] * width)
         max_dy = float(spec.translate[1] * height)
-        translate = (int(round(_uniform(generator, (-max_dx, max_dx)))),
-                     int(round(_uniform(generator, (-max_dy, max_dy)))))
-    scale = 1.0 if spec.scale is None else _uniform(generator, spec.scale)
+        translate = (int(round(draws.uniform((-max_dx, max_dx)))),
+                     int(round(draws.uniform((-max_dy, max_dy)))))
+    scale = 1.0 if spec.scale is None else draws.uniform(spec.scale)
     shear_x = shear_y = 0.0
     if spec.shear is not None:
-        shear_x = _uniform(generator, (spec.shear[0], spec.shear[1]))
+        shear_x = draws.uniform((spec.shear[0], spec.shear[1]))
         if len(spec.shear) == 4:
-            shear_y = _uniform(generator, (spec.shear[2], spec.shear[3]))
+            shear_y = draws.uniform((spec.shear[2], spec.shear[3]))
     return AffineOp(angle=angle, translate=translate, scale=scale, shear=(shear_x, shear_y))
