@@ -21,6 +21,9 @@ from robostream.datasets.mixture import Source
 from robostream.datasets.origin import ReadOptions
 
 Weighting = Literal["proportion", "repeat", "choose"]
+# options read only by the streaming dataset, and only by a mixture: given elsewhere they would be ignored
+STREAMING_ONLY = ("pool_size", "decode_ahead", "prefetch_pieces", "canonical_streams", "uneven")
+MIXTURE_ONLY = ("weighting", "features", "batching", "epoch_size", "sampling_method")
 AugmentWhere = Literal["workers", "device"]
 
 
@@ -84,7 +87,15 @@ class RobostreamTrainConfig(TrainPipelineConfig):
         super().validate()
         if self.robostream.mixture is not None:  # saved in train_config.json: a resume may start elsewhere
             self.robostream.mixture = str(Path(self.robostream.mixture).resolve())
-        self.mixture_sources()  # bad mixture flags fail before anything is built
+        mixture = self.mixture_sources() is not None  # bad mixture flags fail before anything is built
+        for names, needs, where in ((STREAMING_ONLY, self.dataset.streaming, "the streaming dataset: add "
+                                     "--dataset.streaming=true"),
+                                    (MIXTURE_ONLY, mixture, "a mixture of datasets (--dataset.repo_id='[a,b]' or "
+                                     "--robostream.mixture)")):
+            given = [f"--robostream.{name}={getattr(self.robostream, name)}" for name in names
+                     if getattr(self.robostream, name) != getattr(RobostreamOptions(), name)]
+            if given and not needs:
+                raise ValueError(f"{', '.join(given)}: read only by {where}; this run would ignore it")
 
     def mixture_sources(self) -> list[Source] | None:
         """The mixture this config names (None: one dataset, `--dataset.repo_id` / `--dataset.root`)."""

@@ -223,7 +223,8 @@ def test_diffusion_trains_on_a_weighted_mixture_with_its_aggregated_stats(lerobo
     train(lerobot_python, hf_home, [
         *DIFFUSION, *COMMON, "--dataset.streaming=true", "--dataset.repo_id=[local/a,local/b]",
         f"--dataset.root=[{root},{root2}]", "--robostream.weights=[0.7,0.3]", "--batch_size=8", "--num_workers=1",
-        "--dataloader_multiprocessing_context=fork", "--steps=4", "--save_freq=4", f"--output_dir={out}", f"--robostream.record={tmp_path / 'mix.jsonl'}"])
+        "--dataloader_multiprocessing_context=fork", "--steps=4", "--save_freq=4", f"--output_dir={out}",
+        f"--robostream.record={tmp_path / 'mix.jsonl'}"])
     record = read_record(tmp_path / "mix.jsonl")
     assert [r["step"] for r in record] == [1, 2, 3, 4] and all(math.isfinite(r["loss"][0]) for r in record)
     assert {s for r in record for s in r["dataset_index"]} == {0, 1}
@@ -268,7 +269,8 @@ def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_
     process: the rest of epoch 0 is exactly the samples the 2-process run had left (each once), in other batches
     (the layout changed, so the batches' composition and the float sums differ: not bit for bit)."""
     # forked workers (lerobot's default, spawn, is exercised by act_runs): 4 runs x 2 ranks start workers per epoch
-    args = ["--dataset.streaming=true", "--batch_size=4", "--num_workers=1", "--dataloader_multiprocessing_context=fork"]
+    args = ["--dataset.streaming=true", "--batch_size=4", "--num_workers=1",
+            "--dataloader_multiprocessing_context=fork"]
     train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 8, *args), processes=2)
     train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
                        tmp_path / "b.jsonl", after_steps=5, processes=2)
@@ -336,6 +338,9 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
         "mixture_and_root": ["--dataset.repo_id=mix", f"--robostream.mixture={tmp_path / 'mix.yaml'}",
                              f"--dataset.root={root}"],
         "video_backend": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--dataset.video_backend=decord"],
+        "streaming_option": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--dataset.streaming=false",
+                             "--robostream.pool_size=4"],
+        "mixture_option": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.batching=stratified"],
     }
     cases = {k: [*v, f"--output_dir={out / k}"] for k, v in cases.items()}
     proc = subprocess.run([lerobot_python, "-c", BAD_FLAGS, json.dumps(cases)], capture_output=True, text=True,
@@ -350,4 +355,6 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
     assert "add --dataset.streaming=true" in got["map_style_mixture"]
     assert "leave --dataset.root unset" in got["mixture_and_root"]
     assert "--dataset.video_backend='decord': choose one of" in got["video_backend"]
+    assert "--robostream.pool_size=4: read only by the streaming dataset" in got["streaming_option"]
+    assert "--robostream.batching=stratified: read only by a mixture" in got["mixture_option"]
     assert not out.exists() or not any(out.rglob("*.safetensors")), "nothing is trained or saved"
