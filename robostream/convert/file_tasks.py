@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import av
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robostream.durable import fsync_file
 from robostream.errors import DatasetFormatError
 
 IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -37,16 +37,6 @@ def output_schema(schema: pa.Schema, image_keys: list[str]) -> pa.Schema:
         typ = IMAGE_TYPE if field.name in image_keys else _variable_lists(field.type)
         fields.append(pa.field(field.name, typ))
     return pa.schema(fields)
-
-
-def fsync_file(path: Path) -> int:
-    """Flush a written file to disk; returns its size."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
 
 
 def write_data_file(inputs: list[Path], output: Path, image_keys: list[str]) -> int:

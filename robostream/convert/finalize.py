@@ -21,9 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.convert.faults import crash_point
-from robostream.convert.manifest import fsync_dir, read_json, write_json_atomic
+from robostream.convert.manifest import read_json, write_json_atomic
 from robostream.convert.plan import FileTask, next_file, span_of_each_episode, video_timestamps
 from robostream.convert.planning import ConversionPlan
+from robostream.durable import fsync_dir
 from robostream.errors import RobostreamError
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_EPISODES_PATH, DEFAULT_VIDEO_PATH
 from robostream.format.stats import aggregate_stacked

@@ -33,13 +33,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from robostream.durable import fsync_dir
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:

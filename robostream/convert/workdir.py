@@ -14,7 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
-from robostream.convert.manifest import fsync_dir, read_json
+from robostream.convert.manifest import read_json
+from robostream.durable import fsync_dir
 from robostream.errors import RobostreamError
 
 MARKER = ".robostream-convert"

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from robostream.convert.faults import crash_point
 from robostream.convert.file_tasks import write_data_file, write_video_file
-from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text, fsync_dir
+from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text
 from robostream.convert.plan import FileTask
 from robostream.convert.planning import ConversionPlan
+from robostream.durable import fsync_dir
 from robostream.errors import DatasetFormatError, RobostreamError
 from robostream.format.v21 import V21Layout, read_layout
 

@@ -21,6 +21,8 @@ from typing import Any
 from lerobot.common.train_utils import get_step_checkpoint_dir, load_training_state, save_checkpoint
 from lerobot.utils.constants import LAST_CHECKPOINT_LINK, TRAINING_STATE_DIR
 
+from robostream.durable import fsync_dir, fsync_tree
+
 DATA_STATE = "robostream_data.json"
 
 
@@ -56,7 +58,7 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
                     batch_size=cfg.batch_size, **parts)
     state = {"step": position.step, "epoch": position.epoch, "data": data_state}
     (tmp / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
-    _flush_tree(tmp)
+    fsync_tree(tmp)
     aside = None
     if final.exists():  # a run resumed from an older checkpoint saves a step saved before: move that one aside
         aside = final.with_name(f".tmp-old-{final.name}")
@@ -77,28 +79,7 @@ def _point_last(checkpoint: Path) -> None:
     new.unlink(missing_ok=True)
     new.symlink_to(checkpoint.name)
     os.replace(new, link)
-    _flush_dir(checkpoint.parent)
-
-
-def _flush_tree(root: Path) -> None:
-    """Every file and folder under `root` on disk before it is renamed into place (a rename can reach the disk
-    before the data it names)."""
-    for folder, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _flush_dir(Path(folder))
-
-
-def _flush_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(checkpoint.parent)
 
 
 def load(checkpoint: Path, *, optimizer: Any, scheduler: Any) -> tuple[Position, dict[str, Any] | None]:
