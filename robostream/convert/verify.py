@@ -1,8 +1,9 @@
 """`robostream verify ROOT`: a v3.0 dataset's self-consistency, checked cheaply (local datasets): what the readers
 rely on, so that a dataset that verifies is one they read.
 
-- the metadata loads as the readers load it (info.json's numbers and features, the episode table's columns and
-  each camera's span lasting length / fps), else that error is the one problem reported;
+- the metadata loads as the readers load it (info.json's numbers and features, the episode table's columns, each
+  camera's span lasting length / fps and no two spans in one camera file overlapping), else that error is the one
+  problem reported;
 - every data file: every feature info.json declares is a column, readable as its declared dtype and shape (no
   nulls); each episode's `timestamp`s lie inside it;
 - every data file: its `episode_index`/`index` columns (nothing else is read) hold each episode it is named by as

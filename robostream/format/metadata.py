@@ -235,7 +235,7 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
         tables = derived.open(snapshot_identity(storage.describe("meta"), revision),
                               lambda folder: save_tables(read_tables(storage, listed), folder), load_tables)
     info = loads_info(tables.info_text, storage.describe(INFO_PATH))
-    episodes = episode_table(tables.episode_parts, info.video_keys, info.fps)
+    episodes = episode_table(tables.episode_parts, info.video_keys, info.fps, info.video_path)
     stats: dict[str, Any] = {}
     if tables.stats_text is not None:
         try:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from robostream.convert.verify import verify
+from robostream.format.metadata import load_metadata
 from tests.helpers import run_cli
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
@@ -81,3 +82,18 @@ def test_a_video_of_another_size_or_rate_fails_verify(reference: Path, tmp_path:
     (root / "meta/info.json").write_text(json.dumps(info))
     problems = verify(root)["problems"]
     assert problems and all("declares 32x32 for 'observation.images.cam1'" in p for p in problems)
+
+
+def test_a_span_shifted_a_frame_at_both_ends_fails_verify(reference: Path, tmp_path: Path):
+    """The shifted span keeps its length (issue 32, defect 9: verify passed it) but overlaps the next episode's
+    span in the same camera file."""
+    root = Path(shutil.copytree(reference, tmp_path / "ds"))
+    meta = load_metadata(root)
+    key = "observation.images.cam0"
+    episode = next(e for e in range(len(meta.episodes) - 1) if meta.video_file(e, key) == meta.video_file(e + 1, key))
+    for end in ("from_timestamp", "to_timestamp"):
+        _edit_episodes(root, f"videos/{key}/{end}", episode, 1 / meta.fps)
+    problems = verify(root)["problems"]
+    assert len(problems) == 1, problems
+    assert (f"camera '{key}': in {meta.video_file(episode, key)} the video spans of episode {episode} " in problems[0]
+            and f"and episode {episode + 1} " in problems[0] and "overlap" in problems[0]), problems

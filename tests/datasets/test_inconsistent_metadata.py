@@ -144,6 +144,24 @@ def test_an_episode_span_a_frame_off_is_refused_at_construction(broken):
         LeRobotDataset(root=broken)
 
 
+@pytest.mark.parametrize("episodes", [None, [0]])
+@pytest.mark.parametrize("reader", [LeRobotDataset, StreamingLeRobotDataset])
+def test_a_span_shifted_a_frame_at_both_ends_is_refused_at_construction(broken, reader, episodes):
+    """Episode 1's span of cam0 a frame late at both ends keeps its length, but covers the first frame of episode 2
+    (the next one in the same file): both readers refuse it, also for a selection of other episodes (the whole
+    table is checked)."""
+    meta = load_metadata(broken)
+    key = meta.video_keys[0]
+    assert meta.video_file(1, key) == meta.video_file(2, key)  # the fixture's cam0 holds episodes 0-2 in one file
+    for end in ("from_timestamp", "to_timestamp"):
+        _edit_episodes(broken, f"videos/{key}/{end}",
+                       lambda c: pa.array([v + (1 / 20 if i == 1 else 0) for i, v in enumerate(c.to_pylist())]))
+    with pytest.raises(DatasetFormatError, match=rf"camera '{key}': in {meta.video_file(1, key)} the video spans of "
+                                                 r"episode 1 \[1\.55, 3\.0\) s and episode 2 \[2\.95, 4\.15\) s "
+                                                 "overlap"):
+        reader(root=broken, episodes=episodes)
+
+
 def test_a_string_locating_column_names_the_column(broken):
     _edit_episodes(broken, "data/file_index", lambda c: pa.array([str(v) for v in c.to_pylist()]))
     with pytest.raises(DatasetFormatError, match=r"episode metadata column 'data/file_index' holds string, expected "
