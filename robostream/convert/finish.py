@@ -13,7 +13,7 @@ from pathlib import Path
 
 from robostream.convert.finalize import is_v30, swap, write_metadata
 from robostream.convert.manifest import Owner, WorkDir, read_json
-from robostream.convert.workdir import claim_work_dir, remove_work_dir
+from robostream.convert.workdir import JOURNAL, claim_work_dir, holds_conversion, remove_work_dir
 from robostream.convert.worker import Heartbeat, WorkerOptions, load_plan
 from robostream.errors import RobostreamError
 from robostream.format.v21 import read_info_v21, read_v21
@@ -33,7 +33,7 @@ class Targets:
 
     @property
     def journal(self) -> Path:
-        return self.work / "swap.json"
+        return self.work / JOURNAL
 
 
 def finished_conversion(root: str | Path, out: str | Path | None, work_dir: str | Path | None) -> Path | None:
@@ -50,7 +50,7 @@ def finished_conversion(root: str | Path, out: str | Path | None, work_dir: str 
         return None
     out = Path(out).absolute()
     work = Path(work_dir).absolute() if work_dir is not None else out.parent / f".{out.name}.robostream-convert"
-    if work.exists() or not is_v30(out):
+    if holds_conversion(work) or not is_v30(out):
         return None
     made, given = read_json(out / "meta" / "info.json"), read_info_v21(Path(root).absolute())
     same = all(made.get(key) == given.get(key) for key in ("total_episodes", "total_frames", "fps"))
@@ -70,10 +70,10 @@ def claim_targets(root: str | Path, out: str | Path | None, work_dir: str | Path
     destination = out if out is not None else root
     work = (Path(work_dir).absolute() if work_dir is not None
             else destination.parent / f".{destination.name}.robostream-convert")
-    if out is not None and out.exists() and not (work / "swap.json").exists():
+    if out is not None and out.exists() and not (work / JOURNAL).exists():
         raise FileExistsError(f"{out}: already exists; --out must name a folder that does not exist yet")
     old = root.with_name(f"{root.name}_old")
-    if out is None and old.exists() and not (work / "swap.json").exists():
+    if out is None and old.exists() and not (work / JOURNAL).exists():
         raise FileExistsError(f"{old}: exists; an in-place conversion keeps the input there. Move it away, or write "
                               "the result elsewhere with --out DIR")
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def finalize_or_wait(targets: Targets, options: WorkerOptions) -> bool:
         options: the lease length and the poll interval.
     """
     while True:
-        if not targets.work.exists() and is_v30(targets.destination):
+        if not holds_conversion(targets.work) and is_v30(targets.destination):
             return False
         if _finalize(targets, options):
             return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -36,10 +37,24 @@ import psutil
 from robostream.durable import fsync_dir
 
 
+TEMP_NAME = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{32}\.tmp(\.[a-z]+)?")  # what temp_sibling names
+
+
+def temp_sibling(path: Path, suffix: str = "") -> Path:
+    """Where an atomic write of `path` goes first: a hidden sibling of its own per writer."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{suffix}")
+
+
+def is_temp_of(name: str, target: str) -> bool:
+    """Whether `name` is a `temp_sibling` of a file named `target` (left behind by a killed writer)."""
+    match = TEMP_NAME.fullmatch(name)
+    return match is not None and match["target"] == target
+
+
 def write_json_atomic(path: Path, doc: Any) -> None:
     """Write `doc` to `path` so that readers see the old file or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp = temp_sibling(path)
     with tmp.open("w", encoding="utf-8") as handle:
         json.dump(doc, handle)
         handle.flush()
@@ -51,7 +66,7 @@ def write_json_atomic(path: Path, doc: Any) -> None:
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Named arrays to one .npz (names kept in order, any characters), written like write_json_atomic."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.npz")
+    tmp = temp_sibling(path, ".npz")
     np.savez(tmp, names=np.array(json.dumps(list(arrays))), **{f"a{i}": a for i, a in enumerate(arrays.values())})
     with tmp.open("rb") as handle:
         os.fsync(handle.fileno())

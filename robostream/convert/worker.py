@@ -142,7 +142,7 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
     Raises ConversionFailed when a task has failed `max_attempts` times (by this or any other worker).
     """
     work = WorkDir(work_dir, lease_s=options.lease_s)
-    if not work.path.exists():
+    if not work.plan_path.exists():
         return 0  # finished (and cleaned up) by another process before this worker started
     plan = load_plan(work)
     layout = read_layout(plan.source)

@@ -1,17 +1,21 @@
 """The work dir is the conversion's own: it never takes, and never deletes, a folder holding anything else
-(issue 21, defect 1: `--work-dir DIR` used to delete DIR with the user's files, the input or the output in it)."""
+(issue 21, defect 1: `--work-dir DIR` used to delete DIR with the user's files, the input or the output in it), and
+at the end it removes only what it made (issue 32, defect 12: files added to a work dir a killed run left behind
+were deleted by the resumed run)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from robostream.convert import convert
 from robostream.convert.compare import compare_datasets
+from robostream.convert.faults import ENV_VAR, MARK_VAR
 from robostream.convert.workdir import MARKER
 from robostream.errors import RobostreamError
-from tests.helpers import DATA_MB, VIDEO_MB, copy_tree, tree_listing
+from tests.helpers import DATA_MB, VIDEO_MB, convert_args, copy_tree, run_cli, tree_listing
 
 
 def attempt(root: Path, *, out: Path | None, work_dir: Path | None):
@@ -81,3 +85,30 @@ def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Pa
     assert (work / MARKER).is_file() and (work / "plan.json").is_file()
     attempt(v21_root, out=tmp_path / "out", work_dir=work)
     assert not work.exists() and compare_datasets(tmp_path / "out", reference) == []
+
+
+@pytest.mark.parametrize("adopted", [False, True], ids=["created", "adopted"])
+def test_files_added_to_a_work_dir_left_by_a_kill_survive_the_resumed_run(v21_root: Path, reference: Path,
+                                                                          tmp_path: Path, adopted: bool):
+    """A conversion SIGKILLed after its first file, the user's notes dropped into the work dir it left, the same
+    command again: the conversion finishes, removes what it made and keeps the folder with the user's files (a
+    warning names them); a later rerun finds the finished conversion and does nothing."""
+    work = tmp_path / "work"
+    if adopted:
+        work.mkdir()
+    args = convert_args(v21_root, "--workers", "1", "--out", str(tmp_path / "out"), "--work-dir", str(work))
+    killed = run_cli("convert", *args, env={ENV_VAR: "task-done:run", MARK_VAR: str(tmp_path / "killed")})
+    assert killed.returncode == -9, killed.stderr
+    assert (work / MARKER).is_file() and (work / "plan.json").is_file()
+    (work / "notes.txt").write_text("why the run died")
+    (work / "mine").mkdir()
+    (work / "mine" / "trace.bin").write_bytes(b"\x00\x01")
+    resumed = run_cli("convert", *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr and compare_datasets(tmp_path / "out", reference) == []
+    assert tree_listing(work) == {"mine/trace.bin": b"\x00\x01", "notes.txt": b"why the run died"}
+    assert sorted(p.name for p in work.iterdir()) == ["mine", "notes.txt"]  # the marker and the layout are gone
+    assert f"{work}: kept, holding ['mine', 'notes.txt'], which the conversion did not make" in resumed.stderr
+    again = run_cli("convert", *args)
+    assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["already_converted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "out", "work"]
