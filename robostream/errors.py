@@ -31,6 +31,11 @@ class FrameToleranceError(VideoDecodeError):
     """No decoded frame lies within `tolerance_s` of a requested timestamp."""
 
 
+class CacheError(RobostreamError, OSError):
+    """The node's cache folder cannot be used: not writable, or writable by another user (its entries could be
+    planted). The message names the folder and how to choose another (ROBOSTREAM_CACHE, ReadOptions(cache_dir=))."""
+
+
 class IntegrityError(RobostreamError):
     """Fetched bytes are not the file they should be. Never retried by the generic retry loop: the storage layer
     decides (a checksum mismatch is fetched once more, a changed file is not)."""

@@ -23,6 +23,7 @@ from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.process_local import ProcessLocal
+from robostream.storage.cache import described
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
 from robostream.video.layout import FramePool, frames_chw, gather_chw
@@ -148,7 +149,7 @@ def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None
     """Open a video file of the dataset (local path, or ranged remote reads) as a decoder, checked against
     info.json (`check_video_stream`)."""
     source = meta.open(relative, what="video file")
-    decoder = open_video_decoder(source, backend, device, name=meta.describe(relative))
+    decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source))
     check_frame_rate(decoder, meta.fps)
     return decoder
 

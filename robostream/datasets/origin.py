@@ -67,7 +67,9 @@ class ReadOptions:
 
     Columns derived from the tables (the episode table's locating columns; for map-style reads the data columns
     as memory-mapped .npy) are kept once per node in `cache_dir/derived`, else $ROBOSTREAM_CACHE, else
-    ~/.cache/robostream: about the size of the uncompressed tables, never the videos.
+    ~/.cache/robostream: about the size of the uncompressed tables, never the videos. A cache folder other users
+    may write to (mode 1777, group-writable) holds each user's entries in a subfolder `<uid>` of their own
+    (storage/cache_folder.py); one this user cannot write to is an error naming it.
 
     Args:
         data_files_root: read data and video files from here (e.g. a storage bucket) while the metadata comes from
@@ -145,8 +147,7 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
             raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
-    derived = DerivedCache(Path(options.cache_dir) / "derived" if options.cache_dir is not None else
-                           default_directory())
+    derived = DerivedCache(cache.directory / "derived" if cache is not None else default_directory())
     return load_metadata(root, storage_options=options.storage_options, data_files_root=options.data_files_root,
                          retry=options.retry, cache=cache, read_buffer_bytes=parse_size(options.read_buffer),
                          derived=derived, validate=options.validate, max_in_flight=options.max_in_flight,

@@ -7,6 +7,10 @@ O(1) and reads an episode's rows with one positional read per column (an episode
 parquet decoding, no per-process table, the OS page cache shared by ranks and workers, memory flat in dataset
 size. The rows an episode has are checked against the episode table on every read: missing or out-of-order rows
 are an error naming the file, the episode and the index range.
+
+A data file that nothing but its size names (an HTTP server sending neither ETag nor Last-Modified) is never
+converted: columns kept from it would be served after a same-size replacement. Its episodes' rows are read from
+the file's row groups on every read, as streaming reads them (format/data_rows.py).
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
-from robostream.format.data_rows import (LRU, REPAIR_HINT, EpisodeRows, check_episode_index, check_timestamps,
-                                         data_features, feature_column)
+from robostream.format.data_rows import (LRU, REPAIR_HINT, DataRowReader, EpisodeRows, check_episode_index,
+                                         check_timestamps, data_features, feature_column)
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
+from robostream.storage.cache import described
 from robostream.storage.derived import DerivedCache
 
 FORMAT = "data-columns-v3"  # v3: columns cast to the dtypes info.json declares
@@ -71,6 +76,8 @@ class DataColumns:
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
         self.other_keys = [k for k in self.wanted if features[k]["dtype"] in ("image", "string")]
         self._files = ProcessLocal(LRU)  # converted files open in this process
+        self._unnamed = ProcessLocal(set)  # data files nothing names a version of (read from the source each time)
+        self._from_source = DataRowReader(meta)
         self._episodes = ProcessLocal(LRU)
         self._lock = ProcessLocal(threading.Lock)
 
@@ -86,8 +93,10 @@ class DataColumns:
 
     def _read(self, episode: int) -> EpisodeRows:
         relative = self.meta.data_file(episode)
-        name = self.meta.describe(relative)
         converted = self._converted(relative, episode)
+        if converted is None:
+            return self._from_source.episode(episode)
+        name = self.meta.describe(relative)
         found = int(np.searchsorted(converted.episodes[:, 0], episode))
         row = self.meta.episodes.row_of(episode)
         expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
@@ -111,15 +120,18 @@ class DataColumns:
             images={k: other.column(k) for k in self.other_keys if features[k]["dtype"] == "image"},
             strings={k: other.column(k).to_pylist() for k in self.other_keys if features[k]["dtype"] == "string"})
 
-    def _converted(self, relative: str, episode: int) -> _ConvertedFile:
-        files, lock = self._files.get(), self._lock.get()
+    def _converted(self, relative: str, episode: int) -> _ConvertedFile | None:
+        """The converted columns of a data file, None for a file nothing names a version of (module docstring)."""
+        files, lock, unnamed = self._files.get(), self._lock.get(), self._unnamed.get()
         with lock:
             found = files.touch(relative)
-        if found is not None:
+        if found is not None or relative in unnamed:
             return found
-        storage = self.meta.data_storage
-        identity = f"{FORMAT}|{storage.identity(relative, what=f'data file of episode {episode}')}|" \
-                   f"{','.join(self.wanted)}"
+        source = self.meta.data_storage.identity(relative, what=f"data file of episode {episode}")
+        if source is None:
+            unnamed.add(relative)
+            return None
+        identity = f"{FORMAT}|{source}|{','.join(self.wanted)}"
         converted = self.derived.open(identity, lambda out: self._convert(relative, episode, out), _open)
         with lock:
             evicted = files.put(relative, converted, self.open_files)
@@ -129,8 +141,8 @@ class DataColumns:
 
     def _convert(self, relative: str, episode: int, out: Path) -> None:
         """Read one data file's columns and write them to `out` with the episode index."""
-        name = self.meta.describe(relative)
         source = self.meta.open(relative, what=f"data file of episode {episode}")
+        name = described(self.meta.describe(relative), source)
         try:
             parquet = pq.ParquetFile(source)
             missing = [k for k in self.wanted if k not in parquet.schema_arrow.names]

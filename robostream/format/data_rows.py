@@ -28,6 +28,7 @@ from robostream.errors import DatasetFormatError
 from robostream.format.info import DEFAULT_FEATURES
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
+from robostream.storage.cache import described
 
 REPAIR_HINT = "the data file and meta/episodes disagree; re-convert or re-write the dataset"
 
@@ -217,7 +218,7 @@ class DataRowReader:
         try:
             parquet = pq.ParquetFile(source)
         except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
+            raise DatasetFormatError(f"{described(name, source)}: not a readable parquet file: {exc}") from exc
         names = parquet.schema_arrow.names
         missing = [k for k in self.wanted if k not in names]
         if missing:
@@ -244,8 +245,8 @@ class DataRowReader:
                 table = data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False) \
                     if groups else None
         except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(f"{name}: row groups {groups[:8]} of episode {episode} are unreadable: "
-                                     f"{exc}") from exc
+            raise DatasetFormatError(f"{described(name, data_file.source)}: row groups {groups[:8]} of episode "
+                                     f"{episode} are unreadable: {exc}") from exc
         if table is None or table.num_rows == 0:
             raise DatasetFormatError(f"{name}: no data rows for episode {episode} (the episode table says index "
                                      f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}")

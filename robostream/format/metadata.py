@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -120,16 +119,32 @@ class DatasetMetadata:
             ) from None
 
 
-def read_info_text(storage: Storage, listed: Mapping[str, FileVersion] | None) -> str:
-    """meta/info.json's text (listed: the files of meta/ when a listing was made: a missing file costs no request)."""
+@dataclass(frozen=True)
+class MetaFiles:
+    """What finding the revision of meta/ learnt: every file's version (None: nothing was asked, a Hub root pinned to
+    a commit) and the files read whole on the way, whose bytes serve the build of the snapshot."""
+
+    versions: dict[str, FileVersion] | None
+    fetched: dict[str, bytes]
+
+    def read(self, storage: Storage, relative: str) -> bytes:
+        """A meta file whole: the bytes already read, else one request (FileNotFoundError, without a request, for a
+        file the versions lack)."""
+        if relative in self.fetched:
+            return self.fetched[relative]
+        if self.versions is not None and relative not in self.versions:
+            raise FileNotFoundError(storage.describe(relative))
+        return storage.read_bytes(relative)
+
+
+def read_info_text(storage: Storage, meta: MetaFiles) -> str:
+    """meta/info.json's text (a missing file that the versions already lack costs no request)."""
     where = storage.describe(INFO_PATH)
     try:
-        if listed is not None and INFO_PATH not in listed:
-            raise FileNotFoundError(where)
-        data = storage.read_bytes(INFO_PATH)
+        data = meta.read(storage, INFO_PATH)
     except FileNotFoundError as exc:
-        if (listed is not None and "meta/episodes.jsonl" in listed) or (listed is None and
-                                                                         storage.exists("meta/episodes.jsonl")):
+        if (meta.versions is not None and "meta/episodes.jsonl" in meta.versions) or (
+                meta.versions is None and storage.exists("meta/episodes.jsonl")):
             raise UnsupportedVersionError(
                 f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}") from exc
         # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
@@ -144,63 +159,74 @@ def read_info_text(storage: Storage, listed: Mapping[str, FileVersion] | None) -
         raise DatasetFormatError(f"{where}: not UTF-8 text ({exc}); is it really a LeRobot info.json?") from exc
 
 
-def episode_files(storage: Storage, chunks_size: int, listed: Mapping[str, FileVersion] | None) -> list[str]:
-    """The episode-metadata parquet files: from the listing of meta/ or a listing of their own where the
-    filesystem can list, else probed in rollover order (file index up to chunks_size, then the next chunk) until
-    the first one missing (plain HTTP)."""
-    if listed is not None:
-        return sorted(p for p in listed if EPISODE_FILE.fullmatch(p))
-    if storage.can_list():
-        return storage.glob(f"{EPISODES_DIR}/chunk-*/file-*.parquet")
-    files, chunk, file = [], 0, 0
-    while True:
-        relative = render_template(DEFAULT_EPISODES_PATH, what="episodes path", chunk_index=chunk, file_index=file)
-        if not storage.exists(relative):
-            return files
-        files.append(relative)
-        chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
+def episode_files(storage: Storage, meta: MetaFiles) -> list[str]:
+    """The episode-metadata parquet files: those the versions of meta/ name, else a listing of their own."""
+    if meta.versions is not None:
+        return sorted(p for p in meta.versions if EPISODE_FILE.fullmatch(p))
+    return storage.glob(f"{EPISODES_DIR}/chunk-*/file-*.parquet")
 
 
-def read_tables(storage: Storage, listed: Mapping[str, FileVersion] | None) -> MetadataTables:
-    """Read the metadata files (every error names the file at fault); small files whole, in one request each."""
-    info_text = read_info_text(storage, listed)
+def read_tables(storage: Storage, meta: MetaFiles) -> MetadataTables:
+    """Read the metadata files (every error names the file at fault); small files whole, in one request each (none
+    for the files finding the revision read already)."""
+    info_text = read_info_text(storage, meta)
     info = loads_info(info_text, storage.describe(INFO_PATH))
-    files = episode_files(storage, info.chunks_size, listed)
+    files = episode_files(storage, meta)
     if not files:
         raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
-    parts = [(read_episode_part(storage.open(f), storage.describe(f), info.video_keys), storage.describe(f))
-             for f in files]
+    parts = [(read_episode_part(io.BytesIO(meta.fetched[f]) if f in meta.fetched else storage.open(f),
+                                storage.describe(f), info.video_keys), storage.describe(f)) for f in files]
     release_freed_memory()  # the parsed footers of the episode files (large, transient)
     try:
-        if listed is not None and TASKS_PATH not in listed:
-            raise FileNotFoundError(TASKS_PATH)
-        tasks = read_tasks(io.BytesIO(storage.read_bytes(TASKS_PATH)), storage.describe(TASKS_PATH))
+        tasks = read_tasks(io.BytesIO(meta.read(storage, TASKS_PATH)), storage.describe(TASKS_PATH))
     except FileNotFoundError as exc:
         raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it"
                                ) from exc
-    stats_text = None
-    if listed is None or STATS_PATH in listed:
-        try:
-            stats_text = storage.read_bytes(STATS_PATH).decode("utf-8")
-        except FileNotFoundError:
-            pass
-        except UnicodeDecodeError as exc:
-            raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: not UTF-8 JSON ({exc})") from exc
+    try:
+        stats_text = meta.read(storage, STATS_PATH).decode("utf-8")
+    except FileNotFoundError:
+        stats_text = None
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: not UTF-8 JSON ({exc})") from exc
     return MetadataTables(info_text=info_text, episode_parts=parts, tasks=tasks, stats_text=stats_text)
 
 
-def metadata_revision(storage: Storage) -> tuple[str | None, dict[str, FileVersion] | None]:
-    """What names the current revision of a dataset's metadata (see format/metadata_snapshot.py), and the listing
-    of meta/ when one was made. Revision None: meta/info.json is missing (reading the tables says why)."""
+def metadata_revision(storage: Storage) -> tuple[str, MetaFiles]:
+    """What names the current revision of a dataset's metadata (see format/metadata_snapshot.py), and what finding
+    it learnt about meta/. Every file the snapshot depends on is named by a version token, or by the sha256 of its
+    bytes where nothing else names it (those bytes are read whole, once, and serve the build too)."""
     if storage.immutable:
-        return "", None
-    if storage.can_list():
-        listed = storage.list_versions("meta")
-        return revision_token(listed), listed
-    try:
-        return revision_token({INFO_PATH: storage.stat(INFO_PATH, "info.json")}), None
-    except FileNotFoundError:
-        return None, None
+        return "", MetaFiles(None, {})
+    meta = MetaFiles(storage.list_versions("meta"), {}) if storage.can_list() else probe_meta(storage)
+    assert meta.versions is not None
+    for path, version in meta.versions.items():
+        if not version.token and path not in meta.fetched:
+            meta.fetched[path] = storage.read_bytes(path)
+    return revision_token(meta.versions, meta.fetched), meta
+
+
+def probe_meta(storage: Storage) -> MetaFiles:
+    """meta/ where it cannot be listed (plain HTTP): info.json, tasks.parquet and stats.json read whole (a build
+    reads them whole anyway; their bytes name them whatever headers the server sends), the episodes files found by
+    probing in rollover order (file index up to chunks_size, then the next chunk), a HEAD each and one for the
+    first missing."""
+    info_text = read_info_text(storage, MetaFiles(None, {}))
+    fetched = {INFO_PATH: info_text.encode("utf-8")}
+    for path in (TASKS_PATH, STATS_PATH):
+        try:
+            fetched[path] = storage.read_bytes(path)
+        except FileNotFoundError:
+            pass
+    versions = {path: FileVersion(len(data)) for path, data in fetched.items()}
+    chunks_size = loads_info(info_text, storage.describe(INFO_PATH)).chunks_size
+    chunk, file = 0, 0
+    while True:
+        relative = render_template(DEFAULT_EPISODES_PATH, what="episodes path", chunk_index=chunk, file_index=file)
+        try:
+            versions[relative] = storage.stat(relative, "episodes file")
+        except FileNotFoundError:
+            return MetaFiles(versions, fetched)
+        chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
 
 
 def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
@@ -228,12 +254,12 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     data_source = storage.url if data_files_root is None else data_files_root
     data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes, validate=validate,
                            max_in_flight=max_in_flight, shared=shared_reading)
-    revision, listed = metadata_revision(storage)
-    if derived is None or revision is None:
-        tables = read_tables(storage, listed)
+    revision, meta = metadata_revision(storage)
+    if derived is None:
+        tables = read_tables(storage, meta)
     else:
         tables = derived.open(snapshot_identity(storage.describe("meta"), revision),
-                              lambda folder: save_tables(read_tables(storage, listed), folder), load_tables)
+                              lambda folder: save_tables(read_tables(storage, meta), folder), load_tables)
     info = loads_info(tables.info_text, storage.describe(INFO_PATH))
     episodes = episode_table(tables.episode_parts, info.video_keys, info.fps, info.video_path)
     stats: dict[str, Any] = {}

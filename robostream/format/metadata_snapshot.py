@@ -2,18 +2,20 @@
 from local disk instead of reading it over the network again.
 
 What construction reads (info.json, the locating columns of every episodes file, tasks, stats) is saved in the
-node's derived cache (storage/derived.py) under a key naming the dataset root and the revision of its metadata.
-What finding the revision costs:
+node's derived cache (storage/derived.py) under a key naming the dataset root and the revision of its metadata:
+every file of meta/ the snapshot depends on, each named by its size and version token, or by the sha256 of its
+bytes where nothing else names it. What finding the revision costs:
 - a Hub repository root at a commit (hf://datasets/<repo>@<sha>; a branch is pinned to its commit when the
   Storage is made, one request): nothing, the commit names every file;
 - a local folder: a walk of meta/ (sizes, modification and change times, inodes), no request;
-- a store that lists (S3, GCS, Hub buckets): one listing of meta/, every file's size and ETag;
-- plain HTTP, which cannot list: one HEAD of meta/info.json (size and ETag). lerobot rewrites info.json (its
-  totals) whenever it changes episodes or tasks; an edit of another meta file alone that leaves info.json as it
-  was is not seen over plain HTTP.
+- a store that lists (S3, GCS, Hub buckets): one listing of meta/, every file's size and ETag (a file listed
+  without one is read whole and named by its bytes);
+- plain HTTP, which cannot list: info.json, tasks.parquet and stats.json read whole (a GET each; named by their
+  bytes, so a server without ETags or Last-Modified cannot hide a change of them), and a HEAD per episodes file
+  plus one for the first missing (named by ETag, else Last-Modified; a file with neither is read whole and named
+  by its bytes). A build reuses the bytes read here.
 A snapshot whose revision no longer matches is never read: the changed dataset has another key and is read anew.
 """
-
 from __future__ import annotations
 
 import hashlib
@@ -40,9 +42,11 @@ class MetadataTables:
     stats_text: str | None  # None: the dataset has no meta/stats.json
 
 
-def revision_token(versions: Mapping[str, FileVersion]) -> str:
-    """A short hash of the metadata files' versions (relative path -> version)."""
-    doc = sorted((path, v.size, v.token) for path, v in versions.items())
+def revision_token(versions: Mapping[str, FileVersion], fetched: Mapping[str, bytes]) -> str:
+    """A short hash of the metadata files' versions (relative path -> version): a file read whole (`fetched`) is
+    named by the sha256 of its bytes, any other by its size and version token."""
+    doc = sorted((path, v.size, f"sha256:{hashlib.sha256(fetched[path]).hexdigest()}" if path in fetched else v.token)
+                 for path, v in versions.items())
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 

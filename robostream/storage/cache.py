@@ -1,4 +1,5 @@
-"""An optional disk cache of whole remote files, shared by every process on a node.
+"""An optional disk cache of whole remote files, shared by every process of this user on a node (the folder rule of
+storage/cache_folder.py: only this user can write where the files are kept).
 
 - Files are downloaded to a temporary name and renamed into place, so readers never see a partial file and
   concurrent writers of the same file are harmless (the last rename wins; the contents are identical).
@@ -8,8 +9,12 @@
 - `limit_bytes` bounds the cache. A file larger than the limit is an immediate error naming both sizes. When all
   the space is taken by pinned files the cache overshoots its limit rather than wait (waiting could deadlock
   workers that pin each other's files); the overshoot is at most the files in use.
-- An entry is one version of a file (its key and a version token, e.g. an ETag): a file replaced on the server is
-  a new entry, never a stale hit of the same size.
+- An entry is one version of a file (its key and a version token: a published hash, ETag or Last-Modified): a file
+  replaced on the server is a new entry, never a stale hit of the same size. A file nothing but its size names is
+  never cached (storage/store.py reads it by ranges).
+- Bytes a server sent wrong in a way no check sees (an honest-looking answer with flipped bytes, no published hash
+  to compare) stay in the cache after the server is fixed: an error about a cached copy names it and says to
+  delete it (`described`).
 - With an expected hash (validate="full"), a file is hashed while it is written and a copy that does not match is
   deleted (ChecksumMismatchError); a copy that matched is marked (`<object>.verified`) and trusted afterwards. A
   copy that entered without a check (an earlier validate="size" run) is hashed once at its first checked use, and
@@ -29,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from robostream.storage.cache_folder import owned_folder
 from robostream.storage.integrity import Digest, mismatch_error
 
 UNITS = {"b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
@@ -72,6 +78,15 @@ class _HashingSink:
         return self._out.write(data)
 
 
+def described(name: str, source: object) -> str:
+    """`name` (a file's location) for messages about bytes read from `source`: when `source` is a disk-cache copy,
+    with the copy's path and what to do if the server's file is sound (the copy may hold bytes it sent wrong)."""
+    if not isinstance(source, CachedPath):
+        return name
+    return (f"{name} (read from its copy in the node's disk cache, {source}: if the server's file is sound, delete "
+            "that copy and run again)")
+
+
 def _hash_file(path: Path, expected: Digest, size: int) -> str:
     hasher = expected.hasher(size)
     with open(path, "rb") as handle:
@@ -88,11 +103,11 @@ class DiskCache:
     """Whole-file cache under `directory` holding at most `limit` bytes (see the module docstring)."""
 
     def __init__(self, directory: str | Path, limit: int | str) -> None:
-        self.directory = Path(directory).expanduser()
         self.limit = parse_size(limit)
         if self.limit <= 0:
             raise ValueError(f"cache_limit must be positive, got {limit!r}")
-        (self.directory / "objects").mkdir(parents=True, exist_ok=True)
+        self.directory = owned_folder(directory, "disk cache")
+        (self.directory / "objects").mkdir(exist_ok=True)
         self._lock_path = self.directory / ".lock"
 
     def _object(self, key: str, version: str = "") -> Path:

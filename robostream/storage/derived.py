@@ -1,19 +1,28 @@
 """Files derived from a dataset's files (e.g. table columns as .npy), built once per node and shared by every
-process on it: ranks, DataLoader workers and later runs.
+process of this user on it: ranks, DataLoader workers and later runs.
 
-Each derived folder is keyed by the identity of its source (location, size and, locally, modification time), so
-a changed source gets a new folder. A folder is built in a temporary folder beside it and renamed into place when
-complete: readers never see a partial build, an interrupted build leaves only a `.building-*` folder (never one
-that looks complete; safe to delete), and two processes building the same key at once both succeed (the first
-rename wins, the other build is dropped). A complete folder that no longer opens (a truncated or edited file on
-this disk) is moved aside and built again once, with a warning; it never fails every later start. Folders are
-never evicted automatically: their total is about
-the size of the dataset's uncompressed tables (not its videos); remove the folder to reclaim the space.
+Each derived folder is keyed by the identity of its source, what names its content (storage/store.py
+`Storage.identity`: location, size and a version token: locally modification time, inode and change time;
+remotely a published hash, an ETag or Last-Modified), so a changed source gets a new folder; a source nothing but
+its size names gets none (the callers read it directly). A folder is built in a temporary folder beside it and
+renamed into place when complete: readers never see a partial build, an interrupted build leaves only a
+`.building-*` folder (never one that looks complete; safe to delete), and two processes building the same key at
+once both succeed (the first rename wins, the other build is dropped).
+
+Trust: the folders live where only this user can write (storage/cache_folder.py). The completion record
+(`.complete`, written last) holds the size and sha256 of every file of the build, and no identity (a URL's
+credentials never reach the disk). A process checks each folder against its record the first time it opens it
+(a sha256 pass over the folder's files, about 1.5 GB/s: the tables of a 100 MB data file cost tens of ms, once
+per process) and trusts it afterwards. A folder that fails the check or no longer loads (a truncated, edited or
+bit-flipped file, a file added) is moved aside and built again once, with a warning naming the folder; it never
+fails every later start. Folders are never evicted automatically: their total is about the size of the dataset's
+uncompressed tables (not its videos); remove the folder to reclaim the space.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -21,14 +30,20 @@ import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from robostream.storage.cache_folder import owned_folder
 
 T = TypeVar("T")
 # What opening a damaged folder raises (numpy, json and our own checks are ValueErrors; np.load of a cut .npz a
 # BadZipFile or EOFError).
 DAMAGED = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
-COMPLETE = ".complete"  # written last inside a build: a folder without it is not used
+COMPLETE = ".complete"  # written last inside a build: the size and sha256 of each file; a folder without it is unused
+
+
+class DamagedEntry(ValueError):
+    """A derived folder's files are not those its completion record lists."""
 
 
 def default_directory() -> Path:
@@ -43,12 +58,8 @@ class DerivedCache:
     """Folders derived from source files, built once per node (see the module docstring)."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory).expanduser()
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OSError(f"{self.directory}: cannot create the derived-data cache ({exc}); set ROBOSTREAM_CACHE "
-                          "or ReadOptions(cache_dir=...) to a writable local folder") from exc
+        self.directory = owned_folder(directory, "derived-data cache")
+        self._checked: set[Path] = set()  # folders this process checked against their records
 
     def folder(self, identity: str, build: Callable[[Path], None]) -> Path:
         """The folder derived from the source named by `identity`, built by `build(folder)` when missing."""
@@ -58,7 +69,7 @@ class DerivedCache:
         staging = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".building-{target.name}-"))
         try:
             build(staging)
-            (staging / COMPLETE).write_text(identity)
+            (staging / COMPLETE).write_text(json.dumps({"files": _digests(staging)}))
             try:
                 os.rename(staging, target)
             except OSError:
@@ -70,19 +81,60 @@ class DerivedCache:
         return target
 
     def open(self, identity: str, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
-        """`load(folder)` of the folder derived from `identity` (built when missing). A folder that fails to load
-        is moved aside and rebuilt once; if the rebuilt one fails too, that error propagates (the source itself
-        is at fault)."""
+        """`load(folder)` of the folder derived from `identity` (built when missing), checked against its record
+        first. A folder that fails the check or the load is moved aside and rebuilt once; if the rebuilt one
+        fails too, that error propagates (the source itself is at fault)."""
         folder = self.folder(identity, build)
         try:
+            self._check(folder)
             return load(folder)
         except DAMAGED as exc:
             warnings.warn(f"{folder}: the derived-data cache entry is damaged ({type(exc).__name__}: {exc}); "
                           "rebuilding it", RuntimeWarning, stacklevel=2)
+            self._checked.discard(folder)
             aside = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".broken-{folder.name}-"))
             try:
                 os.rename(folder, aside / "entry")  # atomic: other processes see the old entry or none
             except FileNotFoundError:
                 pass  # another process moved it first
             shutil.rmtree(aside, ignore_errors=True)
-        return load(self.folder(identity, build))
+        folder = self.folder(identity, build)
+        self._check(folder)
+        return load(folder)
+
+    def _check(self, folder: Path) -> None:
+        """Every file of `folder` is one its completion record lists, with that size and sha256 (once per process:
+        the rows are then read from the files as they are)."""
+        if folder in self._checked:
+            return
+        listed = _record(folder)
+        found = _digests(folder)
+        if found != listed:
+            wrong = sorted(name for name in listed.keys() | found.keys() if listed.get(name) != found.get(name))
+            raise DamagedEntry(f"{', '.join(wrong)}: not the file(s) the entry's {COMPLETE} lists (added, removed "
+                               "or changed since it was built)")
+        self._checked.add(folder)
+
+
+def _digests(folder: Path) -> dict[str, list[Any]]:
+    """[size, sha256] of every file in a build folder (its completion record aside), by name relative to it."""
+    found: dict[str, list[Any]] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != COMPLETE:
+            hasher = hashlib.sha256()
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    hasher.update(chunk)
+            found[path.relative_to(folder).as_posix()] = [path.stat().st_size, hasher.hexdigest()]
+    return found
+
+
+def _record(folder: Path) -> dict[str, list[Any]]:
+    """The files a folder's completion record lists (DamagedEntry when it is not one)."""
+    try:
+        files = json.loads((folder / COMPLETE).read_text())["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DamagedEntry(f"{folder / COMPLETE}: not a completion record ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(files, dict):
+        raise DamagedEntry(f"{folder / COMPLETE}: not a completion record (files: {type(files).__name__})")
+    return files

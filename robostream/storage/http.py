@@ -22,6 +22,7 @@ class Answer(NamedTuple):
     body: bytes
     content_length: str | None = None
     url: str | None = None  # where the answer came from, after the redirects followed
+    last_modified: str | None = None  # the Last-Modified header (names a version where the server gives no ETag)
 
 
 MAX_REDIRECTS = 5
@@ -60,7 +61,8 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
                 raise FileNotFoundError(url)
             body = await response.read() if method == "GET" else b""
             response.raise_for_status()
-            return Answer(*answer, body, response.headers.get("Content-Length"), str(target))
+            return Answer(*answer, body, response.headers.get("Content-Length"), str(target),
+                          response.headers.get("Last-Modified"))
     raise ValueError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
@@ -71,11 +73,11 @@ async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | No
 
 
 def http_stat(fs: Any, url: str) -> FileVersion:
-    """Content-Length and ETag from a HEAD request (fsspec's HTTP filesystem reports any failed HEAD, a 503
-    too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
+    """Content-Length, ETag and Last-Modified from a HEAD request (fsspec's HTTP filesystem reports any failed
+    HEAD, a 503 too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
     answer = fsspec.asyn.sync(fs.loop, http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"})
     if answer.content_length is None:
         raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
-    return FileVersion(int(answer.content_length), answer.etag)
+    return FileVersion(int(answer.content_length), answer.etag, last_modified=answer.last_modified)
 
 

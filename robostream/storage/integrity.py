@@ -62,18 +62,24 @@ class Digest:
 @dataclass(frozen=True)
 class FileVersion:
     """What a remote file was when first looked up: size in bytes, the ETag as the server sent it (quotes kept;
-    None: none given) and its published content hash (None: none published)."""
+    None: none given), its published content hash (None: none published) and its Last-Modified header (None: none
+    given; HTTP servers without ETags often send it)."""
 
     size: int
     etag: str | None = None
     digest: Digest | None = None
+    last_modified: str | None = None
 
     @property
     def token(self) -> str:
-        """What tells this version from another of the same size ("" when nothing does)."""
+        """What tells this version from another of the same size: the published hash, else the ETag, else
+        Last-Modified (one-second resolution: a same-size replacement within the second it was read is not told
+        apart); "" when nothing does (the caller must name the content another way, e.g. by hashing it)."""
         if self.digest is not None:
             return str(self.digest)
-        return self.etag or ""
+        if self.etag:
+            return self.etag
+        return f"Last-Modified: {self.last_modified}" if self.last_modified else ""
 
 
 def _hex(value: Any, algorithm: Algorithm) -> str | None:

@@ -123,6 +123,12 @@ def pin_hub_root(root: str, options: dict[str, Any], policy: RetryPolicy) -> str
     return f"hf://{constants.REPO_TYPES_URL_PREFIXES.get(parsed.type, '')}{parsed.id}@{sha}{path}"
 
 
+def _local_version(stat: os.stat_result) -> FileVersion:
+    """A local file's version: its size, and modification time, inode and change time as the token (a file
+    replaced by one of the same size and modification time still has another inode or change time)."""
+    return FileVersion(stat.st_size, f"{stat.st_mtime_ns}:{stat.st_ino}:{stat.st_ctime_ns}")
+
+
 class ByteCounter:
     """Bytes and requests fetched from remote storage by this process (thread-safe)."""
 
@@ -314,10 +320,11 @@ class Storage:
         return self.stat(relative, what).size
 
     def stat(self, relative: str, what: str = "file") -> FileVersion:
-        """Size, ETag and published hash of a file as the server describes it now; FileNotFoundError when missing."""
+        """Size and version (ETag, published hash, Last-Modified; local files: modification time, inode and change
+        time) of a file as the server describes it now; FileNotFoundError when missing."""
         path = self._path(relative, what)
         if self.is_local:
-            return FileVersion(os.path.getsize(path))
+            return _local_version(os.stat(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
         read = (lambda: http_stat(self.fs, path)) if self.protocol in ("http", "https") \
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
@@ -326,22 +333,16 @@ class Storage:
         self._process.get().versions.setdefault(path, version)
         return version
 
-    def identity(self, relative: str, what: str = "file") -> str:
-        """What names this version of a file: its location, size and (local files) modification time or (remote)
-        ETag or published hash. A remote root pinned to a revision (hf://...@sha) or holding immutable objects
-        keeps identities stable."""
-        path = self._path(relative, what)
-        if self.is_local:
-            try:
-                stat = os.stat(path)
-            except FileNotFoundError as exc:
-                raise MissingFileError(f"{path}: {what} not found") from exc
-            return f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    def identity(self, relative: str, what: str = "file") -> str | None:
+        """What names this version of a file's content: its location, size and version token (local files:
+        modification time, inode and change time; remote: published hash, else ETag, else Last-Modified). None
+        when nothing but the size names it (an HTTP server sending neither ETag nor Last-Modified): nothing
+        derived from such a file may be kept across processes, a same-size replacement would go unseen."""
         try:
             version = self.stat(relative, what)
         except FileNotFoundError as exc:
             raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
-        return f"{self.describe(relative)}|{version.size}" + (f"|{version.token}" if version.token else "")
+        return f"{self.describe(relative)}|{version.size}|{version.token}" if version.token else None
 
     def read_bytes(self, relative: str, what: str = "file") -> bytes:
         """A whole (small) file."""
@@ -383,9 +384,8 @@ class Storage:
             for directory, _, names in os.walk(base):
                 for name in names:
                     path = os.path.join(directory, name)
-                    stat = os.stat(path)
                     relative = posixpath.join(folder, os.path.relpath(path, base).replace(os.sep, "/"))
-                    found[relative] = FileVersion(stat.st_size, f"{stat.st_mtime_ns}:{stat.st_ino}:{stat.st_ctime_ns}")
+                    found[relative] = _local_version(os.stat(path))
             return found
         try:
             listing = call_with_retries(lambda: self.fs.find(base, detail=True), f"{self.describe(folder)} (listing)",
@@ -417,8 +417,8 @@ class Storage:
             except FileNotFoundError as exc:
                 raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
         reader = RangedReader(self, path, self.describe(relative), version, self.block_size)
-        if self.cache is None:
-            return reader
+        if self.cache is None or not version.token:
+            return reader  # a copy of a file nothing but its size names would be served after a same-size change
         return self._cached(reader, version)
 
     def _cached(self, reader: RangedReader, version: FileVersion) -> CachedPath:
