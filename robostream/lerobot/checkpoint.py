@@ -5,8 +5,12 @@ stats, train_config.json: what `lerobot-eval --policy.path=...` and `from_pretra
 too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint`. robostream adds
 `training_state/robostream_data.json`: the epoch and the streaming loader's state, so `--resume` continues with the
 batches an uninterrupted run would have seen, on any number of processes. lerobot writes straight into the step's
-folder; here it is written into a temporary sibling, flushed to disk, renamed, then `last` is replaced by a link to
-it in one rename: a kill (or a node's crash) at any point leaves `last` naming a complete checkpoint.
+folder; here it is written into a scratch folder beside the checkpoints (`.tmp-<step>-<random>`, marked as
+robostream's before anything is put in it) and flushed to disk; `last` is pointed at it, it is renamed into place (a
+step saved before, a folder or a link, first moved into the scratch folder: a link is removed, never followed), and
+`last` is pointed at it there. Each change of `last` is one rename: a kill (or a node's crash) at any point leaves
+`last` naming a complete checkpoint. Only marked scratch folders are ever deleted: anything else called `.tmp-*`
+beside the checkpoints is left alone, with a warning.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +30,8 @@ from lerobot.utils.constants import LAST_CHECKPOINT_LINK, TRAINING_STATE_DIR
 from robostream.durable import fsync_dir, fsync_tree
 
 DATA_STATE = "robostream_data.json"
+SCRATCH_PREFIX = ".tmp-"  # the folders a save makes beside the checkpoints
+SCRATCH_MARKER = ".robostream-scratch"  # written first into each: only folders holding it are ever deleted
 
 
 @dataclass
@@ -46,40 +54,61 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
         parts: policy, optimizer, scheduler, preprocessor, postprocessor for lerobot's save_checkpoint.
     """
     final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, position.step)
-    last = final.parent / LAST_CHECKPOINT_LINK
-    named = last.resolve() if last.is_symlink() else None
-    for left in final.parent.glob(".tmp-*"):  # left by interrupted saves (this process is the only writer)
-        if left.is_symlink():
-            left.unlink()
-        elif left.resolve() != named:  # a checkpoint moved aside that `last` still names is kept
-            shutil.rmtree(left)
-    tmp = final.with_name(f".tmp-{final.name}")
-    save_checkpoint(checkpoint_dir=tmp, step=position.step, cfg=cfg, num_processes=num_processes,
+    if final.is_file() and not final.is_symlink():
+        raise FileExistsError(f"{final}: a file where the checkpoint of step {position.step} goes; robostream never "
+                              "deletes what it did not make: move the file away and resume from the last checkpoint")
+    checkpoints = final.parent
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    last = checkpoints / LAST_CHECKPOINT_LINK
+    _remove_scratch_left(checkpoints, named=last.resolve() if last.is_symlink() else None)
+    scratch = _make_scratch(checkpoints, final.name)
+    new = scratch / "checkpoint"
+    save_checkpoint(checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes,
                     batch_size=cfg.batch_size, **parts)
     state = {"step": position.step, "epoch": position.epoch, "data": data_state}
-    (tmp / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
-    fsync_tree(tmp)
-    aside = None
-    if final.exists():  # a run resumed from an older checkpoint saves a step saved before: move that one aside
-        aside = final.with_name(f".tmp-old-{final.name}")
-        os.replace(final, aside)
-        if named == final.resolve():  # `last` named it: it names it again at once (a window of one rename)
-            _point_last(aside)
-    os.replace(tmp, final)
-    _point_last(final)
-    if aside is not None:
-        shutil.rmtree(aside)
+    (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
+    fsync_tree(scratch)
+    _point_last(new, scratch)  # complete on disk: `last` names it while the step's folder is replaced
+    if os.path.lexists(final):  # a run resumed from an older checkpoint saves a step saved before: move it aside
+        os.replace(final, scratch / "replaced")  # a link moves as a link: what it names stays where it is
+    os.replace(new, final)
+    _point_last(final, scratch)
+    shutil.rmtree(scratch)  # the replaced checkpoint, or link (unlinked, never followed), and the marker
     return final
 
 
-def _point_last(checkpoint: Path) -> None:
-    """`last` -> `checkpoint` (relative, as lerobot links it) in one rename: never missing, never half-made."""
-    link = checkpoint.parent / LAST_CHECKPOINT_LINK
-    new = link.with_name(f".tmp-{LAST_CHECKPOINT_LINK}")
-    new.unlink(missing_ok=True)
-    new.symlink_to(checkpoint.name)
-    os.replace(new, link)
-    fsync_dir(checkpoint.parent)
+def _make_scratch(checkpoints: Path, name: str) -> Path:
+    """A new folder of this save beside the checkpoints, marked as robostream's before anything is put in it."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{name}-", dir=checkpoints))
+    (scratch / SCRATCH_MARKER).write_text("made by robostream's checkpoint save; deleted with this folder\n")
+    return scratch
+
+
+def _remove_scratch_left(checkpoints: Path, *, named: Path | None) -> None:
+    """Remove the scratch folders of interrupted saves (this process is the only writer), except the one holding
+    the checkpoint `last` names. Anything else named like one (no marker: a user's folder or file, a link) is not
+    robostream's: left alone, with a warning."""
+    foreign = []
+    for left in sorted(checkpoints.glob(f"{SCRATCH_PREFIX}*")):
+        if not (left.is_dir() and not left.is_symlink() and (left / SCRATCH_MARKER).is_file()):
+            foreign.append(left.name)
+        elif named is None or not named.is_relative_to(left.resolve()):
+            shutil.rmtree(left)
+    if foreign:
+        warnings.warn(f"{checkpoints}: {foreign} look like the scratch folders of robostream's checkpoint saves but "
+                      f"lack their {SCRATCH_MARKER} marker, so they are not removed; delete them yourself if they are "
+                      "not yours", stacklevel=3)
+
+
+def _point_last(checkpoint: Path, scratch: Path) -> None:
+    """`last` -> `checkpoint` (relative, as lerobot links it) in one rename: never missing, never half-made. The
+    new link is made in this save's scratch folder, so no other name is ever taken or overwritten."""
+    checkpoints = scratch.parent
+    link = scratch / LAST_CHECKPOINT_LINK
+    link.unlink(missing_ok=True)
+    link.symlink_to(os.path.relpath(checkpoint, checkpoints))
+    os.replace(link, checkpoints / LAST_CHECKPOINT_LINK)
+    fsync_dir(checkpoints)
 
 
 def load(checkpoint: Path, *, optimizer: Any, scheduler: Any) -> tuple[Position, dict[str, Any] | None]:
