@@ -13,6 +13,7 @@ Nothing here leaves 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hashlib
 import logging
 import os
@@ -241,7 +242,10 @@ class RangeHandler(QuietHandler):
 
     def validators(self, handle: BinaryIO, etag: str | None) -> dict[str, str]:
         """The headers that name the version of an open file every answer about it carries."""
-        return {"ETag": etag} if etag else {}
+        headers = {"ETag": etag} if etag else {}
+        if self.server.owner.send_last_modified:  # the file's modification time, whole seconds
+            headers["Last-Modified"] = email.utils.formatdate(os.fstat(handle.fileno()).st_mtime, usegmt=True)
+        return headers
 
     def if_none_match_holds(self, etag: str | None) -> bool:
         """Plain HTTP ignores If-None-Match here (the S3 dialect answers 304 when it matches)."""
@@ -331,8 +335,9 @@ class RangeHTTPServer(BackgroundServer):
 
     ``etag=True`` (default): answers carry a strong ``ETag`` (the MD5 of the content, so a file replaced with other
     bytes of the same size and timestamp still gets a new one) and ``If-Match`` is honoured (412 when no listed
-    ETag matches). ``etag=False``: no ETag, and If-Match only matches ``*``. Files may be replaced while serving:
-    each answer is read from one version of the file.
+    ETag matches). ``etag=False``: no ETag, and If-Match only matches ``*``. ``last_modified=True``: answers carry
+    ``Last-Modified`` (the file's modification time). Files may be replaced while serving: each answer is read from
+    one version of the file.
 
     A slow store, as object stores are: ``latency_s`` before the first byte of every answer, ``bandwidth`` bytes/s
     per connection, at most ``max_in_flight`` requests served at once (the others wait their turn, as a throttled
@@ -344,11 +349,11 @@ class RangeHTTPServer(BackgroundServer):
 
     _handler = RangeHandler
 
-    def __init__(self, root: str | Path, *, etag: bool = True, latency_s: float = 0.0,
+    def __init__(self, root: str | Path, *, etag: bool = True, last_modified: bool = False, latency_s: float = 0.0,
                  bandwidth: float | None = None, max_in_flight: int | None = None) -> None:
         super().__init__()
         self.root = Path(root).resolve()
-        self.send_etag = etag
+        self.send_etag, self.send_last_modified = etag, last_modified
         self.latency_s, self.bandwidth = latency_s, bandwidth
         self.load = InFlight(max_in_flight)
         self._etags: dict[tuple[int, int, int, int], str] = {}  # file identity -> ETag
@@ -456,12 +461,6 @@ def _iso8601(mtime: float) -> str:
 
 class S3Handler(RangeHandler):
     """RangeHandler answering path-style S3 requests (see :class:`S3RangeServer`)."""
-
-    def validators(self, handle: BinaryIO, etag: str | None) -> dict[str, str]:
-        import email.utils
-
-        mtime = os.fstat(handle.fileno()).st_mtime
-        return {**super().validators(handle, etag), "Last-Modified": email.utils.formatdate(mtime, usegmt=True)}
 
     def if_none_match_holds(self, etag: str | None) -> bool:
         header = self.headers.get("If-None-Match")
@@ -594,7 +593,8 @@ class S3RangeServer(RangeHTTPServer):
         """
         if page_size < 1:
             raise ValueError(f"page_size must be at least 1, not {page_size}")
-        super().__init__(root, etag=True, latency_s=latency_s, bandwidth=bandwidth, max_in_flight=max_in_flight)
+        super().__init__(root, etag=True, last_modified=True, latency_s=latency_s, bandwidth=bandwidth,
+                         max_in_flight=max_in_flight)
         self.page_size, self.region = page_size, region
 
     def start(self) -> "S3RangeServer":
