@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from robostream.datasets.batch_assembly import TensorSpecs, allocate_fresh
 from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers, shared_tensors
 from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.numbers import finite_number
 
 # Called in the process that assembled a batch with the batch and the seconds it took; may add keys to it.
 BatchHook = Callable[[dict[str, Any], float], None]
@@ -134,6 +135,7 @@ class StreamingDataLoader(DataLoader):
         if kwargs.get("in_order") is False:
             raise ValueError("in_order=False makes the batch order (and so the resume position) nondeterministic")
         batch_size = dataset.batching.loader_batch_size(batch_size)  # the one place a loader's batch size is decided
+        finite_number(batch_size, what="StreamingDataLoader batch_size", integer=True, minimum=1)
         drop_last = bool(kwargs.pop("drop_last", False))
         own_collate = kwargs.get("collate_fn") is None
         assembled = own_collate and dataset.assembles_batches

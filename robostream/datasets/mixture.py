@@ -23,7 +23,7 @@ from robostream.datasets.counters import FrameCounters
 from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.frame_reader import FrameReader, ReadingThreads
 from robostream.datasets.sample import SampleAssembler
-from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
+from robostream.datasets.origin import ReadOptions, open_dataset, read_options_from, renamed, resolve_episodes
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
@@ -40,8 +40,8 @@ class Source:
         repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
         root: a local folder or URL (hf://, s3://, http(s)://, file://); wins over repo_id.
         revision: the Hub revision of repo_id, pinned to its commit at construction.
-        read_options: how its bytes are read (data_files_root, storage_options, disk cache, read buffer);
-            default the dataset's `read_options`.
+        read_options: how its bytes are read (data_files_root, storage_options, disk cache, read buffer): a
+            ReadOptions or a mapping of its fields (a mixture file's); default the dataset's `read_options`.
         episodes: episode indices to read (default all).
         delta_timestamps: this source's windows (default the dataset's); seconds, resolved with its own fps.
         proportion: relative weight: its share of `epoch_size` (all sources then need one).
@@ -73,6 +73,8 @@ class Source:
             object.__setattr__(self, "options", None)
         if self.root is None and self.repo_id is None:
             raise ValueError("Source needs root= (a local folder or URL) or repo_id=")
+        object.__setattr__(self, "read_options", read_options_from(self.read_options,
+                                                                   where=f"source {self.label}: read_options"))
         self.weight  # fails now, naming the bad weight
 
     @property

@@ -3,10 +3,11 @@ and the episode selection. Shared by the map-style and the streaming dataset."""
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -106,6 +107,30 @@ class ReadOptions:
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
             raise ValueError(f"max_in_flight={self.max_in_flight!r}: expected a positive number of requests")
         check_validate(self.validate, cached=self.cache_dir is not None)
+
+
+def read_options_from(value: ReadOptions | Mapping[str, Any] | None, *, where: str) -> ReadOptions | None:
+    """`read_options` as given: a ReadOptions, None, or its fields as a mapping (a mixture file's JSON/YAML object;
+    its `retry` then a mapping of RetryPolicy's fields), unknown keys refused naming them."""
+    if value is None or isinstance(value, ReadOptions):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where}: expected a ReadOptions or a mapping of its fields, got {value!r}")
+    fields = dict(value)
+    retry = fields.get("retry")
+    if isinstance(retry, Mapping):
+        fields["retry"] = _dataclass_from(RetryPolicy, retry, where=f"{where}['retry']")
+    elif retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"{where}['retry']: expected a RetryPolicy or a mapping of its fields, got {retry!r}")
+    return _dataclass_from(ReadOptions, fields, where=where)
+
+
+def _dataclass_from(cls: type, fields: Mapping[str, Any], *, where: str) -> Any:
+    known = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [k for k in fields if k not in known]
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; {cls.__name__} takes {known}")
+    return cls(**fields)
 
 
 class SourceOptions(ReadOptions):

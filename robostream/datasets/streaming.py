@@ -50,14 +50,15 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
 from robostream.plan.layout import Consumer, auto_canonical_streams
-from robostream.plan.mixture import EpochUnits, SamplingMethod, epoch_units, samples_per_source
-from robostream.plan.state import CHECKSUM, check_state_head, state_checksum
+from robostream.plan.mixture import (EpochUnits, SamplingMethod, check_epoch_units, epoch_units,
+                                     samples_per_source)
+from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.process_local import ProcessLocal
 from robostream.storage.store import SharedReading
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.layout import FramePool
 
-STATE_VERSION = 2  # 1: one offset per canonical stream (still read)
+STATE_VERSION = 2
 MIXTURE_DECODERS = 8  # decoders a mixture keeps open per process beyond those of its live pieces
 MAX_DECODE_THREADS = 16  # a mixture's decode threads per process, at most (fewer when workers fill the cores)
 
@@ -173,6 +174,7 @@ class StreamingLeRobotDataset(IterableDataset):
         weights = [spec.weight for spec in specs]
         self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights,
                                                      epoch_size)
+        check_epoch_units(self.samples_per_source, [r.lengths for r in self.sources], weights, epoch_size)
         self.schema = self.batches_of_mixture = None
         self.fingerprint = None
         self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self.sources[0])
@@ -304,15 +306,16 @@ class StreamingLeRobotDataset(IterableDataset):
                 weights, epoch size, sampling or feature mode) cannot continue its epoch: "error" refuses it,
                 "next_epoch" starts this mixture at the epoch after the state's.
         """
-        if not isinstance(state, Mapping) or state.get("version") not in (1, STATE_VERSION):
-            version = state.get("version") if isinstance(state, Mapping) else state
-            raise ValueError(f"resume state version {version!r}; this robostream reads 1 and {STATE_VERSION}")
+        if not isinstance(state, Mapping):
+            raise ValueError(f"resume state: expected a state_dict() (a mapping), got {type(state).__name__} "
+                             f"{state!r:.80}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"resume state version {state.get('version')!r}; this robostream reads version "
+                             f"{STATE_VERSION}")
         if on_mixture_change not in ("error", "next_epoch"):
             raise ValueError(f"on_mixture_change={on_mixture_change!r}: expected 'error' or 'next_epoch'")
         check_state_head(state, lanes=self.batching.lanes)
-        if CHECKSUM in state and state[CHECKSUM] != state_checksum(state):
-            raise ValueError(f"resume state: checksum {state[CHECKSUM]!r} does not match its content; the state "
-                             "was edited or corrupted after it was saved: use the checkpoint's original state")
+        check_checksum(state, where="resume state")
         if state.get("mixture") != self.fingerprint:
             if on_mixture_change == "next_epoch" and self.is_mixture and "mixture" in state:
                 self.set_epoch(int(state["epoch"]) + 1)
@@ -344,19 +347,12 @@ class StreamingLeRobotDataset(IterableDataset):
 
     def _check_dataset_identity(self, state: Mapping[str, Any]) -> None:
         """One dataset: the state must come from the same episode selection (ids and lengths)."""
-        if "dataset" in state:
-            if state["dataset"] != self.dataset_fingerprint:
-                raise ValueError(
-                    f"resume state was made with another dataset or episode selection (fingerprint "
-                    f"{state['dataset']!r}; this one, {len(self.episodes)} episodes of {self.meta.root}, is "
-                    f"{self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
-                    "dataset and episodes= it was saved with, or start a new epoch without the state")
-            return
-        warnings.warn("resume state of an older robostream (no dataset fingerprint): only its episode count is "
-                      "checked against this dataset", RuntimeWarning, stacklevel=3)
-        if state.get("num_episodes") != len(self.episodes):
-            raise ValueError(f"resume state has num_episodes={state.get('num_episodes')!r} but this dataset has "
-                             f"{len(self.episodes)}; a stream can only resume over the same episodes")
+        if state.get("dataset") != self.dataset_fingerprint:
+            raise ValueError(
+                f"resume state was made with another dataset or episode selection ('dataset' fingerprint "
+                f"{state.get('dataset')!r}; this one, {len(self.episodes)} episodes of {self.meta.root}, is "
+                f"{self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
+                "dataset and episodes= it was saved with, or start a new epoch without the state")
 
     # -- iteration -------------------------------------------------------------------------------------------
     def _start_pass(self) -> EpochIterator | LaneIterator | StratifiedIterator:

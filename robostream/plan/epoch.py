@@ -366,21 +366,13 @@ def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, in
 
 def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str, Any]:
     """The resume part of a batching="random" state (`epoch_state` plus its layout), checked against the epoch's
-    streams; a version-1 state (one offset per stream, owned round-robin) is read into segments.
+    streams.
 
     Raises:
         ValueError: naming the row, role or key that does not describe what remains of this epoch.
     """
-    consumers = state["layout"][0] * state["layout"][1]
-    resume = {k: state[k] for k in ("layout", "quota_left", "repeats_done", "worker_rotation")}
+    resume = {k: state[k] for k in ("layout", "segments", "quota_left", "repeats_done", "worker_rotation")}
     natural = stream_lengths(stream_pieces(spec))
-    if state.get("version") == 1:
-        offsets = state["stream_offsets"]
-        if not isinstance(offsets, list) or len(offsets) != spec.canonical:
-            raise ValueError("resume state: stream_offsets must have one entry per canonical stream")
-        resume["segments"] = [[s, 0, n, s % consumers, offsets[s]] for s, n in enumerate(natural) if n]
-    else:
-        resume["segments"] = state["segments"]
     check_epoch_state(resume["segments"], natural, state["layout"], resume["quota_left"], resume["repeats_done"],
                       spec.uneven)
     return resume

@@ -27,6 +27,10 @@ from robostream.plan.order import PURPOSE_LANES, PURPOSE_MIXTURE, rng_for
 from robostream.plan.resume import round_robin_counts
 
 SamplingMethod = Literal["balanced", "fixed"]
+# An epoch's plan holds one unit per episode per pass (~150 bytes, built again in every process at every epoch):
+# 4M units are ~0.6 GB and seconds of planning. A weight asking for more is refused at construction rather than
+# failing later with a MemoryError (choose=10**18) or an OverflowError (repeat=1e308).
+MAX_EPOCH_UNITS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,11 @@ class Weight:
             finite_number(getattr(self, name), what=name, minimum=0)
         if self.choose is not None and int(self.choose) != self.choose:
             raise ValueError(f"choose={self.choose!r}: expected a whole number of samples")
+
+    def __str__(self) -> str:
+        given = [f"{name}={getattr(self, name)!r}" for name in ("proportion", "repeat", "choose")
+                 if getattr(self, name) is not None]
+        return given[0] if given else "repeat=1 (no weight)"
 
 
 def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_size: int | None) -> list[int]:
@@ -74,11 +83,14 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
     if not all(relative):
         if epoch_size is not None:
             raise ValueError("epoch_size applies to proportion weights; with repeat/choose the epoch is their sum")
-        return [int(w.choose) if w.choose is not None else
-                int(Fraction(w.repeat if w.repeat is not None else 1) * n) for w, n in zip(weights, sizes)]
+        counts = [int(w.choose) if w.choose is not None else
+                  int(Fraction(w.repeat if w.repeat is not None else 1) * n) for w, n in zip(weights, sizes)]
+        if not sum(counts):
+            raise ValueError(_no_sample(weights))
+        return counts
     shares = [Fraction(w.proportion) for w in weights]
     if sum(shares) <= 0:
-        raise ValueError("proportions must not all be 0")
+        raise ValueError(_no_sample(weights))
     total = int(epoch_size) if epoch_size is not None else int(sum(sizes))
     exact = [total * s / sum(shares) for s in shares]
     counts = [int(e) for e in exact]  # floors (non-negative)
@@ -86,6 +98,41 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
     for i in by_remainder[: total - sum(counts)]:
         counts[i] += 1
     return counts
+
+
+def _no_sample(weights: Sequence[Weight]) -> str:
+    return (f"the weights [{', '.join(map(str, weights))}] give an epoch no sample (proportions must not all be "
+            "0, nor repeat/choose): give at least one source a weight above 0")
+
+
+def check_epoch_units(counts: Sequence[int], lengths: Sequence[Sequence[int]], weights: Sequence[Weight],
+                      epoch_size: int | None) -> None:
+    """Raise ValueError, naming the weight (or epoch_size) that asks for it, when an epoch's plan would hold more
+    than MAX_EPOCH_UNITS units (one per episode per pass) and more than one pass over every source's episodes.
+
+    Args:
+        counts: samples each source gives per epoch (`samples_per_source`).
+        lengths: per source, samples of each selected episode.
+        weights: one per source.
+        epoch_size: the mixture's epoch_size (what proportions are shares of).
+    """
+    sizes = [int(np.sum(n)) for n in lengths]  # Python ints: a count may exceed int64
+    units = [(count // size + 1) * len(n) for count, size, n in zip(counts, sizes, lengths)]  # + the partial pass
+    if sum(units) <= max(MAX_EPOCH_UNITS, sum(len(n) for n in lengths)):
+        return
+    s = max(range(len(units)), key=units.__getitem__)
+    asked = f"epoch_size={epoch_size!r} ({weights[s]})" if weights[s].proportion is not None else str(weights[s])
+    raise ValueError(f"source {s}: {asked} asks for {_count(counts[s])} samples per epoch, "
+                     f"{_count(counts[s] // sizes[s])} passes over its {len(lengths[s])} episodes ({sizes[s]} "
+                     f"samples): the epoch's plan would hold {_count(sum(units))} units (one per episode per pass), "
+                     f"more than {MAX_EPOCH_UNITS} (~150 bytes each, planned again in every process at every epoch): "
+                     "lower the weight, or run more, shorter epochs")
+
+
+def _count(n: int) -> str:
+    """An integer for a message: its digits, or its order of magnitude when it has more than 12."""
+    digits = str(n)
+    return digits if len(digits) <= 12 else f"~10^{len(digits) - 1}"
 
 
 def partial_pass(lengths: Sequence[int], count: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:

@@ -7,10 +7,12 @@ a removed segment row would skip its samples and an edited position repeat or sk
 - `check_epoch_state`: the invariants every state the dataset writes holds (segments inside their streams, none
   overlapping; each role's `quota_left` is what `quotas_for_roles` gives for what its segments still hold, because
   ranks consume in lockstep; repeats only after a role ran out of samples). Errors name the row or the role.
-- `state_checksum`: a hash of the state's content, written into it; an edit anywhere (a position still inside
-  its segment passes every invariant) no longer matches. A removed row is caught only here: samples of a stream
-  that no segment covers are legitimate (a re-cut onto another layout drops what was consumed), so the numbers
-  alone cannot tell a removed row from a consumed one.
+- `state_checksum` / `check_checksum`: a hash of the state's content, written into it and required when it is
+  read back (a state without one is refused: deleting the key must not switch the check off); an edit anywhere
+  (a position still inside its segment passes every invariant) no longer matches. A removed row is caught only
+  here: samples of a stream that no segment covers are legitimate (a re-cut onto another layout drops what was
+  consumed), so the numbers alone cannot tell a removed row from a consumed one. The training command's
+  checkpoint file wraps the state with its step and epoch under a checksum of its own, by the same rule.
 
 Pure: plain ints and lists in, ValueError out.
 """
@@ -31,6 +33,16 @@ def state_checksum(state: Mapping[str, Any]) -> str:
     """A short hash of every entry of `state` but the checksum itself (JSON, keys sorted)."""
     body = {k: v for k, v in state.items() if k != CHECKSUM}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_checksum(state: Mapping[str, Any], *, where: str) -> None:
+    """Raise ValueError, naming `where`, unless `state` holds the checksum of its own content."""
+    if CHECKSUM not in state:
+        raise ValueError(f"{where}: no {CHECKSUM!r} key; every state robostream writes has one, so this one was "
+                         "edited or not written by robostream: use the checkpoint's original state")
+    if state[CHECKSUM] != state_checksum(state):
+        raise ValueError(f"{where}: checksum {state[CHECKSUM]!r} does not match its content; the state was edited "
+                         "or corrupted after it was saved: use the checkpoint's original state")
 
 
 def _ints(value: Any, length: int, name: str) -> list[int]:
@@ -80,7 +92,7 @@ def _integer(state: Mapping[str, Any], key: str, minimum: int) -> int:
 
 
 def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
-    """Every key a state of `state["version"]` needs, with its type, so that a damaged state fails here, naming
+    """Every key a state needs, with its type, so that a damaged state fails here, naming
     the key, not inside a DataLoader worker (lanes: batching="per_stream" or "stratified")."""
     _integer(state, "epoch", 0)
     _integer(state, "canonical_streams", 1)
@@ -98,8 +110,7 @@ def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
         raise ValueError(f"resume state: 'worker_rotation' {rotation} is not a worker of the layout {layout}")
     stratified = state.get("batching") == "stratified"
     progress, per_worker = ("allocation", ("quotas", "done")) if stratified else ("schedule", ("batches", "done"))
-    needed = ("lanes", progress) if lanes else ("stream_offsets",) if state.get("version") == 1 else (
-        "segments", "quota_left", "repeats_done")
+    needed = ("lanes", progress) if lanes else ("segments", "quota_left", "repeats_done")
     missing = [k for k in needed if k not in state]
     if missing:
         raise ValueError(f"resume state: missing {missing}; it is damaged or not a StreamingLeRobotDataset state")
@@ -110,5 +121,5 @@ def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
             raise ValueError(f"resume state: 'lanes' must be a list and {progress!r} hold {per_worker[0]!r} and "
                              f"'done' per worker of the layout {layout}")
         _integer(schedule, "generation", 0)
-    elif not isinstance(state.get("segments", state.get("stream_offsets")), list):
+    elif not isinstance(state["segments"], list):
         raise ValueError("resume state: 'segments' must be a list of rows [stream, lo, hi, owner, position]")

@@ -1,5 +1,6 @@
-"""Resume states are validated completely when loaded (issue 21): a foreign, edited or damaged state fails in the
-main process naming the key, row or role; never an epoch that skips, repeats, never ends or ends at once."""
+"""Resume states are validated completely when loaded (issues 21 and 32): a foreign, edited or damaged state fails
+in the main process naming the key, row or role; never an epoch that skips, repeats, never ends or ends at once.
+The checksum is required: deleting it does not switch the check off."""
 
 from __future__ import annotations
 
@@ -7,18 +8,19 @@ import json
 
 import pytest
 
+from robostream import Source
 from robostream.datasets.streaming import StreamingLeRobotDataset
-
-pytestmark = pytest.mark.filterwarnings("ignore:resume state of an older robostream")
+from robostream.plan.state import state_checksum
 
 
 def _dataset(root, **kwargs):
     return StreamingLeRobotDataset(root=root, seed=3, **kwargs)
 
 
-def _unsigned(state):
-    """A state without its checksum: what the numbers alone must refuse (an older state has none)."""
-    return {k: v for k, v in state.items() if k != "checksum"}
+def _resigned(state):
+    """A state with the checksum of its (edited) content: what the numbers alone must refuse."""
+    body = {k: v for k, v in state.items() if k != "checksum"}
+    return {**body, "checksum": state_checksum(body)}
 
 
 @pytest.mark.parametrize("uneven", ["pad", "drop"])
@@ -33,7 +35,6 @@ def test_every_state_the_dataset_writes_validates(av1_root, uneven, world, worke
             state = json.loads(json.dumps(writer.state_dict(batches=batches, batch_size=batch_size,
                                                             num_workers=workers)))
             reader.load_state_dict(state)
-            reader.load_state_dict(_unsigned(state))
 
 
 def test_a_state_saved_after_an_elastic_resume_loads(av1_root):
@@ -47,7 +48,6 @@ def test_a_state_saved_after_an_elastic_resume_loads(av1_root):
     assert sum(hi - lo for _, lo, hi, _, _ in again["segments"]) < len(list(_dataset(av1_root)))
     third = _dataset(av1_root, rank=0, world_size=1)
     third.load_state_dict(again)
-    third.load_state_dict(_unsigned(again))
 
 
 def test_a_state_of_another_selection_or_dataset_is_refused(av1_root, h264_root):
@@ -59,9 +59,10 @@ def test_a_state_of_another_selection_or_dataset_is_refused(av1_root, h264_root)
     moved.load_state_dict(state)
 
 
-def test_an_older_state_without_fingerprint_still_loads_with_a_warning(av1_root):
-    state = {k: v for k, v in _dataset(av1_root).state_dict().items() if k not in ("dataset", "checksum")}
-    with pytest.warns(RuntimeWarning, match="only its episode count is checked"):
+def test_a_state_without_fingerprint_is_refused(av1_root):
+    """There is no older robostream to stay compatible with: a state without the fingerprint was edited."""
+    state = _resigned({k: v for k, v in _dataset(av1_root).state_dict().items() if k != "dataset"})
+    with pytest.raises(ValueError, match="another dataset or episode selection \\('dataset' fingerprint None"):
         _dataset(av1_root).load_state_dict(state)
 
 
@@ -87,9 +88,9 @@ def test_edited_or_damaged_states_fail_naming_the_key_row_or_role(av1_root, edit
     fresh = _dataset(av1_root, rank=0, world_size=2)
     with pytest.raises(ValueError, match=f"checksum .* does not match its content|{message}"):
         fresh.load_state_dict(edited)  # a missing or mistyped key is named before the checksum is compared
-    edit(unsigned := _unsigned(json.loads(json.dumps(state))))
+    edit(resigned := json.loads(json.dumps(state)))
     with pytest.raises(ValueError, match=message):
-        fresh.load_state_dict(unsigned)
+        fresh.load_state_dict(_resigned(resigned))
     assert fresh.epoch == 0  # a refused state changes nothing
     fresh.load_state_dict(state)
 
@@ -111,13 +112,13 @@ def test_an_edited_position_is_caught(av1_root):
     with pytest.raises(ValueError, match="checksum"):
         _dataset(av1_root).load_state_dict(state)
     with pytest.raises(ValueError, match=r"quota_left\[\d\] is \d+, but its segments leave"):
-        _dataset(av1_root).load_state_dict(_unsigned(state))
+        _dataset(av1_root).load_state_dict(_resigned(state))
 
 
 def test_a_refused_state_leaves_the_dataset_as_it_was(av1_root):
     dataset = _dataset(av1_root)
     dataset.set_epoch(2)
-    bad = _unsigned(dict(_dataset(av1_root).state_dict(), epoch=5, quota_left=[7]))
+    bad = _resigned(dict(_dataset(av1_root).state_dict(), epoch=5, quota_left=[7]))
     with pytest.raises(ValueError, match="quota_left"):
         dataset.load_state_dict(bad)
     assert dataset.epoch == 2 and len(list(dataset)) == len(list(_dataset(av1_root)))
@@ -144,3 +145,36 @@ def test_streaming_arguments_are_checked_by_name(av1_root, kwargs, message):
 def test_set_epoch_takes_a_non_negative_integer(av1_root, epoch, message):
     with pytest.raises(ValueError, match=message):
         _dataset(av1_root).set_epoch(epoch)
+
+
+def _lanes(root, batching):
+    """A mixture of two selections of one dataset (so the features match), on rank 0 of 2."""
+    sources = [Source(root=root, episodes=[0, 1, 2]), Source(root=root, episodes=[3, 4, 5, 6])]
+    planned = {} if batching == "random" else {"batch_size": 2}
+    return StreamingLeRobotDataset(sources=sources, batching=batching, seed=3, rank=0, world_size=2, **planned)
+
+
+@pytest.mark.parametrize("batching", ["one dataset", "random", "per_stream", "stratified"])
+def test_a_state_without_its_checksum_is_refused(av1_root, batching):
+    """Deleting the checksum switched the check off (issue 32): a quota edited with it skipped samples silently (11
+    and 3 on one dataset, 8 and 7 in stratified and per_stream lanes)."""
+    def make():
+        return _dataset(av1_root, rank=0, world_size=2) if batching == "one dataset" else _lanes(av1_root, batching)
+
+    state = json.loads(json.dumps(make().state_dict(batches=3, batch_size=2, num_workers=2)))
+    unsigned = {k: v for k, v in state.items() if k != "checksum"}
+    fresh = make()
+    with pytest.raises(ValueError, match="resume state: no 'checksum' key; every state robostream writes has one"):
+        fresh.load_state_dict(unsigned)
+    fresh.load_state_dict(state)
+
+
+@pytest.mark.parametrize("state, message", [
+    (None, r"expected a state_dict\(\) \(a mapping\), got NoneType None"),
+    ([1, 2], r"expected a state_dict\(\) \(a mapping\), got list \[1, 2\]"),
+    ({"version": 1, "stream_offsets": [0]}, "resume state version 1; this robostream reads version 2"),
+])
+def test_what_is_not_a_state_is_named(av1_root, state, message):
+    """`"data": null` in a checkpoint used to give "resume state version None"; version 1 was never released."""
+    with pytest.raises(ValueError, match=message):
+        _dataset(av1_root).load_state_dict(state)

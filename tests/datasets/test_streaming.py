@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 
 from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.format.metadata import load_metadata
+from robostream.plan.state import state_checksum
 from robostream.synth import SynthConfig, generate, read_marker
 
 
@@ -158,27 +159,17 @@ def test_bad_resume_states_are_refused(av1_root):
     edited = dict(state, segments=[rows[0], [rows[1][0], 0, 10 ** 6, 0, 0]] + rows[2:])
     with pytest.raises(ValueError, match="checksum .* does not match its content; the state was edited"):
         dataset.load_state_dict(edited)
-    unsigned = {k: v for k, v in state.items() if k != "checksum"}  # what the numbers alone must refuse
+
+    def signed(**edit):  # what the numbers alone must refuse: an edited state with the checksum of its content
+        body = {k: v for k, v in state.items() if k != "checksum"} | edit
+        return body | {"checksum": state_checksum(body)}
+
     with pytest.raises(ValueError, match=r"segment row 1: needs 0 <= lo < hi"):
-        dataset.load_state_dict(dict(unsigned, segments=[rows[0], [rows[1][0], 0, 10 ** 6, 0, 0]] + rows[2:]))
+        dataset.load_state_dict(signed(segments=[rows[0], [rows[1][0], 0, 10 ** 6, 0, 0]] + rows[2:]))
     with pytest.raises(ValueError, match=r"segment row 3: owner 7 is not in \[0, 1\)"):
-        dataset.load_state_dict(dict(unsigned, segments=rows[:3] + [rows[3][:3] + [7, rows[3][4]]] + rows[4:]))
+        dataset.load_state_dict(signed(segments=rows[:3] + [rows[3][:3] + [7, rows[3][4]]] + rows[4:]))
     with pytest.raises(ValueError, match="quota_left must be a list of 1 non-negative integers"):
-        dataset.load_state_dict(dict(unsigned, quota_left=[1, 2]))
-
-
-def test_version_1_states_still_resume(av1_root):
-    """A state written before segments (one offset per canonical stream) continues exactly."""
-    kwargs = {"seed": 3}
-    full, _ = _run(kwargs, av1_root, num_workers=2, batch_size=4)
-    head, state = _run(kwargs, av1_root, batches=4, num_workers=2, batch_size=4)
-    offsets = [0] * state["canonical_streams"]
-    for stream, _, _, _, position in state["segments"]:
-        offsets[stream] = position
-    old = {k: v for k, v in state.items() if k not in ("segments", "checksum")} | {"version": 1,
-                                                                                  "stream_offsets": offsets}
-    tail, _ = _run(kwargs, av1_root, state=old, num_workers=2, batch_size=4)
-    assert head + tail == full
+        dataset.load_state_dict(signed(quota_left=[1, 2]))
 
 
 @pytest.fixture(scope="module")
