@@ -22,10 +22,12 @@ The TABLES are written the way lerobot's recorder writes them, at full size:
     `meta/info.json`.
 
 The VIDEOS are NOT realistic: encoding millions of frames is impossible on a small machine, so each camera gets
-ONE short real mp4 (`videos/<key>/chunk-000/file-000.mp4`, as many frames as the longest episode) and EVERY
-episode's video span points into it (from_timestamp 0, to_timestamp length / fps). Decoding works and returns
-correct-looking frames, but a loader sees one small video file per camera instead of thousands: this dataset
-measures tables and start-up, not video I/O. Camera stats are the true stats of the frames each episode spans.
+ONE short real mp4 (`videos/<key>/chunk-000/file-000.mp4`, as many frames as the longest episode) and every other
+episode a file of its own that is a hard link to it, its span the file's first frames (from_timestamp 0,
+to_timestamp length / fps: the readers refuse two episodes' spans overlapping in one file). Decoding works and
+returns correct-looking frames, but a loader sees one small video per episode instead of long files shared by
+many: this dataset measures tables and start-up, not video I/O. Camera stats are the true stats of the frames each
+episode spans.
 
 Generation is vectorised with numpy (per data file: values, sorted per-episode for the quantiles, reduceat for
 mean/std), deterministic in `--seed`, and written into a temporary folder beside OUT that is renamed at the end.
@@ -229,6 +231,18 @@ def encode(frames: np.ndarray, path: Path, fps: int, codec: str, gop: int, crf: 
         container.mux(stream.encode(None))
 
 
+def link_episode_videos(stage: Path, key: str, episodes: int, chunks_size: int) -> None:
+    """Episode e's file of camera `key` (chunk e // chunks_size, file e % chunks_size): a hard link to episode 0's,
+    the one real mp4 (a directory entry each: 2 s for 200k)."""
+    real = stage / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+    for episode in range(1, episodes):
+        chunk, file = divmod(episode, chunks_size)
+        path = stage / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
+        if file == 0:
+            path.parent.mkdir(parents=True)
+        os.link(real, path)
+
+
 def camera_stats_by_length(frames: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per-channel stats (3,1,1), in [0,1], of the first L frames (what an episode of length L spans), for every
     distinct L: (the sorted distinct lengths, per stat an (lengths, 3, 1, 1) table)."""
@@ -304,13 +318,15 @@ def _write(stage: Path, args: argparse.Namespace) -> dict:
     task_names = [TASKS[i] if i < len(TASKS) else f"task number {i}" for i in range(n_tasks)]
     episode_task = rng_tasks.integers(0, n_tasks, size=n_eps).astype(np.int64)
 
-    # videos: one real mp4 per camera, as long as the longest episode; every episode spans its first `length` frames
+    # videos: one real mp4 per camera, as long as the longest episode, linked as each episode's file; every episode
+    # spans its first `length` frames
     longest = int(lengths.max())
     camera_stats = {}
     for cam, key in enumerate(video_keys):
         frames = render_frames(longest, args.size, cam, args.seed)
         encode(frames, stage / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0), fps, args.codec,
                args.gop, args.crf)
+        link_episode_videos(stage, key, n_eps, args.chunks_size)
         camera_stats[key] = camera_stats_by_length(frames, lengths)
 
     # the data files' schema, with the `huggingface` metadata lerobot's writer (an HF datasets table) carries
@@ -400,8 +416,8 @@ def _write(stage: Path, args: argparse.Namespace) -> dict:
             "dataset_to_index": pa.array(starts[eps + 1]),
         }
         for key in video_keys:
-            cols[f"videos/{key}/chunk_index"] = pa.array(np.zeros(len(eps), dtype=np.int64))
-            cols[f"videos/{key}/file_index"] = pa.array(np.zeros(len(eps), dtype=np.int64))
+            cols[f"videos/{key}/chunk_index"] = pa.array((eps // args.chunks_size).astype(np.int64))
+            cols[f"videos/{key}/file_index"] = pa.array((eps % args.chunks_size).astype(np.int64))
             cols[f"videos/{key}/from_timestamp"] = pa.array(np.zeros(len(eps), dtype=np.float64))
             cols[f"videos/{key}/to_timestamp"] = pa.array(lens / fps)
         for key in feats:
