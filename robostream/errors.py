@@ -54,5 +54,10 @@ class FileChangedError(IntegrityError):
     """A remote file changed (size or ETag) between two reads of one epoch."""
 
 
+class TooLargeError(IntegrityError):
+    """A file or a server's answer holds more bytes than the size first seen, the range asked for or the bound of a
+    file read whole; reading stopped there. The message names the file, the size and the bound."""
+
+
 class IncompatibleVersionsError(RobostreamError, ImportError):
     """Installed packages that do not go together (a torchcodec built for another torch)."""

@@ -16,9 +16,11 @@ It implements exactly the endpoints that huggingface_hub's ``HfApi.dataset_info`
   entries that exist.
 - ``GET``/``HEAD /datasets/{repo_id}/resolve/{revision}/{path}``: the file, with ``Range`` support (206,
   ``Content-Range``, 416 past the end), ``ETag``, ``X-Repo-Commit``, ``Accept-Ranges``. Files whose suffix is in
-  ``lfs_suffixes`` are, like LFS/Xet files on the real Hub, answered with a 302 to ``/cdn/...`` on this server
-  (carrying ``X-Linked-Size`` / ``X-Linked-ETag``, the content's sha256), which serves the bytes with the same
-  Range support.
+  ``lfs_suffixes`` are, like LFS/Xet files on the real Hub, answered with a 302 to ``<cdn_url>/cdn/...`` (carrying
+  ``X-Linked-Size`` / ``X-Linked-ETag``, the content's sha256, and ``X-Repo-Commit``), which serves the bytes with
+  the same Range support. The CDN is another origin, as on the real Hub (another port of 127.0.0.1): it serves
+  ``/cdn/`` only, and the API host does not; ``cdn_url`` is where the redirects point (the CDN's own endpoint, or a
+  proxy a test puts in front of it).
 
 Writes, as huggingface_hub's commit path uses them (with ``HF_HUB_DISABLE_XET=1``: the LFS protocol, not Xet):
 ``POST /api/datasets/{repo_id}/preupload/{revision}`` (LFS for ``lfs_suffixes``), ``POST
@@ -28,7 +30,8 @@ Writes, as huggingface_hub's commit path uses them (with ``HF_HUB_DISABLE_XET=1`
 
 Revisions: branches (``main``), tags (the ``tags`` given, at the initial commit) and commit shas; the initial
 commit is the fixed fake sha (40 hex characters); each commit makes a new one.
-Every request is recorded (method, path, status, bytes sent) so tests can check what was asked for.
+Every request is recorded (method, path, status, bytes sent), and the headers each origin received (``header_log``),
+so tests can check what was asked for and that credentials went to the Hub only.
 """
 
 from __future__ import annotations
@@ -194,14 +197,23 @@ class HubServer:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str, int, int]] = []  # (method, path with query, status, body bytes)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self.headers_seen: list[tuple[str, str, str, dict[str, str]]] = []  # (origin, method, path, headers)
+        self.cdn_url: str | None = None  # where LFS redirects point (None until started: the CDN's endpoint)
+        self._servers: list[ThreadingHTTPServer] = []  # the API host, the CDN
+        self._threads: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     @property
     def endpoint(self) -> str:
-        assert self._server is not None, "server not started"
-        return f"http://127.0.0.1:{self._server.server_port}"
+        """The API host (huggingface_hub's HF_ENDPOINT)."""
+        assert self._servers, "server not started"
+        return f"http://127.0.0.1:{self._servers[0].server_port}"
+
+    @property
+    def cdn_endpoint(self) -> str:
+        """The CDN serving LFS files' bytes: another origin than the API host."""
+        assert self._servers, "server not started"
+        return f"http://127.0.0.1:{self._servers[1].server_port}"
 
     def start(self) -> Self:
         hub = self
@@ -209,26 +221,32 @@ class HubServer:
         class Handler(_HubHandler):
             server_hub = hub
 
+        class CdnHandler(_CdnHandler):
+            server_hub = hub
+
         for repo in self.repos.values():  # content hashes up front: no measured request waits for one
             snapshot = repo.commits[repo.sha]
             for name in snapshot.files:
                 snapshot.etag(name)
         self._stopping.clear()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="hub-server", daemon=True)
-        self._thread.start()
+        for name, handler in (("hub-server", Handler), ("hub-cdn", CdnHandler)):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            server.daemon_threads = True
+            thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+            thread.start()
+            self._servers.append(server)
+            self._threads.append(thread)
+        self.cdn_url = self.cdn_endpoint
         return self
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._servers, self._threads = [], []
 
     def __enter__(self) -> Self:
         return self.start()
@@ -241,9 +259,14 @@ class HubServer:
         with self._lock:
             self.requests.append((method, path, status, nbytes))
 
+    def record_headers(self, origin: str, method: str, path: str, headers: dict[str, str]) -> None:
+        with self._lock:
+            self.headers_seen.append((origin, method, path, headers))
+
     def reset_stats(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.headers_seen.clear()
         self.load.reset()
 
     def summary(self, span_s: float) -> dict[str, float | int]:
@@ -258,9 +281,16 @@ class HubServer:
         with self._lock:
             return list(self.requests)
 
+    def header_log(self) -> list[tuple[str, str, str, dict[str, str]]]:
+        """(origin: "hub" or "cdn", method, path, the request's headers, names lowercased) of every request since
+        the last reset."""
+        with self._lock:
+            return list(self.headers_seen)
+
 
 class _HubHandler(BaseHTTPRequestHandler):
     server_hub: HubServer
+    origin = "hub"  # which host this handler serves: "hub" (the API, /resolve/) or "cdn" (LFS bytes, /cdn/ only)
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall per answer (see slow_store.QuietHandler)
 
@@ -292,6 +322,7 @@ class _HubHandler(BaseHTTPRequestHandler):
     def _turn(self) -> Iterator[None]:
         """A request waits its turn (max_in_flight) and the first-byte latency, as a real Hub makes it."""
         hub = self.server_hub
+        hub.record_headers(self.origin, self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
         with hub.load.admitted():
             if hub.latency_s:
                 hub._stopping.wait(hub.latency_s)
@@ -376,6 +407,8 @@ class _HubHandler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         query = parse_qs(split.query)
         segments = split.path.strip("/").split("/")
+        if self.origin == "cdn":
+            return self._cdn(segments, head)
         if segments[:2] == ["api", "datasets"]:
             repo, rest = self._repo(segments[2:])
             if repo is None:
@@ -394,12 +427,15 @@ class _HubHandler(BaseHTTPRequestHandler):
         elif segments[:1] == ["datasets"] and len(segments) >= 6 and segments[3] == "resolve":
             repo, rest = self._repo(segments[1:])
             return self._resolve(repo, unquote(rest[1]), unquote("/".join(rest[2:])), head)
-        elif segments[:1] == ["cdn"] and len(segments) >= 5:
+        self._error(404, "NotFound", f"no route for {self.command} {split.path}", head)
+
+    def _cdn(self, segments: list[str], head: bool) -> None:
+        """The CDN's one route: /cdn/{repo_id}/{sha}/{path}, an LFS file's bytes at a commit."""
+        if segments[:1] == ["cdn"] and len(segments) >= 5:
             repo, rest = self._repo(segments[1:])
             if repo is not None and rest[0] in repo.commits:
-                # same host as the API, so huggingface_hub follows this redirect for metadata: it needs the commit
                 return self._file(repo.commits[rest[0]], unquote("/".join(rest[1:])), head, {"X-Repo-Commit": rest[0]})
-        self._error(404, "NotFound", f"no route for {self.command} {split.path}", head)
+        self._error(404, "NotFound", f"no route on the CDN for {self.command} {self.path}", head)
 
     # -- endpoints ---------------------------------------------------------------------------------------------
     def _info(self, repo: _Repo, revision: str, head: bool) -> None:
@@ -463,7 +499,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         common = {"X-Repo-Commit": sha, "ETag": snapshot.etag(path)}
         if snapshot.is_lfs(path):
             # LFS/Xet files on the Hub: a redirect to the storage host, metadata on the redirect itself
-            location = f"/cdn/{repo.repo_id}/{sha}/{quote(path)}"
+            location = f"{self.server_hub.cdn_url}/cdn/{repo.repo_id}/{sha}/{quote(path)}"
             return self._send(302, b"", {**common, "Location": location, "X-Linked-Size": str(snapshot.size(path)),
                                          "X-Linked-ETag": snapshot.etag(path)}, head=head)
         self._file(snapshot, path, head, common)
@@ -549,6 +585,18 @@ class _HubHandler(BaseHTTPRequestHandler):
                 return self._error(409, "Conflict", f"tag {payload['tag']} already exists")
             repo.tags[payload["tag"]] = sha
         self._send(200, b"")
+
+
+class _CdnHandler(_HubHandler):
+    """The CDN host: LFS files' bytes (GET and HEAD of /cdn/...), nothing else."""
+
+    origin = "cdn"
+
+    def _refuse(self) -> None:
+        with self._turn():
+            self._error(405, "MethodNotAllowed", f"the CDN serves GET and HEAD only, not {self.command}")
+
+    do_POST = do_PUT = do_DELETE = _refuse  # noqa: N815 - stdlib naming
 
 
 # -- the client side: huggingface_hub pointed at an emulator, nothing but 127.0.0.1 reachable --------------------

@@ -1,15 +1,20 @@
-"""HTTP requests for ranged reads, through an fsspec HTTP filesystem's aiohttp session, keeping what fsspec's own
-calls drop (status, Content-Range, ETag), with redirects followed here so credentials stay with their origin."""
+"""HTTP requests through an fsspec HTTP filesystem's aiohttp session: every request robostream makes over HTTP
+(sizes, ranges, whole files, the Hub's `/resolve/` and the CDN URLs it names) goes through `http_request`, which
+keeps what fsspec's own calls drop (status, Content-Range, ETag), follows redirects itself so that credentials
+stay with the origin the user named, and reads no more body than the caller expects."""
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import aiohttp
 import fsspec
 import fsspec.asyn
 from yarl import URL
 
+from robostream.errors import TooLargeError
 from robostream.storage.integrity import FileVersion
+from robostream.storage.redact import redact_url
 
 
 class Answer(NamedTuple):
@@ -25,59 +30,102 @@ class Answer(NamedTuple):
     last_modified: str | None = None  # the Last-Modified header (names a version where the server gives no ETag)
 
 
+class BodyLimit(NamedTuple):
+    """The most bytes an answer's body may hold, and what that bound is (for the error): a body announcing or
+    sending more is refused after at most `size` bytes were read."""
+
+    size: int
+    why: str  # e.g. "the 120 bytes first seen", "the 100 bytes of the range asked for"
+
+
 MAX_REDIRECTS = 5
 REDIRECTS = (301, 302, 303, 307, 308)
+CHUNK = 1 << 20  # a body is read this much at a time, so a bound is kept within a chunk
 
 
-async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], *,
-                       stop_off_origin: bool = False) -> Answer:
-    """One HTTP request with the filesystem's session and request options, redirects followed here: the headers
-    and request options from storage_options (credentials) go to the URL's own origin only, never to another host
-    a redirect names (aiohttp strips only `Authorization`, not an API-key header or a cookie). The session's
-    ClientTimeout(total=RetryPolicy.timeout_s) bounds the whole request, headers and body: a server that trickles
-    them cannot hold a reader. 404/410 -> FileNotFoundError; 412/416 are returned for the caller to judge.
-    stop_off_origin: a redirect to another origin is not requested; its target comes back as the answer's url."""
+async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], *, home: str,
+                       limit: BodyLimit | None = None, stop_off_origin: bool = False) -> Answer:
+    """One HTTP request with the filesystem's session and request options, redirects followed here.
+
+    home: the URL the user named (a dataset root, the Hub endpoint): only its origin ever gets the credentials,
+    whatever URL is requested and wherever redirects lead: the headers and request options from storage_options
+    (aiohttp strips only `Authorization` on a redirect, not an API-key header), the Hub token of a Hub client, and
+    the user and password written in the URL (sent as basic auth, never in a URL: aiohttp's errors name the URL).
+    The session's ClientTimeout(total=RetryPolicy.timeout_s) bounds the whole request, headers and body: a server
+    that trickles them cannot hold a reader. 404/410 -> FileNotFoundError; 412/416 are returned for the caller to
+    judge; a body is never read for an error status. limit: a GET body larger than it is a TooLargeError.
+    stop_off_origin: a redirect to another origin than home's is not requested; its target is the answer's url.
+    """
     options = dict(fs.kwargs)
     own_headers = options.pop("headers", None) or {}
+    home_url = URL(home)
+    home_auth = aiohttp.BasicAuth.from_url(home_url)
+    if home_auth is not None:
+        options.setdefault("auth", home_auth)
     session = await fs.set_session()
-    target = URL(fs.encode_url(url))
-    origin = target.origin()
+    target = URL(fs.encode_url(url)).with_user(None)
     for _ in range(MAX_REDIRECTS + 1):
-        home = target.origin() == origin
-        sent = {**own_headers, **headers} if home else dict(headers)
+        at_home = target.origin() == home_url.origin()
+        sent = {**own_headers, **headers} if at_home else dict(headers)
         async with session.request(method, target, headers=sent, allow_redirects=False,
-                                   **(options if home else {})) as response:
+                                   **(options if at_home else {})) as response:
             if response.status in REDIRECTS and "Location" in response.headers:
                 target = target.join(URL(response.headers["Location"]))
                 if target.scheme not in ("http", "https"):
-                    raise ValueError(f"{url}: redirected to {target}, which is not an http(s) URL")
-                if stop_off_origin and target.origin() != origin:
+                    raise ValueError(f"{redact_url(url)}: redirected to {target}, which is not an http(s) URL")
+                if stop_off_origin and target.origin() != home_url.origin():
                     return Answer(response.status, None, None, b"", None, str(target))
                 continue
             answer = (response.status, response.headers.get("Content-Range"), response.headers.get("ETag"))
             if response.status in (412, 416):
                 return Answer(*answer, b"", response.headers.get("Content-Length"), str(target))
             if response.status in (404, 410):
-                raise FileNotFoundError(url)
-            body = await response.read() if method == "GET" else b""
+                raise FileNotFoundError(redact_url(url))
             response.raise_for_status()
+            body = await _body(response, redact_url(url), limit) if method == "GET" else b""
             return Answer(*answer, body, response.headers.get("Content-Length"), str(target),
                           response.headers.get("Last-Modified"))
-    raise ValueError(f"{url}: more than {MAX_REDIRECTS} redirects")
+    raise ValueError(f"{redact_url(url)}: more than {MAX_REDIRECTS} redirects")
 
 
-async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | None) -> Answer:
-    """GET bytes [start, end), keeping status and headers (fsspec's cat_file drops them)."""
+async def _body(response: aiohttp.ClientResponse, name: str, limit: BodyLimit | None) -> bytes:
+    """The answer's body, read a chunk at a time and refused as soon as it announces or holds more than `limit`."""
+    if limit is None:
+        return await response.read()
+    announced = response.content_length
+    if announced is not None and announced > limit.size:
+        raise TooLargeError(f"{name}: the server announces {announced} bytes (Content-Length), more than "
+                            f"{limit.why}; nothing was read")
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(CHUNK):
+        body += chunk
+        if len(body) > limit.size:
+            raise TooLargeError(f"{name}: the server sent more than {limit.why}; stopped reading after "
+                                f"{len(body)} bytes")
+    return bytes(body)
+
+
+async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | None, *, home: str) -> Answer:
+    """GET bytes [start, end), keeping status and headers (fsspec's cat_file drops them); a body longer than the
+    range is refused unread (a server that ignores Range would send the whole file)."""
     headers = {"Range": f"bytes={start}-{end - 1}", **({"If-Match": if_match} if if_match else {})}
-    return await http_request(fs, "GET", url, headers)
+    limit = BodyLimit(end - start, f"the {end - start} bytes of the range {start}-{end - 1} asked for: the server "
+                                   "ignored the byte range; ranged reads need a server that supports HTTP Range "
+                                   "requests")
+    return await http_request(fs, "GET", url, headers, home=home, limit=limit)
 
 
-def http_stat(fs: Any, url: str) -> FileVersion:
+def http_stat(fs: Any, url: str, *, home: str) -> FileVersion:
     """Content-Length, ETag and Last-Modified from a HEAD request (fsspec's HTTP filesystem reports any failed
     HEAD, a 503 too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
-    answer = fsspec.asyn.sync(fs.loop, http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"})
+    answer = fsspec.asyn.sync(fs.loop, http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"}, home=home)
     if answer.content_length is None:
-        raise ValueError(f"{url}: the server gives no Content-Length; ranged reads need it")
+        raise ValueError(f"{redact_url(url)}: the server gives no Content-Length; ranged reads need it")
     return FileVersion(int(answer.content_length), answer.etag, last_modified=answer.last_modified)
 
 
+def http_get(fs: Any, url: str, limit: BodyLimit, *, home: str) -> bytes:
+    """A whole file's bytes (GET, no range), at most `limit`."""
+    answer = fsspec.asyn.sync(fs.loop, http_request, fs, "GET", url, {"Accept-Encoding": "identity"}, home=home,
+                              limit=limit)
+    return answer.body

@@ -2,10 +2,12 @@
 
 HfFileSystem sends every range to the Hub's `/resolve/` URL, which answers LFS and Xet files with a redirect to a
 CDN or Xet bridge URL: two round trips per range, each through the Hub's API host. Here each file's `/resolve/` is
-asked once per process (the token goes to the Hub only, never to the host it redirects to) and ranges then go
-straight to the URL it named, many at once through aiohttp, with status and Content-Range checked like any other
-ranged read. The revision is a commit (Storage pins it), so the bytes behind a file's URL never change; a signed
-URL that has expired (401/403) is resolved again at the next try (RetryPolicy treats it as transient).
+asked once per process and ranges then go straight to the URL it named, many at once through aiohttp, with status
+and Content-Range checked like any other ranged read. The token goes to the Hub's endpoint only: the home origin of
+every request here is the endpoint's, never the CDN or Xet host a `/resolve/` names (as huggingface_hub's own
+redirected requests carry none). The revision is a commit (Storage pins it), so the bytes behind a file's URL never
+change; a signed URL that has expired (401/403) is resolved again at the next try (RetryPolicy treats it as
+transient).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class HubRanges:
         from huggingface_hub.utils import build_hf_headers
 
         self._hub = hub
-        # The Hub's headers (the token) are this filesystem's own: sent to the Hub's origin only (http_request).
+        # The Hub's headers (the token) are this filesystem's own: sent to the endpoint's origin only (http_request).
         self._http = fsspec.filesystem("http", skip_instance_cache=True, headers=build_hf_headers(token=hub.token),
                                        **http_options)
         self._urls: dict[str, str] = {}
@@ -42,7 +44,8 @@ class HubRanges:
         if url is None:
             url = self._resolve(path)
         try:
-            answer = fsspec.asyn.sync(self._http.loop, http_range, self._http, url, start, end, None)
+            answer = fsspec.asyn.sync(self._http.loop, http_range, self._http, url, start, end, None,
+                                      home=self._hub.endpoint)
         except aiohttp.ClientResponseError as exc:
             if exc.status not in EXPIRED:
                 raise
@@ -59,7 +62,7 @@ class HubRanges:
         resolve_url = hf_hub_url(resolved.repo_id, resolved.path_in_repo, repo_type=resolved.repo_type,
                                  revision=resolved.revision, endpoint=self._hub.endpoint)
         answer = fsspec.asyn.sync(self._http.loop, http_request, self._http, "HEAD", resolve_url,
-                                  {"Accept-Encoding": "identity"}, stop_off_origin=True)
+                                  {"Accept-Encoding": "identity"}, home=self._hub.endpoint, stop_off_origin=True)
         with self._lock:
             self._urls[path] = answer.url
         return answer.url

@@ -2,8 +2,9 @@
 
 Transient failures (connection resets, timeouts, HTTP 5xx, 408 and 429 with Retry-After) are retried up to a
 bound; anything else (404, 403, a malformed request) fails at once, and an IntegrityError (a changed file, a
-checksum mismatch) passes through unchanged. After the bound, the error names what was being read and how many
-attempts were made: never a hang, never a silently short read.
+checksum mismatch) passes through unchanged. After the bound, the error names what was being read, how many
+attempts were made and what the last one met (a timeout: which deadline passed): never a hang, never a silently
+short read. Messages never hold a user or password written in a URL (storage/redact.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from robostream.errors import IntegrityError, RobostreamError
+from robostream.storage.redact import redact_url
 
 T = TypeVar("T")
 PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
@@ -77,10 +79,26 @@ def is_transient(exc: BaseException) -> bool:
                                           "ChunkedEncoding", "ProtocolError", "EndpointConnection", "Checksum"))
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """A deadline passed: asyncio's, aiohttp's and fsspec's timeouts (whose text is empty), botocore's."""
+    return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timeout" in type(exc).__name__
+
+
+def describe_error(exc: BaseException, policy: RetryPolicy) -> str:
+    """An error for a final message: its type and text, URLs redacted; a timeout says which deadline passed (its
+    own text is often empty)."""
+    text = redact_url(str(exc))
+    if is_timeout(exc):
+        return (f"{type(exc).__name__}: no complete answer within RetryPolicy.timeout_s={policy.timeout_s} s"
+                + (f" ({text})" if text else ""))
+    return f"{type(exc).__name__}: {text}"
+
+
 def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng: random.Random | None = None,
                       sleep: Callable[[float], None] = time.sleep) -> T:
     """Run `read`, retrying transient failures; `what` names the URL and byte range for the final error."""
     rng = rng or random.Random()
+    what = redact_url(what)
     for attempt in range(policy.max_attempts):
         try:
             return read()
@@ -89,12 +107,13 @@ def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised with context
             if not is_transient(exc):
                 if isinstance(exc, FileNotFoundError):
-                    raise FileNotFoundError(f"{what}: not found ({exc})") from exc
-                raise RemoteReadError(f"{what}: failed and is not retryable: {type(exc).__name__}: {exc}") from exc
+                    raise FileNotFoundError(f"{what}: not found ({redact_url(str(exc))})") from exc
+                raise RemoteReadError(f"{what}: failed and is not retryable: {describe_error(exc, policy)}") from exc
             if attempt + 1 == policy.max_attempts:
+                remedy = "RetryPolicy.timeout_s (a slow link or a large answer)" if is_timeout(exc) \
+                    else "RetryPolicy.max_attempts"
                 raise RemoteReadError(
-                    f"{what}: still failing after {policy.max_attempts} attempts "
-                    f"(last error {type(exc).__name__}: {exc}); check the server or raise RetryPolicy.max_attempts"
-                ) from exc
+                    f"{what}: still failing after {policy.max_attempts} attempts (last error "
+                    f"{describe_error(exc, policy)}); check the server or raise {remedy}") from exc
             sleep(policy.delay(attempt, retry_after(exc), rng))
     raise AssertionError("unreachable")

@@ -29,13 +29,13 @@ from typing import Any
 import fsspec
 import fsspec.asyn
 
-from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError, RobostreamError
+from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError, RobostreamError, TooLargeError
 from robostream.process_local import ProcessLocal
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT, ReadAhead
 from robostream.storage.cache import CachedPath, DiskCache, Writable
-from robostream.storage.http import Answer, http_range, http_stat
+from robostream.storage.http import Answer, BodyLimit, http_get, http_range, http_stat
 from robostream.storage.hub_ranges import HubRanges
 from robostream.storage.integrity import (
     FileVersion,
@@ -47,6 +47,7 @@ from robostream.storage.integrity import (
     mismatch_error,
     strong_etag,
 )
+from robostream.storage.redact import redact_url
 from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
 
 # The unit of the block cache. Range requests fetch runs of blocks (storage/read_ahead.py merges them up to 2 MiB),
@@ -56,6 +57,10 @@ from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_ret
 BLOCK_SIZE = 64 << 10
 MIN_BLOCK_SIZE = 16 << 10
 DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + read-ahead)
+# The most a file read whole (Storage.read_bytes: metadata files) may hold. Real datasets' are far smaller: info.json
+# kilobytes, tasks.parquet and stats.json at most a few MB, an episodes parquet tens of MB; a server announcing or
+# sending more is refused before it fills the memory.
+WHOLE_FILE_LIMIT = 256 << 20
 
 
 def _default_options(protocol: str, policy: RetryPolicy, max_in_flight: int) -> dict[str, Any]:
@@ -121,6 +126,11 @@ def pin_hub_root(root: str, options: dict[str, Any], policy: RetryPolicy) -> str
         raise
     path = f"/{parsed.path_in_repo}" if parsed.path_in_repo else ""
     return f"hf://{constants.REPO_TYPES_URL_PREFIXES.get(parsed.type, '')}{parsed.id}@{sha}{path}"
+
+
+def _read_at_most(path: str, size: int) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(size)
 
 
 def _local_version(stat: os.stat_result) -> FileVersion:
@@ -293,8 +303,11 @@ class Storage:
         self._process.get().versions.pop(path, None)
 
     def describe(self, relative: str) -> str:
-        """The full location of a file, for messages."""
-        return posixpath.join(self.url.rstrip("/"), relative) if not self.is_local else str(Path(self.root) / relative)
+        """The full location of a file, for messages and cache identities (a user and password in the URL
+        redacted: they never reach a message or a file)."""
+        if self.is_local:
+            return str(Path(self.root) / relative)
+        return redact_url(posixpath.join(self.url.rstrip("/"), relative))
 
     def _path(self, relative: str, what: str) -> str:
         check_relative(relative, what=what)
@@ -326,7 +339,7 @@ class Storage:
         if self.is_local:
             return _local_version(os.stat(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
-        read = (lambda: http_stat(self.fs, path)) if self.protocol in ("http", "https") \
+        read = (lambda: http_stat(self.fs, path, home=self.url)) if self.protocol in ("http", "https") \
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
         version = call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
         # The version a reader of this file opens (see open): a probe followed by an open asks the server once.
@@ -344,12 +357,33 @@ class Storage:
             raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
         return f"{self.describe(relative)}|{version.size}|{version.token}" if version.token else None
 
-    def read_bytes(self, relative: str, what: str = "file") -> bytes:
-        """A whole (small) file."""
-        path = self._path(relative, what)
-        data = call_with_retries(lambda: self.fs.cat_file(path), self.describe(relative), self.retry)
+    def read_bytes(self, relative: str, what: str = "file", *, limit: int = WHOLE_FILE_LIMIT) -> bytes:
+        """A whole (small) file: at most `limit` bytes, and exactly the size first seen in this process where a
+        HEAD or a listing saw one. A larger file, or a server announcing or sending more, is a TooLargeError naming
+        the file, the size and the bound, after at most the bound (and a chunk) was read; another size than the
+        one first seen is a FileChangedError. (S3 and the Hub: their clients read the body whole, so the bound
+        holds before the read only where a listing gave the size.)"""
+        path, name = self._path(relative, what), self.describe(relative)
+        bound = BodyLimit(limit, f"the {limit} bytes a file read whole may hold (a metadata file: a real dataset's "
+                                 "is far smaller; check the URL and the server)")
+        seen = None if self.is_local else self._process.get().versions.get(path)
+        if seen is not None:
+            if seen.size > limit:
+                raise TooLargeError(f"{name}: {seen.size} bytes, more than {bound.why}; nothing was read")
+            bound = BodyLimit(seen.size, f"the {seen.size} bytes first seen")
+        if self.is_local:
+            read = partial(_read_at_most, path, bound.size + 1)
+        elif self.protocol in ("http", "https"):
+            read = partial(http_get, self.fs, path, bound, home=self.url)
+        else:
+            read = partial(self.fs.cat_file, path)
+        data = call_with_retries(read, name, self.retry)
         if not self.is_local:
             self.counter.add(len(data))
+        if len(data) > bound.size:
+            raise TooLargeError(f"{name}: {len(data)} bytes or more, more than {bound.why}")
+        if seen is not None and len(data) != seen.size:
+            raise changed_error(name, seen, f"size {len(data)}")
         return data
 
     def glob(self, pattern: str) -> list[str]:
@@ -377,7 +411,7 @@ class Storage:
         that lists (a local walk costs none); the versions are remembered, so opening these files asks the server
         nothing more in this process."""
         if not self.can_list():
-            raise ValueError(f"{self.url}: {self.protocol} cannot list folders")
+            raise ValueError(f"{redact_url(self.url)}: {self.protocol} cannot list folders")
         base = self._path(folder, "folder").rstrip("/")
         if self.is_local:
             found: dict[str, FileVersion] = {}
@@ -502,7 +536,8 @@ class RangedReader(io.RawIOBase):
     def _answer(self, start: int, end: int) -> Answer:
         fs, protocol = self._storage.fs, self._storage.protocol
         if protocol in ("http", "https"):
-            return fsspec.asyn.sync(fs.loop, http_range, fs, self._path, start, end, strong_etag(self._version.etag))
+            return fsspec.asyn.sync(fs.loop, http_range, fs, self._path, start, end, strong_etag(self._version.etag),
+                                    home=self._storage.url)
         if protocol in ("s3", "s3a"):
             return fsspec.asyn.sync(fs.loop, _s3_range, fs, self._path, start, end, strong_etag(self._version.etag))
         if self._storage.hub_repository:  # straight from where the Hub serves the bytes (buckets: HfFileSystem)

@@ -157,3 +157,20 @@ def test_each_file_is_resolved_once_and_ranges_go_where_it_redirects(hub, av1_ro
     ranges = {path for _, path, status, _ in hub.log() if path.startswith("/cdn/") and path.endswith(".mp4")
               and status == 206}
     assert ranges == {path.replace(f"/datasets/{REPO}/resolve/", f"/cdn/{REPO}/") for _, path in resolved}
+
+
+@pytest.mark.timeout(120)
+def test_the_token_goes_to_the_hub_never_to_the_cdn(hub, av1_root):
+    """The CDN is another origin (as on the real Hub): ranges go straight to the URL a file's /resolve/ names,
+    and the token goes with the /resolve/ to the Hub only, never to the CDN, as huggingface_hub's own redirected
+    requests (issue 32: the token went with every range to the host the Hub redirected to)."""
+    hub.reset_stats()
+    mapped = LeRobotDataset(root=f"hf://datasets/{REPO}@{hub.sha}", return_uint8=True, read_options=FAST)
+    for index in (0, len(mapped) - 1):
+        mapped[index]
+    seen = hub.header_log()
+    resolved = [headers for origin, _, path, headers in seen if origin == "hub" and "/resolve/" in path]
+    at_cdn = [(method, headers) for origin, method, _, headers in seen if origin == "cdn"]
+    assert resolved and all(h.get("authorization") == "Bearer hf_fake_local_token" for h in resolved)
+    assert any(method == "GET" and "range" in headers for method, headers in at_cdn), "no ranged reads at the CDN"
+    assert [headers for _, headers in at_cdn if "authorization" in headers] == []

@@ -83,9 +83,10 @@ BLOBS, MOVING, AV1 = "local/blobs", "local/moving", "local/av1"
 
 
 @pytest.fixture(scope="module")
-def hub(av1_root, tmp_path_factory) -> Iterator[tuple[HubServer, FaultProxy]]:
-    """The emulator serving three repos, reached through a transparent FaultProxy (tests set its plan), with
-    huggingface_hub pointed at the proxy and nothing but 127.0.0.1 reachable."""
+def hub(av1_root, tmp_path_factory) -> Iterator[tuple[HubServer, dict[str, FaultProxy]]]:
+    """The emulator serving three repos, its API host and its CDN each reached through a transparent FaultProxy
+    (tests set their plans; keyed by the route each serves), with huggingface_hub pointed at the API's proxy, the
+    Hub's LFS redirects at the CDN's, and nothing but 127.0.0.1 reachable."""
     folders = {}
     for repo in (BLOBS, MOVING):
         folder = tmp_path_factory.mktemp(repo.replace("/", "_"))
@@ -94,18 +95,21 @@ def hub(av1_root, tmp_path_factory) -> Iterator[tuple[HubServer, FaultProxy]]:
         (folder / VIDEO).write_bytes(_bytes(1, SIZE))
         (folder / INFO).write_bytes(b'{"codebase_version": "v3.0", "padding": "' + b"x" * 40_000 + b'"}')
         folders[repo] = folder
-    with HubServer({**folders, AV1: av1_root}) as server, FaultProxy(server.endpoint) as proxy, \
-            huggingface_hub_at(proxy.url, tmp_path_factory.mktemp("hf_home")):
-        yield server, proxy
+    with HubServer({**folders, AV1: av1_root}) as server, FaultProxy(server.endpoint) as api, \
+            FaultProxy(server.cdn_endpoint) as cdn, huggingface_hub_at(api.url, tmp_path_factory.mktemp("hf_home")):
+        server.cdn_url = cdn.url
+        yield server, {"/resolve/": api, "/cdn/": cdn}
 
 
 @pytest.fixture
-def proxy(hub) -> Iterator[FaultProxy]:
-    _, proxy = hub
-    proxy.clear_faults()
-    proxy.reset_stats()
-    yield proxy
-    proxy.clear_faults()
+def proxies(hub) -> Iterator[dict[str, FaultProxy]]:
+    _, proxies = hub
+    for proxy in proxies.values():
+        proxy.clear_faults()
+        proxy.reset_stats()
+    yield proxies
+    for proxy in proxies.values():
+        proxy.clear_faults()
 
 
 def _hub_storage(tmp_path: Path, revision: str = "", validate: str = "full") -> Storage:
@@ -114,7 +118,7 @@ def _hub_storage(tmp_path: Path, revision: str = "", validate: str = "full") -> 
                    validate=validate)
 
 
-def test_hub_hashes_are_the_published_ones_and_cached_copies_are_checked(hub, proxy, tmp_path):
+def test_hub_hashes_are_the_published_ones_and_cached_copies_are_checked(hub, proxies, tmp_path):
     server, _ = hub
     storage = _hub_storage(tmp_path)
     assert storage.url == f"hf://datasets/{BLOBS}@{server.sha}"  # no revision given: pinned to main's commit
@@ -132,9 +136,9 @@ ROUTES = [(VIDEO, "/cdn/"), (INFO, "/resolve/")]
 
 
 @pytest.mark.parametrize("name, route", ROUTES, ids=["lfs-sha256", "git-sha1"])
-def test_hub_corrupted_download_is_detected_and_fetched_again(hub, proxy, tmp_path, name, route):
+def test_hub_corrupted_download_is_detected_and_fetched_again(hub, proxies, tmp_path, name, route):
     server, _ = hub
-    proxy.set_plan(_corrupt_first(1, route, quote(name)))
+    proxies[route].set_plan(_corrupt_first(1, route, quote(name)))
     storage = _hub_storage(tmp_path)
     expected = storage.stat(name).digest
     with pytest.warns(RuntimeWarning, match=f"{name}: downloaded bytes do not match the published hash "
@@ -142,14 +146,14 @@ def test_hub_corrupted_download_is_detected_and_fetched_again(hub, proxy, tmp_pa
                                             "once more"):
         path = storage.open(name)
     assert Path(path).read_bytes() == server.repos[BLOBS].commits[server.sha].data(name)
-    assert proxy.stats()["by_kind"] == {"corrupt": 1}
+    assert proxies[route].stats()["by_kind"] == {"corrupt": 1}
     assert len(_cached_objects(tmp_path / "cache")) == 1
 
 
 @pytest.mark.parametrize("name, route", ROUTES, ids=["lfs-sha256", "git-sha1"])
-def test_hub_persistent_corruption_fails_naming_the_file_and_both_hashes(hub, proxy, tmp_path, name, route):
+def test_hub_persistent_corruption_fails_naming_the_file_and_both_hashes(hub, proxies, tmp_path, name, route):
     server, _ = hub
-    proxy.set_plan(_corrupt_first(None, route, quote(name)))
+    proxies[route].set_plan(_corrupt_first(None, route, quote(name)))
     storage = _hub_storage(tmp_path)
     expected = storage.stat(name).digest
     with pytest.warns(RuntimeWarning), pytest.raises(ChecksumMismatchError) as info:
@@ -163,15 +167,15 @@ def test_hub_persistent_corruption_fails_naming_the_file_and_both_hashes(hub, pr
     assert not list((tmp_path / "cache").rglob(".partial-*"))
 
 
-def test_hub_validate_size_does_not_hash(hub, proxy, tmp_path):
+def test_hub_validate_size_does_not_hash(hub, proxies, tmp_path):
     """The default checks sizes only: a corrupted body of the right size goes through (what "full" is for)."""
-    proxy.set_plan(_corrupt_first(None, "/cdn/", quote(VIDEO)))
+    proxies["/cdn/"].set_plan(_corrupt_first(None, "/cdn/", quote(VIDEO)))
     path = _hub_storage(tmp_path, validate="size").open(VIDEO)
     assert Path(path).stat().st_size == SIZE and not Path(path + ".verified").exists()
-    assert set(proxy.stats()["by_kind"]) == {"corrupt"}  # every request (the file's blocks, merged) was corrupted
+    assert set(proxies["/cdn/"].stats()["by_kind"]) == {"corrupt"}  # every request (the file's blocks, merged) was corrupted
 
 
-def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxy, tmp_path):
+def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxies, tmp_path):
     from huggingface_hub import HfApi
 
     server, _ = hub
@@ -190,13 +194,13 @@ def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxy
     assert again.open(VIDEO).read() == new
 
 
-def test_hub_root_at_a_missing_revision_is_a_clear_error(hub, proxy):
+def test_hub_root_at_a_missing_revision_is_a_clear_error(hub, proxies):
     with pytest.raises(MissingFileError, match=rf"hf://datasets/{BLOBS}@nope: RevisionNotFoundError: .*check the "
                                                "repository id and the revision"):
         Storage(f"hf://datasets/{BLOBS}@nope", retry=FAST_RETRY)
 
 
-def test_hub_dataset_with_full_validation_equals_local(hub, proxy, av1_root, tmp_path):
+def test_hub_dataset_with_full_validation_equals_local(hub, proxies, av1_root, tmp_path):
     source = ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb", validate="full")
     remote = StreamingLeRobotDataset(root=f"hf://datasets/{AV1}", seed=3, return_uint8=True, read_options=source)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True))
