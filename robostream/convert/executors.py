@@ -37,7 +37,7 @@ class EngineOptions:
     time: str = "24:00:00"  # SLURM time limit of each task
     cpus_per_task: int = 2
     mem_per_cpu_gb: float = 2.0
-    logging_dir: str | None = None  # datatrove's logs; default <work dir>/datatrove
+    logging_dir: str | None = None  # datatrove's logs; default <work dir>.logs beside the work dir (kept at the end)
     sbatch_args: dict[str, Any] = field(default_factory=dict)
     venv_path: str | None = None  # activate script sourced in the SLURM job (path/to/venv/bin/activate)
 
