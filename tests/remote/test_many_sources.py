@@ -1,7 +1,8 @@
 """A mixture of many remote sources opens them concurrently, with a constant number of requests per source, and a
 second construction on the node reads their metadata from the node cache (format/metadata_snapshot.py): no request
-for a Hub source pinned to a commit, one per source that can change (a HEAD of info.json over HTTP, a listing of
-meta/ on S3), and a source whose metadata changed is read anew, never served from the old snapshot.
+for a Hub source pinned to a commit, a constant number per source that can change (over HTTP, which cannot list:
+info.json, tasks.parquet and stats.json read whole, a HEAD of each episodes file and of the first missing one; on S3
+a listing of meta/), and a source whose metadata changed is read anew, never served from the old snapshot.
 
 Each source is a copy of one tiny one-episode dataset, served by a real server on 127.0.0.1 with a first-byte
 latency, so requests of different sources only overlap when they are made concurrently.
@@ -92,8 +93,12 @@ def test_http_sources_open_concurrently_then_from_the_node_cache(served, node_ca
 
         server.reset_stats()
         warm = _mixture(urls)
-        assert server.stats() == {f"/srcs/src-{i:02d}/meta/info.json": {"requests": 1, "bytes": 0}
-                                  for i in range(SOURCES)}, "a second construction read more than info.json's HEAD"
+        small = {name: (served / "srcs/src-00" / name).stat().st_size
+                 for name in ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")}
+        episodes = {"meta/episodes/chunk-000/file-000.parquet": 0, "meta/episodes/chunk-000/file-001.parquet": 0}
+        assert server.stats() == {f"/srcs/src-{i:02d}/{name}": {"requests": 1, "bytes": size}
+                                  for i in range(SOURCES) for name, size in {**small, **episodes}.items()}, \
+            "a second construction read more than the small meta files and a HEAD of each episodes file"
         assert [r.meta.info.total_frames for r in warm.sources] == [r.meta.info.total_frames for r in cold.sources]
 
         _move_revision(served, "src-07")
@@ -103,7 +108,7 @@ def test_http_sources_open_concurrently_then_from_the_node_cache(served, node_ca
         assert all(r.meta.info == c.meta.info for i, (r, c) in enumerate(zip(moved.sources, cold.sources)) if i != 7)
         per_source = _per_source(server.stats())
         assert sum(per_source["src-07"].values()) == sum(first.values())  # read anew
-        assert all(sum(c.values()) == 1 for name, c in per_source.items() if name != "src-07")
+        assert all(sum(c.values()) == len(small) + len(episodes) for name, c in per_source.items() if name != "src-07")
 
 
 def test_s3_sources_check_their_revision_with_one_listing(served, node_cache):
