@@ -6,11 +6,12 @@ too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint
 `training_state/robostream_data.json`: the epoch and the streaming loader's state, so `--resume` continues with the
 batches an uninterrupted run would have seen, on any number of processes. lerobot writes straight into the step's
 folder; here it is written into a scratch folder beside the checkpoints (`.tmp-<step>-<random>`, marked as
-robostream's before anything is put in it) and flushed to disk; `last` is pointed at it, it is renamed into place (a
-step saved before, a folder or a link, first moved into the scratch folder: a link is removed, never followed), and
-`last` is pointed at it there. Each change of `last` is one rename: a kill (or a node's crash) at any point leaves
-`last` naming a complete checkpoint. Only marked scratch folders are ever deleted: anything else called `.tmp-*`
-beside the checkpoints is left alone, with a warning.
+robostream's before anything is put in it) and flushed to disk, renamed into place (a step saved before, a folder
+or a link, first moved into the scratch folder: a link is removed, never followed), then `last` is replaced by a
+link to it in one rename: a kill (or a node's crash) at any point leaves `last` naming a complete checkpoint (when
+`last` named the step saved again, it names the new checkpoint in the scratch folder until it is in place: a window
+of one rename). Only marked scratch folders are ever deleted: anything else called `.tmp-*` beside the checkpoints
+is left alone, with a warning.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     checkpoints = final.parent
     checkpoints.mkdir(parents=True, exist_ok=True)
     last = checkpoints / LAST_CHECKPOINT_LINK
-    _remove_scratch_left(checkpoints, named=last.resolve() if last.is_symlink() else None)
+    named = last.resolve() if last.is_symlink() else None
+    _remove_scratch_left(checkpoints, named=named)
     scratch = _make_scratch(checkpoints, final.name)
     new = scratch / "checkpoint"
     save_checkpoint(checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes,
@@ -68,8 +70,9 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     state = {"step": position.step, "epoch": position.epoch, "data": data_state}
     (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
     fsync_tree(scratch)
-    _point_last(new, scratch)  # complete on disk: `last` names it while the step's folder is replaced
     if os.path.lexists(final):  # a run resumed from an older checkpoint saves a step saved before: move it aside
+        if named == final.resolve():  # `last` names it: it names the new one (complete) until that is in place
+            _point_last(new, scratch)
         os.replace(final, scratch / "replaced")  # a link moves as a link: what it names stays where it is
     os.replace(new, final)
     _point_last(final, scratch)

@@ -12,7 +12,7 @@ import pytest
 
 from robostream.synth import generate
 from tests.helpers import tree_listing
-from tests.lerobot_train.test_train_command import TINY, WEIGHTS, resume, single, tensor_bytes, train
+from tests.lerobot_train.test_train_command import TINY, WEIGHTS, single, tensor_bytes, train
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +23,10 @@ def root(lerobot_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(lerobot_python, hf_home, root,
                                                                              tmp_path):
     """A run saved steps 4 and 8; then the user keeps notes in `checkpoints/.tmp-notes/`, leaves a file `.tmp-x`,
-    moves checkpoint 8 to another disk behind a symlink, and resumes from step 4: the resumed run saves step 8
-    again. The notes, the file and the moved checkpoint stay as they were; `000008` becomes the new checkpoint
-    (the link replaced, not followed); no scratch folder is left; a warning names what was left alone."""
+    moves checkpoint 8 to another disk behind a symlink (`last` names it through the link), and resumes from
+    checkpoint 4: the resumed run saves step 8 again. The notes, the file and the moved checkpoint stay as they were;
+    `000008` becomes the new checkpoint (the link replaced, not followed) and `last` names it; no scratch folder is
+    left; a warning names what was left alone."""
     args = ["--batch_size=8", "--num_workers=0"]
     train(lerobot_python, hf_home, single(root, tmp_path / "run", tmp_path / "a.jsonl", 8, *args))
     checkpoints = tmp_path / "run" / "checkpoints"
@@ -37,10 +38,10 @@ def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(ler
     shutil.move(checkpoints / "000008", moved)
     (checkpoints / "000008").symlink_to(moved)
     kept = tree_listing(moved)
-    (checkpoints / "last").unlink()
-    (checkpoints / "last").symlink_to("000004")
+    assert os.readlink(checkpoints / "last") == "000008"
 
-    stderr = train(lerobot_python, hf_home, resume(tmp_path / "run"))
+    stderr = train(lerobot_python, hf_home, ["--resume=true", "--config_path="
+                                             f"{checkpoints / '000004' / 'pretrained_model' / 'train_config.json'}"])
 
     assert tree_listing(checkpoints / ".tmp-notes") == {"notes.txt": b"lr 1e-4 diverged at step 6"}
     assert (checkpoints / ".tmp-x").read_text() == "a file"
