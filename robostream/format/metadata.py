@@ -241,8 +241,9 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     read_buffer_bytes: fetched remote blocks kept in memory per process (reads and read-ahead).
     max_in_flight: read-ahead requests under way at once per process, at most.
     derived: the node-local cache that keeps the metadata tables (format/metadata_snapshot.py: a later
-    construction on this node loads them after checking the revision, at most one request) and, for map-style
-    reads, data columns. None: read the tables each time.
+    construction on this node loads them after checking the revision: no request for a Hub commit, one listing
+    where the store lists, a constant few over plain HTTP) and, for map-style reads, data columns. None: read the
+    tables each time.
     validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
     shared_reading: metadata, data and video files are read through the clients, blocks and read-ahead it shares with
     other datasets (a mixture's sources; see storage/store.py SharedReading).
