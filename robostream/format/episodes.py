@@ -172,15 +172,18 @@ def check_spans_apart(name: str, key: str, video_path: str | None, episodes: np.
                       file: np.ndarray, from_ts: np.ndarray, to_ts: np.ndarray, fps: float) -> None:
     """No two episodes' spans of camera `key` may overlap inside one file by more than half a frame (spans that
     touch are how lerobot writes them): a span shifted by a frame or more at both ends keeps its length, so
-    `check_video_spans` passes it, but it then covers a neighbour's frames. Vectorised: the spans sorted by
-    (chunk, file, from) and each compared with the next one in its file, O(E log E) in milliseconds for 100k."""
-    order = np.lexsort((from_ts, file, chunk))
-    same_file = (chunk[order][1:] == chunk[order][:-1]) & (file[order][1:] == file[order][:-1])
-    overlapping = same_file & (to_ts[order][:-1] - from_ts[order][1:] > 0.5 / fps)
+    `check_video_spans` passes it, but it then covers a neighbour's frames. Vectorised: the spans in (chunk, file,
+    from) order, each compared with the next one in its file; 2 ms for 100k episodes in lerobot's order (episodes
+    in file order), a sort (25 ms) otherwise."""
+    if not _in_file_order(chunk, file, from_ts):
+        order = np.lexsort((from_ts, file, chunk))
+        chunk, file, from_ts, to_ts, episodes = (a[order] for a in (chunk, file, from_ts, to_ts, episodes))
+    same_file = (chunk[1:] == chunk[:-1]) & (file[1:] == file[:-1])
+    overlapping = same_file & (to_ts[:-1] - from_ts[1:] > 0.5 / fps)
     if not overlapping.any():
         return
-    pair = int(np.flatnonzero(overlapping)[0])
-    first, second = int(order[pair]), int(order[pair + 1])
+    first = int(np.flatnonzero(overlapping)[0])
+    second = first + 1
     where = f"chunk_index {int(chunk[first])} file_index {int(file[first])}"
     if video_path is not None:
         where = render_template(video_path, what=f"video_path of camera {key!r}", video_key=key,
@@ -191,3 +194,10 @@ def check_spans_apart(name: str, key: str, video_path: str | None, episodes: np.
         f"[{from_ts[first]}, {to_ts[first]}) s and episode {int(episodes[second])} [{from_ts[second]}, "
         f"{to_ts[second]}) s overlap ({int(overlapping.sum())} overlapping pair(s)), so one episode would read the "
         "other's frames; the episode table and the videos disagree: re-convert or re-write the dataset")
+
+
+def _in_file_order(chunk: np.ndarray, file: np.ndarray, from_ts: np.ndarray) -> bool:
+    """Whether the rows are already sorted by (chunk, file, from), as lerobot writes episodes (O(E), no sort)."""
+    next_chunk, next_file = np.diff(chunk), np.diff(file)
+    return bool(((next_chunk > 0) | ((next_chunk == 0) & ((next_file > 0) | ((next_file == 0) &
+                                                                            (np.diff(from_ts) >= 0))))).all())
