@@ -111,8 +111,8 @@ class DerivedCache:
         found = _digests(folder)
         if found != listed:
             wrong = sorted(name for name in listed.keys() | found.keys() if listed.get(name) != found.get(name))
-            raise DamagedEntry(f"{', '.join(wrong)}: not the file(s) the entry's {COMPLETE} lists (added, removed "
-                               "or changed since it was built)")
+            raise DamagedEntry(f"{folder}: {', '.join(wrong)}: not the file(s) its {COMPLETE} lists (added, "
+                               "removed or changed since it was built)")
         self._checked.add(folder)
 
 

@@ -124,3 +124,36 @@ def test_a_decoder_keeps_its_cached_file_pinned(tmp_path, av1_root, backend):
     gc.collect()
     cache.fetch("http://x/c.mp4", len(data), _writer(data))
     assert not file_a.is_file(), "a file nobody reads was kept"
+
+
+def test_a_shared_cache_folder_keeps_each_users_entries_in_a_folder_of_their_own(tmp_path):
+    """A folder every user may write to (mode 1777) held everyone's entries side by side: any user could plant
+    one, and entries made 0700 by one user were a bare PermissionError for the next."""
+    from robostream.storage.derived import DerivedCache
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    mine = shared / str(os.geteuid())
+    assert DiskCache(shared, limit=1000).directory == mine and DerivedCache(shared).directory == mine
+    assert mine.stat().st_mode & 0o777 == 0o700
+    private = tmp_path / "private"  # this user's own folder, closed to others: used as it is
+    assert DiskCache(private, limit=1000).directory == private
+
+
+def test_a_file_added_to_a_derived_entry_fails_its_record_and_the_entry_is_rebuilt(tmp_path):
+    from robostream.storage.derived import DerivedCache
+
+    cache = DerivedCache(tmp_path / "derived")
+
+    def build(folder: Path) -> None:
+        (folder / "values.bin").write_bytes(b"\x01" * 64)
+
+    def load(folder: Path) -> list[str]:
+        return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+
+    assert cache.open("source", build, load) == ["values.bin"]
+    entry = next(p for p in cache.directory.iterdir() if not p.name.startswith("."))
+    (entry / "other.arrow").write_bytes(b"planted")
+    with pytest.warns(RuntimeWarning, match=r"derived-data cache entry is damaged .*other\.arrow"):
+        assert DerivedCache(tmp_path / "derived").open("source", build, load) == ["values.bin"]
