@@ -57,11 +57,10 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
     stop_off_origin: a redirect to another origin than home's is not requested; its target is the answer's url.
     """
     options = dict(fs.kwargs)
-    own_headers = options.pop("headers", None) or {}
     home_url = URL(home)
-    home_auth = aiohttp.BasicAuth.from_url(home_url)
-    if home_auth is not None:
-        options.setdefault("auth", home_auth)
+    home_auth = aiohttp.BasicAuth.from_url(home_url)  # a user and password written in the URL the user named
+    own_headers = {**({"Authorization": home_auth.encode()} if home_auth else {}),
+                   **(options.pop("headers", None) or {})}
     session = await fs.set_session()
     target = URL(fs.encode_url(url)).with_user(None)
     for _ in range(MAX_REDIRECTS + 1):
@@ -72,7 +71,8 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
             if response.status in REDIRECTS and "Location" in response.headers:
                 target = target.join(URL(response.headers["Location"]))
                 if target.scheme not in ("http", "https"):
-                    raise ValueError(f"{redact_url(url)}: redirected to {target}, which is not an http(s) URL")
+                    raise ValueError(f"{redact_url(url)}: redirected to {redact_url(str(target))}, which is not an "
+                                     "http(s) URL")
                 if stop_off_origin and target.origin() != home_url.origin():
                     return Answer(response.status, None, None, b"", None, str(target))
                 continue
