@@ -112,11 +112,12 @@ class VideoReadAhead:
     def _index(self, reader: RangedReader) -> PacketIndex | None:
         """The file's packet index: built once per node (a file version's index never changes) and kept in the
         node's derived folder, so every other process (workers, ranks, later epochs and runs) loads it in a
-        millisecond instead of parsing tens of thousands of entries."""
+        millisecond instead of parsing tens of thousands of entries. A file nothing but its size names (no ETag,
+        no Last-Modified) has its index read anew in each process: a kept one could outlive a same-size change."""
         def build(folder: Path) -> None:
             save_packet_index(read_packet_index(reader), folder)
 
-        if self.meta.derived is None:
+        if self.meta.derived is None or not reader.version.token:
             return read_packet_index(reader)
         return self.meta.derived.open(f"{reader.key}|packet-index-v2", build, load_packet_index)
 

@@ -516,6 +516,11 @@ class RangedReader(io.RawIOBase):
         # Blocks are shared per file version: a reader of a newer version never gets an older one's bytes.
         self.key = f"{path}|{version.size}|{version.token}"
 
+    @property
+    def version(self) -> FileVersion:
+        """The version of the file this reader reads (as its first look-up saw it)."""
+        return self._version
+
     def readable(self) -> bool:
         return True
 

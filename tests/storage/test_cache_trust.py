@@ -93,16 +93,22 @@ def test_map_style_reads_a_local_data_file_replaced_by_one_of_the_same_size_and_
 
 @pytest.mark.parametrize("validators", [{"etag": False}, {"etag": False, "last_modified": True}],
                          ids=["no-validators", "last-modified"])
-def test_map_style_over_http_reads_a_data_file_replaced_by_one_of_the_same_size(root, validators):
+def test_map_style_over_http_reads_a_data_file_replaced_by_one_of_the_same_size(root, validators, tmp_path,
+                                                                                monkeypatch):
     """Remote derived columns were keyed by URL, size and ETag: without an ETag only the size counted, and
-    Last-Modified was never used. Now Last-Modified names the version, and a file nothing names is read from its
-    row groups every time (never converted)."""
+    Last-Modified was never used. Now Last-Modified names the version, and nothing derived from a file nothing
+    names (its columns, a video's packet index) is kept: its rows are read from its row groups every time."""
+    monkeypatch.setenv("ROBOSTREAM_CACHE", str(tmp_path / "node_cache"))
     positions = range(4)
     with RangeHTTPServer(root, **validators) as server:
         first = _map_actions(LeRobotDataset(root=server.url, read_options=FAST), positions)
         _replace_first_data_file(root, keep_mtime=False)
         again = _map_actions(LeRobotDataset(root=server.url, read_options=FAST), positions)
     np.testing.assert_allclose(again, first + 100.0, rtol=1e-6)
+    kinds = {"metadata.json": "snapshot", "columns.json": "data columns", "packet_index.npz": "packet index"}
+    kept = {kind for entry in _entries(tmp_path) for name, kind in kinds.items() if (entry / name).is_file()}
+    assert kept == ({"snapshot", "data columns", "packet index"} if validators.get("last_modified") else
+                    {"snapshot"}), kept
 
 
 def _retask(root: Path, change) -> dict[int, str]:
