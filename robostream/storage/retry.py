@@ -89,8 +89,8 @@ def describe_error(exc: BaseException, policy: RetryPolicy) -> str:
     own text is often empty)."""
     text = redact_url(str(exc))
     if is_timeout(exc):
-        return (f"{type(exc).__name__}: no complete answer within RetryPolicy.timeout_s={policy.timeout_s} s"
-                + (f" ({text})" if text else ""))
+        return f"{type(exc).__name__}: timed out (RetryPolicy.timeout_s={policy.timeout_s} s per request)" + (
+            f" ({text})" if text else "")
     return f"{type(exc).__name__}: {text}"
 
 

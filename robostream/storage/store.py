@@ -82,7 +82,7 @@ def _require_s3fs(root: str) -> None:
     try:
         importlib.import_module("s3fs")
     except ImportError as exc:
-        raise RobostreamError(f"{root}: reading s3:// needs s3fs, an optional dependency: "
+        raise RobostreamError(f"{redact_url(root)}: reading s3:// needs s3fs, an optional dependency: "
                               "pip install 'robostream[s3]'") from exc
 
 

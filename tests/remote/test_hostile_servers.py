@@ -295,6 +295,6 @@ def test_a_slow_body_names_the_deadline_it_missed(tmp_path):
         with pytest.raises(RemoteReadError) as info:
             Storage(url, retry=policy).read_bytes("f.bin")
     assert str(info.value) == (
-        f"{url}/f.bin: still failing after 1 attempts (last error FSTimeoutError: no complete answer within "
-        "RetryPolicy.timeout_s=0.5 s); check the server or raise RetryPolicy.timeout_s (a slow link or a large "
-        "answer)")
+        f"{url}/f.bin: still failing after 1 attempts (last error FSTimeoutError: timed out "
+        "(RetryPolicy.timeout_s=0.5 s per request)); check the server or raise RetryPolicy.timeout_s (a slow link or "
+        "a large answer)")
