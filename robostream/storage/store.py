@@ -129,6 +129,7 @@ def pin_hub_root(root: str, options: dict[str, Any], policy: RetryPolicy) -> str
 
 
 def _read_at_most(path: str, size: int) -> bytes:
+    """The first `size` bytes of a local file (all of it if smaller)."""
     with open(path, "rb") as handle:
         return handle.read(size)
 
@@ -364,13 +365,14 @@ class Storage:
         one first seen is a FileChangedError. (S3 and the Hub: their clients read the body whole, so the bound
         holds before the read only where a listing gave the size.)"""
         path, name = self._path(relative, what), self.describe(relative)
-        bound = BodyLimit(limit, f"the {limit} bytes a file read whole may hold (a metadata file: a real dataset's "
-                                 "is far smaller; check the URL and the server)")
+        bound = BodyLimit(limit, f"the {limit} bytes a file read whole may hold (real datasets' metadata files are "
+                                 "far smaller: check the URL and the server)")
         seen = None if self.is_local else self._process.get().versions.get(path)
         if seen is not None:
             if seen.size > limit:
                 raise TooLargeError(f"{name}: {seen.size} bytes, more than {bound.why}; nothing was read")
-            bound = BodyLimit(seen.size, f"the {seen.size} bytes first seen")
+            bound = BodyLimit(seen.size, f"the {seen.size} bytes first seen (the file changed since, or the server "
+                                         "misbehaves)")
         if self.is_local:
             read = partial(_read_at_most, path, bound.size + 1)
         elif self.protocol in ("http", "https"):

@@ -9,7 +9,7 @@ import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
 from robostream.datasets.origin import ReadOptions
-from robostream.errors import MissingFileError, UnsafePathError
+from robostream.errors import MissingFileError, TooLargeError, UnsafePathError
 from robostream.storage.store import RangedReader, Storage
 
 
@@ -81,3 +81,11 @@ def test_s3_without_the_optional_s3fs_says_which_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "s3fs", None)  # what an environment without s3fs gives: ImportError
     with pytest.raises(RobostreamError, match=r"s3://bucket/ds: reading s3:// needs s3fs.*robostream\[s3\]"):
         Storage("s3://bucket/ds")
+
+
+def test_a_local_file_read_whole_stops_at_its_bound(tmp_path):
+    """One rule for every whole-file read (issue 32): a local file is read up to its bound and one byte, no further."""
+    (tmp_path / "f.json").write_bytes(b"{" * 1000)
+    with pytest.raises(TooLargeError, match="f.json: 1000 bytes or more, more than the 999 bytes a file read whole"):
+        Storage(tmp_path).read_bytes("f.json", limit=999)
+    assert Storage(tmp_path).read_bytes("f.json", limit=1000) == b"{" * 1000
