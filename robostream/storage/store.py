@@ -86,6 +86,20 @@ def _require_s3fs(root: str) -> None:
                               "pip install 'robostream[s3]'") from exc
 
 
+# aiohttp sends a session's own headers, cookies and auth with every request, to any host a redirect names.
+SESSION_CREDENTIALS = ("headers", "auth", "cookies")
+
+
+def _refuse_session_credentials(root: str, options: dict[str, Any]) -> None:
+    """Over HTTP, credentials go in storage_options["headers"] (or the URL), which reach the root's origin only."""
+    found = sorted(set(SESSION_CREDENTIALS) & set(options.get("client_kwargs") or {}))
+    if found:
+        raise ValueError(f"{redact_url(root)}: storage_options['client_kwargs'] {found} would be sent to every host "
+                         "a redirect names (aiohttp's session sends its own with every request); put credentials in "
+                         "storage_options['headers'] or in the URL (http://user:password@host/...), which go to the "
+                         "root's origin only")
+
+
 def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     out = dict(defaults)
     for key, value in given.items():
@@ -236,6 +250,8 @@ class Storage:
         self.is_local = protocol in ("file", "local")
         if protocol in ("s3", "s3a"):
             _require_s3fs(root)
+        if protocol in ("http", "https"):
+            _refuse_session_credentials(root, dict(storage_options or {}))
         if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
             root = pin_hub_root(root, dict(storage_options or {}), self.retry)
         self.hub_repository = protocol == "hf" and not root.startswith("hf://buckets/")

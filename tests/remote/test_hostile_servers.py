@@ -298,3 +298,12 @@ def test_a_slow_body_names_the_deadline_it_missed(tmp_path):
         f"{url}/f.bin: still failing after 1 attempts (last error FSTimeoutError: timed out "
         "(RetryPolicy.timeout_s=0.5 s per request)); check the server or raise RetryPolicy.timeout_s (a slow link or "
         "a large answer)")
+
+
+@pytest.mark.parametrize("name", ["headers", "auth", "cookies"])
+def test_session_wide_credentials_are_refused(name):
+    """aiohttp sends a session's own headers, auth and cookies to every host, those a redirect names too: refused,
+    naming where credentials go instead."""
+    with pytest.raises(ValueError, match=rf"storage_options\['client_kwargs'\] \['{name}'\] would be sent to every "
+                                         r"host a redirect names.*storage_options\['headers'\]"):
+        Storage("http://127.0.0.1:1/ds", {"client_kwargs": {name: SECRETS}})
