@@ -32,7 +32,7 @@ LAYERS: dict[str, set[str]] = {
     "convert": {"format"},
     "bench": {"datasets", "video", "format"},
     "augment": set(),
-    "lerobot": {"datasets", "format", "augment"},
+    "lerobot": {"plan", "datasets", "format", "augment"},
     "cli": {"bench", "convert", "summary", "synth", "lerobot"},
     "__init__": {"datasets", "video"},
 }

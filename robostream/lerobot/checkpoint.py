@@ -3,8 +3,9 @@
 `<output_dir>/checkpoints/<step>/pretrained_model/` is lerobot's (policy config and weights, processors with their
 stats, train_config.json: what `lerobot-eval --policy.path=...` and `from_pretrained` load) and `training_state/`
 too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint`. robostream adds
-`training_state/robostream_data.json`: the epoch and the streaming loader's state, so `--resume` continues with the
-batches an uninterrupted run would have seen, on any number of processes. lerobot writes straight into the step's
+`training_state/robostream_data.json`: the step, the epoch and the streaming loader's state under one checksum, so
+`--resume` continues with the batches an uninterrupted run would have seen, on any number of processes (and refuses
+a file edited, pasted from another step, or saved in the other mode). lerobot writes straight into the step's
 folder; here it is written into a scratch folder beside the checkpoints (`.tmp-<step>-<random>`, marked as
 robostream's before anything is put in it) and flushed to disk, renamed into place (a step saved before, a folder
 or a link, first moved into the scratch folder: a link is removed, never followed), then `last` is replaced by a
@@ -29,6 +30,7 @@ from lerobot.common.train_utils import get_step_checkpoint_dir, load_training_st
 from lerobot.utils.constants import LAST_CHECKPOINT_LINK, TRAINING_STATE_DIR
 
 from robostream.durable import fsync_dir, fsync_tree
+from robostream.plan.state import CHECKSUM, check_checksum, state_checksum
 
 DATA_STATE = "robostream_data.json"
 SCRATCH_PREFIX = ".tmp-"  # the folders a save makes beside the checkpoints
@@ -67,8 +69,7 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     new = scratch / "checkpoint"
     save_checkpoint(checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes,
                     batch_size=cfg.batch_size, **parts)
-    state = {"step": position.step, "epoch": position.epoch, "data": data_state}
-    (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(state))
+    (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(data_document(position, data_state)))
     fsync_tree(scratch)
     if os.path.lexists(final):  # a run resumed from an older checkpoint saves a step saved before: move it aside
         if named == final.resolve():  # `last` names it: it names the new one (complete) until that is in place
@@ -114,16 +115,60 @@ def _point_last(checkpoint: Path, scratch: Path) -> None:
     fsync_dir(checkpoints)
 
 
-def load(checkpoint: Path, *, optimizer: Any, scheduler: Any) -> tuple[Position, dict[str, Any] | None]:
+def data_document(position: Position, data_state: dict[str, Any] | None) -> dict[str, Any]:
+    """robostream_data.json: the step and epoch with the loader's state (None: map-style) under one checksum, so
+    that none of them is edited, nor the data of another step pasted in, unnoticed (plan/state.py's rule)."""
+    document = {"step": position.step, "epoch": position.epoch, "data": data_state}
+    return {**document, CHECKSUM: state_checksum(document)}
+
+
+def load(checkpoint: Path, *, optimizer: Any, scheduler: Any, streaming: bool
+         ) -> tuple[Position, dict[str, Any] | None]:
     """Restore optimizer, scheduler and RNG (lerobot's load_training_state); return the position and the data
-    state saved with them."""
-    step, _, _ = load_training_state(checkpoint, optimizer, scheduler)
+    state saved with them (None: a map-style run's).
+
+    Raises:
+        ValueError: the data file is damaged or edited, belongs to another step, or was written by the other
+            mode (`streaming`: this run's).
+    """
     path = checkpoint / TRAINING_STATE_DIR / DATA_STATE
+    document = _read_data_document(path, checkpoint)
+    _check_mode(document, streaming, checkpoint)
+    step, _, _ = load_training_state(checkpoint, optimizer, scheduler)
+    if document["step"] != step:
+        raise ValueError(f"{path} is at step {document['step']} but {checkpoint / TRAINING_STATE_DIR} at step {step}:"
+                         " the checkpoint is inconsistent")
+    return Position(step=step, epoch=document["epoch"]), document["data"]
+
+
+def _read_data_document(path: Path, checkpoint: Path) -> dict[str, Any]:
+    """robostream_data.json's content, checked whole: JSON, its keys, its checksum, the data state's epoch (errors
+    name the file)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: {checkpoint} was not written by robostream's training command "
                                 "(or not completely); resume from a checkpoint it wrote, or start a new run")
-    state = json.loads(path.read_text())
-    if state["step"] != step:
-        raise ValueError(f"{path} is at step {state['step']} but {checkpoint / TRAINING_STATE_DIR} at step {step}: "
-                         "the checkpoint is inconsistent")
-    return Position(step=step, epoch=state["epoch"]), state["data"]
+    try:
+        document = json.loads(path.read_bytes())
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+        raise ValueError(f"{path} is not a JSON document ({exc}): the file is damaged (truncated?); resume from "
+                         "another checkpoint, or start a new run") from exc
+    if not isinstance(document, dict) or not {"step", "epoch", "data"} <= document.keys():
+        raise ValueError(f"{path}: expected an object with 'step', 'epoch', 'data' and {CHECKSUM!r}, got "
+                         f"{json.dumps(document)[:80]}: the file is damaged; resume from another checkpoint")
+    check_checksum(document, where=str(path))
+    data_epoch = document["data"].get("epoch") if isinstance(document["data"], dict) else document["epoch"]
+    if document["epoch"] != data_epoch:  # the one the loader continues must be the one training counts
+        raise ValueError(f"{path}: epoch {document['epoch']!r} but its data state is of epoch {data_epoch!r}: the "
+                         "file was edited; resume from another checkpoint")
+    return document
+
+
+def _check_mode(document: dict[str, Any], streaming: bool, checkpoint: Path) -> None:
+    """A streaming run saves the loader's state, a map-style run none (lerobot's sampler resumes from the step):
+    resumed in the other mode, the state would be dropped (or misread) and other batches trained on."""
+    saved = document["data"] is not None
+    if saved != streaming:
+        modes = {True: "streaming (--dataset.streaming=true)", False: "map-style (--dataset.streaming=false)"}
+        raise ValueError(f"{checkpoint} was saved by a {modes[saved]} run, but this run is {modes[streaming]}: "
+                         "its data position does not carry over; resume with the mode it was saved with, or start "
+                         "a new run in another --output_dir")

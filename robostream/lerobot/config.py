@@ -19,6 +19,7 @@ from lerobot.configs.train import TrainPipelineConfig
 
 from robostream.datasets.mixture import Source
 from robostream.datasets.origin import ReadOptions
+from robostream.numbers import finite_number
 
 Weighting = Literal["proportion", "repeat", "choose"]
 # options read only by the streaming dataset, and only by a mixture: given elsewhere they would be ignored
@@ -85,6 +86,8 @@ class RobostreamTrainConfig(TrainPipelineConfig):
 
     def validate(self) -> None:
         super().validate()
+        # batch 0 made every streaming epoch empty (an endless loop), a negative one a bare islice error
+        finite_number(self.batch_size, what="--batch_size", integer=True, minimum=1)
         if self.robostream.mixture is not None:  # saved in train_config.json: a resume may start elsewhere
             self.robostream.mixture = str(Path(self.robostream.mixture).resolve())
         mixture = self.mixture_sources() is not None  # bad mixture flags fail before anything is built

@@ -145,15 +145,39 @@ def make_processors(cfg: RobostreamTrainConfig, policy: Any, stats: dict, device
                                      pretrained_revision=getattr(cfg.policy, "pretrained_revision", None), **kwargs)
 
 
-def batches(data: TrainingData, position: Position) -> Iterator[dict[str, Any]]:
+def batches(data: TrainingData, position: Position, *, resumed: bool) -> Iterator[dict[str, Any]]:
     """Batches from the current position on, epoch after epoch; `position.epoch` follows them. A streaming loader
     keeps a loaded state for its epoch only (the first pass continues mid-epoch, later ones start fresh);
-    lerobot's sampler advances its own epoch at every pass."""
+    lerobot's sampler advances its own epoch at every pass.
+
+    An epoch that yields no batch is an error: every later one would be as empty, and the loop would spin through
+    them forever. Only the first pass of a resumed run may be empty (a checkpoint saved after its epoch's last
+    batch).
+    """
+    may_be_empty = resumed
     while True:
         if data.streaming:
             data.dataset.set_epoch(position.epoch)
-        yield from data.loader
+        delivered = 0
+        for batch in data.loader:
+            delivered += 1
+            yield batch
+        if not delivered and not may_be_empty:
+            raise ValueError(empty_epoch(data, position.epoch))
+        may_be_empty = False
         position.epoch += 1
+
+
+def empty_epoch(data: TrainingData, epoch: int) -> str:
+    """Why an epoch gave this process no batch, and what to change."""
+    if data.streaming:
+        why = ("--robostream.uneven=drop gives every process as many samples as the one with the fewest: none "
+               "when processes and workers outnumber the epoch's samples")
+    else:
+        why = f"lerobot's sampler leaves {len(data.sampler)} of them after dropping each episode's last " \
+              "drop_n_last_frames"
+    return (f"epoch {epoch} gave no batch to train on ({data.num_frames} samples in {data.num_episodes} episodes; "
+            f"{why}): select more episodes or sources, or train on fewer processes or workers")
 
 
 def to_device(batch: dict[str, Any], camera_keys: list[str], device: torch.device,
@@ -204,7 +228,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
 
     position = Position()
     if cfg.resume:
-        position, data_state = checkpoint.load(cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler)
+        position, data_state = checkpoint.load(cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler,
+                                               streaming=data.streaming)
         if data.streaming:
             data.loader.load_state_dict(data_state)
         else:
@@ -232,7 +257,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
                      f"batch {cfg.batch_size} x {accelerator.num_processes}, from step {position.step}, "
                      f"{'streaming' if data.streaming else 'map-style'}")
     record = open(cfg.robostream.record, "a", buffering=1) if cfg.robostream.record and main else None
-    stream = batches(data, position)
+    stream = batches(data, position, resumed=cfg.resume)
     started, waited, first = time.perf_counter(), 0.0, position.step
     while position.step < cfg.steps:  # checked first: never fetches a batch it will not train on
         fetch = time.perf_counter()

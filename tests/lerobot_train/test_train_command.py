@@ -29,6 +29,7 @@ import numpy as np
 import psutil
 import pytest
 
+from robostream.plan.state import state_checksum
 from robostream.synth import SynthConfig, generate
 from tests.helpers import dataset_indices
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env
@@ -326,6 +327,8 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
         features["observation.pressure"] = features.pop("observation.state")
         path.write_text(json.dumps(doc))
     out = tmp_path / "out"
+    options_file = tmp_path / "options.json"
+    options_file.write_text(json.dumps([{"root": str(root), "read_options": {"cache_size": 1}}]))
     cases = {
         "missing_root": ["--dataset.repo_id=local/x", f"--dataset.root={tmp_path / 'nowhere'}"],
         "weights": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
@@ -341,6 +344,13 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
         "streaming_option": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--dataset.streaming=false",
                              "--robostream.pool_size=4"],
         "mixture_option": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.batching=stratified"],
+        # issue 32: batch 0 spun forever over empty streaming epochs, -3 was a bare islice error
+        "batch_zero": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--batch_size=0"],
+        "batch_negative": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--batch_size=-3",
+                           "--dataset.streaming=false"],
+        "zero_weights": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
+                         "--robostream.weights=[0,0]"],
+        "read_options_key": ["--dataset.repo_id=mix", f"--robostream.mixture={options_file}"],
     }
     cases = {k: [*v, f"--output_dir={out / k}"] for k, v in cases.items()}
     proc = subprocess.run([lerobot_python, "-c", BAD_FLAGS, json.dumps(cases)], capture_output=True, text=True,
@@ -357,4 +367,110 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
     assert "--dataset.video_backend='decord': choose one of" in got["video_backend"]
     assert "--robostream.pool_size=4: read only by the streaming dataset" in got["streaming_option"]
     assert "--robostream.batching=stratified: read only by a mixture" in got["mixture_option"]
+    assert "--batch_size: must be >= 1, got 0" in got["batch_zero"]
+    assert "--batch_size: must be >= 1, got -3" in got["batch_negative"]
+    assert "the weights [proportion=0.0, proportion=0.0] give an epoch no sample" in got["zero_weights"]
+    assert "source 0 {'root'" in got["read_options_key"] and "unknown keys ['cache_size']" in got["read_options_key"]
     assert not out.exists() or not any(out.rglob("*.safetensors")), "nothing is trained or saved"
+
+
+RESUME_CASES = r"""
+import json, sys
+from robostream.lerobot.train import main
+results = {}
+for name, args in json.loads(sys.argv[1]).items():
+    sys.argv = ["robostream train", "--resume=true", *args]
+    try:
+        main()
+        results[name] = "no error"
+    except Exception as exc:
+        results[name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(results))
+"""
+
+
+def test_a_damaged_edited_or_foreign_data_state_is_refused(act_runs, lerobot_python, hf_home, tmp_path):
+    """robostream_data.json is checked whole (issue 32): its step, epoch and data state under one checksum (an
+    epoch edited 1 -> 0, or the data of step 4 pasted into step 8, were accepted and skipped samples), the data
+    state's own checksum required, the file named when it is damaged (a bare JSONDecodeError / TypeError before),
+    and a checkpoint resumed in the other mode refused naming both (streaming -> map-style trained other batches)."""
+    saved = act_runs / "b" / "checkpoints"
+    original = json.loads((saved / "000008" / "training_state" / "robostream_data.json").read_text())
+    step_4 = json.loads((saved / "000004" / "training_state" / "robostream_data.json").read_text())
+
+    def signed(document):  # an edit with the checksum of its content, as robostream would write it
+        body = {k: v for k, v in document.items() if k != "checksum"}
+        return {**body, "checksum": state_checksum(body)}
+
+    unsigned_data = {k: v for k, v in original["data"].items() if k != "checksum"}
+    contents = {
+        "no_checksum": json.dumps({k: v for k, v in original.items() if k != "checksum"}),
+        "epoch_edited": json.dumps({**original, "epoch": 0}),
+        "data_of_step_4": json.dumps({**original, "data": step_4["data"]}),
+        "file_of_step_4": json.dumps(step_4),
+        "epoch_resigned": json.dumps(signed({**original, "epoch": 0})),
+        "data_null": json.dumps({**original, "data": None}),
+        "truncated": json.dumps(original)[:100],
+        "empty": "",
+        "a_list": "[1, 2]",
+        "data_unsigned": json.dumps(signed({**original, "data": unsigned_data})),
+        "map_style_checkpoint": json.dumps(signed({**original, "data": None})),  # what a map-style run writes
+        "resumed_map_style": json.dumps(original),
+    }
+    cases = {}
+    for name, content in contents.items():
+        checkpoint = shutil.copytree(saved / "000008", tmp_path / name / "000008", copy_function=os.link)
+        data_file = checkpoint / "training_state" / "robostream_data.json"
+        data_file.unlink()  # a hard link: the run's own file stays as it was
+        data_file.write_text(content)
+        cases[name] = [f"--config_path={checkpoint / 'pretrained_model' / 'train_config.json'}"]
+    cases["resumed_map_style"] += ["--dataset.streaming=false", "--robostream.augment_on=device"]
+    proc = subprocess.run([lerobot_python, "-c", RESUME_CASES, json.dumps(cases)], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    named = "000008/training_state/robostream_data.json"
+    assert f"{named}: no 'checksum' key" in got["no_checksum"]
+    for name in ("epoch_edited", "data_of_step_4", "data_null"):
+        assert f"{named}: checksum " in got[name] and "does not match its content" in got[name], got[name]
+    for name in ("truncated", "empty"):
+        assert f"{named} is not a JSON document" in got[name], got[name]
+    assert f"{named}: expected an object with 'step', 'epoch', 'data' and 'checksum', got [1, 2]" in got["a_list"]
+    assert f"{named} is at step 4 but " in got["file_of_step_4"] and "at step 8" in got["file_of_step_4"]
+    assert f"{named}: epoch 0 but its data state is of epoch 1" in got["epoch_resigned"]
+    assert "resume state: no 'checksum' key" in got["data_unsigned"]
+    assert "was saved by a map-style (--dataset.streaming=false) run, but this run is streaming " \
+           "(--dataset.streaming=true)" in got["map_style_checkpoint"]
+    assert "was saved by a streaming (--dataset.streaming=true) run, but this run is map-style " \
+           "(--dataset.streaming=false)" in got["resumed_map_style"]
+    assert json.loads((saved / "000008" / "training_state" / "robostream_data.json").read_text()) == original
+
+
+EMPTY_EPOCHS = r"""
+import sys
+from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream.lerobot.checkpoint import Position
+from robostream.lerobot.data import TrainingData
+from robostream.lerobot.train import batches
+# rank 0 of 100 consumers of a 49-sample epoch, each given as many samples as the one with the fewest: none
+dataset = StreamingLeRobotDataset(root=sys.argv[1], rank=0, world_size=100, canonical_streams=1, uneven="drop")
+data = TrainingData(dataset, StreamingDataLoader(dataset, batch_size=4), dataset.meta, {}, sampler=None,
+                    device_augment=None)
+for resumed in (False, True):
+    try:
+        next(batches(data, Position(), resumed=resumed))
+    except ValueError as exc:
+        print(exc)
+"""
+
+
+def test_an_epoch_without_a_batch_is_an_error_not_an_endless_loop(lerobot_python, hf_home, root):
+    """The training loop over epochs spun forever when every epoch was empty (issue 32: --batch_size=0, now
+    refused at parse; still reachable with --robostream.uneven=drop and more processes than samples). A resumed
+    run's first pass may be empty (saved after its epoch's last batch): then the next epoch is the error."""
+    proc = subprocess.run([lerobot_python, "-c", EMPTY_EPOCHS, str(root)], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fresh, resumed = proc.stdout.strip().splitlines()[-2:]
+    assert fresh.startswith("epoch 0 gave no batch to train on (49 samples in 4 episodes; --robostream.uneven=drop")
+    assert resumed.startswith("epoch 1 gave no batch to train on")
