@@ -320,7 +320,8 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     @contextmanager
     def _turn(self) -> Iterator[None]:
-        """A request waits its turn (max_in_flight) and the first-byte latency, as a real Hub makes it."""
+        """A request's headers are logged (header_log), then it waits its turn (max_in_flight) and the first-byte
+        latency, as a real Hub makes it."""
         hub = self.server_hub
         hub.record_headers(self.origin, self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
         with hub.load.admitted():
