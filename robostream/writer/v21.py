@@ -29,7 +29,7 @@ from robostream.format.v21 import (
     V21_DATA_PATH,
     V21_VIDEO_PATH,
 )
-from robostream.writer.staging import StagedWriter, move_into_place
+from robostream.writer.staging import StagedWriter
 from robostream.writer.v30 import arrow_type, column_array, episode_columns, png_column
 
 V21_STATS = ("min", "max", "mean", "std", "count")
@@ -139,11 +139,11 @@ class V21Writer(StagedWriter):
             "video_path": V21_VIDEO_PATH if self.video_keys else None, "features": features,
         }
         (self.stage / INFO_PATH).write_text(json.dumps(info, indent=4))
-        move_into_place(self.stage, self.root)
+        self.move_into_place()
         return self.root
 
     def abort(self) -> None:
         for handle in self._meta.values():
             handle.close()
-        shutil.rmtree(self.stage, ignore_errors=True)
+        self.remove_stage()
 

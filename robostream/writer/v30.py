@@ -41,7 +41,7 @@ from robostream.format.stats import (
 )
 from robostream.format.tasks import write_tasks
 from robostream.video.encode import concat_videos, encode_video
-from robostream.writer.staging import StagedWriter, move_into_place
+from robostream.writer.staging import StagedWriter
 
 MB = 1024 * 1024
 IMAGE_STATS_MAX_FRAMES = 32  # frames sampled per episode for camera stats
@@ -298,7 +298,7 @@ class DatasetWriter(StagedWriter):
         stats = aggregate_stats(self._episode_stats)
         (self.stage / STATS_PATH).write_text(json.dumps(stats_to_json(stats), indent=2))
         (self.stage / INFO_PATH).write_text(json.dumps(self._info().to_json_dict(), indent=2))
-        move_into_place(self.stage, self.root)
+        self.move_into_place()
         self._finalized = True
         return self.root
 
@@ -340,5 +340,5 @@ class DatasetWriter(StagedWriter):
     def abort(self) -> None:
         """Discard everything written so far; `root` is left as it was."""
         self._close_data_file()
-        shutil.rmtree(self.stage, ignore_errors=True)
+        self.remove_stage()
 
