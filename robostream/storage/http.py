@@ -53,7 +53,8 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
     the user and password written in the URL (sent as basic auth, never in a URL: aiohttp's errors name the URL).
     The session's ClientTimeout(total=RetryPolicy.timeout_s) bounds the whole request, headers and body: a server
     that trickles them cannot hold a reader. 404/410 -> FileNotFoundError; 412/416 are returned for the caller to
-    judge; a body is never read for an error status. limit: a GET body larger than it is a TooLargeError.
+    judge; a body is never read for an error status. limit: read the body, at most this much (more is a
+    TooLargeError); None: the body is not read (HEAD).
     stop_off_origin: a redirect to another origin than home's is not requested; its target is the answer's url.
     """
     options = dict(fs.kwargs)
@@ -82,16 +83,14 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
             if response.status in (404, 410):
                 raise FileNotFoundError(redact_url(url))
             response.raise_for_status()
-            body = await _body(response, redact_url(url), limit) if method == "GET" else b""
+            body = b"" if limit is None else await _body(response, redact_url(url), limit)
             return Answer(*answer, body, response.headers.get("Content-Length"), str(target),
                           response.headers.get("Last-Modified"))
     raise ValueError(f"{redact_url(url)}: more than {MAX_REDIRECTS} redirects")
 
 
-async def _body(response: aiohttp.ClientResponse, name: str, limit: BodyLimit | None) -> bytes:
+async def _body(response: aiohttp.ClientResponse, name: str, limit: BodyLimit) -> bytes:
     """The answer's body, read a chunk at a time and refused as soon as it announces or holds more than `limit`."""
-    if limit is None:
-        return await response.read()
     announced = response.content_length
     if announced is not None and announced > limit.size:
         raise TooLargeError(f"{name}: the server announces {announced} bytes (Content-Length), more than "
