@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +27,12 @@ from typing import Any
 from lerobot.common.train_utils import get_step_checkpoint_dir, load_training_state, save_checkpoint
 from lerobot.utils.constants import LAST_CHECKPOINT_LINK, TRAINING_STATE_DIR
 
-from robostream.durable import fsync_dir, fsync_tree
+from robostream.durable import REPLACED, fsync_dir, fsync_tree, make_scratch, remove_scratch_left
 from robostream.plan.state import CHECKSUM, check_checksum, state_checksum
 
 DATA_STATE = "robostream_data.json"
-SCRATCH_PREFIX = ".tmp-"  # the folders a save makes beside the checkpoints
-SCRATCH_MARKER = ".robostream-scratch"  # written first into each: only folders holding it are ever deleted
+SCRATCH_PREFIX = ".tmp-"  # the folders a save makes beside the checkpoints (durable.make_scratch)
+SCRATCH_MADE_BY = "robostream's checkpoint saves"
 
 
 @dataclass
@@ -64,8 +62,9 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     checkpoints.mkdir(parents=True, exist_ok=True)
     last = checkpoints / LAST_CHECKPOINT_LINK
     named = last.resolve() if last.is_symlink() else None
-    _remove_scratch_left(checkpoints, named=named)
-    scratch = _make_scratch(checkpoints, final.name)
+    # all but the one holding the checkpoint `last` names
+    remove_scratch_left(checkpoints, SCRATCH_PREFIX, made_by=SCRATCH_MADE_BY, keep=named)
+    scratch = make_scratch(checkpoints, f"{SCRATCH_PREFIX}{final.name}-", made_by=SCRATCH_MADE_BY)
     new = scratch / "checkpoint"
     save_checkpoint(checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes,
                     batch_size=cfg.batch_size, **parts)
@@ -74,34 +73,11 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     if os.path.lexists(final):  # a run resumed from an older checkpoint saves a step saved before: move it aside
         if named == final.resolve():  # `last` names it: it names the new one (complete) until that is in place
             _point_last(new, scratch)
-        os.replace(final, scratch / "replaced")  # a link moves as a link: what it names stays where it is
+        os.replace(final, scratch / REPLACED)  # a link moves as a link: what it names stays where it is
     os.replace(new, final)
     _point_last(final, scratch)
     shutil.rmtree(scratch)  # the replaced checkpoint, or link (unlinked, never followed), and the marker
     return final
-
-
-def _make_scratch(checkpoints: Path, name: str) -> Path:
-    """A new folder of this save beside the checkpoints, marked as robostream's before anything is put in it."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{name}-", dir=checkpoints))
-    (scratch / SCRATCH_MARKER).write_text("made by robostream's checkpoint save; deleted with this folder\n")
-    return scratch
-
-
-def _remove_scratch_left(checkpoints: Path, *, named: Path | None) -> None:
-    """Remove the scratch folders of interrupted saves (this process is the only writer), except the one holding
-    the checkpoint `last` names. Anything else named like one (no marker: a user's folder or file, a link) is not
-    robostream's: left alone, with a warning."""
-    foreign = []
-    for left in sorted(checkpoints.glob(f"{SCRATCH_PREFIX}*")):
-        if not (left.is_dir() and not left.is_symlink() and (left / SCRATCH_MARKER).is_file()):
-            foreign.append(left.name)
-        elif named is None or not named.is_relative_to(left.resolve()):
-            shutil.rmtree(left)
-    if foreign:
-        warnings.warn(f"{checkpoints}: {foreign} look like the scratch folders of robostream's checkpoint saves but "
-                      f"lack their {SCRATCH_MARKER} marker, so they are not removed; delete them yourself if they are "
-                      "not yours", stacklevel=3)
 
 
 def _point_last(checkpoint: Path, scratch: Path) -> None:
