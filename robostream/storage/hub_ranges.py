@@ -19,7 +19,7 @@ import aiohttp
 import fsspec
 import fsspec.asyn
 
-from robostream.storage.http import Answer, http_range, http_request
+from robostream.storage.http import REDIRECTS, Answer, BodyLimit, http_range, http_request
 
 EXPIRED = (401, 403)  # what a signed URL past its lifetime answers
 
@@ -55,14 +55,32 @@ class HubRanges:
         # The CDN's ETag is its own, not the Hub's: the pinned commit is what names this version.
         return answer._replace(etag=None)
 
+    def whole(self, path: str, limit: BodyLimit) -> bytes:
+        """The whole file at `path`, at most `limit` bytes (more: TooLargeError, after at most that much was read):
+        its `/resolve/` answers a small file itself, and names where an LFS or Xet file's bytes are (remembered for
+        the file's ranges), in as many requests as huggingface_hub makes."""
+        answer = self._request("GET", self._resolve_url(path), limit)
+        if answer.status in REDIRECTS:  # the bytes are on another origin
+            with self._lock:
+                self._urls[path] = answer.url
+            answer = self._request("GET", answer.url, limit)
+        return answer.body
+
     def _resolve(self, path: str) -> str:
+        url = self._request("HEAD", self._resolve_url(path), None).url
+        with self._lock:
+            self._urls[path] = url
+        return url
+
+    def _resolve_url(self, path: str) -> str:
         from huggingface_hub import hf_hub_url
 
         resolved = self._hub.resolve_path(path)
-        resolve_url = hf_hub_url(resolved.repo_id, resolved.path_in_repo, repo_type=resolved.repo_type,
-                                 revision=resolved.revision, endpoint=self._hub.endpoint)
-        answer = fsspec.asyn.sync(self._http.loop, http_request, self._http, "HEAD", resolve_url,
-                                  {"Accept-Encoding": "identity"}, home=self._hub.endpoint, stop_off_origin=True)
-        with self._lock:
-            self._urls[path] = answer.url
-        return answer.url
+        return hf_hub_url(resolved.repo_id, resolved.path_in_repo, repo_type=resolved.repo_type,
+                          revision=resolved.revision, endpoint=self._hub.endpoint)
+
+    def _request(self, method: str, url: str, limit: BodyLimit | None) -> Answer:
+        """One request, the token for the endpoint's origin only; a redirect off it is returned, not followed."""
+        return fsspec.asyn.sync(self._http.loop, http_request, self._http, method, url,
+                                {"Accept-Encoding": "identity"}, home=self._hub.endpoint, limit=limit,
+                                stop_off_origin=True)

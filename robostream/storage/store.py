@@ -378,7 +378,7 @@ class Storage:
         """A whole (small) file: at most `limit` bytes, and exactly the size first seen in this process where a
         HEAD or a listing saw one. A larger file, or a server announcing or sending more, is a TooLargeError naming
         the file, the size and the bound, after at most the bound (and a chunk) was read; another size than the
-        one first seen is a FileChangedError. (S3 and the Hub: their clients read the body whole, so the bound
+        one first seen is a FileChangedError. (S3 and Hub buckets: their clients read the body whole, so the bound
         holds before the read only where a listing gave the size.)"""
         path, name = self._path(relative, what), self.describe(relative)
         bound = BodyLimit(limit, f"the {limit} bytes a file read whole may hold (real datasets' metadata files are "
@@ -393,6 +393,8 @@ class Storage:
             read = partial(_read_at_most, path, bound.size + 1)
         elif self.protocol in ("http", "https"):
             read = partial(http_get, self.fs, path, bound, home=self.url)
+        elif self.hub_repository:
+            read = partial(self.hub_ranges.whole, path, bound)
         else:
             read = partial(self.fs.cat_file, path)
         data = call_with_retries(read, name, self.retry)

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.errors import RobostreamError
+from robostream.errors import RobostreamError, TooLargeError
 from robostream.datasets.origin import ReadOptions
 from robostream.storage.retry import RetryPolicy
+from robostream.storage.store import Storage
 
 from .hub_server import HubServer, huggingface_hub_at
 from .test_remote_sources import _assert_same
@@ -174,3 +175,16 @@ def test_the_token_goes_to_the_hub_never_to_the_cdn(hub, av1_root):
     assert resolved and all(h.get("authorization") == "Bearer hf_fake_local_token" for h in resolved)
     assert any(method == "GET" and "range" in headers for method, headers in at_cdn), "no ranged reads at the CDN"
     assert [headers for _, headers in at_cdn if "authorization" in headers] == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["meta/info.json", "meta/tasks.parquet"], ids=["from-the-hub", "from-the-cdn"])
+def test_a_hub_file_read_whole_stops_at_its_bound(hub, av1_root, name):
+    """A Hub repository's metadata file is read whole through the one bounded HTTP path (the Hub answers a small
+    file itself, an LFS file's bytes come from the CDN): a file announcing more than the bound is refused unread."""
+    storage = Storage(f"hf://datasets/{REPO}@{hub.sha}", retry=FAST_RETRY)
+    size = (av1_root / name).stat().st_size
+    with pytest.raises(TooLargeError, match=rf"{name}: the server announces {size} bytes \(Content-Length\), more "
+                                            rf"than the {size - 1} bytes a file read whole may hold"):
+        storage.read_bytes(name, limit=size - 1)
+    assert storage.read_bytes(name, limit=size) == (av1_root / name).read_bytes()
