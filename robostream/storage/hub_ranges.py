@@ -1,4 +1,5 @@
-"""Ranged reads of Hub repository files straight from where the Hub serves their bytes, resolved once per file.
+"""Reads of Hub repository files (byte ranges, and metadata files whole, bounded) straight from where the Hub serves
+their bytes, resolved once per file.
 
 HfFileSystem sends every range to the Hub's `/resolve/` URL, which answers LFS and Xet files with a redirect to a
 CDN or Xet bridge URL: two round trips per range, each through the Hub's API host. Here each file's `/resolve/` is
