@@ -26,7 +26,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -40,9 +39,12 @@ from accelerate.utils import broadcast_object_list, set_seed
 from torch import nn
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream.durable import make_scratch, publish, remove_scratch_left
 
 STATE_FILE = "trainer_state.json"  # written last into a checkpoint; the rename that follows commits it
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+SCRATCH_PREFIX = ".tmp-checkpoint-"  # a save's scratch folder: `.tmp-checkpoint-<step>-<random>`, marked as ours
+SCRATCH_MADE_BY = "examples/train_streaming.py's checkpoint saves"
 STOP_SIGNAL = signal.SIGUSR1  # "checkpoint and exit": SLURM's --signal warning, forwarded by examples/slurm/
 
 
@@ -150,16 +152,22 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 def save_checkpoint(accelerator: Accelerator, output_dir: Path, progress: Progress, loader: StreamingDataLoader,
                     kill: bool = False) -> Path:
-    """Write everything to a temporary dir, then rename it: a crash mid-save leaves the previous checkpoint intact.
+    """Write everything into a scratch folder, then rename it: a crash mid-save leaves the previous checkpoint intact.
 
-    Every rank writes its share (accelerate saves each rank's RNG state); rank 0 writes the JSON and commits.
+    Every rank writes its share (accelerate saves each rank's RNG state) into rank 0's scratch folder; rank 0 writes
+    the JSON and commits. Only what the example made is deleted (robostream.durable): scratch folders of interrupted
+    saves holding its marker, and a step saved before that this one replaces (a link: unlinked, never followed); a
+    user's `.tmp-checkpoint-*` is left alone, with a warning.
     `kill` (--debug_kill_at_step) SIGKILLs every rank between the model/optimizer files and the commit.
     """
-    final, tmp = output_dir / f"checkpoint-{progress.step}", output_dir / f".tmp-checkpoint-{progress.step}"
-    if accelerator.is_main_process and tmp.exists():
-        shutil.rmtree(tmp)  # left by an interrupted save of the same step
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    final = output_dir / f"checkpoint-{progress.step}"
+    scratch: list[str | None] = [None]
+    if accelerator.is_main_process:  # the only process that removes or renames anything
+        remove_scratch_left(output_dir, SCRATCH_PREFIX, made_by=SCRATCH_MADE_BY)  # interrupted saves'
+        scratch = [str(make_scratch(output_dir, f"{SCRATCH_PREFIX}{progress.step}-", made_by=SCRATCH_MADE_BY))]
+    broadcast_object_list(scratch)  # its name is random: every rank writes where rank 0 made it
+    new = Path(scratch[0]) / "checkpoint"
+    accelerator.save_state(str(new))
     accelerator.wait_for_everyone()
     if kill:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -167,10 +175,8 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, progress: Progre
         # Ranks consume in lockstep, so rank 0's loader state describes the whole job's data position.
         state = {"step": progress.step, "epoch": progress.epoch, "world_size": accelerator.num_processes,
                  "data": loader.state_dict()}
-        (tmp / STATE_FILE).write_text(json.dumps(state))
-        if final.exists():  # a resumed run may save a step it had already reached
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        (new / STATE_FILE).write_text(json.dumps(state))
+        publish(new, final, Path(scratch[0]))  # a resumed run may save a step it had already reached: replaced
     accelerator.wait_for_everyone()
     return final
 

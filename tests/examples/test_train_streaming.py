@@ -22,9 +22,10 @@ import pytest
 pytest.importorskip("accelerate", reason="the training example needs `accelerate` (pip install robostream[train])")
 from safetensors.torch import load_file  # noqa: E402  (accelerate depends on safetensors)
 
+from robostream.durable import SCRATCH_MARKER  # noqa: E402
 from robostream.format.metadata import load_metadata  # noqa: E402
 from tests.examples import processes  # noqa: E402
-from tests.helpers import read_records, torchrun_unavailable  # noqa: E402
+from tests.helpers import read_records, torchrun_unavailable, tree_listing  # noqa: E402
 
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "examples" / "train_streaming.py"
@@ -83,7 +84,7 @@ def runs(av1_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     records_b = read_records(tmp / "b.jsonl")
     require_two_ranks("B", b, records_b)
     assert b.returncode != 0, "run B should have died from SIGKILL while saving"
-    after_kill = sorted(p.name for p in (tmp / "bc").iterdir())
+    after_kill = {p.name: (p / SCRATCH_MARKER).is_file() for p in sorted((tmp / "bc").iterdir())}
 
     c = launch([*root, *COMMON, "--output_dir", str(tmp / "bc"), "--record_samples", str(tmp / "c.jsonl"),
                 "--resume"], tmp)
@@ -94,7 +95,11 @@ def runs(av1_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_the_kill_mid_save_leaves_the_previous_checkpoint(runs):
-    assert runs["after_kill"] == [f".tmp-checkpoint-{KILL_AT}", "checkpoint-8"], runs["after_kill"]
+    """What the kill left: checkpoint 8 and the killed save's scratch folder, marked as the example's (the resumed
+    run removes it: test_checkpoints_exist_and_resumed_weights_match)."""
+    (scratch, marked), kept = runs["after_kill"].items()
+    assert scratch.startswith(f".tmp-checkpoint-{KILL_AT}-") and marked, runs["after_kill"]
+    assert kept == ("checkpoint-8", False), runs["after_kill"]
     assert all(lines[-1]["step"] == KILL_AT for lines in runs["b"].values()), "B did not reach the kill step"
     assert f"resumed from {runs['tmp'] / 'bc' / 'checkpoint-8'} at step 8" in runs["c_out"], runs["c_out"][-2000:]
 
@@ -133,6 +138,40 @@ def test_checkpoints_exist_and_resumed_weights_match(runs):
     assert a_weights.keys() == c_weights.keys()
     for key in a_weights:  # same data, same optimizer state, deterministic CPU kernels: identical training
         assert a_weights[key].equal(c_weights[key]), key
+
+
+def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(av1_root, tmp_path):
+    """One process (no launcher) saves steps 1 and 2; the user keeps notes in `.tmp-checkpoint-1/`, leaves a file
+    `.tmp-checkpoint-x`, and moves checkpoint 1 to another disk behind a symlink; the job is then rerun from scratch
+    into the same folder. The notes, the file and the moved checkpoint stay as they were, `checkpoint-1` becomes the
+    new checkpoint (the link replaced, not followed: rmtree used to crash on it) and a warning names what was left
+    alone (the notes used to be deleted)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--root", str(av1_root), "--steps", "2", "--save_every", "1",
+           "--batch_size", "4", "--num_workers", "0", "--output_dir", str(out)]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=offline_env(tmp_path))
+    assert first.returncode == 0, first.stderr[-4000:]
+    (out / ".tmp-checkpoint-1").mkdir()
+    (out / ".tmp-checkpoint-1" / "notes.txt").write_text("lr 3e-4 diverged")
+    (out / ".tmp-checkpoint-x").write_text("a file")
+    moved = tmp_path / "other-disk" / "checkpoint-1"
+    moved.parent.mkdir()
+    (out / "checkpoint-1").rename(moved)
+    (out / "checkpoint-1").symlink_to(moved)
+    kept = tree_listing(moved)
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=offline_env(tmp_path))
+
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert tree_listing(out / ".tmp-checkpoint-1") == {"notes.txt": b"lr 3e-4 diverged"}
+    assert (out / ".tmp-checkpoint-x").read_text() == "a file"
+    assert tree_listing(moved) == kept
+    assert (out / "checkpoint-1").is_dir() and not (out / "checkpoint-1").is_symlink()
+    assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())["step"] == 1
+    assert sorted(p.name for p in out.iterdir()) == [".tmp-checkpoint-1", ".tmp-checkpoint-x", "checkpoint-1",
+                                                     "checkpoint-2"]
+    assert "['.tmp-checkpoint-1', '.tmp-checkpoint-x'] look like the scratch folders of examples/train_streaming.py" \
+           in again.stderr, again.stderr[-4000:]
 
 
 def test_dummy_run_reports_throughput(av1_root, tmp_path):
