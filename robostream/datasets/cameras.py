@@ -3,6 +3,9 @@
 torchcodec and PyAV release the GIL for most of the decoding, so cameras decode in parallel in one process. Decoders and
 threads belong to the process that made them: after a fork (DataLoader workers) they are recreated, and they are
 dropped when the reader is pickled (spawned workers).
+
+A camera file is checked against the metadata when a decoder opens it (from its header: frame rate, frame size, and
+that every episode's span in it ends inside the stream), so never per sample.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from robostream.errors import RobostreamError, VideoDecodeError
+from robostream.format.episodes import EpisodeTable
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
@@ -53,9 +57,9 @@ class CameraReader:
         self.device = device
         # Default: every camera's current file stays open, plus room for the next file of each.
         self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
-        # The opener must not refer back to this reader: a reference cycle would leave a dropped dataset's decoders
-        # to the cyclic garbage collector (see process_local.py for why that matters).
-        self.cache = decoders or VideoDecoderCache(self.cache_size, opener=partial(open_dataset_video, self.meta))
+        # Each use brings its opener (`_decoder`), which must not refer back to this reader: a reference cycle would
+        # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
+        self.cache = decoders or VideoDecoderCache(self.cache_size)
         self._shared_cache = decoders is not None
         # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
         self._executor = decode_threads or ProcessLocal(partial(decode_pool, len(meta.video_keys)))
@@ -71,7 +75,7 @@ class CameraReader:
         shown = np.round(np.asarray(timestamps_s, dtype=np.float64), 6)[:8].tolist()
         context = f" (episode {episode_index}, camera {key!r}, episode times {shown})"
         try:
-            with self._decoder(relative) as decoder:
+            with self._decoder(relative, key, episode_index) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
                 return decode_at_timestamps(decoder, times, self.tolerance_s, context)
         except RobostreamError as exc:
@@ -79,12 +83,12 @@ class CameraReader:
                 raise
             raise type(exc)(f"{exc}{context}") from exc
 
-    def _decoder(self, relative: str) -> ContextManager[VideoDecoder]:
-        """Borrow the decoder of one of this dataset's video files (see VideoDecoderCache.use)."""
-        if not self._shared_cache:
-            return self.cache.use(relative, self.backend, self.device)
-        return self.cache.use(self.meta.describe(relative), self.backend, self.device,
-                              opener=partial(open_dataset_video, self.meta, relative, self.backend, self.device))
+    def _decoder(self, relative: str, key: str, episode_index: int) -> ContextManager[VideoDecoder]:
+        """Borrow the decoder of one of this dataset's video files, camera `key`'s file holding `episode_index`
+        (see VideoDecoderCache.use; a shared cache names files by their full location)."""
+        opener = partial(open_camera_file, self.meta, relative, self.backend, self.device, key, episode_index)
+        name = self.meta.describe(relative) if self._shared_cache else relative
+        return self.cache.use(name, self.backend, self.device, opener=opener)
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
         """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
@@ -129,7 +133,7 @@ class CameraReader:
             times = [self.meta.episodes.video_span(requests[i][0], key).from_timestamp
                      + np.asarray(requests[i][1][key], dtype=np.float64) for i in group]
             try:
-                with self._decoder(relative) as decoder:
+                with self._decoder(relative, key, requests[group[0]][0]) as decoder:
                     check_frame_size(decoder, key, self.frame_sizes[key])
                     frames, inverse = decode_unique(decoder, np.concatenate(times), self.tolerance_s)
             except RobostreamError:
@@ -152,6 +156,35 @@ def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None
     decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source))
     check_frame_rate(decoder, meta.fps)
     return decoder
+
+
+def open_camera_file(meta: DatasetMetadata, relative: str, backend: str | None, device: str, key: str,
+                     episode_index: int) -> VideoDecoder:
+    """Open camera `key`'s video file `relative`, the one holding `episode_index` (`open_dataset_video`), and check
+    the spans of the episodes in it against its stream (`check_spans_in_stream`)."""
+    decoder = open_dataset_video(meta, relative, backend, device)
+    check_spans_in_stream(decoder, meta.episodes, key, episode_index)
+    return decoder
+
+
+def check_spans_in_stream(decoder: VideoDecoder, episodes: EpisodeTable, key: str, episode_index: int) -> None:
+    """Every episode's span of camera `key` in the file holding `episode_index` (the same chunk and file index, as
+    `check_spans_apart` groups them) must end inside the stream, give or take half a frame. The last span of a file
+    (or its only one) shifted later keeps its length and has no neighbour to overlap, so the metadata checks pass
+    it, but each of its frames would read the next one, silently, until the last fails the tolerance check. From
+    the header (end_s, num_frames); vectorised over the table, once per opened file: 0.1 ms at 100k episodes."""
+    row = episodes.row_of(episode_index)
+    chunk, file, to_ts = episodes.video_chunk[key], episodes.video_file[key], episodes.video_to_ts[key]
+    end_s = max(decoder.end_s, decoder.num_frames / decoder.fps)  # the lenient one, should a header disagree
+    past = (chunk == chunk[row]) & (file == file[row]) & (to_ts > end_s + 0.5 / decoder.fps)
+    if not past.any():
+        return
+    late = int(np.flatnonzero(past)[0])
+    raise VideoDecodeError(
+        f"{decoder.path}: camera {key!r}: the video span of episode {int(episodes.episode_index[late])} ends at "
+        f"{to_ts[late]:.6f} s but the video stream ends at {end_s:.6f} s ({decoder.num_frames} frames at "
+        f"{decoder.fps:g} fps; {int(past.sum())} span(s) of this file end past it), so the episode would read "
+        "frames that are not its own; the episode table and the videos disagree: re-convert or re-write the dataset")
 
 
 def check_frame_rate(decoder: VideoDecoder, fps: float) -> None:

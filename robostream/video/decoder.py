@@ -30,6 +30,7 @@ class VideoDecoder(Protocol):
     path: str
     fps: float
     num_frames: int
+    end_s: float  # where the stream ends (its last frame's pts + duration), from the header: nothing is decoded
     height: int
     width: int
     calls: int  # decoding requests served
@@ -108,6 +109,7 @@ class TorchCodecVideoDecoder:
         meta = self._decoder.metadata
         self.num_frames = int(meta.num_frames)
         self.fps = float(meta.average_fps)
+        self.end_s = float(meta.end_stream_seconds or (meta.begin_stream_seconds or 0.0) + self.num_frames / self.fps)
         self.height, self.width = int(meta.height), int(meta.width)
         self.calls = self.seeks = 0
         self._last: int | None = None  # last frame index decoded
@@ -129,8 +131,8 @@ class TorchCodecVideoDecoder:
         # The frame shown half a frame after t is the one whose pts is nearest to t (frames ~1/fps apart).
         meta = self._decoder.metadata
         begin = float(meta.begin_stream_seconds or 0.0)
-        end = float(meta.end_stream_seconds or begin + self.num_frames / self.fps)
-        shown = np.clip(np.asarray(times_s, dtype=np.float64) + 0.5 / self.fps, begin, np.nextafter(end, begin))
+        shown = np.asarray(times_s, dtype=np.float64) + 0.5 / self.fps
+        shown = np.clip(shown, begin, np.nextafter(self.end_s, begin))
         self._count(np.floor((shown - begin) * self.fps).astype(np.int64).tolist())
         try:
             batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
@@ -162,6 +164,8 @@ class PyAVVideoDecoder:
         self._time_base = self._stream.time_base
         self._begin_s = float((self._stream.start_time or 0) * self._time_base)
         self.num_frames = int(self._stream.frames) or self._count_packets()
+        duration = self._stream.duration  # in time_base units; None when the container does not say
+        self.end_s = self._begin_s + (float(duration * self._time_base) if duration else self.num_frames / self.fps)
         self._reseek_after_s = reseek_after_s
         self._frames = None  # live decode generator, or None when a seek is needed
         self._pending = None  # the next decoded frame not yet consumed

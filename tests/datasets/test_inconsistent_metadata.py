@@ -162,6 +162,37 @@ def test_a_span_shifted_a_frame_at_both_ends_is_refused_at_construction(broken, 
         reader(root=broken, episodes=episodes)
 
 
+def _files_of(meta, key):
+    """Camera `key`'s files, each with its episodes in file order."""
+    files = {}
+    for episode in meta.episodes.episode_index.tolist():
+        files.setdefault(meta.video_file(episode, key), []).append(episode)
+    return files
+
+
+@pytest.mark.parametrize("backend", ["torchcodec", "pyav"])
+@pytest.mark.parametrize("which", ["the last of several", "the only one"])
+@pytest.mark.parametrize("reader", [LeRobotDataset, StreamingLeRobotDataset])
+def test_a_span_shifted_past_the_end_of_its_file_is_refused_when_the_file_is_opened(broken, reader, which, backend):
+    """The last episode of a camera file (or a file's only one) with its span a frame late at both ends: no
+    neighbour to overlap, the same length, so construction passes; the readers used to return each frame's next
+    one silently and fail only on the last. Opening the file now refuses it, whichever of its episodes is read
+    first, naming camera, file, episode and both times."""
+    meta = load_metadata(broken)
+    key, relative, episodes = next((k, f, e) for k in meta.video_keys for f, e in _files_of(meta, k).items()
+                                   if (len(e) > 1) == (which == "the last of several"))
+    shifted, read = episodes[-1], episodes[0]
+    for end in ("from_timestamp", "to_timestamp"):
+        _edit_episodes(broken, f"videos/{key}/{end}",
+                       lambda c: pa.array([v + (1 / 20 if i == shifted else 0) for i, v in enumerate(c.to_pylist())]))
+    ends_at = meta.episodes.video_span(shifted, key).to_timestamp
+    message = (rf"{relative}: camera '{key}': the video span of episode {shifted} ends at {ends_at + 1 / 20:.6f} s "
+               rf"but the video stream ends at {ends_at:.6f} s")
+    dataset = reader(root=broken, episodes=[read], video_backend=backend)  # construction reads no video
+    with pytest.raises(VideoDecodeError, match=message):
+        dataset[0] if reader is LeRobotDataset else next(iter(dataset))
+
+
 def test_a_string_locating_column_names_the_column(broken):
     _edit_episodes(broken, "data/file_index", lambda c: pa.array([str(v) for v in c.to_pylist()]))
     with pytest.raises(DatasetFormatError, match=r"episode metadata column 'data/file_index' holds string, expected "
