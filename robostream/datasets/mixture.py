@@ -28,6 +28,7 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets, window_seconds
+from robostream.storage.redact import redact_url
 from robostream.storage.store import SharedReading, Storage
 from robostream.video.cache import VideoDecoderCache
 
@@ -117,12 +118,13 @@ def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weigh
                         *, epoch_size: int | None, sampling_method: str, features: str, batching: str,
                         batch_size: int | None) -> str:
     """A short hash of everything a mixture's epochs depend on: roots (Hub roots carry their commit), selected
-    episodes and their lengths, weights, per-source counts, epoch size, sampling, feature mode and batching."""
+    episodes and their lengths, weights, per-source counts, epoch size, sampling, feature mode and batching. A
+    root's user and password are left out: a rotated password resumes the same mixture."""
     doc: list[Any] = [epoch_size, sampling_method, features, batching, batch_size]
     for reader, weight, count in zip(sources, weights, counts):
         episodes = np.asarray(reader.episodes, dtype=np.int64)
         selection = hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:16]
-        doc.append([reader.meta.root, selection, [weight.proportion, weight.repeat, weight.choose], int(count),
+        doc.append([redact_url(reader.meta.root), selection, [weight.proportion, weight.repeat, weight.choose], int(count),
                     sorted(reader.rename.items())])
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -19,6 +19,7 @@ from robostream.storage.cache import DiskCache, parse_size
 from robostream.storage.derived import DerivedCache, default_directory
 from robostream.storage.integrity import check_validate
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
+from robostream.storage.redact import redact_url
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import DEFAULT_BLOCK_BUDGET, SharedReading
 from robostream.video.decoder import BACKENDS
@@ -47,7 +48,7 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     chosen = sorted(chosen_set)
     unknown = [e for e, known in zip(chosen, np.isin(chosen, available)) if not known]
     if unknown:
-        raise ValueError(f"episodes={unknown[:10]} not in {meta.root} (it has episodes 0..{len(available) - 1})")
+        raise ValueError(f"episodes={unknown[:10]} not in {redact_url(meta.root)} (it has episodes 0..{len(available) - 1})")
     if not chosen:
         raise ValueError("episodes= selects no episode")
     return chosen

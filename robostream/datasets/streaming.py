@@ -54,6 +54,7 @@ from robostream.plan.mixture import (EpochUnits, SamplingMethod, check_epoch_uni
                                      samples_per_source)
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.process_local import ProcessLocal
+from robostream.storage.redact import redact_url
 from robostream.storage.store import SharedReading
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.layout import FramePool
@@ -350,7 +351,7 @@ class StreamingLeRobotDataset(IterableDataset):
         if state.get("dataset") != self.dataset_fingerprint:
             raise ValueError(
                 f"resume state was made with another dataset or episode selection ('dataset' fingerprint "
-                f"{state.get('dataset')!r}; this one, {len(self.episodes)} episodes of {self.meta.root}, is "
+                f"{state.get('dataset')!r}; this one, {len(self.episodes)} episodes of {redact_url(self.meta.root)}, is "
                 f"{self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
                 "dataset and episodes= it was saved with, or start a new epoch without the state")
 

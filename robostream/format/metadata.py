@@ -34,6 +34,7 @@ from robostream.storage.derived import DerivedCache
 from robostream.storage.integrity import FileVersion, Validate
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
+from robostream.storage.redact import redact_url
 from robostream.storage.store import DEFAULT_BLOCK_BUDGET, SharedReading, Storage
 
 INFO_PATH = "meta/info.json"
@@ -146,12 +147,12 @@ def read_info_text(storage: Storage, meta: MetaFiles) -> str:
         if (meta.versions is not None and "meta/episodes.jsonl" in meta.versions) or (
                 meta.versions is None and storage.exists("meta/episodes.jsonl")):
             raise UnsupportedVersionError(
-                f"{storage.url}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}") from exc
+                f"{redact_url(storage.url)}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}") from exc
         # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
         reason = next((e for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
                        if e is not None and not isinstance(e, FileNotFoundError)), None)
         detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
-        raise DatasetFormatError(f"{where}: not found{detail}; is {storage.url} a LeRobot dataset root (it should "
+        raise DatasetFormatError(f"{where}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root (it should "
                                  "contain meta/info.json)?") from exc
     try:
         return data.decode("utf-8")
