@@ -40,6 +40,7 @@ from torch import nn
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.durable import make_scratch, publish, remove_scratch_left
+from robostream.plan.state import CHECKSUM, check_checksum, state_checksum
 
 STATE_FILE = "trainer_state.json"  # written last into a checkpoint; the rename that follows commits it
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -175,7 +176,8 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, progress: Progre
         # Ranks consume in lockstep, so rank 0's loader state describes the whole job's data position.
         state = {"step": progress.step, "epoch": progress.epoch, "world_size": accelerator.num_processes,
                  "data": loader.state_dict()}
-        (new / STATE_FILE).write_text(json.dumps(state))
+        # One checksum over the whole file: an edited step or epoch, or another step's data, is refused at resume.
+        (new / STATE_FILE).write_text(json.dumps({**state, CHECKSUM: state_checksum(state)}))
         publish(new, final, Path(scratch[0]))  # a resumed run may save a step it had already reached: replaced
     accelerator.wait_for_everyone()
     return final
@@ -191,6 +193,10 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, loader: Streamin
     path = Path(chosen[0])
     accelerator.load_state(str(path))
     state = json.loads((path / STATE_FILE).read_text())
+    check_checksum(state, where=str(path / STATE_FILE))
+    if state["epoch"] != state["data"]["epoch"]:  # the epoch training counts must be the one the loader continues
+        raise ValueError(f"{path / STATE_FILE}: epoch {state['epoch']} but its data state is of epoch "
+                         f"{state['data']['epoch']}; resume from another checkpoint")
     loader.load_state_dict(state["data"])
     accelerator.print(f"resumed from {path} at step {state['step']} epoch {state['epoch']}")
     return Progress(state["step"], state["epoch"])
