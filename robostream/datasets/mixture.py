@@ -124,8 +124,8 @@ def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weigh
     for reader, weight, count in zip(sources, weights, counts):
         episodes = np.asarray(reader.episodes, dtype=np.int64)
         selection = hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:16]
-        doc.append([redact_url(reader.meta.root), selection, [weight.proportion, weight.repeat, weight.choose], int(count),
-                    sorted(reader.rename.items())])
+        doc.append([redact_url(reader.meta.root), selection, [weight.proportion, weight.repeat, weight.choose],
+                    int(count), sorted(reader.rename.items())])
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 
 

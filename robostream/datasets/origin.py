@@ -48,7 +48,8 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     chosen = sorted(chosen_set)
     unknown = [e for e, known in zip(chosen, np.isin(chosen, available)) if not known]
     if unknown:
-        raise ValueError(f"episodes={unknown[:10]} not in {redact_url(meta.root)} (it has episodes 0..{len(available) - 1})")
+        raise ValueError(f"episodes={unknown[:10]} not in {redact_url(meta.root)} (it has episodes "
+                         f"0..{len(available) - 1})")
     if not chosen:
         raise ValueError("episodes= selects no episode")
     return chosen

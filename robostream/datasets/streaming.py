@@ -351,8 +351,8 @@ class StreamingLeRobotDataset(IterableDataset):
         if state.get("dataset") != self.dataset_fingerprint:
             raise ValueError(
                 f"resume state was made with another dataset or episode selection ('dataset' fingerprint "
-                f"{state.get('dataset')!r}; this one, {len(self.episodes)} episodes of {redact_url(self.meta.root)}, is "
-                f"{self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
+                f"{state.get('dataset')!r}; this one, {len(self.episodes)} episodes of {redact_url(self.meta.root)}, "
+                f"is {self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
                 "dataset and episodes= it was saved with, or start a new epoch without the state")
 
     # -- iteration -------------------------------------------------------------------------------------------

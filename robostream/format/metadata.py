@@ -152,8 +152,8 @@ def read_info_text(storage: Storage, meta: MetaFiles) -> str:
         reason = next((e for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
                        if e is not None and not isinstance(e, FileNotFoundError)), None)
         detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
-        raise DatasetFormatError(f"{where}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root (it should "
-                                 "contain meta/info.json)?") from exc
+        raise DatasetFormatError(f"{where}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root "
+                                 "(it should contain meta/info.json)?") from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
