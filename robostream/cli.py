@@ -20,7 +20,8 @@ def _synth(args: argparse.Namespace) -> int:
     config = SynthConfig(episodes=args.episodes, cameras=args.cameras, height=args.height, width=args.width,
                          fps=args.fps, episode_length=args.episode_length, codec=args.codec, gop=args.gop,
                          crf=args.crf, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb,
-                         seed=args.seed, codebase_version=args.codebase_version, content=args.content)
+                         seed=args.seed, codebase_version=args.codebase_version, content=args.content,
+                         language=args.language)
     start = time.perf_counter()
     root = generate(args.out, config, overwrite=args.overwrite, jobs=args.jobs)
     print(f"wrote {root} in {time.perf_counter() - start:.1f}s")
@@ -151,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                        default=defaults["codebase_version"], help="v2.1 writes the converter's input layout")
     synth.add_argument("--content", choices=["noisy", "smooth"], default=defaults["content"],
                        help="noisy: per-camera sensor noise (costly to decode); smooth: lerobot-like clean scenes")
+    synth.add_argument("--language", action="store_true",
+                       help="add lerobot-annotate's language columns (language_persistent, language_events)")
     synth.add_argument("--jobs", type=int, default=None, help="encoding processes (default: all cores)")
     synth.add_argument("--overwrite", action="store_true")
     synth.set_defaults(run=_synth)

@@ -20,6 +20,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+from robostream.format.language import LANGUAGE_DTYPE, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT, SAY_TOOL_SCHEMA
 from robostream.format.stats import image_stats
 from robostream.format.v21 import V21
 from robostream.video.encode import encode_video
@@ -55,6 +56,7 @@ class SynthConfig:
     codebase_version: str = "v3.0"  # or "v2.1": one file per episode (the converter's input)
     content: str = "noisy"  # "noisy": per-camera sensor noise (expensive to decode); "smooth": none, like the
     # low-noise scenes lerobot's recorder writes (cheap to decode: where per-sample overhead shows most)
+    language: bool = False  # add lerobot-annotate's language columns and info.json "tools" (v3.0 only)
 
 
 def camera_key(camera: int) -> str:
@@ -144,6 +146,31 @@ def episode_table(episode: int, length: int, state_dim: int, seed: int) -> dict[
     return {"observation.state": trajectory[:-1].astype(np.float32), "action": trajectory[1:].astype(np.float32)}
 
 
+def episode_language(episode: int, length: int, fps: int, camera: str | None) -> dict[str, list[list[dict]]]:
+    """The two language columns of an episode as lerobot-annotate's writer lays them out: the persistent rows
+    (a plan and two subtasks, sorted by timestamp, style, role) on every frame; events on the frame they fire at
+    (an interjection with the spoken reply, a tool call to `say`, at a third of the episode; a question and answer
+    about `camera` at two thirds, none without a camera), sorted by style, role, camera; [] on other frames."""
+    times = (np.arange(length) / fps).astype(np.float32).tolist()
+    half, third, two_thirds = length // 2, length // 3, 2 * length // 3
+    task = TASKS[episode % len(TASKS)]
+    persistent = [
+        {"role": "assistant", "content": f"1. reach 2. {task}", "style": "plan", "timestamp": times[0]},
+        {"role": "assistant", "content": "reach for the object", "style": "subtask", "timestamp": times[0]},
+        {"role": "assistant", "content": task, "style": "subtask", "timestamp": times[half]},
+    ]
+    events: list[list[dict]] = [[] for _ in range(length)]
+    speech = {"type": "function",
+              "function": {"name": "say", "arguments": {"text": f"slowing down, episode {episode}"}}}
+    events[third] = [{"role": "assistant", "content": None, "style": None, "tool_calls": [speech]},
+                     {"role": "user", "content": "a bit slower please", "style": "interjection"}]
+    if camera is not None and two_thirds != third:
+        events[two_thirds] = [{"role": "assistant", "content": f"{{\"episode\": {episode}}}", "style": "vqa",
+                               "camera": camera},
+                              {"role": "user", "content": "which episode is this?", "style": "vqa", "camera": camera}]
+    return {LANGUAGE_PERSISTENT: [persistent] * length, LANGUAGE_EVENTS: events}
+
+
 def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, dict]]:
     """Worker: render and encode every camera of one episode; returns per camera (mp4 path, image stats)."""
     config_dict, episode, length, tmp = args
@@ -186,6 +213,11 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     for camera in range(config.cameras):
         features[camera_key(camera)] = {"dtype": "video", "shape": [config.height, config.width, 3],
                                         "names": ["height", "width", "channels"]}
+    if config.language:
+        if config.codebase_version != "v3.0":
+            raise ValueError("language columns are a v3.0 feature (lerobot-annotate): use codebase_version 'v3.0'")
+        features.update({key: {"dtype": LANGUAGE_DTYPE, "shape": [1], "names": None}
+                         for key in (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS)})
     lengths = episode_lengths(config)
     jobs = jobs or os.cpu_count() or 1
     root = Path(root)
@@ -195,7 +227,8 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     elif config.codebase_version == "v3.0":
         writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
                                gop=config.gop, crf=config.crf, data_files_size_in_mb=config.data_file_mb,
-                               video_files_size_in_mb=config.video_file_mb, overwrite=overwrite)
+                               video_files_size_in_mb=config.video_file_mb, overwrite=overwrite,
+                               tools=[SAY_TOOL_SCHEMA] if config.language else None)
     else:
         raise ValueError(f"codebase_version {config.codebase_version!r}: choose 'v3.0' or 'v2.1'")
     tmp = tempfile.mkdtemp(prefix="robostream-synth-")
@@ -210,8 +243,12 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
                 encoded_episodes = track(encoded_episodes, total=len(work), description="synth: episodes",
                                          console=Console(stderr=True), transient=True)
             for episode, encoded in enumerate(encoded_episodes):
+                frames = episode_table(episode, lengths[episode], config.state_dim, config.seed)
+                if config.language:
+                    frames.update(episode_language(episode, lengths[episode], config.fps,
+                                                   camera_key(0) if config.cameras else None))
                 writer.add_episode(
-                    episode_table(episode, lengths[episode], config.state_dim, config.seed),
+                    frames,
                     task=episode_tasks(episode, lengths[episode]),
                     video_files={k: path for k, (path, _) in encoded.items()},
                     video_stats={k: stats for k, (_, stats) in encoded.items()},

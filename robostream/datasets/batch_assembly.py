@@ -1,10 +1,11 @@
-"""Whole batches assembled at once: the streaming loader's fast path, equal to torch's collate of the samples.
+"""Whole batches assembled at once: the streaming loader's fast path, equal to the collate of the samples.
 
 The per-sample path builds a dict of small tensors per sample (SampleAssembler.assemble) and torch's collate then
 stacks B of each. Here the batch's tensors are allocated once (in DataLoader workers: one reused shared-memory
 slot, see batch_buffers.py), numeric columns are written with numpy per piece of the batch, and each camera frame
 is copied once from the decoder's output into its place in the batch, laid out as (C, H, W). Keys, order, dtypes,
-shapes and values are those of `default_collate([assemble(...) for each sample])` (tested).
+shapes and values are those of `collate_samples([assemble(...) for each sample])` (datasets/collate.py: torch's
+`default_collate`, language columns as lists; tested).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from robostream.datasets.sample import SampleAssembler, decode_png
 from robostream.errors import DatasetFormatError
 from robostream.format.data_rows import EpisodeRows
+from robostream.format.language import language_cell
 from robostream.plan.windows import window_indices
 
 # key -> (shape, dtype) of the batch tensor
@@ -102,7 +104,7 @@ class BatchAssembler:
         their values before the float scaling, see `finish_cameras`), at `rows` of them (default: all, in order).
 
         Returns:
-            The string keys and "task", one list each (in refs order).
+            The string and language keys and "task", one list each (in refs order).
         """
         place = np.arange(len(refs)) if rows is None else rows
         for key, pad in prepared.pads.items():
@@ -114,6 +116,8 @@ class BatchAssembler:
         self._write_columns(refs, prepared.frames, prepared.query, out, rows)
         first_rows = refs[0][0]
         lists = {key: [episode.strings[key][frame] for episode, frame in refs] for key in first_rows.strings}
+        lists.update({key: [language_cell(episode.language[key][frame], key) for episode, frame in refs]
+                      for key in first_rows.language})
         for key in first_rows.images:
             for j, (episode_rows, frame) in enumerate(refs):
                 cells = episode_rows.images[key]

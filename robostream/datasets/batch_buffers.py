@@ -9,7 +9,8 @@ A slot is reused only after the main process has dropped every tensor and view o
 process attaches a finalizer to the slot's storage when the batch arrives (`adopt`), and the finalizer marks the
 slot free in a small table in shared memory. When no slot is free (the training loop still holds older batches, or
 a batch was handed to yet another process), the worker allocates fresh shared memory, so it never waits. In the
-per-sample path small tensors, strings and everything else go through torch's `default_collate` unchanged.
+per-sample path small tensors, strings and everything else go through the samples' collate unchanged
+(datasets/collate.py: torch's `default_collate`, language columns kept as lists).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import default_collate, get_worker_info
+from torch.utils.data import get_worker_info
 
+from robostream.datasets.collate import collate_samples
 from robostream.process_local import ProcessLocal
 
 SLOT_KEY = "_robostream_batch_slot"  # (worker, slot, pooled key) travelling with a pooled batch; removed by adopt
@@ -56,13 +58,14 @@ class BatchBuffers:
 
     # -- worker side -----------------------------------------------------------------------------------------
     def collate(self, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """torch's default_collate, with the large tensors written into a free slot of this worker."""
+        """The samples' collate (collate_samples), with the large tensors written into a free slot of this
+        worker."""
         large = _large_keys(samples, self.min_bytes)
         if get_worker_info() is None or not large:
-            return default_collate(samples)  # in-process batches need no shared memory
+            return collate_samples(samples)  # in-process batches need no shared memory
         specs = {k: ((len(samples), *samples[0][k].shape), samples[0][k].dtype) for k in large}
         tensors, marker = self.allocate(specs)
-        batch = default_collate([{k: v for k, v in s.items() if k not in large} for s in samples])
+        batch = collate_samples([{k: v for k, v in s.items() if k not in large} for s in samples])
         for key, out in tensors.items():
             batch[key] = torch.stack([s[key] for s in samples], out=out)
         if marker is not None:

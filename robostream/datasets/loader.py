@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from robostream.datasets.batch_assembly import TensorSpecs, allocate_fresh
 from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers, shared_tensors
+from robostream.datasets.collate import collate_samples
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.numbers import finite_number
 
@@ -157,6 +158,8 @@ class StreamingDataLoader(DataLoader):
         else:
             if self.batch_buffers is not None:
                 kwargs["collate_fn"] = self.batch_buffers.collate
+            elif own_collate:
+                kwargs["collate_fn"] = collate_samples  # default_collate would transpose language columns
             super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, drop_last=drop_last,
                              **kwargs)
         self._batches = 0

@@ -2,19 +2,20 @@
 
 Features are never dropped silently. `features="strict"` (default) needs every source to have the same keys (after
 its `feature_map`), with the same dtype, shape and window length, else construction fails naming the key and the
-sources. `features="union"` lets a source lack a key: its samples get zeros (strings: "") there and
-`<key>_is_pad` True (the key's window mask when it has `delta_timestamps`, else one flag per sample; sources that
-have the key say False). A key two sources have with different dtype or shape is an error in both modes: rename
-one with `feature_map`.
+sources. `features="union"` lets a source lack a key: its samples get zeros (strings: "", language columns: [])
+there and `<key>_is_pad` True (the key's window mask when it has `delta_timestamps`, else one flag per sample;
+sources that have the key say False). A key two sources have with different dtype or shape is an error in both
+modes: rename one with `feature_map`.
 
 Both the per-sample path (`finish`) and the batch path (`MixtureBatches`) emit the keys in `order`, so batches are
-torch's collate of the samples. Every mixture sample also carries `dataset_index` (int64, 0-d): its source.
+the collate of the samples (datasets/collate.py). Every mixture sample also carries `dataset_index` (int64, 0-d):
+its source.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 import torch
 
 from robostream.datasets.batch_assembly import Allocate, BatchAssembler, BatchRef, allocate_fresh, finish_cameras
-from robostream.datasets.sample_keys import DATASET_INDEX, TASK, KeySpec, feature_keys, key_order
+from robostream.datasets.sample_keys import DATASET_INDEX, TASK, KeySpec, feature_keys, key_order, with_window
 from robostream.format.metadata import DatasetMetadata
 
 FeatureMode = Literal["strict", "union"]
@@ -55,7 +56,7 @@ def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows:
         if common in specs or common in (DATASET_INDEX, TASK):
             raise ValueError(f"source {name}: feature_map gives two features the name {common!r} (or a reserved "
                              f"sample key); every common name must be unique")
-        specs[common] = replace(spec, window=windows.get(common))
+        specs[common] = with_window(common, spec, windows.get(common))
     return specs
 
 
@@ -64,8 +65,14 @@ class Fill:
     """What a source that lacks a key gets there (union mode)."""
 
     shape: tuple[int, ...]  # per sample
-    dtype: torch.dtype | None  # None: a string key
+    dtype: torch.dtype | None  # None: a string or language key (a list per batch)
     pad_shape: tuple[int, ...]  # of `<key>_is_pad`: the window, or () for one flag
+    kind: str = "column"  # the key's KeySpec.kind
+
+    def blank(self) -> Any:
+        """The value of a list key (dtype None) in a sample that lacks it: "" for a string, a fresh [] for a
+        language column (no rows, lerobot's value for a frame without annotations)."""
+        return [] if self.kind == "language" else ""
 
 
 class MixtureSchema:
@@ -129,8 +136,8 @@ class MixtureSchema:
         if spec.kind == "camera":
             height, width, channels = spec.shape
             return Fill((*window, channels, height, width), torch.uint8 if return_uint8 else torch.float32, window)
-        if spec.kind == "string":
-            return Fill((), None, window)
+        if spec.kind in ("string", "language"):
+            return Fill((), None, window, spec.kind)
         # info.json writes scalars as [1] but samples hold them 0-d: the Arrow type of one data file tells.
         shape, dtype = _column_shape(meta, key, spec.shape)
         return Fill((*window, *shape), dtype, window)
@@ -147,7 +154,7 @@ class MixtureSchema:
                 out[key] = torch.tensor(source, dtype=torch.int64)
             elif key in self.fills:
                 fill = self.fills[key]
-                out[key] = "" if fill.dtype is None else torch.zeros(fill.shape, dtype=fill.dtype)
+                out[key] = fill.blank() if fill.dtype is None else torch.zeros(fill.shape, dtype=fill.dtype)
             else:  # a mask: of a window this source lacks (all padding), or the union flag of a plain key
                 base = key[:-7]
                 out[key] = torch.full(self.fills[base].pad_shape, base in lacking, dtype=torch.bool)
@@ -201,7 +208,8 @@ class MixtureBatches:
                       {key: out[rename.get(key, key)] for key in prepared.on_device}
             part_lists = self.assemblers[s].write(prepared, part_refs, part_video, targets, rows)
             for key, values in part_lists.items():
-                column = lists.setdefault(rename.get(key, key), [""] * size)
+                common = rename.get(key, key)
+                column = lists.setdefault(common, self._list_column(common, size))
                 for row, value in zip(rows.tolist(), values):
                     column[row] = value
             for key in self.schema.missing[s]:
@@ -214,7 +222,7 @@ class MixtureBatches:
                     out[f"{key}_is_pad"][torch.from_numpy(rows)] = False
         for key, fill in self.schema.fills.items():
             if fill.dtype is None:
-                lists.setdefault(key, [""] * size)
+                lists.setdefault(key, self._list_column(key, size))
         out[DATASET_INDEX].copy_(torch.from_numpy(source_of))
         return_uint8 = self.assemblers[0].sample.return_uint8
         batch: dict[str, Any] = {}
@@ -225,6 +233,12 @@ class MixtureBatches:
                 value = out[key]
                 batch[key] = finish_cameras(value, return_uint8) if key in self.schema.cameras else value
         return batch
+
+    def _list_column(self, key: str, size: int) -> list[Any]:
+        """A batch's list for list key `key` (common name) before the sources write theirs: the fill of union mode
+        where a source lacks the key (its rows keep it), else placeholders every source overwrites."""
+        fill = self.schema.fills.get(key)
+        return [fill.blank() if fill is not None else None for _ in range(size)]
 
 
 def _common(key: str, rename: Mapping[str, str]) -> str:

@@ -15,6 +15,7 @@ import torch
 
 from robostream.datasets.sample_keys import TASK, feature_keys, key_order, pad_key
 from robostream.format.data_rows import EpisodeRows
+from robostream.format.language import language_cell
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.windows import window_indices
 
@@ -76,6 +77,8 @@ class SampleAssembler:
             item[key] = torch.from_numpy(np.array(values[query[key]] if key in query else values[frame]))
         for key, values in rows.strings.items():
             item[key] = values[frame]
+        for key, cells in rows.language.items():
+            item[key] = language_cell(cells[frame], key)
         for key, cells in rows.images.items():
             images = torch.stack([decode_png(cells[int(f)].as_py()) for f in query.get(key, [frame])])
             item[key] = self._finish_camera(images, squeeze=key not in query)

@@ -7,10 +7,11 @@ of key is taught here once.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from robostream.format.data_rows import data_features
+from robostream.format.language import LANGUAGE_DTYPE
 from robostream.format.metadata import DatasetMetadata
 
 DATASET_INDEX = "dataset_index"  # a mixture sample's source
@@ -21,7 +22,7 @@ TASK = "task"
 class KeySpec:
     """One feature as samples hold it."""
 
-    kind: Literal["column", "string", "camera"]
+    kind: Literal["column", "string", "language", "camera"]
     dtype: str  # info.json dtype; "camera" for video and image features
     shape: tuple[int, ...]  # info.json shape (cameras: height, width, channels)
     window: int | None  # frames in its delta_timestamps window; None without one
@@ -38,10 +39,21 @@ def feature_keys(meta: DatasetMetadata, windows: Mapping[str, int]) -> dict[str,
     specs = {}
     for key, feature in data_features(meta.info.features).items():
         dtype = feature["dtype"]
-        kind = "camera" if dtype in ("video", "image") else "string" if dtype == "string" else "column"
-        specs[key] = KeySpec(kind, "camera" if kind == "camera" else dtype, tuple(feature["shape"]),
-                             windows.get(key))
+        kind = "camera" if dtype in ("video", "image") else \
+            dtype if dtype in ("string", LANGUAGE_DTYPE) else "column"
+        spec = KeySpec(kind, "camera" if kind == "camera" else dtype, tuple(feature["shape"]), None)
+        specs[key] = with_window(key, spec, windows.get(key))
     return specs
+
+
+def with_window(key: str, spec: KeySpec, window: int | None) -> KeySpec:
+    """`spec` with its delta_timestamps window. A language column has none: each frame's cell already holds the
+    episode's persistent rows, and lerobot fails on such a window (its reader torch.stacks the cells)."""
+    if window is not None and spec.kind == "language":
+        raise ValueError(f"delta_timestamps[{key!r}]: {key!r} is a language column, which has no window (every "
+                         "sample carries its own frame's rows, the persistent ones included); remove it from "
+                         "delta_timestamps")
+    return replace(spec, window=window)
 
 
 def pad_key(key: str) -> str:
@@ -51,8 +63,8 @@ def pad_key(key: str) -> str:
 
 def key_order(specs: Mapping[str, KeySpec], *, flags: Sequence[str] = (), mixture: bool = False) -> list[str]:
     """The keys of a sample, in the order every path emits them: the masks of windowed keys, numeric columns,
-    strings, cameras, "task", then for a mixture the masks of plain keys some source lacks (`flags`) and
-    `dataset_index`.
+    strings, language columns, cameras, "task", then for a mixture the masks of plain keys some source lacks
+    (`flags`) and `dataset_index`.
 
     Args:
         specs: the sample's keys (`feature_keys`, or a mixture's common keys).
@@ -60,6 +72,6 @@ def key_order(specs: Mapping[str, KeySpec], *, flags: Sequence[str] = (), mixtur
         mixture: add `dataset_index`.
     """
     order = [pad_key(k) for k, spec in specs.items() if spec.window is not None]
-    for kind in ("column", "string", "camera"):
+    for kind in ("column", "string", "language", "camera"):
         order += [k for k, spec in specs.items() if spec.kind == kind]
     return [*order, TASK, *(pad_key(k) for k in flags), *([DATASET_INDEX] if mixture else [])]

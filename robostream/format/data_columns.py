@@ -2,11 +2,11 @@
 
 Each data file is converted once per node, on the first read of any of its episodes, into a derived folder
 (storage/derived.py): its numeric columns as raw little arrays one after the other (columns.bin), an Arrow IPC file
-for image and string columns, and an index of where each episode's rows start. A process opens a converted file in
-O(1) and reads an episode's rows with one positional read per column (an episode's rows are contiguous): no
-parquet decoding, no per-process table, the OS page cache shared by ranks and workers, memory flat in dataset
-size. The rows an episode has are checked against the episode table on every read: missing or out-of-order rows
-are an error naming the file, the episode and the index range.
+for image, string and language columns, and an index of where each episode's rows start. A process opens a
+converted file in O(1) and reads an episode's rows with one positional read per column (an episode's rows are
+contiguous): no parquet decoding, no per-process table, the OS page cache shared by ranks and workers, memory flat
+in dataset size. The rows an episode has are checked against the episode table on every read: missing or
+out-of-order rows are an error naming the file, the episode and the index range.
 
 A data file that nothing but its size names (an HTTP server sending neither ETag nor Last-Modified) is never
 converted: columns kept from it would be served after a same-size replacement. Its episodes' rows are read from
@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
 from robostream.format.data_rows import (LRU, REPAIR_HINT, DataRowReader, EpisodeRows, check_episode_index,
-                                         check_timestamps, data_features, feature_column)
+                                         check_timestamps, data_features, feature_column, language_columns)
+from robostream.format.language import LANGUAGE_DTYPE, language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
@@ -35,7 +36,7 @@ from robostream.storage.derived import DerivedCache
 
 FORMAT = "data-columns-v3"  # v3: columns cast to the dtypes info.json declares
 COLUMNS = "columns.bin"  # every numeric column's rows, one column after the other
-OTHER = "other.arrow"  # image and string columns
+OTHER = "other.arrow"  # image, string and language columns
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class _Column:
 class _ConvertedFile:
     fd: int  # columns.bin, open for positional reads
     columns: dict[str, _Column]
-    other: pa.Table | None  # image/string columns, memory-mapped
+    other: pa.Table | None  # image/string/language columns, memory-mapped
     episodes: np.ndarray  # (E, 3): episode_index, first row, rows (sorted by episode_index)
 
     def close(self) -> None:
@@ -74,7 +75,7 @@ class DataColumns:
         self.open_files, self.keep = open_files, episodes
         features = meta.info.features
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
-        self.other_keys = [k for k in self.wanted if features[k]["dtype"] in ("image", "string")]
+        self.other_keys = [k for k in self.wanted if features[k]["dtype"] in ("image", "string", LANGUAGE_DTYPE)]
         self._files = ProcessLocal(LRU)  # converted files open in this process
         self._unnamed = ProcessLocal(set)  # data files nothing names a version of (read from the source each time)
         self._from_source = DataRowReader(meta)
@@ -118,7 +119,8 @@ class DataColumns:
         return EpisodeRows(
             episode=episode, columns=columns,
             images={k: other.column(k) for k in self.other_keys if features[k]["dtype"] == "image"},
-            strings={k: other.column(k).to_pylist() for k in self.other_keys if features[k]["dtype"] == "string"})
+            strings={k: other.column(k).to_pylist() for k in self.other_keys if features[k]["dtype"] == "string"},
+            language=language_columns(other, language_keys(features), name, episode) if other is not None else {})
 
     def _converted(self, relative: str, episode: int) -> _ConvertedFile | None:
         """The converted columns of a data file, None for a file nothing names a version of (module docstring)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
 from robostream.format.info import DEFAULT_FEATURES
+from robostream.format.language import check_language_column, language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
@@ -41,6 +42,7 @@ class EpisodeRows:
     columns: dict[str, np.ndarray]  # numeric features, (length, *shape)
     images: dict[str, pa.Array]  # image features: struct<bytes, path> per row
     strings: dict[str, list[str]]  # string features
+    language: dict[str, pa.Array] = field(default_factory=dict)  # language columns, checked (format/language.py)
 
     def __len__(self) -> int:
         return len(self.columns["index"])
@@ -108,6 +110,16 @@ def check_episode_index(name: str, episode: int, index: np.ndarray, expected: tu
         order = "" if not len(index) or (np.diff(index) > 0).all() else ", out of order"
         raise DatasetFormatError(f"{name}: episode {episode} has {len(index)} rows with {found}{order}, but the "
                                  f"episode table says index [{lo}, {hi}); {REPAIR_HINT}")
+
+
+def language_columns(table: pa.Table, keys: list[str], name: str, episode: int) -> dict[str, pa.Array]:
+    """One episode's language columns (its rows only, in frame order), each checked to be lists of structs."""
+    columns = {}
+    for key in keys:
+        array = table.column(key).combine_chunks()
+        check_language_column(array, key, f"{name}: episode {episode}", np.arange(len(array)))
+        columns[key] = array
+    return columns
 
 
 def check_timestamps(name: str, episode: int, timestamps: np.ndarray, fps: float) -> None:
@@ -184,6 +196,7 @@ class DataRowReader:
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
         self.image_keys = [k for k in self.wanted if features[k]["dtype"] == "image"]
         self.string_keys = [k for k in self.wanted if features[k]["dtype"] == "string"]
+        self.language_keys = language_keys(features)
         self._caches = caches or ProcessLocal(RowCaches)
         self._pool = threads or ProcessLocal(partial(ThreadPoolExecutor, max(1, read_ahead_threads),
                                                      thread_name_prefix="robostream-rows"))
@@ -255,7 +268,7 @@ class DataRowReader:
             table = table.filter(pa.array(mine))
         columns = {}
         for key in self.wanted:
-            if key in self.image_keys or key in self.string_keys:
+            if key in self.image_keys or key in self.string_keys or key in self.language_keys:
                 continue
             columns[key] = feature_column(table, key, self.features[key], name)
         check_episode_index(name, episode, columns["index"], expected)
@@ -263,7 +276,8 @@ class DataRowReader:
             check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
         return EpisodeRows(episode=episode, columns=columns,
                            images={k: table.column(k).combine_chunks() for k in self.image_keys},
-                           strings={k: table.column(k).to_pylist() for k in self.string_keys})
+                           strings={k: table.column(k).to_pylist() for k in self.string_keys},
+                           language=language_columns(table, self.language_keys, name, episode))
 
 
 def _row_groups_span(metadata: pq.FileMetaData, groups: list[int]) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
+from robostream.format.language import LANGUAGE_DTYPE, check_language_feature
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH
 from robostream.numbers import finite_number
 from robostream.storage.paths import check_relative
@@ -30,7 +31,7 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
     "index": {"dtype": "int64", "shape": [1], "names": None},
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
-CAMERA_OR_TEXT_DTYPES = ("video", "image", "string")
+CAMERA_OR_TEXT_DTYPES = ("video", "image", "string", LANGUAGE_DTYPE)
 # A video stream's average frame rate may differ from the dataset's fps by rounding (concatenated files, B-frames);
 # a real mismatch (a 40 fps file in a 20 fps dataset) is far larger.
 FPS_RELATIVE_TOLERANCE = 0.01
@@ -128,6 +129,8 @@ def check_feature(name: Any, feature: Any, source: str) -> None:
     if feature["dtype"] == "video" and "/" in name:
         raise DatasetFormatError(f"{source}: camera key {name!r} contains '/'; a camera's key names the folder of its "
                                  "videos: rename the feature")
+    if feature["dtype"] == LANGUAGE_DTYPE:
+        check_language_feature(name, source)
     if feature["dtype"] not in CAMERA_OR_TEXT_DTYPES:
         try:
             np.dtype(feature["dtype"])

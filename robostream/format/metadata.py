@@ -6,6 +6,7 @@ elsewhere (`data_files_root`, e.g. a storage bucket beside a Hub repo holding th
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import re
@@ -23,6 +24,7 @@ from robostream.errors import (
 )
 from robostream.format.episodes import EpisodeTable, episode_table, read_episode_part
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
+from robostream.format.language import SAY_TOOL_SCHEMA
 from robostream.format.metadata_snapshot import (MetadataTables, load_tables, revision_token, save_tables,
                                                  snapshot_identity)
 from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
@@ -78,6 +80,17 @@ class DatasetMetadata:
     @property
     def camera_keys(self) -> list[str]:
         return self.info.camera_keys
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """info.json's "tools" (function schemas a chat template is given with the language columns), else
+        lerobot's default, the `say` tool: lerobot's `LeRobotDatasetMetadata.tools`, a fresh copy each time (a deep
+        one: lerobot's shallow copy lets a caller edit its default schema for every later dataset)."""
+        declared = self.info.raw.get("tools")
+        if declared and not (isinstance(declared, list) and all(isinstance(tool, dict) for tool in declared)):
+            raise DatasetFormatError(f"{self.describe(INFO_PATH)}: 'tools' must be a list of function "
+                                     f"schemas (objects), got {declared!r}; fix or remove it")
+        return copy.deepcopy(declared or [SAY_TOOL_SCHEMA])
 
     def data_file(self, episode_index: int) -> str:
         """Relative path of the data parquet holding an episode."""

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.format.info import CODEBASE_VERSION, DEFAULT_FEATURES, DatasetInfo
+from robostream.format.language import LANGUAGE_DTYPE, language_array, language_arrow_type
 from robostream.format.metadata import INFO_PATH, STATS_PATH, TASKS_PATH
 from robostream.format.paths import (
     DEFAULT_DATA_PATH,
@@ -133,10 +134,12 @@ class DatasetWriter(StagedWriter):
     def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
                  robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
                  preset: str | int | None = None, data_files_size_in_mb: float = 100, video_files_size_in_mb: float = 200,
-                 chunks_size: int = 1000, overwrite: bool = False) -> None:
+                 chunks_size: int = 1000, tools: Sequence[Mapping[str, Any]] | None = None,
+                 overwrite: bool = False) -> None:
+        """`tools`: info.json's "tools" (function schemas, as lerobot-annotate declares with language columns)."""
         super().__init__(root, fps, features, overwrite=overwrite)
         for feat in self.features.values():
-            if feat["dtype"] not in ("video", "image", "string"):
+            if feat["dtype"] not in ("video", "image", "string", LANGUAGE_DTYPE):
                 feat.setdefault("fps", self.fps)
         self.codec, self.gop, self.crf, self.preset = codec, gop, crf, preset
         self.robot_type = robot_type
@@ -144,9 +147,11 @@ class DatasetWriter(StagedWriter):
         self.video_limit = int(video_files_size_in_mb * MB)
         self.data_files_size_in_mb, self.video_files_size_in_mb = data_files_size_in_mb, video_files_size_in_mb
         self.chunks_size = chunks_size
+        self.tools = [dict(tool) for tool in tools] if tools else None
         self.stage.mkdir(parents=True)
         self._episode_tmp = Path(tempfile.mkdtemp(prefix="episodes-", dir=self.stage))
-        self._schema = pa.schema([(k, arrow_type(f)) for k, f in self.features.items() if f["dtype"] != "video"])
+        self._schema = pa.schema([(k, language_arrow_type(k) if f["dtype"] == LANGUAGE_DTYPE else arrow_type(f))
+                                  for k, f in self.features.items() if f["dtype"] != "video"])
         self._data = _RollingFile(chunks_size)
         self._data_writer: pq.ParquetWriter | None = None
         self._cameras = {k: _CameraState(_RollingFile(chunks_size)) for k in self.video_keys}
@@ -163,7 +168,8 @@ class DatasetWriter(StagedWriter):
                     video_stats: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> int:
         """Append one episode and return its episode_index.
 
-        frames: per feature an array of T rows (images as uint8 (T, H, W, C)); task: one string, or one per frame.
+        frames: per feature an array of T rows (images as uint8 (T, H, W, C); a language column: per frame a list
+        of row dicts); task: one string, or one per frame.
         videos: per camera uint8 (T, H, W, 3) frames to encode; or video_files: per camera an already encoded mp4
         of exactly T frames (encoded with this writer's settings) to append by stream copy, with optional
         video_stats (per camera, as `image_stats` returns).
@@ -212,6 +218,8 @@ class DatasetWriter(StagedWriter):
             if feat["dtype"] == "image":
                 arrays.append(png_column(np.asarray(columns[name])))
                 stats[name] = image_stats(np.asarray(columns[name]))
+            elif feat["dtype"] == LANGUAGE_DTYPE:  # no stats, as lerobot
+                arrays.append(language_array(list(columns[name]), name))
             else:
                 arrays.append(column_array(columns[name], feat))
                 if feat["dtype"] != "string":
@@ -334,7 +342,7 @@ class DatasetWriter(StagedWriter):
             chunks_size=self.chunks_size, data_files_size_in_mb=self.data_files_size_in_mb,
             video_files_size_in_mb=self.video_files_size_in_mb, data_path=DEFAULT_DATA_PATH,
             video_path=DEFAULT_VIDEO_PATH if self.video_keys else None, robot_type=self.robot_type,
-            splits={"train": f"0:{len(self._episode_rows)}"},
+            splits={"train": f"0:{len(self._episode_rows)}"}, raw={"tools": self.tools} if self.tools else {},
         )
 
     def abort(self) -> None:

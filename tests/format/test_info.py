@@ -43,3 +43,27 @@ def test_missing_required_key_is_named(key):
     doc = {k: v for k, v in BASE.items() if k != key}
     with pytest.raises(DatasetFormatError, match=repr(key)):
         parse_info(doc, "info.json")
+
+
+LANGUAGE_FEATURES = {"language_persistent": {"dtype": "language", "shape": [1], "names": None},
+                     "language_events": {"dtype": "language", "shape": [1], "names": None}}
+
+
+def test_language_columns_are_accepted_and_tools_kept():
+    tools = [{"type": "function", "function": {"name": "say"}}]
+    info = parse_info(dict(BASE, features={**BASE["features"], **LANGUAGE_FEATURES}, tools=tools), "info.json")
+    assert info.features["language_events"]["dtype"] == "language"
+    assert info.to_json_dict()["tools"] == tools
+
+
+def test_unknown_dtype_is_refused_by_name():
+    features = {**BASE["features"], "sound": {"dtype": "audio", "shape": [1], "names": None}}
+    with pytest.raises(DatasetFormatError, match=r"info.json: feature 'sound' has dtype 'audio', neither a numeric "
+                                                 r"dtype nor one of \('video', 'image', 'string', 'language'\)"):
+        parse_info(dict(BASE, features=features), "info.json")
+
+
+def test_language_dtype_under_another_name_is_refused():
+    features = {**BASE["features"], "notes": {"dtype": "language", "shape": [1], "names": None}}
+    with pytest.raises(DatasetFormatError, match="feature 'notes' has dtype 'language', which lerobot reads only as"):
+        parse_info(dict(BASE, features=features), "info.json")
