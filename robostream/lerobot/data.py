@@ -18,11 +18,13 @@ import numpy as np
 import torch
 from lerobot.datasets import EpisodeAwareSampler, compute_sampler_state
 from lerobot.datasets.factory import resolve_delta_timestamps
+from lerobot.utils.collate import lerobot_collate_fn
 from lerobot.utils.constants import IMAGENET_STATS
 
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.format.language import language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.format.stats import aggregate_stacked
 from robostream.lerobot.config import RobostreamTrainConfig
@@ -225,7 +227,10 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     sampler = EpisodeAwareSampler((ends - dataset.lengths).tolist(), ends.tolist(),
                                   drop_n_last_frames=getattr(policy_config, "drop_n_last_frames", 0), shuffle=True,
                                   seed=cfg.seed if cfg.seed is not None else 0)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
+    # lerobot-train's collate where the dataset has language columns (default_collate fails on their rows; lerobot's
+    # drops them from the batch), torch's default elsewhere.
+    collate_fn = lerobot_collate_fn if language_keys(meta.info.features) else None
+    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate_fn,
                                          num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
                                          generator=own_generator(cfg),
                                          prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,

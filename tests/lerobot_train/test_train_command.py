@@ -15,6 +15,7 @@ weights A's, byte for byte.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -474,3 +475,14 @@ def test_an_epoch_without_a_batch_is_an_error_not_an_endless_loop(lerobot_python
     fresh, resumed = proc.stdout.strip().splitlines()[-2:]
     assert fresh.startswith("epoch 0 gave no batch to train on (49 samples in 4 episodes; --robostream.uneven=drop")
     assert resumed.startswith("epoch 1 gave no batch to train on")
+
+
+@pytest.mark.parametrize("streaming", ["true", "false"])
+def test_act_trains_on_a_dataset_with_language_columns(lerobot_python, hf_home, tmp_path, streaming):
+    """lerobot-annotate's language columns (synth --language) reach training: map-style batches go through
+    lerobot-train's own collate (default_collate fails on their rows), streaming batches carry them as lists."""
+    root = generate(tmp_path / "ds", dataclasses.replace(TINY, language=True), jobs=1)
+    args = [f"--dataset.streaming={streaming}", "--batch_size=8", "--num_workers=1"]
+    train(lerobot_python, hf_home, single(root, tmp_path / "out", tmp_path / "run.jsonl", 3, *args))
+    steps = read_record(tmp_path / "run.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3] and all(math.isfinite(r["loss"][0]) for r in steps)
