@@ -2,8 +2,9 @@
 
 lerobot writes a dataset (lerobot_make_dataset.py, several data files), lerobot_language.py adds the language
 columns with lerobot-annotate's writer pieces and dumps what lerobot's LeRobotDataset returns for them at every
-position. robostream's map-style samples, streaming samples, whole loader batches and a 2-source mixture must carry
-exactly those values (dict key order included), and its metadata the same `tools`. In lerobot's interpreter,
+position. robostream's map-style samples, streaming samples, whole loader batches, a 2-source mixture and the same
+dataset over a slow HTTP store must carry exactly those values (dict key order included), and its metadata the same
+`tools`; lerobot reads a `robostream synth --language` dataset as robostream does. In lerobot's interpreter,
 lerobot's own `lerobot_collate_fn` collates robostream's samples as it collates its own (it drops the language
 columns: lerobot 0.6.1 keeps only rendered `messages`; robostream's loader keeps them, see datasets/collate.py).
 
@@ -74,6 +75,23 @@ def test_language_loader_batches_hold_lerobots_values(annotated, workers):
     for batch in batches:
         for key in LANGUAGE:
             assert batch[key] == [annotated["samples"][int(i)][key] for i in batch["index"]], key
+
+
+def test_language_over_a_slow_store_equals_lerobots(annotated, monkeypatch):
+    """The same dataset read over HTTP ranges from a store with latency and a cap on requests in flight."""
+    from tests.remote.servers import RangeHTTPServer
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    with RangeHTTPServer(annotated["root"], latency_s=0.01, max_in_flight=3) as store:
+        streamed = list(StreamingLeRobotDataset(root=store.url, seed=2, return_uint8=True))
+        mapped = LeRobotDataset(root=store.url, return_uint8=True)
+        for position in (0, len(mapped) // 2, len(mapped) - 1):
+            assert_like_lerobot(mapped[position], annotated)
+        assert mapped.meta.tools == annotated["tools"]
+    assert sorted(int(s["index"]) for s in streamed) == sorted(annotated["samples"])
+    for sample in streamed:
+        assert_like_lerobot(sample, annotated)
 
 
 def test_language_lerobots_collate_takes_robostreams_samples(annotated):
