@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from robostream.errors import DatasetFormatError
 from robostream.format.data_rows import (LRU, REPAIR_HINT, DataRowReader, EpisodeRows, check_episode_index,
                                          check_timestamps, data_features, feature_column, language_columns)
-from robostream.format.language import LANGUAGE_DTYPE, language_keys
+from robostream.format.language import LANGUAGE_DTYPE
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
@@ -115,12 +115,12 @@ class DataColumns:
         if "timestamp" in columns:
             check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
         other = converted.other.slice(first, count) if converted.other is not None else None
-        features = self.meta.info.features
         return EpisodeRows(
             episode=episode, columns=columns,
-            images={k: other.column(k) for k in self.other_keys if features[k]["dtype"] == "image"},
-            strings={k: other.column(k).to_pylist() for k in self.other_keys if features[k]["dtype"] == "string"},
-            language=language_columns(other, language_keys(features), name, episode) if other is not None else {})
+            images={k: other.column(k) for k in self._from_source.image_keys},
+            strings={k: other.column(k).to_pylist() for k in self._from_source.string_keys},
+            language=language_columns(other, self._from_source.language_keys, name, episode) if other is not None
+            else {})
 
     def _converted(self, relative: str, episode: int) -> _ConvertedFile | None:
         """The converted columns of a data file, None for a file nothing names a version of (module docstring)."""

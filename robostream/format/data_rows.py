@@ -117,7 +117,7 @@ def language_columns(table: pa.Table, keys: list[str], name: str, episode: int) 
     columns = {}
     for key in keys:
         array = table.column(key).combine_chunks()
-        check_language_column(array, key, f"{name}: episode {episode}", np.arange(len(array)))
+        check_language_column(array, key, f"{name}: episode {episode}")
         columns[key] = array
     return columns
 

@@ -9,6 +9,7 @@ feature passes it (pandas' ujson, 10 significant digits for floats); a JSON text
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -81,13 +82,10 @@ def check_language_feature(name: str, source: str) -> None:
                                  "dtype")
 
 
-def check_language_column(array: pa.Array, key: str, where: str, frames: np.ndarray) -> None:
-    """`array` (one episode's rows of column `key`) must be a list of structs with lerobot's row fields, with no
-    null cell or row: else an error naming `where` (file and episode), the key, the first bad frame and the fix.
-
-    Args:
-        frames: per row of `array`, its frame within the episode (for the error).
-    """
+def check_language_column(array: pa.Array, key: str, where: str) -> None:
+    """`array` (one episode's rows of column `key`, one per frame) must be a list of structs with lerobot's row
+    fields, with no null cell or row: else an error naming `where` (file and episode), the key, the first bad frame
+    and the fix."""
     fields = ROW_FIELDS[key]
     hint = FIX_HINT.format(fields=list(fields))
     kind = array.type
@@ -99,14 +97,14 @@ def check_language_column(array: pa.Array, key: str, where: str, frames: np.ndar
         raise DatasetFormatError(f"{where}: column {key!r} rows lack field(s) {missing} (they have {present}); "
                                  f"{hint}")
     if array.null_count:
-        frame = int(frames[int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])])
+        frame = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
         raise DatasetFormatError(f"{where}, frame {frame}: column {key!r} is null, not a list of structs "
                                  f"({array.null_count} null cell(s)); {hint}")
     rows = array.values
     if rows.null_count:
         owner = np.searchsorted(array.offsets.to_numpy(), np.flatnonzero(rows.is_null().to_numpy(
             zero_copy_only=False))[0], side="right") - 1
-        raise DatasetFormatError(f"{where}, frame {int(frames[int(owner)])}: column {key!r} holds a null row; "
+        raise DatasetFormatError(f"{where}, frame {int(owner)}: column {key!r} holds a null row; "
                                  f"{hint}")
 
 
@@ -137,6 +135,7 @@ def _json_value(value: Any) -> Any:
     return loads(dumps(value))
 
 
+@functools.cache
 def _ujson() -> tuple[Any, Any]:
     """pandas' ujson (the functions `datasets` uses; renamed in pandas 2.2)."""
     import pandas as pd

@@ -59,7 +59,7 @@ class DerivedCache:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = owned_folder(directory, "derived-data cache")
-        self._checked: set[Path] = set()  # folders this process checked against their records
+        self._checked: set[Path] = set()  # folders this cache object checked (or built) in this process
 
     def folder(self, identity: str, build: Callable[[Path], None]) -> Path:
         """The folder derived from the source named by `identity`, built by `build(folder)` when missing."""
@@ -72,10 +72,11 @@ class DerivedCache:
             (staging / COMPLETE).write_text(json.dumps({"files": _digests(staging)}))
             try:
                 os.rename(staging, target)
+                self._checked.add(target)  # its record was computed from these very bytes: no second hash
             except OSError:
                 if not (target / COMPLETE).is_file():
                     raise
-                # Another process finished the same build first: its folder is as good as ours.
+                # Another process finished the same build first: its folder is as good as ours (checked at open).
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target

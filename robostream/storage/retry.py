@@ -96,9 +96,9 @@ def describe_error(exc: BaseException, policy: RetryPolicy) -> str:
 
 def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng: random.Random | None = None,
                       sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run `read`, retrying transient failures; `what` names the URL and byte range for the final error."""
+    """Run `read`, retrying transient failures; `what` names the URL and byte range for the final error (redacted
+    there: the success path does no work for it)."""
     rng = rng or random.Random()
-    what = redact_url(what)
     for attempt in range(policy.max_attempts):
         try:
             return read()
@@ -107,13 +107,14 @@ def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised with context
             if not is_transient(exc):
                 if isinstance(exc, FileNotFoundError):
-                    raise FileNotFoundError(f"{what}: not found ({redact_url(str(exc))})") from exc
-                raise RemoteReadError(f"{what}: failed and is not retryable: {describe_error(exc, policy)}") from exc
+                    raise FileNotFoundError(f"{redact_url(what)}: not found ({redact_url(str(exc))})") from exc
+                raise RemoteReadError(f"{redact_url(what)}: failed and is not retryable: "
+                                      f"{describe_error(exc, policy)}") from exc
             if attempt + 1 == policy.max_attempts:
                 remedy = "RetryPolicy.timeout_s (a slow link or a large answer)" if is_timeout(exc) \
                     else "RetryPolicy.max_attempts"
                 raise RemoteReadError(
-                    f"{what}: still failing after {policy.max_attempts} attempts (last error "
+                    f"{redact_url(what)}: still failing after {policy.max_attempts} attempts (last error "
                     f"{describe_error(exc, policy)}); check the server or raise {remedy}") from exc
             sleep(policy.delay(attempt, retry_after(exc), rng))
     raise AssertionError("unreachable")

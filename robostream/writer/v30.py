@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from robostream.format.info import CODEBASE_VERSION, DEFAULT_FEATURES, DatasetInfo
+from robostream.format.info import CAMERA_OR_TEXT_DTYPES, CODEBASE_VERSION, DEFAULT_FEATURES, DatasetInfo
 from robostream.format.language import LANGUAGE_DTYPE, language_array, language_arrow_type
 from robostream.format.metadata import INFO_PATH, STATS_PATH, TASKS_PATH
 from robostream.format.paths import (
@@ -139,7 +139,7 @@ class DatasetWriter(StagedWriter):
         """`tools`: info.json's "tools" (function schemas, as lerobot-annotate declares with language columns)."""
         super().__init__(root, fps, features, overwrite=overwrite)
         for feat in self.features.values():
-            if feat["dtype"] not in ("video", "image", "string", LANGUAGE_DTYPE):
+            if feat["dtype"] not in CAMERA_OR_TEXT_DTYPES:
                 feat.setdefault("fps", self.fps)
         self.codec, self.gop, self.crf, self.preset = codec, gop, crf, preset
         self.robot_type = robot_type
