@@ -5,6 +5,10 @@ different sizes and their files roll over at different episodes) and carry a mac
 of 16 black/white blocks at the top encode (episode_index, frame_index, camera number), so a test can prove which
 frame a loader returned after lossy compression. Episodes are rendered and encoded in parallel processes and
 appended by the v3.0 writer.
+
+Depth cameras (`depth`, after the RGB ones) are written as lerobot 0.6.1 writes them (writer/depth.py): float
+depths in metres (`render_depth`: a tilted plane, a near bowl-shaped object, zeros and too-far values in the
+bottom corners, and the same marker with bits as depths), 12-bit codes in lossless HEVC.
 """
 
 from __future__ import annotations
@@ -23,11 +27,25 @@ import numpy as np
 from robostream.format.language import LANGUAGE_DTYPE, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT, SAY_TOOL_SCHEMA
 from robostream.format.stats import image_stats
 from robostream.format.v21 import V21
-from robostream.video.encode import encode_video
+from robostream.video.encode import encode_depth_video, encode_video
+from robostream.writer.depth import (
+    DEPTH_BLOCKS,
+    DEPTH_CRF,
+    DEPTH_GOP,
+    DepthBlock,
+    depth_codes,
+    depth_feature,
+    depth_stats,
+)
 from robostream.writer.v21 import V21Writer
 from robostream.writer.v30 import DatasetWriter
 
 MARKER_BITS = 16
+# Depths (metres) of the depth cameras' marker bits 0 and 1, and of their out-of-range corners: a sensor's zeros
+# (no reading; below depth_min, code 0) and a reading beyond depth_max (code 4095). Both clamp when quantised.
+DEPTH_MARKER_M = (1.0, 6.0)
+DEPTH_DROPOUT_M = 0.0
+DEPTH_BEYOND_M = 12.0
 ENCODE_ATTEMPTS = 2  # per camera of an episode (see _encode_episode)
 TASKS = (
     "pick up the red cube and place it in the bin",
@@ -57,10 +75,17 @@ class SynthConfig:
     content: str = "noisy"  # "noisy": per-camera sensor noise (expensive to decode); "smooth": none, like the
     # low-noise scenes lerobot's recorder writes (cheap to decode: where per-sample overhead shows most)
     language: bool = False  # add lerobot-annotate's language columns and info.json "tools" (v3.0 only)
+    depth: int = 0  # depth cameras, after the RGB ones: lerobot 0.6.1's depth encoding (writer/depth.py)
+    depth_block: DepthBlock = "info"  # v2.1 only: which key holds a depth camera's legacy block ("video_info":
+    # the older spelling, in place of `info`)
 
 
 def camera_key(camera: int) -> str:
     return f"observation.images.cam{camera}"
+
+
+def depth_key(camera: int) -> str:
+    return f"observation.images.depth{camera}"
 
 
 def marker_geometry(height: int, width: int) -> tuple[int, int]:
@@ -93,6 +118,57 @@ def read_marker(frame: np.ndarray, rows: int = 3) -> tuple[int, ...]:
         bits = cells.mean(axis=(0, 2)) > 127.5
         values.append(int("".join("1" if b else "0" for b in bits), 2))
     return tuple(values)
+
+
+def draw_depth_marker(depth: np.ndarray, values: tuple[int, ...]) -> None:
+    """`draw_marker` on a depth frame (H, W) in metres: bit 0 is DEPTH_MARKER_M[0], bit 1 DEPTH_MARKER_M[1]."""
+    bh, bw = marker_geometry(*depth.shape)
+    for row, value in enumerate(values):
+        bits = (int(value) >> np.arange(MARKER_BITS - 1, -1, -1)) & 1
+        depth[row * bh:(row + 1) * bh, :MARKER_BITS * bw] = np.repeat(np.take(DEPTH_MARKER_M, bits), bw)[None, :]
+
+
+def read_depth_marker(depth_m: np.ndarray, rows: int = 3) -> tuple[int, ...]:
+    """Decode the marker of a depth frame in metres ((H, W), (H, W, 1) or (1, H, W)), as `draw_depth_marker`
+    drew it; depths decoded from the 12-bit codes (any unit converted to metres) read back exactly."""
+    depth = np.asarray(depth_m, dtype=np.float64).squeeze()
+    bh, bw = marker_geometry(*depth.shape)
+    threshold = sum(DEPTH_MARKER_M) / 2
+    values = []
+    for row in range(rows):
+        cells = depth[row * bh + bh // 4: (row + 1) * bh - bh // 4, : MARKER_BITS * bw]
+        cells = cells.reshape(cells.shape[0], MARKER_BITS, bw)[:, :, bw // 4: bw - bw // 4]
+        bits = cells.mean(axis=(0, 2)) > threshold
+        values.append(int("".join("1" if b else "0" for b in bits), 2))
+    return tuple(values)
+
+
+def render_depth(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
+    """float32 (T, H, W, 1) depths in metres of depth camera `camera` of one episode (no randomness):
+
+    a tilted plane 0.8 + 5.0 x/(W-1) + 1.5 y/(H-1) + 0.5 sin(0.1 t + 0.7 episode + 1.3 camera) (0.3..7.8 m); a
+    near bowl 0.25 + 0.15 r² (0.25..0.40 m) where r² = ((y-cy)² + (x-cx)²) / (0.15 min(H, W))² < 1, centred at
+    cy = H (0.55 + 0.25 sin(0.07 t + episode)), cx = W (0.5 + 0.3 cos(0.05 t + 0.5 episode + camera)); the bottom
+    H//8 rows hold DEPTH_DROPOUT_M in the first W//8 columns and DEPTH_BEYOND_M in the last W//8; on top, the
+    marker (episode, t, camera) (`draw_depth_marker`). Pixel coordinates x, y, frame t; computed in float64.
+    """
+    y = np.arange(height, dtype=np.float64)[:, None]
+    x = np.arange(width, dtype=np.float64)[None, :]
+    radius2 = (0.15 * min(height, width)) ** 2
+    band = height - height // 8
+    frames = np.empty((length, height, width, 1), dtype=np.float32)
+    for t in range(length):
+        depth = 0.8 + 5.0 * x / (width - 1) + 1.5 * y / (height - 1) + 0.5 * np.sin(0.1 * t + 0.7 * episode
+                                                                                      + 1.3 * camera)
+        cy = height * (0.55 + 0.25 * np.sin(0.07 * t + episode))
+        cx = width * (0.5 + 0.3 * np.cos(0.05 * t + 0.5 * episode + camera))
+        r2 = ((y - cy) ** 2 + (x - cx) ** 2) / radius2
+        depth = np.where(r2 < 1, 0.25 + 0.15 * r2, depth)
+        depth[band:, : width // 8] = DEPTH_DROPOUT_M
+        depth[band:, width - width // 8:] = DEPTH_BEYOND_M
+        draw_depth_marker(depth, (episode, t, camera))
+        frames[t, :, :, 0] = depth
+    return frames
 
 
 CONTENTS = ("noisy", "smooth")
@@ -171,6 +247,17 @@ def episode_language(episode: int, length: int, fps: int, camera: str | None) ->
     return {LANGUAGE_PERSISTENT: [persistent] * length, LANGUAGE_EVENTS: events}
 
 
+def _encode_depth(config: SynthConfig, episode: int, camera: int, length: int, tmp: str) -> tuple[str, dict]:
+    """Render and encode one depth camera of one episode; returns (mp4 path, stats of the raw depths)."""
+    frames = render_depth(episode, camera, length, config.height, config.width)
+    path = Path(tmp) / f"ep{episode:06d}-depth{camera}.mp4"
+    codes = depth_codes(frames, where=f"episode {episode} {depth_key(camera)}", shape=(config.height, config.width))
+    encode_depth_video(codes, path, fps=config.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
+    stats = depth_stats(frames[::max(1, length // 32), ::4, ::4])  # sampled as the RGB cameras' stats
+    stats["count"] = np.array([length], dtype=np.int64)
+    return str(path), stats
+
+
 def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, dict]]:
     """Worker: render and encode every camera of one episode; returns per camera (mp4 path, image stats)."""
     config_dict, episode, length, tmp = args
@@ -193,7 +280,18 @@ def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, di
         stats = image_stats(frames[::stride, ::4, ::4])
         stats["count"] = np.array([length], dtype=np.int64)
         out[camera_key(camera)] = (str(path), stats)
+    for camera in range(config.depth):
+        out[depth_key(camera)] = _encode_depth(config, episode, camera, length, tmp)
     return out
+
+
+def _check_depth_config(config: SynthConfig) -> None:
+    if config.depth < 0:
+        raise ValueError(f"depth={config.depth}: the number of depth cameras cannot be negative")
+    if config.depth_block not in DEPTH_BLOCKS:
+        raise ValueError(f"depth_block={config.depth_block!r}: choose one of {DEPTH_BLOCKS}")
+    if config.depth_block != "info" and config.codebase_version != V21:
+        raise ValueError(f"depth_block={config.depth_block!r} is a v2.x spelling: use codebase_version 'v2.1'")
 
 
 def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: bool = False,
@@ -202,6 +300,7 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     marker_geometry(config.height, config.width)
     if config.content not in CONTENTS:
         raise ValueError(f"content={config.content!r}: choose one of {CONTENTS}")
+    _check_depth_config(config)
     if config.episodes >= 2 ** MARKER_BITS or config.episode_length * 1.25 >= 2 ** MARKER_BITS:
         raise ValueError("episodes and episode_length must stay below 65536 for the frame marker")
     features = {
@@ -213,6 +312,8 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     for camera in range(config.cameras):
         features[camera_key(camera)] = {"dtype": "video", "shape": [config.height, config.width, 3],
                                         "names": ["height", "width", "channels"]}
+    for camera in range(config.depth):
+        features[depth_key(camera)] = depth_feature(height=config.height, width=config.width)
     if config.language:
         if config.codebase_version != "v3.0":
             raise ValueError("language columns are a v3.0 feature (lerobot-annotate): use codebase_version 'v3.0'")
@@ -223,7 +324,7 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
     root = Path(root)
     if config.codebase_version == V21:
         writer = V21Writer(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
-                           gop=config.gop, crf=config.crf, overwrite=overwrite)
+                           gop=config.gop, crf=config.crf, depth_block=config.depth_block, overwrite=overwrite)
     elif config.codebase_version == "v3.0":
         writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
                                gop=config.gop, crf=config.crf, data_files_size_in_mb=config.data_file_mb,

@@ -19,6 +19,13 @@ import numpy as np
 os.environ.setdefault("SVT_LOG", "1")
 
 CODECS = {"av1": "libsvtav1", "h264": "libx264", "hevc": "libx265"}
+DEPTH_PIX_FMT = "gray12le"  # lerobot's depth pixel format: one 12-bit plane, the codes 0..4095
+DEPTH_CODE_MAX = 4095
+# lerobot 0.6.1's DepthEncoderConfig: HEVC (x265), lossless, so the 12-bit codes come back exactly.
+DEPTH_X265_PARAMS = "lossless=1"
+# x265 prints ~25 lines per encoder open to stderr (not through libav's logger); errors only. It changes the
+# settings text x265 embeds in an SEI, not the coded frames.
+_X265_QUIET = "log-level=error"
 
 
 def encoder_name(codec: str) -> str:
@@ -65,6 +72,46 @@ def encode_video(frames: Iterable[np.ndarray], path: Path, fps: int, codec: str 
     finally:
         container.close()
     return count
+
+
+def encode_depth_video(codes: Iterable[np.ndarray], path: Path, *, fps: int, gop: int = 2, crf: int = 30) -> int:
+    """Encode 12-bit depth codes (uint16 (H, W), 0..4095) to `path` as lerobot 0.6.1's depth encoder does:
+    libx265, gray12le, `x265-params lossless=1`, keyframe interval `gop`, `crf` (ignored by lossless x265, but
+    lerobot passes it). Returns the number of frames written.
+
+    Raises:
+        ValueError: a frame is not a 2-D uint16 array of codes <= 4095, or there are no frames.
+    """
+    options = {"g": str(gop), "crf": str(crf), "x265-params": f"{DEPTH_X265_PARAMS}:{_X265_QUIET}"}
+    count = 0
+    container = av.open(str(path), mode="w", options={"movflags": "faststart"})
+    try:
+        stream = None
+        for frame in codes:
+            _check_depth_codes(frame, path, count)
+            if stream is None:
+                stream = container.add_stream(encoder_name("hevc"), rate=fps, options=options)
+                stream.height, stream.width = frame.shape
+                stream.pix_fmt = DEPTH_PIX_FMT
+                stream.time_base = Fraction(1, fps)
+            video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format=DEPTH_PIX_FMT)
+            video_frame.pts = count
+            container.mux(stream.encode(video_frame))
+            count += 1
+        if stream is None:
+            raise ValueError(f"{path}: no frames to encode")
+        container.mux(stream.encode(None))
+    finally:
+        container.close()
+    return count
+
+
+def _check_depth_codes(frame: np.ndarray, path: Path, index: int) -> None:
+    if frame.ndim != 2 or frame.dtype != np.uint16:
+        raise ValueError(f"{path}: depth frame {index} is {frame.dtype} {frame.shape}; expected uint16 (H, W) codes")
+    if frame.size and int(frame.max()) > DEPTH_CODE_MAX:
+        raise ValueError(f"{path}: depth frame {index} holds code {int(frame.max())}, above the 12-bit "
+                         f"{DEPTH_CODE_MAX}")
 
 
 def count_frames(path: Path) -> int:

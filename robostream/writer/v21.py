@@ -29,6 +29,7 @@ from robostream.format.v21 import (
     V21_DATA_PATH,
     V21_VIDEO_PATH,
 )
+from robostream.writer.depth import DEPTH_BLOCKS, DepthBlock, depth_keys, legacy_depth_info
 from robostream.writer.staging import StagedWriter
 from robostream.writer.v30 import arrow_type, column_array, episode_columns, png_column
 
@@ -51,12 +52,20 @@ def _hf_feature(feature: Mapping[str, Any]) -> dict[str, Any]:
 
 class V21Writer(StagedWriter):
     """Write a v2.1 dataset episode by episode; `add_episode` takes what `DatasetWriter.add_episode` takes
-    (videos as already encoded per-episode mp4 files)."""
+    (videos as already encoded per-episode mp4 files).
+
+    Depth cameras (features marked as `DatasetWriter` takes them, mp4s from `encode_depth_video`) get the legacy
+    block `writer.depth.legacy_depth_info` under `depth_block`: "info", or "video_info" (the older key, in place
+    of `info`)."""
 
     def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
                  robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
-                 chunks_size: int = 1000, overwrite: bool = False) -> None:
+                 chunks_size: int = 1000, depth_block: DepthBlock = "info", overwrite: bool = False) -> None:
+        if depth_block not in DEPTH_BLOCKS:
+            raise ValueError(f"depth_block={depth_block!r}: choose one of {DEPTH_BLOCKS}")
+        depth = depth_keys(features)  # checked before the staging folder is made
         super().__init__(root, fps, features, overwrite=overwrite)
+        self.depth_keys, self.depth_block = depth, depth_block
         self.codec, self.gop, self.crf = codec, gop, crf
         self.robot_type, self.chunks_size = robot_type, chunks_size
         (self.stage / "meta").mkdir(parents=True)
@@ -123,7 +132,11 @@ class V21Writer(StagedWriter):
         features = {}
         for name, feature in self.features.items():
             feature = dict(feature)
-            if feature["dtype"] == "video":
+            if name in self.depth_keys:
+                h, w, _ = feature["shape"]
+                feature.pop("info", None)
+                feature[self.depth_block] = legacy_depth_info(height=h, width=w, fps=self.fps)
+            elif feature["dtype"] == "video":
                 h, w, c = feature["shape"]
                 feature["info"] = {
                     "video.height": h, "video.width": w, "video.codec": self.codec, "video.pix_fmt": "yuv420p",

@@ -41,7 +41,8 @@ from robostream.format.stats import (
     stats_to_json,
 )
 from robostream.format.tasks import write_tasks
-from robostream.video.encode import concat_videos, encode_video
+from robostream.video.encode import concat_videos, encode_depth_video, encode_video
+from robostream.writer.depth import DEPTH_CRF, DEPTH_GOP, depth_codes, depth_info, depth_keys, depth_stats
 from robostream.writer.staging import StagedWriter
 
 MB = 1024 * 1024
@@ -128,7 +129,9 @@ class DatasetWriter(StagedWriter):
     """Write a LeRobot v3.0 dataset episode by episode.
 
     `features` are the user features (`observation.state`, `action`, cameras with dtype "video" and shape
-    [H, W, 3], ...); the default index columns are added. Use as a context manager, or call `finalize()`.
+    [H, W, 3], depth cameras [H, W, 1] marked `info: {"is_depth_map": true}` (`writer.depth.depth_feature`), ...);
+    the default index columns are added. `codec`, `gop`, `crf`, `preset` are the RGB cameras'; depth cameras get
+    lerobot 0.6.1's depth encoder and info block. Use as a context manager, or call `finalize()`.
     """
 
     def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
@@ -137,7 +140,9 @@ class DatasetWriter(StagedWriter):
                  chunks_size: int = 1000, tools: Sequence[Mapping[str, Any]] | None = None,
                  overwrite: bool = False) -> None:
         """`tools`: info.json's "tools" (function schemas, as lerobot-annotate declares with language columns)."""
+        depth = depth_keys(features)  # checked before the staging folder is made
         super().__init__(root, fps, features, overwrite=overwrite)
+        self.depth_keys = depth  # encoded as lerobot's depth encoder does, not with `codec`
         for feat in self.features.values():
             if feat["dtype"] not in CAMERA_OR_TEXT_DTYPES:
                 feat.setdefault("fps", self.fps)
@@ -170,9 +175,11 @@ class DatasetWriter(StagedWriter):
 
         frames: per feature an array of T rows (images as uint8 (T, H, W, C); a language column: per frame a list
         of row dicts); task: one string, or one per frame.
-        videos: per camera uint8 (T, H, W, 3) frames to encode; or video_files: per camera an already encoded mp4
-        of exactly T frames (encoded with this writer's settings) to append by stream copy, with optional
-        video_stats (per camera, as `image_stats` returns).
+        videos: per camera uint8 (T, H, W, 3) frames to encode (a depth camera: float (T, H, W, 1) depths in
+        metres, quantised and encoded as lerobot's depth encoder does); or video_files: per camera an already
+        encoded mp4 of exactly T frames (encoded with this writer's settings; a depth camera's with
+        `encode_depth_video`) to append by stream copy, with optional video_stats (per camera, as `image_stats`
+        or, for depth, `writer.depth.depth_stats` returns).
         """
         videos, video_files = dict(videos or {}), {k: Path(v) for k, v in (video_files or {}).items()}
         episode_index = len(self._episode_rows)
@@ -251,14 +258,7 @@ class DatasetWriter(StagedWriter):
             if given_stats is not None:
                 stats[key] = {k: np.asarray(v) for k, v in given_stats.items()}
         else:
-            h, w, c = self.features[key]["shape"]
-            if frames.shape[1:] != (h, w, c) or frames.dtype != np.uint8:
-                raise ValueError(f"episode {episode_index} camera {key!r}: expected uint8 frames (T, {h}, {w}, {c}), "
-                                 f"got {frames.dtype} {frames.shape}")
-            encode_video(frames, episode_mp4, self.fps, self.codec, self.gop, self.crf, preset=self.preset)
-            stride = max(1, length // IMAGE_STATS_MAX_FRAMES)
-            stats[key] = image_stats(frames[::stride, ::4, ::4])
-            stats[key]["count"] = np.array([length], dtype=np.int64)
+            stats[key] = self._encode(key, episode_index, frames, episode_mp4)
         size = episode_mp4.stat().st_size
         if camera.pending and camera.file.bytes + size > self.video_limit:
             self._flush_video(key)
@@ -273,6 +273,24 @@ class DatasetWriter(StagedWriter):
             f"videos/{key}/from_timestamp": from_ts,
             f"videos/{key}/to_timestamp": camera.duration_s,
         }
+
+    def _encode(self, key: str, episode_index: int, frames: np.ndarray, path: Path) -> dict[str, np.ndarray]:
+        """Encode one episode of camera `key` to `path`; returns its stats (of sampled frames, count all T)."""
+        length = len(frames)
+        stride = max(1, length // IMAGE_STATS_MAX_FRAMES)
+        h, w, c = self.features[key]["shape"]
+        if key in self.depth_keys:
+            codes = depth_codes(frames, where=f"episode {episode_index} depth camera {key!r}", shape=(h, w))
+            encode_depth_video(codes, path, fps=self.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
+            stats = depth_stats(np.asarray(frames)[::stride, ::4, ::4])
+        else:
+            if frames.shape[1:] != (h, w, c) or frames.dtype != np.uint8:
+                raise ValueError(f"episode {episode_index} camera {key!r}: expected uint8 frames (T, {h}, {w}, {c}), "
+                                 f"got {frames.dtype} {frames.shape}")
+            encode_video(frames, path, self.fps, self.codec, self.gop, self.crf, preset=self.preset)
+            stats = image_stats(frames[::stride, ::4, ::4])
+        stats["count"] = np.array([length], dtype=np.int64)
+        return stats
 
     def _flush_video(self, key: str) -> None:
         camera = self._cameras[key]
@@ -327,7 +345,11 @@ class DatasetWriter(StagedWriter):
         features = {}
         for name, feat in self.features.items():
             feat = dict(feat)
-            if feat["dtype"] == "video":
+            if name in self.depth_keys:
+                h, w, _ = feat["shape"]
+                feat.setdefault("names", ["height", "width", "channels"])
+                feat["info"] = depth_info(height=h, width=w, fps=self.fps)
+            elif feat["dtype"] == "video":
                 h, w, c = feat["shape"]
                 feat.setdefault("names", ["height", "width", "channels"])
                 feat["info"] = {
