@@ -22,6 +22,7 @@ from typing import Any
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
 from robostream.datasets.origin import ReadOptions, open_dataset
+from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 
@@ -132,7 +133,8 @@ def source_metadata(config: RunConfig) -> list[DatasetMetadata]:
     options = ReadOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
     wheres = config.sources or [{"repo_id": config.repo_id, "root": config.root, "revision": config.revision}]
     return [open_dataset(where.get("repo_id"), where.get("root"), where.get("revision"), options,
-                         config.video_backend, "robostream bench") for where in wheres]
+                         config.video_backend, "robostream bench", depth_output_unit=DEFAULT_DEPTH_UNIT)
+            for where in wheres]
 
 
 def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[float]] | None:

@@ -39,7 +39,7 @@ class PreparedBatch:
     pads: dict[str, np.ndarray]  # per windowed key: (B, T) padding masks
     specs: TensorSpecs  # CPU tensors of the batch
     on_device: dict[str, tuple[tuple[int, ...], torch.dtype, torch.device]]  # cameras decoded on a GPU
-    cameras: list[str]  # camera keys (scaled to float after writing unless uint8)
+    cameras: list[str]  # camera keys scaled to float after writing unless uint8 (not depth cameras)
     keys: list[str]  # the batch's keys, in the per-sample order (SampleAssembler.order)
 
 
@@ -86,15 +86,18 @@ class BatchAssembler:
         for key in first_rows.images:
             specs[key] = (self._image_shape(key, query, refs), camera_dtype)
         on_device = {}  # cameras decoded on a GPU (NVDEC) stay there, outside the (CPU) allocation
+        depth = self.meta.depth_codings
         for key in self.meta.video_keys:
             window = video[0][key]
             squeeze = () if len(window) == 1 else (len(window),)
             shape = (len(refs), *squeeze, *window[0].shape)
+            dtype = torch.float32 if key in depth else camera_dtype
             if window[0].device.type == "cpu":
-                specs[key] = (shape, camera_dtype)
+                specs[key] = (shape, dtype)
             else:
-                on_device[key] = (shape, camera_dtype, window[0].device)
-        cameras = [*first_rows.images, *self.meta.video_keys]
+                on_device[key] = (shape, dtype, window[0].device)
+        # Scaled to float after writing unless uint8; depth cameras hold their final values already.
+        cameras = [*first_rows.images, *(k for k in self.meta.video_keys if k not in depth)]
         return PreparedBatch(frames, query, pads, specs, on_device, cameras, self.sample.order)
 
     def write(self, prepared: PreparedBatch, refs: Sequence[BatchRef],

@@ -6,6 +6,10 @@ dropped when the reader is pickled (spawned workers).
 
 A camera file is checked against the metadata when a decoder opens it (from its header: frame rate, frame size, and
 that every episode's span in it ends inside the stream), so never per sample.
+
+A depth camera's file is decoded as its one 12-bit gray plane (on the CPU, whatever the device asked for RGB) and
+its codes turned into float32 depths in the dataset's depth unit right after decoding (video/depth.py): from there
+on its frames are final values, which no step scales by 1/255 or augments.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Literal
 
 import numpy as np
 import torch
@@ -30,8 +35,9 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
+from robostream.video.depth import depths_from_codes
 from robostream.video.layout import FramePool, frames_chw, gather_chw
-from robostream.video.lookup import decode_at_timestamps, decode_unique
+from robostream.video.lookup import decode_unique
 
 
 FRAMES_PER_CALL = 16  # frames per grouped decoder call: ~3 MiB of 256x256 RGB output at a time (larger outputs
@@ -39,7 +45,8 @@ FRAMES_PER_CALL = 16  # frames per grouped decoder call: ~3 MiB of 256x256 RGB o
 
 
 class CameraReader:
-    """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors."""
+    """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors (depth cameras:
+    float32 (T, 1, H, W) depths in `meta.depth_unit`)."""
 
     def __init__(self, meta: DatasetMetadata, tolerance_s: float, backend: str | None = None, device: str = "cpu",
                  cache_size: int | None = None, frame_pool: ProcessLocal | None = None,
@@ -77,7 +84,8 @@ class CameraReader:
         try:
             with self._decoder(relative, key, episode_index) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
-                return decode_at_timestamps(decoder, times, self.tolerance_s, context)
+                frames, inverse = self._decode_unique(decoder, key, times, context)
+                return gather_chw(frames, inverse)
         except RobostreamError as exc:
             if context in str(exc):
                 raise
@@ -86,9 +94,19 @@ class CameraReader:
     def _decoder(self, relative: str, key: str, episode_index: int) -> ContextManager[VideoDecoder]:
         """Borrow the decoder of one of this dataset's video files, camera `key`'s file holding `episode_index`
         (see VideoDecoderCache.use; a shared cache names files by their full location)."""
-        opener = partial(open_camera_file, self.meta, relative, self.backend, self.device, key, episode_index)
+        device = "cpu" if key in self.meta.depth_codings else self.device
+        opener = partial(open_camera_file, self.meta, relative, self.backend, device, key, episode_index)
         name = self.meta.describe(relative) if self._shared_cache else relative
-        return self.cache.use(name, self.backend, self.device, opener=opener)
+        return self.cache.use(name, self.backend, device, opener=opener)
+
+    def _decode_unique(self, decoder: VideoDecoder, key: str, times: np.ndarray, context: str = ""
+                       ) -> tuple[torch.Tensor, np.ndarray]:
+        """`decode_unique` of camera `key`, a depth camera's codes turned into depths (each distinct frame once)."""
+        frames, inverse = decode_unique(decoder, times, self.tolerance_s, context)
+        coding = self.meta.depth_codings.get(key)
+        if coding is not None:
+            frames = depths_from_codes(frames, coding, self.meta.depth_unit)
+        return frames, inverse
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
         """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
@@ -135,7 +153,7 @@ class CameraReader:
             try:
                 with self._decoder(relative, key, requests[group[0]][0]) as decoder:
                     check_frame_size(decoder, key, self.frame_sizes[key])
-                    frames, inverse = decode_unique(decoder, np.concatenate(times), self.tolerance_s)
+                    frames, inverse = self._decode_unique(decoder, key, np.concatenate(times))
             except RobostreamError:
                 # Decode per episode again: the failing one raises the error that names the episode, camera and
                 # times (and should all succeed alone, their frames are as checked as any).
@@ -149,11 +167,13 @@ class CameraReader:
                 out[i][key] = frames_chw(frames, picks, self.frame_pool.get()) if pooled else gather_chw(frames, picks)
 
 
-def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str) -> VideoDecoder:
-    """Open a video file of the dataset (local path, or ranged remote reads) as a decoder, checked against
-    info.json (`check_video_stream`)."""
+def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str, *,
+                       plane: Literal["rgb", "gray12"] = "rgb") -> VideoDecoder:
+    """Open a video file of the dataset (local path, or ranged remote reads) as a decoder of `plane` (a depth
+    camera's: "gray12"), checked against info.json's frame rate."""
     source = meta.open(relative, what="video file")
-    decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source))
+    decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source),
+                                 plane=plane)
     check_frame_rate(decoder, meta.fps)
     return decoder
 
@@ -162,7 +182,8 @@ def open_camera_file(meta: DatasetMetadata, relative: str, backend: str | None, 
                      episode_index: int) -> VideoDecoder:
     """Open camera `key`'s video file `relative`, the one holding `episode_index` (`open_dataset_video`), and check
     the spans of the episodes in it against its stream (`check_spans_in_stream`)."""
-    decoder = open_dataset_video(meta, relative, backend, device)
+    decoder = open_dataset_video(meta, relative, backend, device,
+                                 plane="gray12" if key in meta.depth_codings else "rgb")
     check_spans_in_stream(decoder, meta.episodes, key, episode_index)
     return decoder
 

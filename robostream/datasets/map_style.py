@@ -23,6 +23,7 @@ import torch
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
+from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_columns import DataColumns
 from robostream.process_local import ProcessLocal
@@ -38,6 +39,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
                  image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
                  video_backend: Literal["torchcodec", "pyav"] | None = None,
                  video_decode_device: str = "cpu", video_decoder_cache_size: int | None = None,
+                 depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
                  read_options: ReadOptions | None = None, source: ReadOptions | None = None) -> None:
         """
         Args:
@@ -52,12 +54,15 @@ class LeRobotDataset(torch.utils.data.Dataset):
             video_backend: "torchcodec" (default) or "pyav" (fallback decoder).
             video_decode_device: "cpu", or "cuda"/"cuda:N" for NVDEC (CUDA builds of torch + torchcodec).
             video_decoder_cache_size: open decoders kept per process (default: 2 per camera).
+            depth_output_unit: depth cameras (lerobot's `is_depth_map` video features) come as float32 (1, H, W)
+                depths in "mm" (lerobot's default) or "m", and `meta.stats` of them in the same unit.
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions.
             source: the old name of read_options (one release, with a warning).
         """
         self.repo_id = repo_id
         read_options = renamed("source", "read_options", source, read_options, who="LeRobotDataset")
-        self.meta = open_dataset(repo_id, root, revision, read_options, video_backend, "LeRobotDataset")
+        self.meta = open_dataset(repo_id, root, revision, read_options, video_backend, "LeRobotDataset",
+                                 depth_output_unit=depth_output_unit)
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s

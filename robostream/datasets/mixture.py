@@ -24,6 +24,7 @@ from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source
 from robostream.datasets.frame_reader import FrameReader, ReadingThreads
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.origin import ReadOptions, open_dataset, read_options_from, renamed, resolve_episodes
+from robostream.format.depth import DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
@@ -138,6 +139,7 @@ class ReaderSettings:
     tolerance_s: float
     return_uint8: bool
     image_transforms: Any
+    depth_output_unit: DepthUnit
     video_backend: str | None
     video_decode_device: str
     decoder_cache_size: int | None
@@ -163,7 +165,8 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
         lenient_windows: skip windows of common keys the source lacks (a mixture: its schema reports them).
     """
     meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.read_options or settings.read_options,
-                        settings.video_backend, "StreamingLeRobotDataset", shared_reading=settings.shared_reading)
+                        settings.video_backend, "StreamingLeRobotDataset", shared_reading=settings.shared_reading,
+                        depth_output_unit=settings.depth_output_unit)
     episodes = resolve_episodes(meta, spec.episodes)
     settings.storages.append(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps

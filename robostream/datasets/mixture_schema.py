@@ -118,7 +118,9 @@ class MixtureSchema:
         self.fills = {key: self._fill(metas[owners[key]], source_key[owners[key]].get(key, key),
                                       specs[owners[key]][key], return_uint8)
                       for key in owners if key in lacked}
-        self.cameras = {k for source in specs for k, spec in source.items() if spec.kind == "camera"}
+        # Cameras scaled to float after writing unless uint8 (depth cameras hold their final values already).
+        self.cameras = {k for source in specs for k, spec in source.items()
+                        if spec.kind == "camera" and spec.dtype != "depth"}
         # One key order for all sources (sample_keys.key_order), or each its own when batches never mix them.
         groups = [range(len(specs))] if mode != "separate" else [[s] for s in range(len(specs))]
         orders = []
@@ -135,7 +137,8 @@ class MixtureSchema:
         window = () if spec.window is None else (spec.window,)  # also the shape of its `_is_pad`
         if spec.kind == "camera":
             height, width, channels = spec.shape
-            return Fill((*window, channels, height, width), torch.uint8 if return_uint8 else torch.float32, window)
+            dtype = torch.uint8 if return_uint8 and spec.dtype != "depth" else torch.float32
+            return Fill((*window, channels, height, width), dtype, window)
         if spec.kind in ("string", "language"):
             return Fill((), None, window, spec.kind)
         # info.json writes scalars as [1] but samples hold them 0-d: the Arrow type of one data file tells.

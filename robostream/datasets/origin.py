@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from robostream.format.depth import DepthUnit
 from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.storage.cache import DiskCache, parse_size
 from robostream.storage.derived import DerivedCache, default_directory
@@ -158,12 +159,13 @@ def renamed(old: str, new: str, old_value: Any, new_value: Any, *, who: str, sta
 
 def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | None,
                  read_options: ReadOptions | None, video_backend: str | None, who: str, *,
-                 shared_reading: SharedReading | None = None) -> DatasetMetadata:
+                 depth_output_unit: DepthUnit, shared_reading: SharedReading | None = None) -> DatasetMetadata:
     """Check the arguments every dataset class shares and load the metadata (info, episode table, tasks, stats).
 
     root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
     file://). Without root, repo_id names a dataset: lerobot's local copy when there is one (and no revision was
-    asked for), else the Hub, pinned to the commit `revision` resolves to. shared_reading: see load_metadata.
+    asked for), else the Hub, pinned to the commit `revision` resolves to. depth_output_unit: the unit of depth
+    cameras and their stats. shared_reading: see load_metadata.
     """
     options = read_options or ReadOptions()
     cache = DiskCache(options.cache_dir, options.cache_limit) if options.cache_dir is not None else None
@@ -178,4 +180,4 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
     return load_metadata(root, storage_options=options.storage_options, data_files_root=options.data_files_root,
                          retry=options.retry, cache=cache, read_buffer_bytes=parse_size(options.read_buffer),
                          derived=derived, validate=options.validate, max_in_flight=options.max_in_flight,
-                         shared_reading=shared_reading)
+                         shared_reading=shared_reading, depth_unit=depth_output_unit)

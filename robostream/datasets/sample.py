@@ -70,7 +70,8 @@ class SampleAssembler:
 
     def assemble(self, rows: EpisodeRows, frame: int, video_frames: Mapping[str, torch.Tensor],
                  windows: Windows | None = None) -> dict[str, Any]:
-        """The sample of `frame`; video_frames holds per camera uint8 (T, C, H, W) for the frames of `video_frames`."""
+        """The sample of `frame`; video_frames holds per camera uint8 (T, C, H, W) for the frames of `video_frames`
+        (depth cameras: float32 depths, see datasets/cameras.py)."""
         query, pads = self.windows(frame, len(rows)) if windows is None else windows
         item: dict[str, Any] = {pad_key(key): torch.from_numpy(pad) for key, pad in pads.items()}
         for key, values in rows.columns.items():
@@ -81,22 +82,24 @@ class SampleAssembler:
             item[key] = language_cell(cells[frame], key)
         for key, cells in rows.images.items():
             images = torch.stack([decode_png(cells[int(f)].as_py()) for f in query.get(key, [frame])])
-            item[key] = self._finish_camera(images, squeeze=key not in query)
+            item[key] = self._finish_camera(key, images, squeeze=key not in query)
         for key, decoded in video_frames.items():
-            item[key] = self._finish_camera(decoded, squeeze=decoded.shape[0] == 1)
+            item[key] = self._finish_camera(key, decoded, squeeze=decoded.shape[0] == 1)
         item[TASK] = self.meta.task(int(rows.columns["task_index"][frame]))
         return {key: item[key] for key in self.order}
 
-    def _finish_camera(self, frames: torch.Tensor, squeeze: bool) -> torch.Tensor:
-        """uint8 (T, C, H, W) -> float in [0, 1] unless return_uint8.
+    def _finish_camera(self, key: str, frames: torch.Tensor, squeeze: bool) -> torch.Tensor:
+        """uint8 (T, C, H, W) -> float in [0, 1] unless return_uint8, then image_transforms. A depth camera's
+        frames are already float32 depths: kept as they are, and not transformed (as lerobot does).
 
         lerobot squeezes a video window of one frame to (C, H, W) (also a one-element delta list), while parquet
         images are only unstacked when the key has no deltas; `squeeze` says which applies.
         """
-        if not self.return_uint8:
+        depth = key in self.meta.depth_codings
+        if not self.return_uint8 and not depth:
             frames = frames.to(torch.float32) / 255.0
         if squeeze:
             frames = frames.squeeze(0)
-        if self.image_transforms is not None:
+        if self.image_transforms is not None and not depth:
             frames = self.image_transforms(frames)
         return frames

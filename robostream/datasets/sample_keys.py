@@ -23,7 +23,7 @@ class KeySpec:
     """One feature as samples hold it."""
 
     kind: Literal["column", "string", "language", "camera"]
-    dtype: str  # info.json dtype; "camera" for video and image features
+    dtype: str  # info.json dtype; "camera" for video and image features, "depth" for depth cameras (float32 (1, H, W))
     shape: tuple[int, ...]  # info.json shape (cameras: height, width, channels)
     window: int | None  # frames in its delta_timestamps window; None without one
 
@@ -37,11 +37,14 @@ def feature_keys(meta: DatasetMetadata, windows: Mapping[str, int]) -> dict[str,
         windows: key -> frames in its delta_timestamps window.
     """
     specs = {}
+    depth = meta.depth_codings
     for key, feature in data_features(meta.info.features).items():
         dtype = feature["dtype"]
         kind = "camera" if dtype in ("video", "image") else \
             dtype if dtype in ("string", LANGUAGE_DTYPE) else "column"
-        spec = KeySpec(kind, "camera" if kind == "camera" else dtype, tuple(feature["shape"]), None)
+        if kind == "camera":
+            dtype = "depth" if key in depth else "camera"
+        spec = KeySpec(kind, dtype, tuple(feature["shape"]), None)
         specs[key] = with_window(key, spec, windows.get(key))
     return specs
 

@@ -46,6 +46,7 @@ from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.stratified import StratifiedIterator
 from robostream.datasets.origin import ReadOptions, renamed
+from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
@@ -80,7 +81,7 @@ class StreamingLeRobotDataset(IterableDataset):
                  pool_size: int = 8, canonical_streams: int | None = None, uneven: Uneven = "pad",
                  partition: Partition = "contiguous", decode_ahead: int = 4,
                  prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
-                 read_options: ReadOptions | None = None, rank: int | None = None, world_size: int | None = None,
+                 depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT, read_options: ReadOptions | None = None, rank: int | None = None, world_size: int | None = None,
                  source: ReadOptions | None = None) -> None:
         """
         Args:
@@ -130,6 +131,8 @@ class StreamingLeRobotDataset(IterableDataset):
             video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera); a
                 mixture's sources share them (default 8), and decoders of live pieces are kept open beyond it:
                 open decoders (and file descriptors) grow with the live pieces, not with the sources.
+            depth_output_unit: depth cameras (lerobot's `is_depth_map` video features) come as float32 (1, H, W)
+                depths in "mm" (lerobot's default) or "m", and each source's `meta.stats` of them in the same unit.
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
                 mixture's default for sources without their own `read_options`.
             rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
@@ -161,6 +164,7 @@ class StreamingLeRobotDataset(IterableDataset):
         read_options = renamed("source", "read_options", source, read_options, who="StreamingLeRobotDataset")
         settings = ReaderSettings(read_options=read_options, delta_timestamps=self.delta_timestamps,
                                   tolerance_s=tolerance_s, return_uint8=return_uint8, image_transforms=image_transforms,
+                                  depth_output_unit=depth_output_unit,
                                   video_backend=video_backend, video_decode_device=video_decode_device,
                                   decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
                                   prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,

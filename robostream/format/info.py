@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
+from robostream.format.depth import DepthCoding, depth_coding, is_depth_feature
 from robostream.format.language import LANGUAGE_DTYPE, check_language_feature
 from robostream.format.paths import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH
 from robostream.numbers import finite_number
@@ -74,6 +75,13 @@ class DatasetInfo:
     def camera_keys(self) -> list[str]:
         return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
 
+    @cached_property
+    def depth_codings(self) -> dict[str, DepthCoding]:
+        """Depth cameras (video features marked as depth maps, format/depth.py) and their quantisation, in info.json
+        order (checked when info.json was parsed)."""
+        return {k: depth_coding(f, key=k, source="meta/info.json") for k, f in self.features.items()
+                if f.get("dtype") == "video" and is_depth_feature(f)}
+
     def to_json_dict(self) -> dict[str, Any]:
         """The info.json document, keeping any unknown keys it was read with."""
         doc = dict(self.raw)
@@ -131,6 +139,12 @@ def check_feature(name: Any, feature: Any, source: str) -> None:
                                  "videos: rename the feature")
     if feature["dtype"] == LANGUAGE_DTYPE:
         check_language_feature(name, source)
+    if is_depth_feature(feature):
+        if feature["dtype"] != "video":
+            raise DatasetFormatError(f"{source}: feature {name!r} is a depth map stored as {feature['dtype']!r}; "
+                                     "robostream reads depth cameras stored as video (lerobot's default, "
+                                     "use_videos=True): re-write the dataset with videos")
+        depth_coding(feature, key=name, source=source)
     if feature["dtype"] not in CAMERA_OR_TEXT_DTYPES:
         try:
             np.dtype(feature["dtype"])

@@ -22,6 +22,7 @@ from robostream.errors import (
     MissingFileError,
     UnsupportedVersionError,
 )
+from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthCoding, DepthUnit, check_depth_unit, rescale_depth_stats
 from robostream.format.episodes import EpisodeTable, episode_table, read_episode_part
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
 from robostream.format.language import SAY_TOOL_SCHEMA
@@ -57,6 +58,8 @@ class DatasetMetadata:
     tasks: dict[int, str]
     stats: dict[str, dict[str, np.ndarray]]
     derived: DerivedCache | None = None  # node-local columns derived from the tables (None: read them each time)
+    depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT  # the unit of depth cameras' frames and of their stats (a reader's
+    # choice, lerobot's `depth_output_unit`: the stats were rescaled to it from their recorded unit)
 
     @property
     def root(self) -> str:
@@ -80,6 +83,16 @@ class DatasetMetadata:
     @property
     def camera_keys(self) -> list[str]:
         return self.info.camera_keys
+
+    @property
+    def depth_codings(self) -> dict[str, DepthCoding]:
+        """Depth cameras and their quantisation (format/depth.py)."""
+        return self.info.depth_codings
+
+    @property
+    def depth_keys(self) -> list[str]:
+        """Cameras that are depth maps: float32 (1, H, W) in `depth_unit` in samples (lerobot's `depth_keys`)."""
+        return list(self.info.depth_codings)
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -247,8 +260,8 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
                   data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
                   cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
                   derived: DerivedCache | None = None, *, validate: Validate = "size",
-                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, shared_reading: SharedReading | None = None
-                  ) -> DatasetMetadata:
+                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, shared_reading: SharedReading | None = None,
+                  depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
     cache: keep the remote data and video files whole on local disk.
@@ -261,7 +274,9 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
     validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
     shared_reading: metadata, data and video files are read through the clients, blocks and read-ahead it shares with
     other datasets (a mixture's sources; see storage/store.py SharedReading).
+    depth_unit: the unit depth cameras are read in, "m" or "mm"; their stats are rescaled to it.
     """
+    depth_unit = check_depth_unit(depth_unit)
     storage = Storage(root, storage_options, retry, validate=validate, shared=shared_reading)
     if storage.is_local and not Path(storage.root).is_dir():
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
@@ -285,4 +300,5 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
             raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: "
                                      f"{exc.msg}") from exc
     return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes,
-                           tasks=tables.tasks, stats=stats, derived=derived)
+                           tasks=tables.tasks, stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
+                           derived=derived, depth_unit=depth_unit)

@@ -24,6 +24,7 @@ from lerobot.utils.constants import IMAGENET_STATS
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.format.depth import is_depth_feature
 from robostream.format.language import language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.format.stats import aggregate_stacked
@@ -78,13 +79,15 @@ def mixture_stats(per_source: list[dict[str, dict[str, np.ndarray]]], samples: l
     return aggregate_stacked(stacked)
 
 
+def image_keys(meta: DatasetMetadata | MixtureMetadata) -> list[str]:
+    """The cameras but depth maps: those lerobot augments and normalises with ImageNet's stats."""
+    return [key for key in meta.camera_keys if not is_depth_feature(meta.features[key])]
+
+
 def use_imagenet_stats(meta: DatasetMetadata | MixtureMetadata) -> None:
     """lerobot's `--dataset.use_imagenet_stats` (its default): every camera but depth maps normalised with
     ImageNet's mean and std instead of the dataset's (a pretrained backbone expects them); in place."""
-    for key in meta.camera_keys:
-        info = {**(meta.features[key].get("info") or {}), **(meta.features[key].get("video_info") or {})}
-        if info.get("is_depth_map") or info.get("video.is_depth_map"):  # lerobot's depth_keys rule
-            continue
+    for key in image_keys(meta):
         meta.stats[key] = {**meta.stats.get(key, {}),
                            **{name: np.asarray(value, dtype=np.float32) for name, value in IMAGENET_STATS.items()}}
 
@@ -173,6 +176,7 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     single = {} if sources is not None else dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root,
                                                  revision=cfg.dataset.revision, episodes=cfg.dataset.episodes)
     common = dict(seed=cfg.seed or 0, return_uint8=True, tolerance_s=cfg.tolerance_s,
+                  depth_output_unit=cfg.dataset.depth_output_unit,
                   video_backend=cfg.dataset.video_backend, pool_size=options.pool_size,
                   decode_ahead=options.decode_ahead,
                   prefetch_pieces=options.prefetch_pieces, canonical_streams=options.canonical_streams,
@@ -196,7 +200,7 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
         use_imagenet_stats(meta)
     delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
     dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)
-    augment = _augment(cfg, list(meta.camera_keys))
+    augment = _augment(cfg, image_keys(meta))
     in_workers = augment is not None and options.augment_on == "workers"
     loader = StreamingDataLoader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
                                  pin_memory=device.type == "cuda",
@@ -217,6 +221,7 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
         raise ValueError("a mixture of datasets is read by the streaming dataset: add --dataset.streaming=true")
     open_args = dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision,
                      episodes=cfg.dataset.episodes, tolerance_s=cfg.tolerance_s, return_uint8=True,
+                     depth_output_unit=cfg.dataset.depth_output_unit,
                      video_backend=cfg.dataset.video_backend, read_options=cfg.read_options())
     meta = LeRobotDataset(**open_args).meta
     if cfg.dataset.use_imagenet_stats:
@@ -238,7 +243,7 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                                          if cfg.num_workers else None,
                                          persistent_workers=cfg.persistent_workers and cfg.num_workers > 0)
     return TrainingData(dataset, loader, meta, delta_timestamps, sampler=sampler,
-                        device_augment=_augment(cfg, list(meta.camera_keys)))
+                        device_augment=_augment(cfg, image_keys(meta)))
 
 
 def resume_sampler(data: TrainingData, *, step: int, batch_size: int, num_processes: int) -> dict[str, int]:
