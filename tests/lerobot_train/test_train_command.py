@@ -486,3 +486,68 @@ def test_act_trains_on_a_dataset_with_language_columns(lerobot_python, hf_home, 
     train(lerobot_python, hf_home, single(root, tmp_path / "out", tmp_path / "run.jsonl", 3, *args))
     steps = read_record(tmp_path / "run.jsonl")
     assert [r["step"] for r in steps] == [1, 2, 3] and all(math.isfinite(r["loss"][0]) for r in steps)
+
+
+DEPTH_BATCH = r"""
+import json, sys
+import torch
+from robostream.lerobot.config import RobostreamTrainConfig
+from robostream.lerobot.data import make_training_data
+from robostream.lerobot.train import make_processors, to_device
+from lerobot.policies import make_policy
+cfg = RobostreamTrainConfig.from_pretrained(sys.argv[1])
+data = make_training_data(cfg, device=torch.device("cpu"), policy_config=cfg.policy)
+policy = make_policy(cfg=cfg.policy, ds_meta=data.meta)
+pre, _ = make_processors(cfg, policy, data.meta.stats, torch.device("cpu"))
+batch = pre(to_device(next(iter(data.loader)), data.meta.camera_keys, torch.device("cpu"), None, 0))
+depth = batch[sys.argv[2]]
+print(json.dumps({"dtype": str(depth.dtype), "shape": list(depth.shape), "min": depth.min().item(),
+                  "max": depth.max().item(), "whole": bool(torch.equal(depth, depth.round())),
+                  "inputs": sorted(policy.config.input_features)}))
+"""
+
+
+def test_act_trains_on_a_depth_dataset_and_resumes_exactly(lerobot_python, hf_home, tmp_path):
+    """lerobot 0.6.1's depth camera (tests/compat/lerobot_depth.py: lerobot's writer, HEVC gray12le, 2 RGB cameras,
+    a string feature) streamed to ACT: trains and resumes exactly after SIGKILL. ACT's ResNet takes 3-channel
+    images (given the 1-channel depth map it fails in its first conv, in lerobot too), so the depth camera is left
+    out of the policy's inputs with lerobot's own `--policy.input_features` (the dataset's other inputs); the data
+    path still carries it: the first batch of the saved configuration's data, through robostream train's
+    to_device and the saved run's preprocessor, holds the depth map as float32 (B, 1, H, W) in whole mm
+    (--dataset.depth_output_unit's default), not normalised."""
+    from tests.compat.test_lerobot_compat import HERE as COMPAT
+    from tests.lerobot_env import run
+
+    root = tmp_path / "ds"
+    run(lerobot_python, hf_home, [str(COMPAT / "lerobot_depth.py"), str(root), "--write", "--hf-home", str(hf_home)])
+    features = json.loads((root / "meta" / "info.json").read_text())["features"]
+    depth = "observation.images.depth"
+    assert features[depth]["info"]["is_depth_map"]
+    inputs = {key: {"type": "VISUAL", "shape": [ft["shape"][2], *ft["shape"][:2]]}
+              for key, ft in features.items() if ft["dtype"] == "video" and key != depth}
+    inputs["observation.state"] = {"type": "STATE", "shape": features["observation.state"]["shape"]}
+    args = ["--dataset.streaming=true", "--batch_size=8", "--num_workers=1",
+            f"--policy.input_features={json.dumps(inputs)}"]
+
+    def depth_run(name: str) -> list[str]:
+        return [*ACT, *COMMON, "--dataset.repo_id=local/depth", f"--dataset.root={root}",
+                f"--output_dir={tmp_path / name}", f"--robostream.record={tmp_path / name}.jsonl", "--steps=8",
+                "--save_freq=4", *args]
+
+    train(lerobot_python, hf_home, depth_run("a"))
+    train_until_killed(lerobot_python, hf_home, depth_run("b"), tmp_path / "b.jsonl", after_steps=5)
+    train(lerobot_python, hf_home, resume(tmp_path / "b"))
+    a = read_record(tmp_path / "a.jsonl")
+    assert [r["step"] for r in a] == list(range(1, 9)) and all(math.isfinite(r["loss"][0]) for r in a)
+    assert sorted(i for r in a if r["epoch"] == 0 for i in r["index"]) == list(range(46)), "epoch 0: every frame"
+    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
+                           tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS)
+
+    saved = tmp_path / "b" / "checkpoints" / "last" / "pretrained_model"
+    proc = subprocess.run([lerobot_python, "-c", DEPTH_BATCH, str(saved), depth], capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["inputs"] == sorted(inputs) and depth not in got["inputs"]
+    assert (got["dtype"], got["shape"], got["whole"]) == ("torch.float32", [8, 1, 32, 48], True), got
+    assert 10.0 <= got["min"] < got["max"] <= 10000.0, got
