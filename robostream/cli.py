@@ -21,7 +21,7 @@ def _synth(args: argparse.Namespace) -> int:
                          fps=args.fps, episode_length=args.episode_length, codec=args.codec, gop=args.gop,
                          crf=args.crf, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb,
                          seed=args.seed, codebase_version=args.codebase_version, content=args.content,
-                         language=args.language)
+                         language=args.language, depth=args.depth, depth_block=args.depth_block)
     start = time.perf_counter()
     root = generate(args.out, config, overwrite=args.overwrite, jobs=args.jobs)
     print(f"wrote {root} in {time.perf_counter() - start:.1f}s")
@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="noisy: per-camera sensor noise (costly to decode); smooth: lerobot-like clean scenes")
     synth.add_argument("--language", action="store_true",
                        help="add lerobot-annotate's language columns (language_persistent, language_events)")
+    synth.add_argument("--depth", type=int, default=defaults["depth"],
+                       help="depth cameras (after the RGB ones), written as lerobot 0.6.1 writes them: float metres "
+                            "as 12-bit log codes in lossless HEVC")
+    synth.add_argument("--depth-block", dest="depth_block", choices=["info", "video_info"],
+                       default=defaults["depth_block"],
+                       help="v2.1 only: the key of a depth camera's legacy block (video_info: the older spelling)")
     synth.add_argument("--jobs", type=int, default=None, help="encoding processes (default: all cores)")
     synth.add_argument("--overwrite", action="store_true")
     synth.set_defaults(run=_synth)

@@ -32,6 +32,32 @@ def test_synth_is_deterministic(tmp_path):
         assert read_marker(a[i][key].numpy()) == read_marker(b[i][key].numpy())
 
 
+def test_synth_depth_cameras(tmp_path, capfd):
+    """`--depth 1`: a depth camera after the RGB one, lerobot's HEVC 12-bit stream holding the quantised depths."""
+    import av
+    import numpy as np
+
+    from robostream.synth import render_depth
+    from robostream.video.depth import codes_from_depths
+    from robostream.writer.depth import LEROBOT_DEPTH_CODING
+
+    root = tmp_path / "ds"
+    assert main(["synth", str(root), "--episodes", "1", "--cameras", "1", "--height", "48", "--width", "64",
+                 "--episode-length", "6", "--codec", "h264", "--depth", "1"]) == 0
+    info = json.loads((root / "meta/info.json").read_text())
+    feature = info["features"]["observation.images.depth0"]
+    assert feature["shape"] == [48, 64, 1] and feature["info"]["is_depth_map"] is True
+    assert feature["info"]["depth_unit"] == "m" and feature["info"]["video.codec"] == "hevc"
+    with av.open(str(root / "videos/observation.images.depth0/chunk-000/file-000.mp4")) as container:
+        codes = np.stack([f.to_ndarray(format="gray12le") for f in container.decode(video=0)])
+    length = info["total_frames"]
+    np.testing.assert_array_equal(codes, codes_from_depths(render_depth(0, 0, length, 48, 64)[..., 0],
+                                                           LEROBOT_DEPTH_CODING))
+    assert "x265 [info]" not in capfd.readouterr().err  # x265's banner (written to fd 2) is silenced
+    assert main(["synth", str(tmp_path / "bad"), "--depth", "1", "--depth-block", "video_info"]) == 2
+    assert "depth_block='video_info' is a v2.x spelling" in capfd.readouterr().err
+
+
 def test_inspect_fails_clearly_on_a_broken_dataset(av1_root, tmp_path, capsys):
     from tests.helpers import copy_tree
 
