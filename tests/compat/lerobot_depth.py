@@ -29,7 +29,8 @@ lerobot_language.py's `annotate` (lerobot's own EpisodeStaging + LanguageColumns
   {config: {key: dtype}}}.
 --collate OUT.json (robostream importable, e.g. PYTHONPATH=<repo>): lerobot's `lerobot_collate_fn` over
 robostream's map-style samples and over lerobot's, at edge positions, in "mm" and in "m" with the window: whether
-the batches are equal (lerobot_language.collate_compare).
+the batches are equal (lerobot_language.collate_compare); {"error": traceback} when robostream fails (the dump,
+made first in the same process, stands).
 
 Usage:
     python lerobot_depth.py ROOT [--hf-home DIR] [--write] [--size HxW] [--annotate] [--dump PREFIX]
@@ -39,6 +40,7 @@ Usage:
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from lerobot_offline import setup_offline_env
@@ -195,7 +197,10 @@ def main(argv=None):
     if args.dump:
         dump(root, args.dump, args.annotate)
     if args.collate:
-        collate(root, args.collate)
+        try:
+            collate(root, args.collate)
+        except Exception:  # robostream's failure is the test's to report; lerobot's dump above stands
+            Path(args.collate).write_text(json.dumps({"error": traceback.format_exc()}))
     return 0
 
 

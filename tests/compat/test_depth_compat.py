@@ -43,15 +43,18 @@ UNITS = ["mm", "m"]
 def reference(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("lerobot_depth")
     root = tmp / "ds"
+    # one lerobot process (its import is most of the time): write, annotate, dump, then collate robostream's samples
     run(lerobot_python, hf_home, [str(HERE / "lerobot_depth.py"), str(root), "--write", "--annotate",
-                                  "--dump", str(tmp / "reference"), "--hf-home", str(hf_home)])
+                                  "--dump", str(tmp / "reference"), "--collate", str(tmp / "collate.json"),
+                                  "--hf-home", str(hf_home)], PYTHONPATH=f"{HERE}:{HERE.parents[1]}")
     with np.load(tmp / "reference.npz") as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads((tmp / "reference.json").read_text())
     assert meta["window"] == WINDOW and meta["depth_key"] == DEPTH and tuple(meta["rgb_keys"]) == RGB
     return {"root": root, "arrays": arrays, "len": meta["len"], "backend": meta["video_backend"],
             "dtypes": meta["dtypes"], "strings": {int(i): v for i, v in meta["strings"].items()},
-            "language": {int(i): v for i, v in meta["language"].items()}}
+            "language": {int(i): v for i, v in meta["language"].items()},
+            "collate": json.loads((tmp / "collate.json").read_text())}
 
 
 def exact_rgb(reference: dict) -> bool:
@@ -267,13 +270,11 @@ def test_depth_over_a_slow_store_equals_lerobots(reference, monkeypatch):
 
 
 # -- lerobot's collate ----------------------------------------------------------------------------------------------
-def test_depth_lerobots_collate_takes_robostreams_samples(reference, lerobot_python, hf_home, tmp_path):
+def test_depth_lerobots_collate_takes_robostreams_samples(reference):
     """In lerobot's interpreter: lerobot_collate_fn over robostream's map-style samples equals it over lerobot's
     ("mm"; and "m" with the depth window), at episode edges, odd frames and mid-file starts."""
-    out = tmp_path / "collate.json"
-    run(lerobot_python, hf_home, [str(HERE / "lerobot_depth.py"), str(reference["root"]), "--collate", str(out),
-                                  "--hf-home", str(hf_home)], PYTHONPATH=f"{HERE}:{HERE.parents[1]}")
-    results = json.loads(out.read_text())
+    results = reference["collate"]
+    assert "error" not in results, f"robostream's samples in lerobot's interpreter:\n{results.get('error')}"
     assert sorted(results) == ["m_window", "mm"]
     for name, result in results.items():
         assert result["equal"], (name, result)
