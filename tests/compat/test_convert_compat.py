@@ -2,7 +2,8 @@
 
 For two v2.1 datasets (robostream's synth, 3 AV1 cameras; and an image-feature dataset without videos, written with
 V21Writer), lerobot converts a copy in place (tests/compat/lerobot_convert.py, in the lerobot interpreter) and
-robostream converts the same input with 1 and with 2 workers (`out=`). The size limits are small so that there are
+robostream converts the same input with 1 and with 2 workers (`out=`). A third, with a depth camera (legacy block
+under `info` or `video_info`), is compared file for file too. The size limits are small so that there are
 several data files and several mp4s per camera. Then:
   * `compare_datasets(ours, lerobot's) == []`: same file set, parquet schemas and values, mp4 packets, JSON;
   * lerobot's LeRobotDataset on lerobot's output (tests/compat/lerobot_dump.py) and robostream's LeRobotDataset on
@@ -13,6 +14,7 @@ Enable with:  ROBOSTREAM_LEROBOT_PYTHON=/path/to/python-with-lerobot  python -m 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -137,3 +139,32 @@ def test_converted_dataset_loads_like_lerobots(request: pytest.FixtureRequest, k
     side = request.getfixturevalue(f"{kind}_dumped")
     problems = _compare(side, name)
     assert not problems, _report(problems, side, name)
+
+
+# A depth camera (lerobot's HEVC 12-bit stream) beside an RGB one, its legacy block under `info` or `video_info`:
+# ~12-18 KB per depth episode, so some files join two episodes.
+DEPTH_CONFIG = SynthConfig(episodes=4, cameras=1, height=48, width=64, fps=10, episode_length=10, state_dim=2,
+                           codec="h264", depth=1, seed=5, codebase_version="v2.1")
+DEPTH_LIMITS = (0.01, 0.03)
+
+
+@pytest.fixture(scope="module", params=["info", "video_info"])
+def depth_converted(request: pytest.FixtureRequest, lerobot_python: str, hf_home: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp(f"convert_depth_{request.param}")
+    source = generate(tmp / "v21", SynthConfig(**{**DEPTH_CONFIG.__dict__, "depth_block": request.param}))
+    return _convert_both(lerobot_python, hf_home, source, tmp, DEPTH_LIMITS)
+
+
+def _depth_feature(root: Path) -> dict:
+    return json.loads((root / "meta/info.json").read_text())["features"]["observation.images.depth0"]
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_depth_output_is_lerobots(depth_converted: dict, workers: int) -> None:
+    """Same files, packets and JSON as lerobot's conversion; the depth feature is the input's, copied as it is."""
+    ours = depth_converted["ours"][workers]
+    problems = compare_datasets(ours, depth_converted["lerobot"])
+    assert problems == [], "\n".join(problems[:60])
+    assert _depth_feature(ours) == _depth_feature(depth_converted["source"])
+    assert len(list((ours / "videos/observation.images.depth0").rglob("*.mp4"))) >= 2
