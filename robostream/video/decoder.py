@@ -4,6 +4,10 @@ Backends:
 - "torchcodec" (default): FFmpeg via torchcodec, on the CPU or on the GPU's NVDEC engine (`device="cuda"`).
 - "pyav": PyAV's bundled FFmpeg, CPU only; the fallback when torchcodec or system FFmpeg is unavailable.
 
+Planes: "rgb" (uint8 RGB frames, (N, 3, H, W)) for cameras; "gray12" (int16 (N, 1, H, W) holding the 12-bit codes
+0..4095 exactly) for depth maps, which lerobot writes as lossless HEVC gray12le: always PyAV on the CPU, because
+torchcodec's public API only converts such a stream to 8-bit RGB (lossy: 256 levels for 4096 codes).
+
 A decoder owns an open file and is not thread-safe: use one from one thread at a time (VideoDecoderCache hands
 each caller a lock with it). Never share a decoder across a fork: DataLoader workers open their own.
 """
@@ -11,17 +15,22 @@ each caller a lock with it). Never share a decoder across a fork: DataLoader wor
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Literal, Protocol, get_args
 
 import numpy as np
 import torch
 
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
+from robostream.video.packet_index import PacketIndex, read_packet_index
 from robostream.video.versions import mismatch
 
 BACKENDS = ("torchcodec", "pyav")
+Plane = Literal["rgb", "gray12"]
+PLANES: tuple[str, ...] = get_args(Plane)
+GRAY12_FORMATS = ("gray12le", "gray12be")  # one 12-bit gray plane (FFmpeg's decoders give the native-endian one)
 
 
 class VideoDecoder(Protocol):
@@ -37,7 +46,8 @@ class VideoDecoder(Protocol):
     seeks: int  # jumps in the frame sequence asked for (see count_jumps)
 
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
-        """Frames at the given (in-range) indices as uint8 (N, C, H, W) and their pts in seconds (N,)."""
+        """Frames at the given (in-range) indices as (N, C, H, W) and their pts in seconds (N,): uint8 RGB (C=3)
+        for plane "rgb", int16 codes 0..4095 (C=1) for plane "gray12"."""
         ...
 
     def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
@@ -87,23 +97,29 @@ def default_backend() -> str:
 
 
 class TorchCodecVideoDecoder:
-    """torchcodec's VideoDecoder.
+    """torchcodec's VideoDecoder, finding frames by their presentation time where a file needs it.
 
-    seek_mode "approximate" (lerobot's choice, our default) maps frame index -> pts from the header's frame rate and
-    opens a file without reading it through; right for the constant-frame-rate files LeRobot writes, and a wrong
-    guess cannot pass silently because every frame's pts is checked against the requested time. "exact" scans every
-    packet when the file is opened (the whole file, remotely).
+    Most files open in seek_mode "approximate" (lerobot's choice): frame index -> pts from the header's frame rate,
+    then FFmpeg's seek to that pts; nothing is read beyond the header, and a wrong guess cannot pass silently because
+    every frame's pts is checked against the requested time. But FFmpeg's mp4 seek picks the keyframe by decode time:
+    in an open GOP (HEVC as lerobot writes it, depth and RGB: CRA keyframes whose leading frames are decoded after
+    them) it lands one keyframe late and the leading frame asked for is dropped, every time. For such files (found
+    from the mp4's tables, read from the moov FFmpeg reads anyway: video/packet_index.py) torchcodec gets the frames'
+    presentation times and keyframes as custom frame mappings, and seeks to the keyframe shown at or before each
+    frame. Files whose tables hold frames FFmpeg would discard (an edit list that trims the start) are scanned
+    instead (seek_mode "exact": the whole file is read at open).
     """
 
-    def __init__(self, source: str | BinaryIO, device: str = "cpu", seek_mode: str = "approximate",
-                 name: str | None = None) -> None:
+    def __init__(self, source: str | BinaryIO, device: str = "cpu", name: str | None = None) -> None:
         from torchcodec.decoders import VideoDecoder as _TorchCodecDecoder
 
         self.path = name or str(source)
         self._source = source  # keeps a file object (or a cache pin) alive as long as the decoder
         path = self.path
+        options = _seek_options(source)
+        self.seek_mode: str = options.get("seek_mode", "custom_frame_mappings")  # how frames are found (diagnostics)
         try:
-            self._decoder = _TorchCodecDecoder(source, device=device, seek_mode=seek_mode, dimension_order="NCHW")
+            self._decoder = _TorchCodecDecoder(source, device=device, dimension_order="NCHW", **options)
         except (RuntimeError, ValueError) as exc:
             raise VideoDecodeError(f"{path}: torchcodec could not open the video on {device!r}: {exc}") from exc
         meta = self._decoder.metadata
@@ -141,10 +157,42 @@ class TorchCodecVideoDecoder:
         return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
 
 
-class PyAVVideoDecoder:
-    """PyAV decoding by forward scan from the nearest earlier keyframe; re-seeks only for backward or far jumps."""
+def _seek_options(source: str | BinaryIO) -> dict[str, str]:
+    """torchcodec's seek options for a file: approximate, unless its keyframes have leading frames (see
+    TorchCodecVideoDecoder)."""
+    index = _packet_index(source)
+    if index is None or not index.has_leading_frames:
+        return {"seek_mode": "approximate"}
+    if index.pts.min() < 0:  # FFmpeg discards frames shown before the edit list's start: its frames differ
+        return {"seek_mode": "exact"}
+    return {"custom_frame_mappings": frame_mappings(index)}
 
-    def __init__(self, source: str | BinaryIO, reseek_after_s: float = 1.0, name: str | None = None) -> None:
+
+def _packet_index(source: str | BinaryIO) -> PacketIndex | None:
+    if isinstance(source, str):
+        with open(source, "rb") as file:
+            return read_packet_index(file)
+    return read_packet_index(source)  # leaves the reader where it was, for FFmpeg
+
+
+def frame_mappings(index: PacketIndex) -> str:
+    """torchcodec's custom frame mappings of an indexed file: ffprobe's -show_frames JSON (pts, duration and
+    key_frame of each frame, in the stream's time base), in presentation order."""
+    key = np.zeros(len(index.pts), dtype=np.int64)
+    key[index.keyframes] = 1
+    order = np.argsort(index.pts, kind="stable")
+    rows = zip(index.pts[order].tolist(), index.duration[order].tolist(), key[order].tolist())
+    return json.dumps({"frames": [{"pts": pts, "duration": duration, "key_frame": is_key}
+                                  for pts, duration, is_key in rows]})
+
+
+class PyAVVideoDecoder:
+    """PyAV decoding by forward scan from the nearest earlier keyframe; re-seeks only for backward or far jumps.
+
+    plane "rgb" gives uint8 RGB frames; "gray12" the int16 codes of a one-plane 12-bit gray stream (depth maps)."""
+
+    def __init__(self, source: str | BinaryIO, reseek_after_s: float = 1.0, name: str | None = None, *,
+                 plane: Plane = "rgb") -> None:
         import av
 
         self.path = name or str(source)
@@ -155,6 +203,13 @@ class PyAVVideoDecoder:
             self._stream = self._container.streams.video[0]
         except (av.error.FFmpegError, IndexError) as exc:
             raise VideoDecodeError(f"{path}: PyAV could not open a video stream: {exc}") from exc
+        if plane == "gray12" and self._stream.codec_context.pix_fmt not in GRAY12_FORMATS:
+            self._container.close()
+            raise VideoDecodeError(
+                f"{path}: the feature is marked as a depth map (is_depth_map) but the video is not a gray12 stream: "
+                f"its pixel format is {self._stream.codec_context.pix_fmt!r}, not one of {GRAY12_FORMATS}. Re-encode "
+                f"it with lerobot's depth encoder (HEVC gray12le, lossless) or drop the feature's is_depth_map marker.")
+        self._stack = _stack_gray12 if plane == "gray12" else _stack_rgb
         self._stream.thread_type = "AUTO"
         rate = self._stream.average_rate or self._stream.guessed_rate
         if not rate:
@@ -186,14 +241,30 @@ class PyAVVideoDecoder:
             self._last_time = float(frame.time)
         return frame
 
+    def _seek_to_or_before(self, target_s: float) -> None:
+        """Start decoding so that the first frame out is shown at or before `target_s` (or is the stream's first).
+
+        FFmpeg's mp4 seek picks the keyframe by decode time: in an open GOP (HEVC CRA keyframes) the frames shown
+        just before a keyframe are decoded after it and dropped after a seek, so a seek to their time starts at the
+        next keyframe. Then seek again earlier, one frame back and doubling, until the first frame is early enough.
+        """
+        half, back = 0.5 / self.fps, 0.0
+        while True:
+            at = max(0, int(round((target_s - back) / self._time_base)))
+            self._container.seek(at, stream=self._stream, backward=True)
+            self._frames = self._container.decode(self._stream)
+            self._pending, self._last_time = None, -np.inf
+            first = self._next_frame()
+            if (first is not None and float(first.time) <= target_s + half) or at == 0:
+                self._pending = first
+                return
+            back = max(1.0 / self.fps, 2 * back)
+
     def _decode_nearest(self, target_s: float):
         half = 0.5 / self.fps
         if self._frames is None or target_s < self._last_time - half or target_s - self._last_time > self._reseek_after_s:
-            self.seeks += 1
-            self._container.seek(max(0, int(round(target_s / self._time_base))), stream=self._stream, backward=True)
-            self._frames = self._container.decode(self._stream)
-            self._pending = None
-            self._last_time = -np.inf
+            self.seeks += 1  # one jump, however many seeks it takes to land before it
+            self._seek_to_or_before(target_s)
         previous = None
         while True:
             frame = self._next_frame()
@@ -211,18 +282,18 @@ class PyAVVideoDecoder:
     def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
         import av
 
-        decoded: dict[float, tuple[np.ndarray, float]] = {}
+        decoded: dict[float, tuple[object, float]] = {}
         self.calls += 1
         try:
             for time_s in sorted(set(float(t) for t in times_s)):
                 frame = self._decode_nearest(time_s)
                 if frame is None:
                     raise VideoDecodeError(f"{self.path}: no frame decoded near {time_s:.6f} s")
-                decoded[time_s] = (frame.to_ndarray(format="rgb24"), float(frame.time))
+                decoded[time_s] = (frame, float(frame.time))
+            data = self._stack([decoded[float(t)][0] for t in times_s])
         except av.error.FFmpegError as exc:
             self._frames = None
             raise VideoDecodeError(f"{self.path}: PyAV failed decoding near {time_s:.6f} s: {exc}") from exc
-        data = torch.from_numpy(np.stack([decoded[float(t)][0] for t in times_s])).permute(0, 3, 1, 2)
         pts = np.array([decoded[float(t)][1] for t in times_s], dtype=np.float64)
         return data, pts
 
@@ -230,10 +301,26 @@ class PyAVVideoDecoder:
         self._container.close()
 
 
+def _stack_rgb(frames: list) -> torch.Tensor:
+    """uint8 (N, 3, H, W) RGB, a channels-last view."""
+    return torch.from_numpy(np.stack([frame.to_ndarray(format="rgb24") for frame in frames])).permute(0, 3, 1, 2)
+
+
+def _stack_gray12(frames: list) -> torch.Tensor:
+    """int16 (N, 1, H, W): the 12-bit codes as written (torch has no uint16 arithmetic worth the name; 0..4095 fits)."""
+    codes = np.stack([frame.to_ndarray(format="gray12le") for frame in frames])
+    return torch.from_numpy(codes.view(np.int16)).unsqueeze(1)
+
+
 def open_video_decoder(source: str | Path | BinaryIO, backend: str | None = None, device: str = "cpu",
-                       name: str | None = None) -> VideoDecoder:
+                       name: str | None = None, *, plane: Plane = "rgb") -> VideoDecoder:
     """Open a video (a path, or a seekable binary file object such as a ranged remote reader) with the named
-    backend (default: torchcodec when available) on `device` ("cpu" or "cuda"); `name` is used in errors."""
+    backend (default: torchcodec when available) on `device` ("cpu" or "cuda"); `name` is used in errors.
+
+    plane: "rgb" gives uint8 RGB frames (N, 3, H, W); "gray12" gives a depth map's 12-bit codes as int16
+    (N, 1, H, W), exactly as written. A gray12 stream is decoded by PyAV on the CPU whatever backend and device are
+    asked (torchcodec's public API only gives it as 8-bit RGB): its frames are CPU tensors, which the caller moves.
+    Raises VideoDecodeError when a gray12 plane is asked of a video that is not one 12-bit gray plane."""
     if isinstance(source, (str, Path)):
         # A str stays the very object passed: a disk-cache path (storage.cache.CachedPath, a str) holds the file's
         # pin, which the decoder keeps as long as it lives; str() of it would be a plain copy without the pin.
@@ -243,6 +330,10 @@ def open_video_decoder(source: str | Path | BinaryIO, backend: str | None = None
     backend = backend or default_backend()
     if backend not in BACKENDS:
         raise ValueError(f"video_backend={backend!r}: expected one of {BACKENDS}")
+    if plane not in PLANES:
+        raise ValueError(f"plane={plane!r}: expected one of {PLANES}")
+    if plane == "gray12":
+        return PyAVVideoDecoder(source, name=name, plane="gray12")
     if device != "cpu":
         if backend != "torchcodec":
             raise ValueError(f"video_decode_device={device!r} needs video_backend='torchcodec' (PyAV decodes on CPU)")

@@ -1,10 +1,12 @@
 """Where a video's frames lie in its file, from the container's index (the mp4 moov) alone.
 
 The mp4 sample table (in the moov, 64-150 KB at the start of the file) gives every packet's byte offset, size,
-decode time and keyframe flag: the index FFmpeg's mov demuxer builds when it opens the file, read here from the
-same boxes. From it, the bytes a decoder reads to produce frames at given times are known before any of them is
-fetched: from the keyframe at or before the first time to the last packet decoded up to the last time. Remote
-readers fetch exactly those spans, merged and many at once, instead of discovering them block by block.
+decode and presentation time and keyframe flag: the index FFmpeg's mov demuxer builds when it opens the file, read
+here from the same boxes. From it, the bytes a decoder reads to produce frames at given times are known before any of
+them is fetched: from the last keyframe shown at or before the first time to the last packet those frames need.
+Remote readers fetch exactly those spans, merged and many at once, instead of discovering them block by block. The
+same presentation times give torchcodec a frame index for files whose keyframes cannot be found by decode time
+(video/decoder.py: HEVC open GOP).
 
 `byte_span` is a read plan, never a correctness rule: a decoder that reads outside it still gets its bytes (one
 more round trip), and every decoded frame's time is still checked against the asked time.
@@ -12,38 +14,71 @@ more round trip), and every decoded frame's time is still checked against the as
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-REORDER_FRAMES = 4  # packets past the last frame's decode time that reordered (B-frame) streams may need
+REORDER_FRAMES = 4  # packets a decoder reads past the last one a frame needs before it outputs that frame
 AVIO_BYTES = 64 << 10  # FFmpeg reads a file object in chunks of this size from where it seeks
 
 
 @dataclass(frozen=True)
 class PacketIndex:
-    """The packets of a file's first video stream, in decode order."""
+    """The packets of a file's first video stream, in decode order. Times are in ticks of 1/timescale s (FFmpeg's
+    time base for the stream), as FFmpeg's mov demuxer hands them to decoders."""
 
     pos: np.ndarray  # int64 byte offset of each packet
     reach: np.ndarray  # int64: the furthest byte offset just past any of packets 0..i
-    time_s: np.ndarray  # float64 decode time of each packet, seconds
+    dts: np.ndarray  # int64 decode time of each packet
+    pts: np.ndarray  # int64 presentation time of each packet (its decode time plus its ctts composition offset)
+    duration: np.ndarray  # int64 time to the next packet's decode time (stts)
     keyframes: np.ndarray  # int64 positions of the keyframe packets, ascending
-    frame_s: float  # typical time between packets
-    delay_s: float  # how far decode times run behind presentation times (B-frame reordering; 0 without)
+    timescale: int  # ticks per second
+
+    @functools.cached_property
+    def frame_s(self) -> float:
+        """The typical time between frames shown, in seconds."""
+        steps = np.diff(np.sort(self.pts)) / self.timescale
+        return float(np.median(steps[steps > 0])) if np.any(steps > 0) else 0.0
+
+    @functools.cached_property
+    def has_leading_frames(self) -> bool:
+        """True when some frame is decoded after a keyframe but shown before it (HEVC open GOP: the RASL frames
+        of a CRA keyframe). FFmpeg's mp4 seek picks keyframes by decode time, so a seek to such a frame's time lands
+        on that keyframe, whose decoder then drops the frame: finding it needs the presentation times."""
+        later = np.minimum.accumulate(self.pts[::-1])[::-1]  # the earliest pts among packets i, i+1, ...
+        keys = self.keyframes[self.keyframes + 1 < len(self.pts)]
+        return bool(np.any(later[keys + 1] < self.pts[keys]))
+
+    @functools.cached_property
+    def _shown(self) -> tuple[np.ndarray, np.ndarray]:
+        """Presentation times in seconds, ascending, and for each the furthest packet (decode order) that any frame
+        shown up to then is in."""
+        order = np.argsort(self.pts, kind="stable")
+        return self.pts[order] / self.timescale, np.maximum.accumulate(order)
+
+    @functools.cached_property
+    def _keys_shown(self) -> tuple[np.ndarray, np.ndarray]:
+        """The keyframes' presentation times in seconds, ascending, and their packet positions."""
+        order = np.argsort(self.pts[self.keyframes], kind="stable")
+        return self.pts[self.keyframes[order]] / self.timescale, self.keyframes[order]
 
     def byte_spans(self, first_s: np.ndarray, last_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes [start, end) a decoder reads to produce the frames shown from `first_s[i]` to `last_s[i]` (file
-        times), for each i: from the keyframe at or before `first_s` through the packets decoded up to `last_s`
-        (plus a few for reordered streams), and FFmpeg's chunked reads around them."""
+        times), for each i: from the last keyframe shown at or before `first_s` (by presentation time: in an open
+        GOP the keyframe decoded just before a frame may be shown after it) through the last packet any of those
+        frames is in (plus a few the decoder reads before it outputs them), and FFmpeg's chunked reads around them."""
         half = 0.5 * self.frame_s
-        # Decode times are what the index holds: a keyframe shown at t is decoded at t - delay.
-        lo = np.maximum(np.searchsorted(self.time_s, np.asarray(first_s) + half - self.delay_s, side="right") - 1, 0)
-        key = np.searchsorted(self.keyframes, lo, side="right") - 1
-        first = np.where(key >= 0, self.keyframes[np.maximum(key, 0)], 0) if len(self.keyframes) else np.zeros_like(lo)
-        last = np.searchsorted(self.time_s, np.asarray(last_s) + half + REORDER_FRAMES * self.frame_s, side="right")
-        last = np.minimum(np.maximum(last, first + 1), len(self.pos))
+        key_shown, key_pos = self._keys_shown
+        key = np.searchsorted(key_shown, np.asarray(first_s) + half, side="right") - 1
+        first = np.where(key >= 0, key_pos[np.maximum(key, 0)], 0) if len(key_pos) else np.zeros(len(key), np.int64)
+        shown, decoded_by = self._shown
+        upto = np.searchsorted(shown, np.asarray(last_s) + half, side="right") - 1
+        last = np.minimum(decoded_by[np.maximum(upto, 0)] + 1 + REORDER_FRAMES, len(self.pos))
+        last = np.maximum(last, np.minimum(first + 1, len(self.pos)))
         furthest = self.reach[last - 1]  # packets before `first` end before it (file order): no overreach
         # FFmpeg reads in chunks of AVIO_BYTES, from the keyframe's offset or, after a short forward seek, on from
         # where it was (chunk-aligned there): any such run of chunks that covers the last byte ends within a chunk
@@ -104,9 +139,10 @@ class _Malformed(Exception):
 def parse_packet_index(moov: bytes) -> PacketIndex | None:
     """The packets of the first video track of an mp4's moov box (its bytes), as FFmpeg's mov demuxer indexes
     them: offsets from the chunk offsets (stco/co64), the sample-to-chunk map (stsc) and sizes (stsz/stz2); decode
-    times from stts, moved by the edit list as FFmpeg moves them (a B-frame stream starts below zero); keyframes
-    from stss (all packets without one). None when the moov is missing a box it needs, is malformed, or holds a
-    layout FFmpeg would index otherwise (several edits, fragments): no read plan, the decoder reads on demand.
+    times from stts, moved by the edit list as FFmpeg moves them (a B-frame stream starts below zero); presentation
+    times from those and the composition offsets (ctts); keyframes from stss (all packets without one). None when
+    the moov is missing a box it needs, is malformed, or holds a layout FFmpeg would index otherwise (several
+    edits, fragments): no read plan, the decoder reads on demand.
 
     Read from the container's own tables rather than PyAV's `Stream.index_entries` (18.1+ only): one code path
     for every PyAV a user has (lerobot 0.6 pins PyAV 15), and no FFmpeg open of the file."""
@@ -152,17 +188,33 @@ def _track_index(moov: bytes, trak: tuple[int, int], mdia: tuple[int, int], movi
     deltas = np.repeat(runs_of[:, 1], runs_of[:, 0])
     if len(deltas) < count:
         raise _Malformed("fewer durations than samples")
-    dts = np.concatenate([[0], np.cumsum(deltas[: count - 1])]) + _edit_shift(moov, trak, track_scale, movie_scale)
+    decoded = np.concatenate([[0], np.cumsum(deltas[: count - 1])]) + _edit_shift(moov, trak, track_scale, movie_scale)
+    offsets, dts_shift = _composition_offsets(moov, stbl, count)
     keyframes = (_table(moov, _child(moov, *stbl, b"stss"), ">u4").astype(np.int64) - 1
                  if _has(moov, stbl, b"stss") else np.arange(count))
     if len(keyframes) and (keyframes[0] < 0 or keyframes[-1] >= count or np.any(np.diff(keyframes) <= 0)):
         raise _Malformed("stss")
-    times = dts.astype(np.float64) / track_scale
-    steps = np.diff(times)
-    frame_s = float(np.median(steps[steps > 0])) if np.any(steps > 0) else 0.0
-    # FFmpeg's mov muxer starts decode times below zero by the reordering delay (the first frame shows at 0).
-    return PacketIndex(pos=pos, reach=np.maximum.accumulate(pos + sizes), time_s=times, keyframes=keyframes,
-                       frame_s=frame_s, delay_s=max(0.0, -float(times[0])))
+    # FFmpeg's mov muxer starts decode times below zero by the reordering delay (the first frame shows at 0), and
+    # the demuxer moves them further down when composition offsets are negative, so that none follows its pts.
+    return PacketIndex(pos=pos, reach=np.maximum.accumulate(pos + sizes), dts=decoded - dts_shift,
+                       pts=decoded + offsets, duration=deltas[:count].copy(), keyframes=keyframes,
+                       timescale=track_scale)
+
+
+def _composition_offsets(moov: bytes, stbl: tuple[int, int], count: int) -> tuple[np.ndarray, int]:
+    """Each sample's composition offset (ctts: pts minus dts; zeros without the box) and how far FFmpeg moves
+    decode times down for the negative ones. FFmpeg reads the offsets as signed whatever the box's version (version
+    1 declares them signed, version 0 is written signed by some muxers), and, as it does, the shift ignores the last
+    two entries, and a table with offsets beyond 2^28 there is dropped (treated as absent)."""
+    if not _has(moov, stbl, b"ctts"):
+        return np.zeros(count, dtype=np.int64), 0
+    runs = _table(moov, _child(moov, *stbl, b"ctts"), ">i4", width=2).astype(np.int64)
+    if np.any(runs[:, 0] < 0) or runs[:, 0].sum() < count:
+        raise _Malformed("fewer composition offsets than samples")
+    shifting = runs[:-2, 1]
+    if np.any(np.abs(shifting) > 1 << 28):
+        return np.zeros(count, dtype=np.int64), 0
+    return np.repeat(runs[:, 1], runs[:, 0])[:count], int(max(0, -shifting.min(initial=0)))
 
 
 def _edit_shift(moov: bytes, trak: tuple[int, int], track_scale: int, movie_scale: int) -> int:
@@ -258,4 +310,4 @@ def load_packet_index(folder: Path) -> PacketIndex | None:
         if not saved.files:
             return None
         values = {f.name: saved[f.name] for f in fields(PacketIndex)}
-    return PacketIndex(**{name: float(value) if value.ndim == 0 else value for name, value in values.items()})
+    return PacketIndex(**{name: value.item() if value.ndim == 0 else value for name, value in values.items()})
