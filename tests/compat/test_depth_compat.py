@@ -144,6 +144,9 @@ def test_the_lerobot_dataset_exercises_depth(reference):
     assert mm.min() == 10.0 and mm.max() == 10000.0 and np.array_equal(mm, np.round(mm))  # clamped, whole mm
     assert m.max() == 10.0 and abs(float(m.min()) - 0.01) < 1e-6
     assert len(np.unique(mm)) > 1000
+    for i in range(reference["len"]):  # lerobot's frame is the asked one: its (episode, frame) marks, clamped
+        episode, frame = (int(reference["arrays"][f"mm/{i}/{k}"]) for k in ("episode_index", "frame_index"))
+        assert mm[i, 0, 0, 4 + frame % 4] == 10000.0 and mm[i, 0, 0, 9 + episode % 3] == 10.0, i
     window_pads = [reference["arrays"][f"m_window/{i}/{IS_PAD}"].tolist() for i in range(reference["len"])]
     assert [True, False, False] in window_pads and [False, False, True] in window_pads
     assert len(reference["language"]) == reference["len"]
@@ -157,7 +160,7 @@ def test_depth_map_style_samples_equal_lerobots(reference, unit, window):
                              delta_timestamps={DEPTH: WINDOW} if window else None)
     assert len(dataset) == reference["len"]
     config = f"{unit}_window" if window else unit
-    for position in range(len(dataset)):
+    for position in np.random.default_rng(len(config)).permutation(len(dataset)).tolist():  # seeks, not a scan
         sample = dataset[position]
         extra = set(sample) - lerobot_keys(reference, config)
         assert not extra, f"[{config} {position}] keys only robostream returns: {sorted(extra)}"
