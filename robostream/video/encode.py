@@ -129,6 +129,9 @@ def concat_videos(inputs: list[Path], output: Path, fps: int) -> list[float]:
 
     Returns each input's duration in seconds (frames / fps), i.e. the spans that become from/to timestamps.
     The output is written to a temporary name and renamed, so an interrupted call leaves no partial file.
+    pts and dts move together: reordered streams (HEVC's B frames, whose files start at a negative dts) keep
+    their reordering, and an input's first dts stays above the previous one's last, as the encoder's delay is
+    the same in every input.
     """
     if not inputs:
         raise ValueError(f"{output}: nothing to concatenate")
