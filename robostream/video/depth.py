@@ -1,4 +1,5 @@
-"""Depth maps to and from the 12-bit codes of a depth camera's video (lerobot's depth_utils formulas).
+"""Depth maps from the 12-bit codes of a depth camera's video (lerobot's depth_utils formula; the writers' way
+back is writer/depth.py: codes_from_depths).
 
 Decoding is a table lookup: there are only 4096 codes, so each camera's table is computed once, with lerobot's
 torch operations in lerobot's order (`dequantize_depth`'s torch path, the one its reader takes). Every entry is
@@ -46,15 +47,3 @@ def depth_table(coding: DepthCoding, unit: DepthUnit) -> np.ndarray:
 def depths_from_codes(codes: torch.Tensor, coding: DepthCoding, unit: DepthUnit) -> torch.Tensor:
     """float32 depths in `unit`, shaped like `codes` (integer 12-bit codes, any shape, on the CPU)."""
     return torch.from_numpy(np.take(depth_table(coding, unit), codes.numpy()))
-
-
-def codes_from_depths(depths_m: np.ndarray, coding: DepthCoding) -> np.ndarray:
-    """uint16 12-bit codes of float depths in metres (lerobot's `quantize_depth` for float input), for writers."""
-    depths = np.asarray(depths_m, dtype=np.float32)
-    low, high, shift = np.float32(coding.depth_min), np.float32(coding.depth_max), np.float32(coding.shift)
-    if coding.use_log:
-        log_low, log_high = math.log(float(low + shift)), math.log(float(high + shift))
-        norm = (np.log(depths + shift) - log_low) / (log_high - log_low)
-    else:
-        norm = (depths - low) / (high - low)
-    return np.rint(norm * (DEPTH_CODES - 1)).clip(0, DEPTH_CODES - 1).astype(np.uint16)

@@ -13,12 +13,13 @@ under `info` or under the older `video_info` key, which lerobot's converter copi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 
-from robostream.format.depth import DepthCoding, is_depth_feature
+from robostream.format.depth import DEPTH_CODES, DepthCoding, is_depth_feature
 from robostream.format.stats import feature_stats
 from robostream.video.encode import DEPTH_PIX_FMT, DEPTH_X265_PARAMS
 
@@ -83,10 +84,6 @@ def depth_codes(frames_m: np.ndarray, *, where: str, shape: tuple[int, int]) -> 
     Raises:
         ValueError: the frames are not floating point or not (T, H, W, 1), naming `where` (episode and camera).
     """
-    # imported here: robostream.video.depth imports torch (for its decoding tables), which writers and
-    # `robostream synth` without depth cameras should not pay for
-    from robostream.video.depth import codes_from_depths
-
     frames_m = np.asarray(frames_m)
     if not np.issubdtype(frames_m.dtype, np.floating) or frames_m.shape[1:] != (*shape, 1):
         raise ValueError(f"{where}: expected float depths in metres (T, {shape[0]}, {shape[1]}, 1), "
@@ -102,3 +99,15 @@ def depth_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
     out = {k: v.reshape(c, 1, 1) for k, v in stats.items() if k != "count"}
     out["count"] = np.array([t], dtype=np.int64)
     return out
+
+
+def codes_from_depths(depths_m: np.ndarray, coding: DepthCoding) -> np.ndarray:
+    """uint16 12-bit codes of float depths in metres (lerobot's `quantize_depth` for float input), for writers."""
+    depths = np.asarray(depths_m, dtype=np.float32)
+    low, high, shift = np.float32(coding.depth_min), np.float32(coding.depth_max), np.float32(coding.shift)
+    if coding.use_log:
+        log_low, log_high = math.log(float(low + shift)), math.log(float(high + shift))
+        norm = (np.log(depths + shift) - log_low) / (log_high - log_low)
+    else:
+        norm = (depths - low) / (high - low)
+    return np.rint(norm * (DEPTH_CODES - 1)).clip(0, DEPTH_CODES - 1).astype(np.uint16)

@@ -14,8 +14,7 @@ import pytest
 from robostream.convert import convert
 from robostream.convert.verify import verify
 from robostream.synth import SynthConfig, depth_key, episode_lengths, generate, render_depth
-from robostream.video.depth import codes_from_depths
-from robostream.writer.depth import LEROBOT_DEPTH_CODING
+from robostream.writer.depth import LEROBOT_DEPTH_CODING, codes_from_depths
 from tests.writer.test_synth_depth import decode_codes
 
 H, W, FPS = 48, 64, 10

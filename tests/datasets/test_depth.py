@@ -20,7 +20,8 @@ from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeR
 from robostream.errors import DatasetFormatError, VideoDecodeError
 from robostream.format.depth import DepthCoding
 from robostream.synth import camera_key, depth_key, generate, read_depth_marker, render_depth
-from robostream.video.depth import codes_from_depths, depths_from_codes
+from robostream.video.depth import depths_from_codes
+from robostream.writer.depth import codes_from_depths
 from tests.datasets.test_batch_assembly import assert_same_batches, both_paths
 from tests.helpers import AV1_CONFIG
 

@@ -13,7 +13,8 @@ import torch
 from robostream.errors import DatasetFormatError
 from robostream.format.depth import DepthCoding, depth_coding, is_depth_feature, rescale_depth_stats
 from robostream.format.info import parse_info
-from robostream.video.depth import codes_from_depths, depth_table, depths_from_codes
+from robostream.video.depth import depth_table, depths_from_codes
+from robostream.writer.depth import codes_from_depths
 
 PARAMS = {"video.depth_min": 0.01, "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}
 LEROBOT_FEATURE = {"dtype": "video", "shape": [64, 64, 1], "names": ["height", "width", "channels"],

@@ -28,9 +28,9 @@ from robostream.synth import (
     read_depth_marker,
     render_depth,
 )
-from robostream.video.depth import codes_from_depths, depths_from_codes
+from robostream.video.depth import depths_from_codes
 from robostream.video.encode import encode_depth_video
-from robostream.writer.depth import LEROBOT_DEPTH_CODING, depth_feature, depth_stats
+from robostream.writer.depth import LEROBOT_DEPTH_CODING, codes_from_depths, depth_feature, depth_stats
 from robostream.writer.v30 import DatasetWriter
 
 H, W, FPS = 48, 64, 10
