@@ -15,7 +15,6 @@ each caller a lock with it). Never share a decoder across a fork: DataLoader wor
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal, Protocol, get_args
@@ -181,9 +180,10 @@ def frame_mappings(index: PacketIndex) -> str:
     key = np.zeros(len(index.pts), dtype=np.int64)
     key[index.keyframes] = 1
     order = np.argsort(index.pts, kind="stable")
-    rows = zip(index.pts[order].tolist(), index.duration[order].tolist(), key[order].tolist())
-    return json.dumps({"frames": [{"pts": pts, "duration": duration, "key_frame": is_key}
-                                  for pts, duration, is_key in rows]})
+    # Formatted, not json.dumps of dicts: 2.5x faster (11 ms for 18k frames), and the rows are plain integers.
+    rows = map('{{"pts":{},"duration":{},"key_frame":{}}}'.format,
+               index.pts[order].tolist(), index.duration[order].tolist(), key[order].tolist())
+    return '{"frames":[' + ",".join(rows) + "]}"
 
 
 class PyAVVideoDecoder:
@@ -210,7 +210,10 @@ class PyAVVideoDecoder:
                 f"its pixel format is {self._stream.codec_context.pix_fmt!r}, not one of {GRAY12_FORMATS}. Re-encode "
                 f"it with lerobot's depth encoder (HEVC gray12le, lossless) or drop the feature's is_depth_map marker.")
         self._stack = _stack_gray12 if plane == "gray12" else _stack_rgb
-        self._stream.thread_type = "AUTO"
+        # Depth maps are read at random frames, from every other keyframe: frame threads would decode frames ahead
+        # that each seek throws away (random frames 1.8x slower at 256x256, sequential decoding no faster). Slice
+        # threads only, like torchcodec's one thread per decoder.
+        self._stream.thread_type = "SLICE" if plane == "gray12" else "AUTO"
         rate = self._stream.average_rate or self._stream.guessed_rate
         if not rate:
             raise VideoDecodeError(f"{path}: the video stream declares no frame rate")

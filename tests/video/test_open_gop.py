@@ -73,6 +73,7 @@ def test_torchcodec_finds_frames_by_pts_only_in_files_that_need_it(video):
     decoder = open_video_decoder(path, "torchcodec")
     # HEVC open GOP: the frame index from the mp4's tables; H.264 (closed GOP) keeps the header-only open.
     assert decoder.seek_mode == ("approximate" if kind == "h264_bframes" else "custom_frame_mappings")
+    assert decoder.num_frames == FRAMES and decoder.end_s == pytest.approx(FRAMES / FPS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
