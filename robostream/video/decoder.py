@@ -105,8 +105,9 @@ class TorchCodecVideoDecoder:
     them) it lands one keyframe late and the leading frame asked for is dropped, every time. For such files (found
     from the mp4's tables, read from the moov FFmpeg reads anyway: video/packet_index.py) torchcodec gets the frames'
     presentation times and keyframes as custom frame mappings, and seeks to the keyframe shown at or before each
-    frame. Files whose tables hold frames FFmpeg would discard (an edit list that trims the start) are scanned
-    instead (seek_mode "exact": the whole file is read at open).
+    frame: 50 ms to open a file of 18k frames, against 3 ms approximate; seek_mode "exact" would instead read the
+    whole file at open (a download, remotely). A file whose edit list trims its start (FFmpeg's muxer never writes
+    one) lists frames FFmpeg does not show: the pts check refuses the frames that would come out wrong.
     """
 
     def __init__(self, source: str | BinaryIO, device: str = "cpu", name: str | None = None) -> None:
@@ -162,8 +163,6 @@ def _seek_options(source: str | BinaryIO) -> dict[str, str]:
     index = _packet_index(source)
     if index is None or not index.has_leading_frames:
         return {"seek_mode": "approximate"}
-    if index.pts.min() < 0:  # FFmpeg discards frames shown before the edit list's start: its frames differ
-        return {"seek_mode": "exact"}
     return {"custom_frame_mappings": frame_mappings(index)}
 
 

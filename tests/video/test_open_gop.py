@@ -85,3 +85,4 @@ def test_a_file_object_source_gives_the_same_frames(video, backend):
         order = list(range(FRAMES))[::-3]
         frames, pts = decoder.get_frames_by_index(order)
         assert torch.equal(frames, reference[order]), f"{kind} {backend}"
+
