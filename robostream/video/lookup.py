@@ -39,7 +39,8 @@ def check_tolerance(requested_s: np.ndarray, decoded_s: np.ndarray, tolerance_s:
 def decode_unique(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float, context: str = ""
                   ) -> tuple[torch.Tensor, np.ndarray]:
     """Each distinct frame once, in file order, and per timestamp the position of its frame among them:
-    the frame for timestamps_s[i] is frames[inverse[i]] (uint8 (N, C, H, W), possibly a channels-last view)."""
+    the frame for timestamps_s[i] is frames[inverse[i]] (as the decoder gives them: uint8 (N, C, H, W), possibly
+    a channels-last view, or a gray12 plane's int16 (N, 1, H, W))."""
     requested = np.asarray(timestamps_s, dtype=np.float64)
     indices = frame_indices(requested, decoder.fps, decoder.num_frames)
     unique, inverse = np.unique(indices, return_inverse=True)
@@ -57,6 +58,7 @@ def decode_unique(decoder: VideoDecoder, timestamps_s: Sequence[float], toleranc
 
 def decode_at_timestamps(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float,
                          context: str = "") -> torch.Tensor:
-    """Contiguous uint8 (N, C, H, W) frames nearest to each timestamp; repeated timestamps are decoded once."""
+    """Contiguous (N, C, H, W) frames (the decoder's dtype) nearest to each timestamp; repeated timestamps are
+    decoded once."""
     frames, inverse = decode_unique(decoder, timestamps_s, tolerance_s, context)
     return gather_chw(frames, inverse)
