@@ -38,7 +38,7 @@ def test_synth_depth_cameras(tmp_path, capfd):
     import numpy as np
 
     from robostream.synth import render_depth
-    from robostream.writer.depth import codes_from_depths
+    from robostream.format.depth import codes_from_depths
     from robostream.writer.depth import LEROBOT_DEPTH_CODING
 
     root = tmp_path / "ds"

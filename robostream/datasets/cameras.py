@@ -8,7 +8,7 @@ A camera file is checked against the metadata when a decoder opens it (from its 
 that every episode's span in it ends inside the stream), so never per sample.
 
 A depth camera's file is decoded as its one 12-bit gray plane (on the CPU, whatever the device asked for RGB) and
-its codes turned into float32 depths in the dataset's depth unit right after decoding (video/depth.py): from there
+its codes turned into float32 depths in the dataset's depth unit right after decoding (format/depth.py): from there
 on its frames are final values, which no step scales by 1/255 or augments.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager as ContextManager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager as ContextManager
 from functools import partial
 from typing import Literal
 
@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from robostream.errors import RobostreamError, VideoDecodeError
+from robostream.format.depth import depths_from_codes
 from robostream.format.episodes import EpisodeTable
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
@@ -35,10 +36,8 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
-from robostream.video.depth import depths_from_codes
 from robostream.video.layout import FramePool, frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
-
 
 FRAMES_PER_CALL = 16  # frames per grouped decoder call: ~3 MiB of 256x256 RGB output at a time (larger outputs
 # fragment the heap of a worker: +30 MiB resident per worker measured at 64)
@@ -105,7 +104,7 @@ class CameraReader:
         frames, inverse = decode_unique(decoder, times, self.tolerance_s, context)
         coding = self.meta.depth_codings.get(key)
         if coding is not None:
-            frames = depths_from_codes(frames, coding, self.meta.depth_unit)
+            frames = torch.from_numpy(depths_from_codes(frames.numpy(), coding, self.meta.depth_unit))
         return frames, inverse
 
     def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:

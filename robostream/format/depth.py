@@ -1,4 +1,5 @@
-"""Depth cameras in info.json: which video features are depth maps and how their 12-bit codes map to depths.
+"""Depth cameras: which video features info.json marks as depth maps, and how their 12-bit codes map to depths and
+back (lerobot's depth_utils formulas; the codes themselves are a video's gray12 plane, see video/decoder.py).
 
 lerobot 0.6.1 marks a depth camera with `info.is_depth_map: true` (older spellings: `info["video.is_depth_map"]`,
 or `video.is_depth_map` in a `video_info` block) and records its log or linear quantisation beside the marker
@@ -8,10 +9,17 @@ parameters and reads them from `info` only, so a `video_info` block's own parame
 come back wrong (up to ~4 m, a lerobot bug). Here the parameters are read from the block that carries the marker,
 and a depth feature without them, or with values that are not finite, is refused: guessing would return
 plausible-looking wrong depths.
+
+Decoding is a table lookup: there are only 4096 codes, so each camera's table is computed once, with lerobot's
+torch operations in lerobot's order (`dequantize_depth`'s torch path, the one its reader takes). Every entry is
+then bit-equal to what lerobot returns for that code; numpy's float32 exp differs by an ulp on ~40% of the codes
+in log mode, which the 3.5 m shift magnifies to ~2e-6 m. torch is imported when a table is first built, so the
+tools that only parse or write datasets (convert, synth) never load it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +34,7 @@ DEPTH_UNITS: tuple[DepthUnit, ...] = ("m", "mm")
 DEFAULT_DEPTH_UNIT: DepthUnit = "mm"  # lerobot's DEFAULT_DEPTH_UNIT
 MM_PER_METRE = 1000.0
 DEPTH_CODES = 4096  # 12-bit codes 0..4095 (lerobot's DEPTH_QMAX + 1)
+_UINT16_MAX = 65535.0  # lerobot clamps millimetres to uint16's range
 _MARKER = "is_depth_map"
 _PARAMETERS = ("depth_min", "depth_max", "shift", "use_log")
 
@@ -127,3 +136,47 @@ def rescale_depth_stats(stats: Mapping[str, Mapping[str, np.ndarray]], codings: 
         factor = MM_PER_METRE if coding.recorded_unit == "m" else 1.0 / MM_PER_METRE
         out[key] = {stat: value if stat == "count" else value * factor for stat, value in out[key].items()}
     return out
+
+
+def _scale_offset(coding: DepthCoding) -> tuple[float, float]:
+    """Depth (or log depth) per code and at code 0, in metres: Python doubles, as lerobot computes them."""
+    if coding.use_log:
+        low, high = math.log(coding.depth_min + coding.shift), math.log(coding.depth_max + coding.shift)
+        return (high - low) / (DEPTH_CODES - 1), low
+    return (coding.depth_max - coding.depth_min) / (DEPTH_CODES - 1), coding.depth_min
+
+
+@functools.cache
+def depth_table(coding: DepthCoding, unit: DepthUnit) -> np.ndarray:
+    """float32 depth in `unit` of each code 0..4095 (read-only): lerobot's `dequantize_depth` (torch path), op
+    for op."""
+    import torch
+
+    scale, offset = _scale_offset(coding)
+    table = torch.arange(DEPTH_CODES, dtype=torch.float32)
+    table.mul_(scale).add_(offset)
+    if coding.use_log:
+        table.exp_().sub_(coding.shift)
+    table.clamp_(coding.depth_min, coding.depth_max)
+    if unit == "mm":  # lerobot's float32 millimetres: whole numbers
+        table.mul_(MM_PER_METRE).round_().clamp_(0.0, _UINT16_MAX)
+    values = table.numpy()
+    values.flags.writeable = False
+    return values
+
+
+def depths_from_codes(codes: np.ndarray, coding: DepthCoding, unit: DepthUnit) -> np.ndarray:
+    """float32 depths in `unit`, shaped like `codes` (integer 12-bit codes, any shape)."""
+    return np.take(depth_table(coding, unit), codes)
+
+
+def codes_from_depths(depths_m: np.ndarray, coding: DepthCoding) -> np.ndarray:
+    """uint16 12-bit codes of float depths in metres (lerobot's `quantize_depth` for float input), for writers."""
+    depths = np.asarray(depths_m, dtype=np.float32)
+    low, high, shift = np.float32(coding.depth_min), np.float32(coding.depth_max), np.float32(coding.shift)
+    if coding.use_log:
+        log_low, log_high = math.log(float(low + shift)), math.log(float(high + shift))
+        norm = (np.log(depths + shift) - log_low) / (log_high - log_low)
+    else:
+        norm = (depths - low) / (high - low)
+    return np.rint(norm * (DEPTH_CODES - 1)).clip(0, DEPTH_CODES - 1).astype(np.uint16)

@@ -15,12 +15,11 @@ from pathlib import Path
 import av
 import numpy as np
 
-from robostream.format.depth import DEPTH_CODES
-
 # SVT-AV1 prints a banner on every encoder open unless told otherwise.
 os.environ.setdefault("SVT_LOG", "1")
 
 CODECS = {"av1": "libsvtav1", "h264": "libx264", "hevc": "libx265"}
+GRAY12_LEVELS = 1 << 12  # values a 12-bit plane holds
 DEPTH_PIX_FMT = "gray12le"  # lerobot's depth pixel format: one 12-bit plane, the codes 0..4095
 # lerobot 0.6.1's DepthEncoderConfig: HEVC (x265), lossless, so the 12-bit codes come back exactly.
 DEPTH_X265_PARAMS = "lossless=1"
@@ -110,9 +109,9 @@ def encode_depth_video(codes: Iterable[np.ndarray], path: Path, *, fps: int, gop
 def _check_depth_codes(frame: np.ndarray, path: Path, index: int) -> None:
     if frame.ndim != 2 or frame.dtype != np.uint16:
         raise ValueError(f"{path}: depth frame {index} is {frame.dtype} {frame.shape}; expected uint16 (H, W) codes")
-    if frame.size and int(frame.max()) >= DEPTH_CODES:
+    if frame.size and int(frame.max()) >= GRAY12_LEVELS:
         raise ValueError(f"{path}: depth frame {index} holds code {int(frame.max())}, above the 12-bit "
-                         f"{DEPTH_CODES - 1}")
+                         f"{GRAY12_LEVELS - 1}")
 
 
 def count_frames(path: Path) -> int:

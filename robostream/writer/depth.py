@@ -13,13 +13,12 @@ under `info` or under the older `video_info` key, which lerobot's converter copi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 
-from robostream.format.depth import DEPTH_CODES, DepthCoding, is_depth_feature
+from robostream.format.depth import DepthCoding, codes_from_depths, is_depth_feature
 from robostream.format.stats import feature_stats
 from robostream.video.encode import DEPTH_PIX_FMT, DEPTH_X265_PARAMS
 
@@ -99,15 +98,3 @@ def depth_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
     out = {k: v.reshape(c, 1, 1) for k, v in stats.items() if k != "count"}
     out["count"] = np.array([t], dtype=np.int64)
     return out
-
-
-def codes_from_depths(depths_m: np.ndarray, coding: DepthCoding) -> np.ndarray:
-    """uint16 12-bit codes of float depths in metres (lerobot's `quantize_depth` for float input), for writers."""
-    depths = np.asarray(depths_m, dtype=np.float32)
-    low, high, shift = np.float32(coding.depth_min), np.float32(coding.depth_max), np.float32(coding.shift)
-    if coding.use_log:
-        log_low, log_high = math.log(float(low + shift)), math.log(float(high + shift))
-        norm = (np.log(depths + shift) - log_low) / (log_high - log_low)
-    else:
-        norm = (depths - low) / (high - low)
-    return np.rint(norm * (DEPTH_CODES - 1)).clip(0, DEPTH_CODES - 1).astype(np.uint16)

@@ -13,8 +13,9 @@ import pytest
 
 from robostream.convert import convert
 from robostream.convert.verify import verify
+from robostream.format.depth import codes_from_depths
 from robostream.synth import SynthConfig, depth_key, episode_lengths, generate, render_depth
-from robostream.writer.depth import LEROBOT_DEPTH_CODING, codes_from_depths
+from robostream.writer.depth import LEROBOT_DEPTH_CODING
 from tests.writer.test_synth_depth import decode_codes
 
 H, W, FPS = 48, 64, 10

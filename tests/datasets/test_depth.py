@@ -18,10 +18,8 @@ import torch
 
 from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.errors import DatasetFormatError, VideoDecodeError
-from robostream.format.depth import DepthCoding
+from robostream.format.depth import DepthCoding, codes_from_depths, depths_from_codes
 from robostream.synth import camera_key, depth_key, generate, read_depth_marker, render_depth
-from robostream.video.depth import depths_from_codes
-from robostream.writer.depth import codes_from_depths
 from tests.datasets.test_batch_assembly import assert_same_batches, both_paths
 from tests.helpers import AV1_CONFIG
 
@@ -39,8 +37,7 @@ def depth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def written_depths(episode: int, frame: int, unit: str) -> torch.Tensor:
     """The depths a reader must return for a frame: the written codes, dequantised (1, H, W)."""
     raw = render_depth(episode, 0, frame + 1, CONFIG.height, CONFIG.width)[frame, :, :, 0]  # frames follow t alone
-    codes = torch.from_numpy(codes_from_depths(raw, CODING).astype(np.int16))[None]
-    return depths_from_codes(codes, CODING, unit)
+    return torch.from_numpy(depths_from_codes(codes_from_depths(raw, CODING)[None], CODING, unit))
 
 
 def check_depth(depth: torch.Tensor, episode: int, frame: int, unit: str = "mm") -> None:

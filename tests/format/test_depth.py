@@ -1,4 +1,4 @@
-"""Depth cameras in info.json (format/depth.py) and their codes -> depths table (video/depth.py).
+"""Depth cameras in info.json and their codes -> depths table (format/depth.py).
 
 Bit-equality with lerobot's own dequantisation is tested in lerobot's environment (tests/compat/test_depth_compat.py);
 here: the marker's spellings, the refusals, the stats rescale and the table's properties.
@@ -8,13 +8,18 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from robostream.errors import DatasetFormatError
-from robostream.format.depth import DepthCoding, depth_coding, is_depth_feature, rescale_depth_stats
+from robostream.format.depth import (
+    DepthCoding,
+    codes_from_depths,
+    depth_coding,
+    depth_table,
+    depths_from_codes,
+    is_depth_feature,
+    rescale_depth_stats,
+)
 from robostream.format.info import parse_info
-from robostream.video.depth import depth_table, depths_from_codes
-from robostream.writer.depth import codes_from_depths
 
 PARAMS = {"video.depth_min": 0.01, "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}
 LEROBOT_FEATURE = {"dtype": "video", "shape": [64, 64, 1], "names": ["height", "width", "channels"],
@@ -99,9 +104,9 @@ def test_the_table_inverts_lerobots_quantisation_and_spans_the_range(use_log):
     assert math.isclose(metres[0], 0.01, abs_tol=1e-6) and math.isclose(metres[-1], 10.0, abs_tol=1e-6)
     assert np.array_equal(codes_from_depths(metres, coding), np.arange(4096))  # every code round-trips
     assert np.array_equal(mm, np.round(metres * np.float32(1000.0)))  # whole millimetres
-    codes = torch.tensor([[[[0, 4095], [17, 2048]]]], dtype=torch.int16)
+    codes = np.array([[[[0, 4095], [17, 2048]]]], dtype=np.int16)
     depths = depths_from_codes(codes, coding, "mm")
-    assert depths.dtype == torch.float32 and depths.shape == (1, 1, 2, 2)
+    assert depths.dtype == np.float32 and depths.shape == (1, 1, 2, 2)
     assert depths.flatten().tolist() == [mm[0], mm[4095], mm[17], mm[2048]]
 
 

@@ -13,10 +13,9 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from robostream.convert.verify import verify
-from robostream.format.depth import DEPTH_CODES
+from robostream.format.depth import DEPTH_CODES, codes_from_depths, depths_from_codes
 from robostream.format.stats import aggregate_stats
 from robostream.synth import (
     DEPTH_BEYOND_M,
@@ -28,9 +27,8 @@ from robostream.synth import (
     read_depth_marker,
     render_depth,
 )
-from robostream.video.depth import depths_from_codes
 from robostream.video.encode import encode_depth_video
-from robostream.writer.depth import LEROBOT_DEPTH_CODING, codes_from_depths, depth_feature, depth_stats
+from robostream.writer.depth import LEROBOT_DEPTH_CODING, depth_feature, depth_stats
 from robostream.writer.v30 import DatasetWriter
 
 H, W, FPS = 48, 64, 10
@@ -106,7 +104,7 @@ def test_frames_say_which_episode_frame_and_camera_they_are(depth_root: Path):
     key = depth_key(1)
     pts, codes, _ = decode_codes(depth_root / f"videos/{key}/chunk-000/file-000.mp4")
     in_file = [e for e, f in enumerate(episodes[f"videos/{key}/file_index"]) if f == 0]
-    depths = depths_from_codes(torch.from_numpy(codes.astype(np.int64)), LEROBOT_DEPTH_CODING, "m").numpy()
+    depths = depths_from_codes(codes, LEROBOT_DEPTH_CODING, "m")
     expected = [(e, i, 1) for e in in_file for i in range(episodes["length"][e])]
     assert [read_depth_marker(frame) for frame in depths] == expected
 
