@@ -86,3 +86,19 @@ def test_a_file_object_source_gives_the_same_frames(video, backend):
         frames, pts = decoder.get_frames_by_index(order)
         assert torch.equal(frames, reference[order]), f"{kind} {backend}"
 
+
+
+def test_pyav_starts_at_the_last_keyframe_shown_at_or_before_the_target(video):
+    """With the mp4's index, one seek lands on that keyframe itself: not a later one (the frame would be dropped)
+    nor an earlier one (frames decoded in vain, as the back-off without an index does)."""
+    import av
+
+    kind, path, _ = video
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        keyframes = sorted(float(p.pts * stream.time_base) for p in container.demux(stream) if p.is_keyframe)
+    decoder = open_video_decoder(path, "pyav")
+    for i in range(FRAMES):
+        decoder._seek_to_or_before(i / FPS)
+        expected = max(k for k in keyframes if k <= i / FPS + 1e-9)
+        assert float(decoder._pending.time) == pytest.approx(expected, abs=1e-9), f"{kind}: frame {i}"
