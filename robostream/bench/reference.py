@@ -15,7 +15,7 @@ from typing import Any
 
 from robostream.datasets.cameras import CameraReader, open_dataset_video
 from robostream.format.metadata import load_metadata
-from robostream.video.decoder import default_backend
+from robostream.video.decoder import Plane, default_backend
 
 SEGMENT_FRAMES = 512
 DECODE_BATCH = 64
@@ -39,18 +39,26 @@ def _reader(root: str, backend: str | None, device: str) -> CameraReader:
     return CameraReader(load_metadata(root), tolerance_s=1e-4, backend=backend, device=device)
 
 
-def _decode_segment(root: str, backend: str | None, device: str, segment: tuple[str, int, int]) -> int:
+def _decode_segment(root: str, backend: str | None, device: str, planes: dict[str, Plane],
+                    segment: tuple[str, int, int]) -> int:
     relative, first, stop = segment
-    decoder = open_dataset_video(_reader(root, backend, device).meta, relative, backend, device)
+    decoder = open_dataset_video(_reader(root, backend, device).meta, relative, backend, device,
+                                 plane=planes[relative])
     for start in range(first, stop, DECODE_BATCH):
         decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
     return stop - first
 
 
-def _frame_counts(reader: CameraReader, backend: str, device: str) -> dict[str, int]:
+def _planes(reader: CameraReader) -> dict[str, Plane]:
+    """Every video file of the dataset and the plane it is decoded as (a depth camera's: its gray12 codes)."""
     meta = reader.meta
-    files = sorted({meta.video_file(int(e), key) for e in meta.episodes.episode_index for key in meta.video_keys})
-    return {f: open_dataset_video(meta, f, backend, device).num_frames for f in files}
+    return {meta.video_file(int(e), key): "gray12" if key in meta.depth_codings else "rgb"
+            for e in meta.episodes.episode_index for key in meta.video_keys}
+
+
+def _frame_counts(reader: CameraReader, backend: str, device: str, planes: dict[str, Plane]) -> dict[str, int]:
+    return {f: open_dataset_video(reader.meta, f, backend, device, plane=planes[f]).num_frames
+            for f in sorted(planes)}
 
 
 def decode_reference(root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None,
@@ -61,8 +69,9 @@ def decode_reference(root: str, backend: str | None = None, device: str = "cpu",
     if not reader.meta.video_keys:
         raise ValueError(f"{root}: the dataset has no video features, there is nothing to decode")
     processes = processes or os.cpu_count() or 1
-    segments = plan_segments(_frame_counts(reader, backend, device), max_frames)
-    work = functools.partial(_decode_segment, root, backend, device)
+    planes = _planes(reader)
+    segments = plan_segments(_frame_counts(reader, backend, device, planes), max_frames)
+    work = functools.partial(_decode_segment, root, backend, device, planes)
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes) as pool:
         frames = sum(pool.map(work, segments))
