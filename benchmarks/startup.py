@@ -102,7 +102,6 @@ def child(cfg: dict) -> dict:
     import gc
 
     import psutil
-    import torch
     from torch.utils.data import DataLoader
 
     try:  # the decoder library both loaders use; imported before the timer like the rest
