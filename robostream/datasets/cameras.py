@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager as ContextManager
 from functools import partial
-from typing import Literal
 
 import numpy as np
 import torch
@@ -35,7 +34,7 @@ from robostream.numbers import finite_number
 from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
 from robostream.video.cache import VideoDecoderCache
-from robostream.video.decoder import VideoDecoder, default_backend, open_video_decoder
+from robostream.video.decoder import Plane, VideoDecoder, default_backend, open_video_decoder
 from robostream.video.layout import FramePool, frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
 
@@ -167,7 +166,7 @@ class CameraReader:
 
 
 def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str, *,
-                       plane: Literal["rgb", "gray12"] = "rgb") -> VideoDecoder:
+                       plane: Plane = "rgb") -> VideoDecoder:
     """Open a video file of the dataset (local path, or ranged remote reads) as a decoder of `plane` (a depth
     camera's: "gray12"), checked against info.json's frame rate."""
     source = meta.open(relative, what="video file")
