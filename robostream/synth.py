@@ -25,7 +25,7 @@ import av
 import numpy as np
 
 from robostream.format.language import LANGUAGE_DTYPE, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT, SAY_TOOL_SCHEMA
-from robostream.format.stats import image_stats
+from robostream.format.stats import frame_stats, image_stats
 from robostream.format.v21 import V21
 from robostream.video.encode import encode_depth_video, encode_video
 from robostream.writer.depth import (
@@ -35,7 +35,6 @@ from robostream.writer.depth import (
     DepthBlock,
     depth_codes,
     depth_feature,
-    depth_stats,
 )
 from robostream.writer.v21 import V21Writer
 from robostream.writer.v30 import DatasetWriter
@@ -253,7 +252,7 @@ def _encode_depth(config: SynthConfig, episode: int, camera: int, length: int, t
     path = Path(tmp) / f"ep{episode:06d}-depth{camera}.mp4"
     codes = depth_codes(frames, where=f"episode {episode} {depth_key(camera)}", shape=(config.height, config.width))
     encode_depth_video(codes, path, fps=config.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
-    stats = depth_stats(frames[::max(1, length // 32), ::4, ::4])  # sampled as the RGB cameras' stats
+    stats = frame_stats(frames[::max(1, length // 32), ::4, ::4])  # sampled as the RGB cameras' stats
     stats["count"] = np.array([length], dtype=np.int64)
     return str(path), stats
 

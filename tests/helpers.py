@@ -152,3 +152,12 @@ def fail_unless_ranks(proc: subprocess.CompletedProcess, found: int, expected: i
     if proc.returncode != 0 or found != expected:
         pytest.fail(f"{found} of {expected} ranks wrote {what}, exit {proc.returncode}; torchrun itself works here "
                     f"(the probe ran), so the job failed:\n{ranks_output(proc)}")
+
+
+def decode_at_timestamps(decoder, timestamps_s, tolerance_s, context=""):
+    """Contiguous (N, C, H, W) frames nearest to each timestamp (the readers' decode_unique + gather_chw)."""
+    # imported here: the torch-free tests import this module too
+    from robostream.video.layout import gather_chw
+    from robostream.video.lookup import decode_unique
+
+    return gather_chw(*decode_unique(decoder, timestamps_s, tolerance_s, context))

@@ -35,8 +35,14 @@ def feature_stats(values: np.ndarray) -> dict[str, np.ndarray]:
 
 def image_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
     """Per-channel stats of uint8 frames (T, H, W, C), scaled to [0, 1] and shaped (C, 1, 1) like lerobot's."""
+    return frame_stats(frames_thwc, divisor=255.0)
+
+
+def frame_stats(frames_thwc: np.ndarray, *, divisor: float = 1.0) -> dict[str, np.ndarray]:
+    """Per-channel stats of frames (T, H, W, C) divided by `divisor` (depth maps: in their own unit, not divided
+    by 255, as lerobot's), shaped (C, 1, 1) like lerobot's image stats; count is T."""
     t, h, w, c = frames_thwc.shape
-    pixels = frames_thwc.reshape(-1, c).astype(np.float64) / 255.0
+    pixels = np.asarray(frames_thwc).reshape(-1, c).astype(np.float64) / divisor
     stats = feature_stats(pixels)
     out = {k: v.reshape(c, 1, 1) for k, v in stats.items() if k != "count"}
     out["count"] = np.array([t], dtype=np.int64)

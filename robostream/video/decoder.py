@@ -179,8 +179,8 @@ def _keyframe_times(index: PacketIndex | None) -> tuple[np.ndarray, np.ndarray]:
     own, from 0, where the packets come out shifted by the first one's (a B-frame stream's starts below zero)."""
     if index is None:
         return np.empty(0), np.empty(0)
-    order = index.keyframes[np.argsort(index.pts[index.keyframes], kind="stable")]
-    return index.pts[order] / index.timescale, (index.dts[order] - index.dts.min()) / index.timescale
+    shown, positions = index.keyframes_shown
+    return shown, (index.dts[positions] - index.dts.min()) / index.timescale
 
 
 def frame_mappings(index: PacketIndex) -> str:

@@ -8,9 +8,10 @@ to open a file. This is how lerobot builds v3.0 files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -45,33 +46,22 @@ def encode_video(frames: Iterable[np.ndarray], path: Path, fps: int, codec: str 
     encoder default, except x264 which uses "veryfast".
     """
     name = encoder_name(codec)
-    count = 0
-    container = av.open(str(path), mode="w", options={"movflags": "faststart"})
-    try:
-        stream = None
-        for frame in frames:
-            if stream is None:
-                height, width = frame.shape[:2]
-                stream = container.add_stream(name, rate=fps)
-                stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
-                stream.time_base = Fraction(1, fps)
-                stream.codec_context.gop_size = gop
-                options = {"crf": str(crf)}
-                if preset is not None:
-                    options["preset"] = str(preset)
-                elif name == "libx264":
-                    options["preset"] = "veryfast"
-                stream.options = options
-            video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-            video_frame.pts = count
-            container.mux(stream.encode(video_frame))
-            count += 1
-        if stream is None:
-            raise ValueError(f"{path}: no frames to encode")
-        container.mux(stream.encode(None))
-    finally:
-        container.close()
-    return count
+
+    def add_stream(container, first: np.ndarray):
+        height, width = first.shape[:2]
+        stream = container.add_stream(name, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        stream.time_base = Fraction(1, fps)
+        stream.codec_context.gop_size = gop
+        options = {"crf": str(crf)}
+        if preset is not None:
+            options["preset"] = str(preset)
+        elif name == "libx264":
+            options["preset"] = "veryfast"
+        stream.options = options
+        return stream
+
+    return _encode_frames(frames, path, add_stream, frame_format="rgb24")
 
 
 def encode_depth_video(codes: Iterable[np.ndarray], path: Path, *, fps: int, gop: int = 2, crf: int = 30) -> int:
@@ -83,18 +73,32 @@ def encode_depth_video(codes: Iterable[np.ndarray], path: Path, *, fps: int, gop
         ValueError: a frame is not a 2-D uint16 array of codes <= 4095, or there are no frames.
     """
     options = {"g": str(gop), "crf": str(crf), "x265-params": f"{DEPTH_X265_PARAMS}:{_X265_QUIET}"}
+
+    def add_stream(container, first: np.ndarray):
+        stream = container.add_stream(encoder_name("hevc"), rate=fps, options=options)
+        stream.height, stream.width = first.shape
+        stream.pix_fmt = DEPTH_PIX_FMT
+        stream.time_base = Fraction(1, fps)
+        return stream
+
+    return _encode_frames(codes, path, add_stream, frame_format=DEPTH_PIX_FMT, check=_check_depth_codes)
+
+
+def _encode_frames(frames: Iterable[np.ndarray], path: Path, add_stream: Callable[[Any, np.ndarray], Any], *,
+                   frame_format: str, check: Callable[[np.ndarray, Path, int], None] | None = None) -> int:
+    """Encode `frames` (each checked by `check`, given the path and its number) to a faststart mp4 at `path`, frame
+    k at pts k, through the stream `add_stream` makes from the container and the first frame; returns the number of
+    frames written."""
     count = 0
     container = av.open(str(path), mode="w", options={"movflags": "faststart"})
     try:
         stream = None
-        for frame in codes:
-            _check_depth_codes(frame, path, count)
+        for frame in frames:
+            if check is not None:
+                check(frame, path, count)
             if stream is None:
-                stream = container.add_stream(encoder_name("hevc"), rate=fps, options=options)
-                stream.height, stream.width = frame.shape
-                stream.pix_fmt = DEPTH_PIX_FMT
-                stream.time_base = Fraction(1, fps)
-            video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format=DEPTH_PIX_FMT)
+                stream = add_stream(container, frame)
+            video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format=frame_format)
             video_frame.pts = count
             container.mux(stream.encode(video_frame))
             count += 1

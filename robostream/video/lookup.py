@@ -13,7 +13,6 @@ import torch
 
 from robostream.errors import FrameToleranceError, VideoDecodeError
 from robostream.video.decoder import VideoDecoder
-from robostream.video.layout import gather_chw
 
 
 def frame_indices(timestamps_s: Sequence[float], fps: float, num_frames: int) -> np.ndarray:
@@ -54,11 +53,3 @@ def decode_unique(decoder: VideoDecoder, timestamps_s: Sequence[float], toleranc
         frames, pts = decoder.get_frames_near_times(unique_times.tolist())
         check_tolerance(requested, pts[inverse], tolerance_s, decoder.path, context)
     return frames, inverse
-
-
-def decode_at_timestamps(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float,
-                         context: str = "") -> torch.Tensor:
-    """Contiguous (N, C, H, W) frames (the decoder's dtype) nearest to each timestamp; repeated timestamps are
-    decoded once."""
-    frames, inverse = decode_unique(decoder, timestamps_s, tolerance_s, context)
-    return gather_chw(frames, inverse)

@@ -61,7 +61,7 @@ class PacketIndex:
         return self.pts[order] / self.timescale, np.maximum.accumulate(order)
 
     @functools.cached_property
-    def _keys_shown(self) -> tuple[np.ndarray, np.ndarray]:
+    def keyframes_shown(self) -> tuple[np.ndarray, np.ndarray]:
         """The keyframes' presentation times in seconds, ascending, and their packet positions."""
         order = np.argsort(self.pts[self.keyframes], kind="stable")
         return self.pts[self.keyframes[order]] / self.timescale, self.keyframes[order]
@@ -72,7 +72,7 @@ class PacketIndex:
         GOP the keyframe decoded just before a frame may be shown after it) through the last packet any of those
         frames is in (plus a few the decoder reads before it outputs them), and FFmpeg's chunked reads around them."""
         half = 0.5 * self.frame_s
-        key_shown, key_pos = self._keys_shown
+        key_shown, key_pos = self.keyframes_shown
         key = np.searchsorted(key_shown, np.asarray(first_s) + half, side="right") - 1
         first = np.where(key >= 0, key_pos[np.maximum(key, 0)], 0) if len(key_pos) else np.zeros(len(key), np.int64)
         shown, decoded_by = self._shown

@@ -19,7 +19,6 @@ from typing import Any, Literal
 import numpy as np
 
 from robostream.format.depth import DepthCoding, codes_from_depths, is_depth_feature
-from robostream.format.stats import feature_stats
 from robostream.video.encode import DEPTH_PIX_FMT, DEPTH_X265_PARAMS
 
 # lerobot 0.6.1's DepthEncoderConfig defaults; float input is in metres (configs/video.py:infer_depth_unit).
@@ -88,13 +87,3 @@ def depth_codes(frames_m: np.ndarray, *, where: str, shape: tuple[int, int]) -> 
         raise ValueError(f"{where}: expected float depths in metres (T, {shape[0]}, {shape[1]}, 1), "
                          f"got {frames_m.dtype} {frames_m.shape}")
     return codes_from_depths(frames_m[..., 0], LEROBOT_DEPTH_CODING)
-
-
-def depth_stats(frames_thwc: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-channel stats of raw depth frames (T, H, W, C) in their own unit, shaped (C, 1, 1) like lerobot's
-    image stats but not divided by 255; count is T."""
-    t, _, _, c = frames_thwc.shape
-    stats = feature_stats(np.asarray(frames_thwc, dtype=np.float64).reshape(-1, c))
-    out = {k: v.reshape(c, 1, 1) for k, v in stats.items() if k != "count"}
-    out["count"] = np.array([t], dtype=np.int64)
-    return out

@@ -37,12 +37,13 @@ from robostream.format.paths import (
 from robostream.format.stats import (
     aggregate_stats,
     feature_stats,
+    frame_stats,
     image_stats,
     stats_to_json,
 )
 from robostream.format.tasks import write_tasks
 from robostream.video.encode import concat_videos, encode_depth_video, encode_video
-from robostream.writer.depth import DEPTH_CRF, DEPTH_GOP, depth_codes, depth_info, depth_keys, depth_stats
+from robostream.writer.depth import DEPTH_CRF, DEPTH_GOP, depth_codes, depth_info, depth_keys
 from robostream.writer.staging import StagedWriter
 
 MB = 1024 * 1024
@@ -179,7 +180,7 @@ class DatasetWriter(StagedWriter):
         metres, quantised and encoded as lerobot's depth encoder does); or video_files: per camera an already
         encoded mp4 of exactly T frames (encoded with this writer's settings; a depth camera's with
         `encode_depth_video`) to append by stream copy, with optional video_stats (per camera, as `image_stats`
-        or, for depth, `writer.depth.depth_stats` returns).
+        or, for depth, `frame_stats` returns).
         """
         videos, video_files = dict(videos or {}), {k: Path(v) for k, v in (video_files or {}).items()}
         episode_index = len(self._episode_rows)
@@ -282,7 +283,7 @@ class DatasetWriter(StagedWriter):
         if key in self.depth_keys:
             codes = depth_codes(frames, where=f"episode {episode_index} depth camera {key!r}", shape=(h, w))
             encode_depth_video(codes, path, fps=self.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
-            stats = depth_stats(np.asarray(frames)[::stride, ::4, ::4])
+            stats = frame_stats(np.asarray(frames)[::stride, ::4, ::4])
         else:
             if frames.shape[1:] != (h, w, c) or frames.dtype != np.uint8:
                 raise ValueError(f"episode {episode_index} camera {key!r}: expected uint8 frames (T, {h}, {w}, {c}), "

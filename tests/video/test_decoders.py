@@ -6,7 +6,8 @@ from robostream.errors import FrameToleranceError, MissingFileError
 from robostream.format.metadata import load_metadata
 from robostream.synth import read_marker
 from robostream.video.decoder import BACKENDS, open_video_decoder
-from robostream.video.lookup import decode_at_timestamps, frame_indices
+from robostream.video.lookup import frame_indices
+from tests.helpers import decode_at_timestamps
 
 
 def _file_with_episodes(root):

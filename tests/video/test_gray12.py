@@ -18,7 +18,7 @@ import torch
 
 from robostream.errors import VideoDecodeError
 from robostream.video.decoder import BACKENDS, open_video_decoder
-from robostream.video.lookup import decode_at_timestamps
+from tests.helpers import decode_at_timestamps
 from tests.video.encoded import FPS, encode
 
 FRAMES = 24

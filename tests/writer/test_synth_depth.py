@@ -16,7 +16,7 @@ import pytest
 
 from robostream.convert.verify import verify
 from robostream.format.depth import DEPTH_CODES, codes_from_depths, depths_from_codes
-from robostream.format.stats import aggregate_stats
+from robostream.format.stats import aggregate_stats, frame_stats
 from robostream.synth import (
     DEPTH_BEYOND_M,
     DEPTH_DROPOUT_M,
@@ -28,7 +28,7 @@ from robostream.synth import (
     render_depth,
 )
 from robostream.video.encode import encode_depth_video
-from robostream.writer.depth import LEROBOT_DEPTH_CODING, depth_feature, depth_stats
+from robostream.writer.depth import LEROBOT_DEPTH_CODING, depth_feature
 from robostream.writer.v30 import DatasetWriter
 
 H, W, FPS = 48, 64, 10
@@ -122,7 +122,7 @@ def test_depth_stats_are_of_the_raw_frames(depth_root: Path):
     lengths = episode_lengths(CONFIG)
     per_episode = []
     for e, n in enumerate(lengths):
-        one = depth_stats(render_depth(e, 0, n, H, W)[:, ::4, ::4])
+        one = frame_stats(render_depth(e, 0, n, H, W)[:, ::4, ::4])
         per_episode.append({depth_key(0): {**one, "count": np.array([n])}})
     want = aggregate_stats(per_episode)[depth_key(0)]
     assert stats["min"] == [[[DEPTH_DROPOUT_M]]] and stats["max"] == [[[DEPTH_BEYOND_M]]]  # not clamped, not /255
