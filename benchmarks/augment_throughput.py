@@ -71,12 +71,15 @@ def main() -> None:
         "robostream BatchImageTransforms, uint8": time_batches(lambda b: ours(b, epoch=0), uint8_batches),
         "robostream BatchImageTransforms, float32": time_batches(lambda b: ours(b, epoch=0), float_batches),
     }
-    print(f"batch {args.batch}, cameras {args.cameras}, {args.height}x{args.width}, window {args.window}, "
-          f"{args.repeats} timed batches, torch threads 1, torch {torch.__version__}")
+    print(
+        f"batch {args.batch}, cameras {args.cameras}, {args.height}x{args.width}, window {args.window}, "
+        f"{args.repeats} timed batches, torch threads 1, torch {torch.__version__}"
+    )
     baseline = next(iter(results.values()))
     for name, seconds in results.items():
-        print(f"{name:45s} {seconds * 1e3:8.2f} ms/batch {args.batch / seconds:9.1f} samples/s "
-              f"{baseline / seconds:6.2f}x")
+        print(
+            f"{name:45s} {seconds * 1e3:8.2f} ms/batch {args.batch / seconds:9.1f} samples/s {baseline / seconds:6.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -124,12 +124,22 @@ def measure(args: list[str], env: dict[str, str], log_dir: Path, poll_s: float) 
     sync_s = time.perf_counter() - sync_start
     stdout = (log_dir / "stdout").read_text()
     if popen.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({popen.returncode}); logs in {log_dir}:\n"
-                           f"{(log_dir / 'stderr').read_text()[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({popen.returncode}); logs in {log_dir}:\n"
+            f"{(log_dir / 'stderr').read_text()[-3000:]}"
+        )
     report = json.loads(stdout.strip().splitlines()[-1])  # both commands end with a json line
-    return {"wall_s": wall_s, "inner_s": report["seconds"], "sync_s": sync_s, "peak_rss_bytes": sampler.peak_rss,
-            "rss_samples": sampler.samples, "max_single_rss_bytes": usage.ru_maxrss * 1024,
-            "write_bytes": io.write_bytes, "write_chars": io.write_chars, "read_bytes": io.read_bytes}
+    return {
+        "wall_s": wall_s,
+        "inner_s": report["seconds"],
+        "sync_s": sync_s,
+        "peak_rss_bytes": sampler.peak_rss,
+        "rss_samples": sampler.samples,
+        "max_single_rss_bytes": usage.ru_maxrss * 1024,
+        "write_bytes": io.write_bytes,
+        "write_chars": io.write_chars,
+        "read_bytes": io.read_bytes,
+    }
 
 
 def run_system(system: str, source: Path, run_dir: Path, opts: argparse.Namespace) -> tuple[dict[str, Any], Path]:
@@ -138,14 +148,35 @@ def run_system(system: str, source: Path, run_dir: Path, opts: argparse.Namespac
     os.sync()
     if system == LEROBOT:
         hf_home = run_dir / "hf_home"
-        args = [opts.lerobot_python, str(LEROBOT_SCRIPT), str(copy), "--data-mb", str(opts.data_mb),
-                "--video-mb", str(opts.video_mb), "--hf-home", str(hf_home)]
+        args = [
+            opts.lerobot_python,
+            str(LEROBOT_SCRIPT),
+            str(copy),
+            "--data-mb",
+            str(opts.data_mb),
+            "--video-mb",
+            str(opts.video_mb),
+            "--hf-home",
+            str(hf_home),
+        ]
         result, output = measure(args, offline_env(hf_home), run_dir / "logs", opts.poll_s), copy
     else:
         output = run_dir / "out"
-        args = [sys.executable, "-m", "robostream.cli", "convert", str(copy), "--out", str(output),
-                "--workers", system.removeprefix("ours-w"), "--data-file-size-in-mb", str(opts.data_mb),
-                "--video-file-size-in-mb", str(opts.video_mb)]
+        args = [
+            sys.executable,
+            "-m",
+            "robostream.cli",
+            "convert",
+            str(copy),
+            "--out",
+            str(output),
+            "--workers",
+            system.removeprefix("ours-w"),
+            "--data-file-size-in-mb",
+            str(opts.data_mb),
+            "--video-file-size-in-mb",
+            str(opts.video_mb),
+        ]
         result = measure(args, dict(os.environ), run_dir / "logs", opts.poll_s)
     result["output_bytes"], result["output_files"] = tree_size(output)
     result["written_over_output"] = result["write_bytes"] / result["output_bytes"]
@@ -154,17 +185,27 @@ def run_system(system: str, source: Path, run_dir: Path, opts: argparse.Namespac
 
 def summarize(runs: list[dict[str, Any]], systems: list[str]) -> dict[str, dict[str, Any]]:
     """Medians per system over rounds, and their ratios to lerobot's medians."""
-    keys = ("wall_s", "inner_s", "sync_s", "peak_rss_bytes", "max_single_rss_bytes", "write_bytes", "output_bytes",
-            "written_over_output")
+    keys = (
+        "wall_s",
+        "inner_s",
+        "sync_s",
+        "peak_rss_bytes",
+        "max_single_rss_bytes",
+        "write_bytes",
+        "output_bytes",
+        "written_over_output",
+    )
     summary = {s: {k: statistics.median(r[k] for r in runs if r["system"] == s) for k in keys} for s in systems}
     base = summary[LEROBOT]
     for s in systems:
         mine = [r for r in runs if r["system"] == s]
-        summary[s].update(rounds=len(mine), speedup_vs_lerobot=base["wall_s"] / summary[s]["wall_s"],
-                          rss_vs_lerobot=summary[s]["peak_rss_bytes"] / base["peak_rss_bytes"],
-                          written_vs_lerobot=(summary[s]["write_bytes"] / base["write_bytes"]
-                                              if base["write_bytes"] else None),
-                          equal_to_lerobot=(None if s == LEROBOT else all(r["equal_to_lerobot"] for r in mine)))
+        summary[s].update(
+            rounds=len(mine),
+            speedup_vs_lerobot=base["wall_s"] / summary[s]["wall_s"],
+            rss_vs_lerobot=summary[s]["peak_rss_bytes"] / base["peak_rss_bytes"],
+            written_vs_lerobot=(summary[s]["write_bytes"] / base["write_bytes"] if base["write_bytes"] else None),
+            equal_to_lerobot=(None if s == LEROBOT else all(r["equal_to_lerobot"] for r in mine)),
+        )
     return summary
 
 
@@ -172,16 +213,20 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
     def ratio(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f}x"
 
-    lines = ["| system | rounds | wall s | speed-up vs lerobot | converter s | peak tree RSS MB | RSS vs lerobot | "
-             "written MB | written vs lerobot | output MB | written / output | equal to lerobot |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| system | rounds | wall s | speed-up vs lerobot | converter s | peak tree RSS MB | RSS vs lerobot | "
+        "written MB | written vs lerobot | output MB | written / output | equal to lerobot |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for system, s in summary.items():
         equal = "(reference)" if s["equal_to_lerobot"] is None else ("yes" if s["equal_to_lerobot"] else "**NO**")
-        lines.append(f"| {system} | {s['rounds']} | {s['wall_s']:.2f} | {ratio(s['speedup_vs_lerobot'])} | "
-                     f"{s['inner_s']:.2f} | {s['peak_rss_bytes'] / MB:.0f} | {ratio(s['rss_vs_lerobot'])} | "
-                     f"{s['write_bytes'] / MB:.1f} | "
-                     f"{ratio(s['written_vs_lerobot'])} | {s['output_bytes'] / MB:.1f} | "
-                     f"{s['written_over_output']:.2f} | {equal} |")
+        lines.append(
+            f"| {system} | {s['rounds']} | {s['wall_s']:.2f} | {ratio(s['speedup_vs_lerobot'])} | "
+            f"{s['inner_s']:.2f} | {s['peak_rss_bytes'] / MB:.0f} | {ratio(s['rss_vs_lerobot'])} | "
+            f"{s['write_bytes'] / MB:.1f} | "
+            f"{ratio(s['written_vs_lerobot'])} | {s['output_bytes'] / MB:.1f} | "
+            f"{s['written_over_output']:.2f} | {equal} |"
+        )
     return "\n".join(lines)
 
 
@@ -194,15 +239,22 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=96)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--episode-length", type=int, default=60)
-    parser.add_argument("--lerobot-python", default=os.environ.get(ENV_VAR, "/work/lerovenv/bin/python"),
-                        help=f"interpreter with lerobot 0.6.1 (default: ${ENV_VAR}, else /work/lerovenv/bin/python)")
+    parser.add_argument(
+        "--lerobot-python",
+        default=os.environ.get(ENV_VAR, "/work/lerovenv/bin/python"),
+        help=f"interpreter with lerobot 0.6.1 (default: ${ENV_VAR}, else /work/lerovenv/bin/python)",
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="robostream worker counts to run")
     parser.add_argument("--data-mb", type=float, default=100.0, help="data_file_size_in_mb (lerobot's default)")
     parser.add_argument("--video-mb", type=float, default=200.0, help="video_file_size_in_mb (lerobot's default)")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (every system once per round)")
     parser.add_argument("--poll-s", type=float, default=0.05, help="RSS sampling interval")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where the copies and outputs go (default: a temporary folder beside ROOT)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where the copies and outputs go (default: a temporary folder beside ROOT)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep every copy and output (default: removed)")
     parser.add_argument("--out", type=Path, default=None, help="write the results here as JSON")
     opts = parser.parse_args()
@@ -212,8 +264,14 @@ def main() -> None:
     root: Path = opts.root.absolute()
     config = None
     if opts.generate:
-        config = SynthConfig(episodes=opts.episodes, cameras=opts.cameras, height=opts.height, width=opts.width,
-                             episode_length=opts.episode_length, codebase_version="v2.1")
+        config = SynthConfig(
+            episodes=opts.episodes,
+            cameras=opts.cameras,
+            height=opts.height,
+            width=opts.width,
+            episode_length=opts.episode_length,
+            codebase_version="v2.1",
+        )
         started = time.perf_counter()
         generate(root, config)
         print(f"generated {root} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
@@ -221,23 +279,29 @@ def main() -> None:
     if info["codebase_version"] != "v2.1":
         raise SystemExit(f"{root}: codebase_version {info['codebase_version']}, not v2.1")
     systems = [LEROBOT, *(f"ours-w{n}" for n in opts.workers)]
-    work = (opts.work_dir.absolute() if opts.work_dir is not None
-            else Path(tempfile.mkdtemp(prefix=".convert-bench-", dir=root.parent)))
+    work = (
+        opts.work_dir.absolute()
+        if opts.work_dir is not None
+        else Path(tempfile.mkdtemp(prefix=".convert-bench-", dir=root.parent))
+    )
     work.mkdir(parents=True, exist_ok=True)
     fs_type = filesystem_type(work)
     if fs_type in ("tmpfs", "ramfs"):
         print(f"warning: {work} is on {fs_type}: write_bytes will read 0 (use --work-dir on a disk)", file=sys.stderr)
     runs: list[dict[str, Any]] = []
     for round_index in range(opts.rounds):
-        order = systems[round_index % len(systems):] + systems[:round_index % len(systems)]
+        order = systems[round_index % len(systems) :] + systems[: round_index % len(systems)]
         outputs: dict[str, Path] = {}
         for system in order:
             result, outputs[system] = run_system(system, root, work / f"round{round_index}" / system, opts)
             runs.append({"round": round_index, "system": system, **result})
-            print(f"round {round_index} {system}: {result['wall_s']:.2f}s, peak RSS "
-                  f"{result['peak_rss_bytes'] / MB:.0f} MB, wrote {result['write_bytes'] / MB:.1f} MB for "
-                  f"{result['output_bytes'] / MB:.1f} MB", file=sys.stderr)
-        for run in runs[-len(order):]:
+            print(
+                f"round {round_index} {system}: {result['wall_s']:.2f}s, peak RSS "
+                f"{result['peak_rss_bytes'] / MB:.0f} MB, wrote {result['write_bytes'] / MB:.1f} MB for "
+                f"{result['output_bytes'] / MB:.1f} MB",
+                file=sys.stderr,
+            )
+        for run in runs[-len(order) :]:
             if run["system"] != LEROBOT:
                 problems = compare_datasets(outputs[run["system"]], outputs[LEROBOT])
                 run["equal_to_lerobot"], run["problems"] = not problems, problems[:20]
@@ -250,16 +314,32 @@ def main() -> None:
     print(table)
     source_bytes, source_files = tree_size(root)
     results = {
-        "dataset": {"root": str(root), "bytes": source_bytes, "files": source_files,
-                    "episodes": info["total_episodes"], "frames": info["total_frames"],
-                    "synth_config": asdict(config) if config else None},
-        "options": {"data_mb": opts.data_mb, "video_mb": opts.video_mb, "rounds": opts.rounds,
-                    "workers": opts.workers, "poll_s": opts.poll_s, "lerobot_python": opts.lerobot_python},
-        "io_accounting": {"write_bytes_meaningful": fs_type not in ("tmpfs", "ramfs"), "filesystem": fs_type,
-                          "note": "write_bytes counts dirtied page-cache pages of disk-backed filesystems "
-                                  "(0 on tmpfs); descendants are included once reaped by their parent"},
+        "dataset": {
+            "root": str(root),
+            "bytes": source_bytes,
+            "files": source_files,
+            "episodes": info["total_episodes"],
+            "frames": info["total_frames"],
+            "synth_config": asdict(config) if config else None,
+        },
+        "options": {
+            "data_mb": opts.data_mb,
+            "video_mb": opts.video_mb,
+            "rounds": opts.rounds,
+            "workers": opts.workers,
+            "poll_s": opts.poll_s,
+            "lerobot_python": opts.lerobot_python,
+        },
+        "io_accounting": {
+            "write_bytes_meaningful": fs_type not in ("tmpfs", "ramfs"),
+            "filesystem": fs_type,
+            "note": "write_bytes counts dirtied page-cache pages of disk-backed filesystems "
+            "(0 on tmpfs); descendants are included once reaped by their parent",
+        },
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "runs": runs, "summary": summary, "table": table,
+        "runs": runs,
+        "summary": summary,
+        "table": table,
     }
     if opts.out is not None:
         opts.out.write_text(json.dumps(results, indent=2))

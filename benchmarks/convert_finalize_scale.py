@@ -34,8 +34,13 @@ DOF = 14
 
 def _stats(rng: np.random.Generator, length: int) -> dict:
     def vec(n):
-        return {"min": rng.random(n).tolist(), "max": rng.random(n).tolist(), "mean": rng.random(n).tolist(),
-                "std": rng.random(n).tolist(), "count": [length]}
+        return {
+            "min": rng.random(n).tolist(),
+            "max": rng.random(n).tolist(),
+            "mean": rng.random(n).tolist(),
+            "std": rng.random(n).tolist(),
+            "count": [length],
+        }
 
     stats = {"observation.state": vec(DOF), "action": vec(DOF)}
     for name in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
@@ -50,20 +55,36 @@ def write_metadata_only(root: Path, episodes: int) -> None:
     rng = np.random.default_rng(0)
     lengths = rng.integers(200, 400, size=episodes)
     (root / "meta").mkdir(parents=True)
-    features = {"observation.state": {"dtype": "float32", "shape": [DOF], "names": None},
-                "action": {"dtype": "float32", "shape": [DOF], "names": None}}
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [DOF], "names": None},
+        "action": {"dtype": "float32", "shape": [DOF], "names": None},
+    }
     for camera in CAMERAS:
-        features[camera] = {"dtype": "video", "shape": [480, 640, 3], "names": ["height", "width", "channels"],
-                            "info": {"video.fps": 30, "video.codec": "av1"}}
+        features[camera] = {
+            "dtype": "video",
+            "shape": [480, 640, 3],
+            "names": ["height", "width", "channels"],
+            "info": {"video.fps": 30, "video.codec": "av1"},
+        }
     for name in ("timestamp",):
         features[name] = {"dtype": "float32", "shape": [1], "names": None}
     for name in ("frame_index", "episode_index", "index", "task_index"):
         features[name] = {"dtype": "int64", "shape": [1], "names": None}
-    info = {"codebase_version": "v2.1", "robot_type": "bench", "total_episodes": episodes,
-            "total_frames": int(lengths.sum()), "total_tasks": 10, "total_videos": episodes * 3,
-            "total_chunks": -(-episodes // 1000), "chunks_size": 1000, "fps": 30,
-            "splits": {"train": f"0:{episodes}"}, "data_path": V21_DATA_PATH, "video_path": V21_VIDEO_PATH,
-            "features": features}
+    info = {
+        "codebase_version": "v2.1",
+        "robot_type": "bench",
+        "total_episodes": episodes,
+        "total_frames": int(lengths.sum()),
+        "total_tasks": 10,
+        "total_videos": episodes * 3,
+        "total_chunks": -(-episodes // 1000),
+        "chunks_size": 1000,
+        "fps": 30,
+        "splits": {"train": f"0:{episodes}"},
+        "data_path": V21_DATA_PATH,
+        "video_path": V21_VIDEO_PATH,
+        "features": features,
+    }
     (root / "meta/info.json").write_text(json.dumps(info))
     with (root / "meta/tasks.jsonl").open("w") as f:
         for t in range(10):
@@ -78,9 +99,11 @@ def fake_plan(root: Path, episodes: int) -> ConversionPlan:
     rng = np.random.default_rng(1)
     lengths = np.array([e.length for e in read_v21(root).episodes])
     data_bytes = rng.integers(30_000, 60_000, size=episodes)
-    data = {"bytes": data_bytes, "uncompressed_mb": data_bytes / 2 ** 20 * 1.5, "rows": lengths}
-    videos = {c: {"bytes": rng.integers(2_000_000, 4_000_000, size=episodes), "duration_s": lengths / 30,
-                  "frames": lengths} for c in CAMERAS}
+    data = {"bytes": data_bytes, "uncompressed_mb": data_bytes / 2**20 * 1.5, "rows": lengths}
+    videos = {
+        c: {"bytes": rng.integers(2_000_000, 4_000_000, size=episodes), "duration_s": lengths / 30, "frames": lengths}
+        for c in CAMERAS
+    }
     return ConversionPlan(str(root), "bench", 100, 200, data, videos, {c: "av1" for c in CAMERAS})
 
 
@@ -100,16 +123,25 @@ def main() -> None:
     tasks = plan.tasks
     plan_s = time.perf_counter() - started
     started = time.perf_counter()
-    write_metadata(args.work / "staging", args.work / "tmp", dataset, plan, tasks,
-                   read_episode_stats(root, args.episodes))
+    write_metadata(
+        args.work / "staging", args.work / "tmp", dataset, plan, tasks, read_episode_stats(root, args.episodes)
+    )
     finalize_s = time.perf_counter() - started
     table = next((args.work / "staging/meta/episodes").rglob("*.parquet"))
-    print(json.dumps({
-        "episodes": args.episodes, "files": len(tasks), "read_v21_s": round(read_s, 2), "plan_s": round(plan_s, 3),
-        "finalize_s": round(finalize_s, 2), "episodes_table_mb": round(table.stat().st_size / 2 ** 20, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0),
-        "metadata_jsonl_mb": round(sum(p.stat().st_size for p in (root / "meta").iterdir()) / 2 ** 20, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "episodes": args.episodes,
+                "files": len(tasks),
+                "read_v21_s": round(read_s, 2),
+                "plan_s": round(plan_s, 3),
+                "finalize_s": round(finalize_s, 2),
+                "episodes_table_mb": round(table.stat().st_size / 2**20, 1),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0),
+                "metadata_jsonl_mb": round(sum(p.stat().st_size for p in (root / "meta").iterdir()) / 2**20, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

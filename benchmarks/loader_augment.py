@@ -31,15 +31,19 @@ WARMUP = 5
 def lerobot_loader(root: str, batch: int, workers: int, augment: bool) -> torch.utils.data.DataLoader:
     transforms = ImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3)) if augment else None
     dataset = LeRobotDataset("bench/local", root=root, image_transforms=transforms)
-    return torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=workers, shuffle=True,
-                                       generator=torch.Generator().manual_seed(0))
+    return torch.utils.data.DataLoader(
+        dataset, batch_size=batch, num_workers=workers, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
 
 
 def robostream_loader(root: str, batch: int, workers: int, augment: bool) -> StreamingDataLoader:
     dataset = StreamingLeRobotDataset(root=root, seed=0, return_uint8=True)
     cameras = dataset.meta.camera_keys
-    transform = BatchImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3), seed=0,
-                                     camera_keys=cameras) if augment else None
+    transform = (
+        BatchImageTransforms(ImageTransformsConfig(enable=True, max_num_transforms=3), seed=0, camera_keys=cameras)
+        if augment
+        else None
+    )
     return StreamingDataLoader(dataset, batch_size=batch, num_workers=workers, batch_transform=transform)
 
 

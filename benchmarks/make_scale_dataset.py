@@ -131,7 +131,7 @@ def ramp_stats(lengths: np.ndarray, offset: np.ndarray | float = 0.0, scale: flo
         "min": offset + 0.0,
         "max": offset + scale * last,
         "mean": offset + scale * last / 2,
-        "std": scale * np.sqrt((lengths ** 2 - 1) / 12),
+        "std": scale * np.sqrt((lengths**2 - 1) / 12),
     }
     for name, q in QUANTILES.items():
         stats[name] = offset + scale * q * last
@@ -155,7 +155,8 @@ class Aggregate:
     def add(self, stats: dict[str, np.ndarray], counts: np.ndarray) -> None:
         w = counts.astype(np.float64).reshape((-1,) + (1,) * (stats["mean"].ndim - 1))
         batch = {
-            "min": stats["min"].min(axis=0), "max": stats["max"].max(axis=0),
+            "min": stats["min"].min(axis=0),
+            "max": stats["max"].max(axis=0),
             "sum": (w * stats["mean"]).sum(axis=0),
             "sumsq": (w * (stats["std"] ** 2 + stats["mean"] ** 2)).sum(axis=0),
         }
@@ -171,9 +172,14 @@ class Aggregate:
 
     def result(self) -> dict[str, list]:
         mean = self.parts["sum"] / self.count
-        var = np.maximum(self.parts["sumsq"] / self.count - mean ** 2, 0.0)
-        out = {"min": self.parts["min"], "max": self.parts["max"], "mean": mean, "std": np.sqrt(var),
-               "count": np.array([int(self.count)], dtype=np.int64)}
+        var = np.maximum(self.parts["sumsq"] / self.count - mean**2, 0.0)
+        out = {
+            "min": self.parts["min"],
+            "max": self.parts["max"],
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": np.array([int(self.count)], dtype=np.int64),
+        }
         out.update({q: self.parts[q] / self.count for q in QUANTILES})
         return {k: np.asarray(v).tolist() for k, v in out.items()}
 
@@ -267,11 +273,20 @@ def features(args: argparse.Namespace) -> dict[str, dict]:
     }
     for cam in range(args.cameras):
         feats[f"observation.images.cam{cam}"] = {
-            "dtype": "video", "shape": [args.size, args.size, 3], "names": ["height", "width", "channels"],
+            "dtype": "video",
+            "shape": [args.size, args.size, 3],
+            "names": ["height", "width", "channels"],
             "info": {
-                "video.height": args.size, "video.width": args.size, "video.codec": args.codec,
-                "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": args.fps,
-                "video.channels": 3, "has_audio": False, "video.g": args.gop, "video.crf": args.crf,
+                "video.height": args.size,
+                "video.width": args.size,
+                "video.codec": args.codec,
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": args.fps,
+                "video.channels": 3,
+                "has_audio": False,
+                "video.g": args.gop,
+                "video.crf": args.crf,
             },
         }
     for name, dtype in zip(INDEX_COLUMNS, ("float32", "int64", "int64", "int64", "int64")):
@@ -324,18 +339,28 @@ def _write(stage: Path, args: argparse.Namespace) -> dict:
     camera_stats = {}
     for cam, key in enumerate(video_keys):
         frames = render_frames(longest, args.size, cam, args.seed)
-        encode(frames, stage / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0), fps, args.codec,
-               args.gop, args.crf)
+        encode(
+            frames,
+            stage / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0),
+            fps,
+            args.codec,
+            args.gop,
+            args.crf,
+        )
         link_episode_videos(stage, key, n_eps, args.chunks_size)
         camera_stats[key] = camera_stats_by_length(frames, lengths)
 
     # the data files' schema, with the `huggingface` metadata lerobot's writer (an HF datasets table) carries
-    hf_features = {k: {"feature": {"dtype": "float32", "_type": "Value"}, "length": dim, "_type": "List"}
-                   for k in vector_keys}
+    hf_features = {
+        k: {"feature": {"dtype": "float32", "_type": "Value"}, "length": dim, "_type": "List"} for k in vector_keys
+    }
     hf_features.update({k: {"dtype": feats[k]["dtype"], "_type": "Value"} for k in INDEX_COLUMNS})
-    schema = pa.schema([(k, pa.list_(pa.float32(), dim)) for k in vector_keys]
-                       + [("timestamp", pa.float32())] + [(k, pa.int64()) for k in INDEX_COLUMNS[1:]],
-                       metadata={"huggingface": json.dumps({"info": {"features": hf_features}})})
+    schema = pa.schema(
+        [(k, pa.list_(pa.float32(), dim)) for k in vector_keys]
+        + [("timestamp", pa.float32())]
+        + [(k, pa.int64()) for k in INDEX_COLUMNS[1:]],
+        metadata={"huggingface": json.dumps({"info": {"features": hf_features}})},
+    )
     aggregates = {k: Aggregate() for k in feats}
     pending: list[dict[str, np.ndarray | pa.Array]] = []  # episode-table batches not yet written
     pending_rows = 0
@@ -352,10 +377,16 @@ def _write(stage: Path, args: argparse.Namespace) -> dict:
             part = table.slice(0, take)
             rest = table.slice(take)
             chunk, file = divmod(meta_file, args.chunks_size)
-            part = part.set_column(part.schema.get_field_index("meta/episodes/chunk_index"),
-                                   "meta/episodes/chunk_index", pa.array(np.full(take, chunk, dtype=np.int64)))
-            part = part.set_column(part.schema.get_field_index("meta/episodes/file_index"),
-                                   "meta/episodes/file_index", pa.array(np.full(take, file, dtype=np.int64)))
+            part = part.set_column(
+                part.schema.get_field_index("meta/episodes/chunk_index"),
+                "meta/episodes/chunk_index",
+                pa.array(np.full(take, chunk, dtype=np.int64)),
+            )
+            part = part.set_column(
+                part.schema.get_field_index("meta/episodes/file_index"),
+                "meta/episodes/file_index",
+                pa.array(np.full(take, file, dtype=np.int64)),
+            )
             path = stage / EPISODES_PATH.format(chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
             # lerobot's recorder flushes its episode-metadata buffer (10 episodes) as one row group
@@ -380,10 +411,16 @@ def _write(stage: Path, args: argparse.Namespace) -> dict:
         episode_col = np.repeat(eps.astype(np.int64), lens)
         task_col = np.repeat(episode_task[eps], lens)
         table = pa.Table.from_arrays(
-            [fixed_list(columns[k]) for k in vector_keys] + [
-                pa.array((frame_index / fps).astype(np.float32)), pa.array(frame_index), pa.array(episode_col),
-                pa.array(np.arange(row0, row0 + rows, dtype=np.int64)), pa.array(task_col)],
-            schema=schema)
+            [fixed_list(columns[k]) for k in vector_keys]
+            + [
+                pa.array((frame_index / fps).astype(np.float32)),
+                pa.array(frame_index),
+                pa.array(episode_col),
+                pa.array(np.arange(row0, row0 + rows, dtype=np.int64)),
+                pa.array(task_col),
+            ],
+            schema=schema,
+        )
         path = stage / DATA_PATH.format(chunk_index=chunk, file_index=file)
         path.parent.mkdir(parents=True, exist_ok=True)
         with pq.ParquetWriter(path, schema, compression="snappy", use_dictionary=True) as writer:
@@ -455,13 +492,19 @@ def _write(stage: Path, args: argparse.Namespace) -> dict:
         "features": feats,
     }
     (stage / "meta/info.json").write_text(json.dumps(info, indent=4))
-    return {"episodes": n_eps, "frames": total_frames, "data_files": data_files, "episode_files": meta_file,
-            "cameras": len(video_keys)}
+    return {
+        "episodes": n_eps,
+        "frames": total_frames,
+        "data_files": data_files,
+        "episode_files": meta_file,
+        "cameras": len(video_keys),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out", help="dataset root to create (must not exist unless --overwrite)")
     parser.add_argument("--episodes", type=int, default=20000)
     parser.add_argument("--frames-per-episode", type=int, default=100, help="mean episode length (+-20%%)")
@@ -472,8 +515,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--episodes-per-data-file", type=int, default=1000)
     parser.add_argument("--episodes-per-meta-file", type=int, default=10000)
-    parser.add_argument("--meta-row-group", type=int, default=10,
-                        help="episodes per row group of the episodes table (lerobot's recorder: 10)")
+    parser.add_argument(
+        "--meta-row-group",
+        type=int,
+        default=10,
+        help="episodes per row group of the episodes table (lerobot's recorder: 10)",
+    )
     parser.add_argument("--chunks-size", type=int, default=1000, help="files per chunk-XXX folder")
     parser.add_argument("--codec", default="av1", help="av1 (lerobot's default), h264 or hevc")
     parser.add_argument("--gop", type=int, default=2)

@@ -44,9 +44,20 @@ def _construct(urls: list[str], options: dict, store, label: str, api: str) -> N
     StreamingLeRobotDataset(sources=[Source(root=url) for url in urls], read_options=ReadOptions(**options))
     took = time.perf_counter() - started
     summary = store.summary(took)
-    print(json.dumps({"api": api, "sources": len(urls), "run": label, "construction_s": round(took, 2),
-                      "requests": summary["requests"], "in_flight_max": summary["in_flight_max"],
-                      "store_cpu_s": round(summary["cpu_s"], 2)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "api": api,
+                "sources": len(urls),
+                "run": label,
+                "construction_s": round(took, 2),
+                "requests": summary["requests"],
+                "in_flight_max": summary["in_flight_max"],
+                "store_cpu_s": round(summary["cpu_s"], 2),
+            }
+        ),
+        flush=True,
+    )
 
 
 def main() -> None:

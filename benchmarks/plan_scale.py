@@ -47,10 +47,20 @@ def measure(root: str, ranks: int, workers: int, resume_on: tuple[int, int], rep
     plan_s, plan = _best(lambda: dataset.epoch_plan(ranks, workers), repeat)
 
     def first_pick():
-        iterator = EpochIterator(plan, role=0, worker=0, sources=dataset.sources, schema=None,
-                                 mixture_batches=None, counters=dataset.counters, seed=dataset.seed,
-                                 epoch=dataset.epoch, shuffle=dataset.shuffle, pool_size=dataset.pool_size,
-                                 prefetch_pieces=0)
+        iterator = EpochIterator(
+            plan,
+            role=0,
+            worker=0,
+            sources=dataset.sources,
+            schema=None,
+            mixture_batches=None,
+            counters=dataset.counters,
+            seed=dataset.seed,
+            epoch=dataset.epoch,
+            shuffle=dataset.shuffle,
+            pool_size=dataset.pool_size,
+            prefetch_pieces=0,
+        )
         return next(iterator._picks(plan.positions[iterator.rows]))
 
     pick_s, _ = _best(first_pick, repeat)
@@ -68,12 +78,21 @@ def measure(root: str, ranks: int, workers: int, resume_on: tuple[int, int], rep
         return other.epoch_plan(new_ranks, new_workers)
 
     resume_s, resumed = _best(resume, 1)
-    return {"episodes": len(dataset.episodes), "frames": int(dataset.lengths.sum()), "layout": f"{ranks}x{workers}",
-            "consumers": ranks * workers, "canonical_streams": len(plan.pieces), "construct_s": round(construct_s, 3),
-            "plan_s": round(plan_s, 3), "first_pick_s": round(pick_s, 3), "state_dict_s": round(state_s, 3),
-            "state_json_kb": round(len(json.dumps(state)) / 1024, 1),
-            "resume_layout": f"{new_ranks}x{new_workers}", "resume_s": round(resume_s, 3),
-            "segments_after_resume": len(resumed.segments)}
+    return {
+        "episodes": len(dataset.episodes),
+        "frames": int(dataset.lengths.sum()),
+        "layout": f"{ranks}x{workers}",
+        "consumers": ranks * workers,
+        "canonical_streams": len(plan.pieces),
+        "construct_s": round(construct_s, 3),
+        "plan_s": round(plan_s, 3),
+        "first_pick_s": round(pick_s, 3),
+        "state_dict_s": round(state_s, 3),
+        "state_json_kb": round(len(json.dumps(state)) / 1024, 1),
+        "resume_layout": f"{new_ranks}x{new_workers}",
+        "resume_s": round(resume_s, 3),
+        "segments_after_resume": len(resumed.segments),
+    }
 
 
 def main() -> None:

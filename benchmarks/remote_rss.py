@@ -53,8 +53,11 @@ def main() -> None:
             stop.wait(0.1)
 
     with RangeHTTPServer(root) as server:
-        dataset = StreamingLeRobotDataset(root=root if args.local else server.url, return_uint8=True,
-                                          read_options=ReadOptions(read_buffer=args.read_buffer))
+        dataset = StreamingLeRobotDataset(
+            root=root if args.local else server.url,
+            return_uint8=True,
+            read_options=ReadOptions(read_buffer=args.read_buffer),
+        )
         baseline = tree_rss_bytes(os.getpid())
         watcher = threading.Thread(target=sample, daemon=True)
         watcher.start()
@@ -69,13 +72,24 @@ def main() -> None:
         counts = dataset.frame_counts()
         served = sum(s["bytes"] for s in server.stats().values())
     videos = sum(p.stat().st_size for p in root.rglob("*.mp4"))
-    print(json.dumps({
-        "source": "local" if args.local else "http", "read_buffer": args.read_buffer, "samples": samples, "samples_per_s": round(samples / elapsed, 1),
-        "dataset_video_mib": round(videos / 2 ** 20, 1), "rss_baseline_mib": round(baseline / 2 ** 20, 1),
-        "rss_peak_mib": round(peak[0] / 2 ** 20, 1), "block_bytes_peak_mib": round(counts["block_bytes_peak"] / 2 ** 20, 1),
-        "bytes_fetched_by_workers_mib": round(counts["bytes_read"] / 2 ** 20, 1),
-        "bytes_served_mib": round(served / 2 ** 20, 1), "read_wait_s": round(counts["read_wait_us"] / 1e6, 2),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "source": "local" if args.local else "http",
+                "read_buffer": args.read_buffer,
+                "samples": samples,
+                "samples_per_s": round(samples / elapsed, 1),
+                "dataset_video_mib": round(videos / 2**20, 1),
+                "rss_baseline_mib": round(baseline / 2**20, 1),
+                "rss_peak_mib": round(peak[0] / 2**20, 1),
+                "block_bytes_peak_mib": round(counts["block_bytes_peak"] / 2**20, 1),
+                "bytes_fetched_by_workers_mib": round(counts["bytes_read"] / 2**20, 1),
+                "bytes_served_mib": round(served / 2**20, 1),
+                "read_wait_s": round(counts["read_wait_us"] / 1e6, 2),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -71,11 +71,15 @@ def _one_core(root: str, batches: int, decode_ahead: int) -> dict[str, float]:
     stats = dataset.cameras.cache.stats()
     frames = samples * len(dataset.meta.video_keys)
     decoder_module.TorchCodecVideoDecoder.get_frames_by_index = original
-    return {"samples": samples, "ms_per_sample": 1e3 * total / samples,
-            "decoder_ms": 1e3 * inner["s"] / samples, "lookup_layout_ms": 1e3 * (decode - inner["s"]) / samples,
-            "assembly_ms": 1e3 * (total - decode) / samples,
-            "decoder_calls_per_100_frames": 100 * (stats["decoder_calls"] - stats_before["decoder_calls"]) / frames,
-            "seeks_per_100_frames": 100 * (stats["seeks"] - stats_before["seeks"]) / frames}
+    return {
+        "samples": samples,
+        "ms_per_sample": 1e3 * total / samples,
+        "decoder_ms": 1e3 * inner["s"] / samples,
+        "lookup_layout_ms": 1e3 * (decode - inner["s"]) / samples,
+        "assembly_ms": 1e3 * (total - decode) / samples,
+        "decoder_calls_per_100_frames": 100 * (stats["decoder_calls"] - stats_before["decoder_calls"]) / frames,
+        "seeks_per_100_frames": 100 * (stats["seeks"] - stats_before["seeks"]) / frames,
+    }
 
 
 def _two_workers(root: str, batches: int, decode_ahead: int) -> float:
@@ -110,10 +114,17 @@ def main() -> None:
     limit = _limit_per_core(args.root, 2400)
     one = _one_core(args.root, args.batches, args.decode_ahead)
     one_rate = 1e3 / one["ms_per_sample"]
-    result = {"root": args.root, "decode_ahead": args.decode_ahead, "cores": len(cores),
-              "limit_frames_per_s_per_core": limit, "limit_ms_per_sample": 1e3 * cameras / limit,
-              **one, "one_core_samples_per_s": one_rate, "two_workers_samples_per_s": loader_rate,
-              "ipc_main_share": 1 - loader_rate / (2 * one_rate)}
+    result = {
+        "root": args.root,
+        "decode_ahead": args.decode_ahead,
+        "cores": len(cores),
+        "limit_frames_per_s_per_core": limit,
+        "limit_ms_per_sample": 1e3 * cameras / limit,
+        **one,
+        "one_core_samples_per_s": one_rate,
+        "two_workers_samples_per_s": loader_rate,
+        "ipc_main_share": 1 - loader_rate / (2 * one_rate),
+    }
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}, indent=1))
     if args.out:
         with open(args.out, "w") as fh:

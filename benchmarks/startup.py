@@ -169,8 +169,14 @@ def child(cfg: dict) -> dict:
         "frames": frames,
         "peak_construct_mb": round(sampler.marks["construct"][0] / MB, 1),
         "peak_tree_mb": round(sampler.peak_rss / MB, 1),
-        **({"peak_construct_pss_mb": round(sampler.marks["construct"][1] / MB, 1),
-            "peak_tree_pss_mb": round(sampler.peak_pss / MB, 1)} if cfg.get("pss") else {}),
+        **(
+            {
+                "peak_construct_pss_mb": round(sampler.marks["construct"][1] / MB, 1),
+                "peak_tree_pss_mb": round(sampler.peak_pss / MB, 1),
+            }
+            if cfg.get("pss")
+            else {}
+        ),
         "samples": sampler.samples,
     }
 
@@ -201,9 +207,16 @@ def evict_page_cache(root: Path) -> int:
 
 def child_env(which: str, cache: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(HF_HOME=str(cache / "hf"), HF_DATASETS_CACHE=str(cache / "hf" / "datasets"),
-               HF_LEROBOT_HOME=str(cache / "hf" / "lerobot"), XDG_CACHE_HOME=str(cache / "xdg"),
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", SVT_LOG="1")
+    env.update(
+        HF_HOME=str(cache / "hf"),
+        HF_DATASETS_CACHE=str(cache / "hf" / "datasets"),
+        HF_LEROBOT_HOME=str(cache / "hf" / "lerobot"),
+        XDG_CACHE_HOME=str(cache / "xdg"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        SVT_LOG="1",
+    )
     if which == "lerobot":
         env.pop("PYTHONPATH", None)
     else:
@@ -214,14 +227,20 @@ def child_env(which: str, cache: Path) -> dict[str, str]:
 def run_child(python: str, cfg: dict, env: dict[str, str], timeout: float) -> dict:
     started = time.perf_counter()
     try:
-        proc = subprocess.run([python, str(HERE), "--child", json.dumps(cfg)], env=env, cwd=tempfile.gettempdir(),
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [python, str(HERE), "--child", json.dumps(cfg)],
+            env=env,
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s", "process_s": round(time.perf_counter() - started, 1)}
     wall = round(time.perf_counter() - started, 2)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
-            result = json.loads(line[len(RESULT_MARK):])
+            result = json.loads(line[len(RESULT_MARK) :])
             result["process_s"] = wall
             return result
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
@@ -236,11 +255,21 @@ def dataset_size(root: Path) -> tuple[int | None, int | None]:
         return None, None
 
 
-COLUMNS = (("root", "root"), ("episodes", "episodes"), ("frames", "frames"), ("loader", "which"), ("run", "run"),
-           ("construct s", "construct_s"), ("construct ΔRSS MB", "construct_rss_mb"),
-           ("peak construct MB", "peak_construct_mb"), ("first batch s", "first_batch_s"),
-           ("batches", "batches"), ("total s", "total_s"), ("peak tree RSS MB", "peak_tree_mb"),
-           ("process s", "process_s"))
+COLUMNS = (
+    ("root", "root"),
+    ("episodes", "episodes"),
+    ("frames", "frames"),
+    ("loader", "which"),
+    ("run", "run"),
+    ("construct s", "construct_s"),
+    ("construct ΔRSS MB", "construct_rss_mb"),
+    ("peak construct MB", "peak_construct_mb"),
+    ("first batch s", "first_batch_s"),
+    ("batches", "batches"),
+    ("total s", "total_s"),
+    ("peak tree RSS MB", "peak_tree_mb"),
+    ("process s", "process_s"),
+)
 
 
 def markdown(results: list[dict], pss: bool) -> str:
@@ -255,8 +284,13 @@ def markdown(results: list[dict], pss: bool) -> str:
             value = r.get(key)
             if key == "root":
                 value = Path(value).name
-            cells.append("" if value is None else f"{value:,}" if isinstance(value, int) and key in (
-                "episodes", "frames") else str(value))
+            cells.append(
+                ""
+                if value is None
+                else f"{value:,}"
+                if isinstance(value, int) and key in ("episodes", "frames")
+                else str(value)
+            )
         if "error" in r:
             cells[columns.index(("construct s", "construct_s"))] = "FAILED"
             errors.append(f"- {Path(r['root']).name} {r['which']} {r['run']}: {r['error']}")
@@ -265,20 +299,34 @@ def markdown(results: list[dict], pss: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("roots", nargs="*", type=Path, help="local v3.0 dataset roots")
-    parser.add_argument("--which", nargs="+", choices=WHICH, default=None,
-                        help="loaders to measure (default: stream map, plus lerobot when --peer_python is given)")
-    parser.add_argument("--peer_python", "--peer-python", dest="peer_python",
-                        help="an interpreter with lerobot installed (for --which lerobot)")
+    parser.add_argument(
+        "--which",
+        nargs="+",
+        choices=WHICH,
+        default=None,
+        help="loaders to measure (default: stream map, plus lerobot when --peer_python is given)",
+    )
+    parser.add_argument(
+        "--peer_python",
+        "--peer-python",
+        dest="peer_python",
+        help="an interpreter with lerobot installed (for --which lerobot)",
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter for the robostream children")
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--batch_size", "--batch-size", dest="batch_size", type=int, default=32)
     parser.add_argument("--num_workers", "--num-workers", dest="num_workers", type=int, default=2)
     parser.add_argument("--runs", type=int, default=2, help="runs per (root, loader): the first cold, then warm")
-    parser.add_argument("--no-evict", dest="evict", action="store_false",
-                        help="do not drop the dataset's files from the page cache before the cold run")
+    parser.add_argument(
+        "--no-evict",
+        dest="evict",
+        action="store_false",
+        help="do not drop the dataset's files from the page cache before the cold run",
+    )
     parser.add_argument("--pss", action="store_true", help="also sample PSS (reads smaps: slower, more exact)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per child process")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -306,23 +354,43 @@ def main(argv: list[str] | None = None) -> None:
                     label = "cold" if run == 0 else "warm" if args.runs == 2 else f"warm{run}"
                     if run == 0 and args.evict:
                         evict_page_cache(root)
-                    cfg = {"which": loader, "root": str(root), "batches": args.batches,
-                           "batch_size": args.batch_size, "num_workers": args.num_workers, "pss": args.pss}
-                    result = {"root": str(root), "episodes": episodes, "which": loader, "run": label,
-                              **run_child(python, cfg, child_env(loader, cache), args.timeout)}
+                    cfg = {
+                        "which": loader,
+                        "root": str(root),
+                        "batches": args.batches,
+                        "batch_size": args.batch_size,
+                        "num_workers": args.num_workers,
+                        "pss": args.pss,
+                    }
+                    result = {
+                        "root": str(root),
+                        "episodes": episodes,
+                        "which": loader,
+                        "run": label,
+                        **run_child(python, cfg, child_env(loader, cache), args.timeout),
+                    }
                     if result.get("frames") is None:  # an iterable dataset may have no len(): info.json's count
                         result["frames"] = frames
                     results.append(result)
-                    status = result.get("error") or (f"construct {result['construct_s']} s, first batch "
-                                                      f"{result['first_batch_s']} s, peak {result['peak_tree_mb']} MB")
+                    status = result.get("error") or (
+                        f"construct {result['construct_s']} s, first batch "
+                        f"{result['first_batch_s']} s, peak {result['peak_tree_mb']} MB"
+                    )
                     print(f"{root.name} {loader} {label}: {status}", file=sys.stderr, flush=True)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
     table = markdown(results, args.pss)
     print(table)
     if args.out:
-        doc = {"argv": sys.argv, "batches": args.batches, "batch_size": args.batch_size,
-               "num_workers": args.num_workers, "cpus": os.cpu_count(), "results": results, "markdown": table}
+        doc = {
+            "argv": sys.argv,
+            "batches": args.batches,
+            "batch_size": args.batch_size,
+            "num_workers": args.num_workers,
+            "cpus": os.cpu_count(),
+            "results": results,
+            "markdown": table,
+        }
         args.out.write_text(json.dumps(doc, indent=2))
 
 

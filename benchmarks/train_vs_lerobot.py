@@ -24,12 +24,26 @@ import tempfile
 from pathlib import Path
 
 POLICIES = {
-    "act": ["--policy.type=act", "--policy.dim_model=64", "--policy.n_heads=2", "--policy.dim_feedforward=128",
-            "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1", "--policy.chunk_size=10",
-            "--policy.n_action_steps=10"],
-    "diffusion": ["--policy.type=diffusion", "--policy.down_dims=[32,64]", "--policy.use_group_norm=true",
-                  "--policy.diffusion_step_embed_dim=32", "--policy.spatial_softmax_num_keypoints=8",
-                  "--policy.horizon=8", "--policy.n_action_steps=4", "--policy.n_obs_steps=2"],
+    "act": [
+        "--policy.type=act",
+        "--policy.dim_model=64",
+        "--policy.n_heads=2",
+        "--policy.dim_feedforward=128",
+        "--policy.n_encoder_layers=1",
+        "--policy.n_decoder_layers=1",
+        "--policy.chunk_size=10",
+        "--policy.n_action_steps=10",
+    ],
+    "diffusion": [
+        "--policy.type=diffusion",
+        "--policy.down_dims=[32,64]",
+        "--policy.use_group_norm=true",
+        "--policy.diffusion_step_embed_dim=32",
+        "--policy.spatial_softmax_num_keypoints=8",
+        "--policy.horizon=8",
+        "--policy.n_action_steps=4",
+        "--policy.n_obs_steps=2",
+    ],
 }
 COMMANDS = {
     "lerobot-train": ["-m", "lerobot.scripts.lerobot_train"],
@@ -40,10 +54,24 @@ STEP_LINE = re.compile(r"step:(\d+) .*updt_s:([\d.]+) data_s:([\d.]+)")
 
 
 def run(command: list[str], args: argparse.Namespace, policy: str, augment: bool, out: Path) -> dict[str, float]:
-    argv = [sys.executable, *command, *POLICIES[policy], "--policy.device=cpu", "--policy.push_to_hub=false",
-            "--policy.pretrained_backbone_weights=null", "--dataset.repo_id=bench/local", f"--dataset.root={args.root}",
-            "--batch_size=8", "--num_workers=2", "--seed=0", f"--steps={args.steps}", "--log_freq=1",
-            "--save_checkpoint=false", f"--output_dir={out}", f"--dataset.image_transforms.enable={str(augment).lower()}"]
+    argv = [
+        sys.executable,
+        *command,
+        *POLICIES[policy],
+        "--policy.device=cpu",
+        "--policy.push_to_hub=false",
+        "--policy.pretrained_backbone_weights=null",
+        "--dataset.repo_id=bench/local",
+        f"--dataset.root={args.root}",
+        "--batch_size=8",
+        "--num_workers=2",
+        "--seed=0",
+        f"--steps={args.steps}",
+        "--log_freq=1",
+        "--save_checkpoint=false",
+        f"--output_dir={out}",
+        f"--dataset.image_transforms.enable={str(augment).lower()}",
+    ]
     if augment and "--dataset.streaming=true" not in command and command[1] == "robostream.lerobot.train":
         argv.append("--robostream.augment_on=device")  # map-style batches are torch's collate: augment after it
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -71,11 +99,18 @@ def main() -> None:
             for augment in (False, True):
                 for name, command in COMMANDS.items():
                     out = Path(tmp) / f"{policy}-{augment}-{name.replace(' ', '-')}"
-                    row = {"policy": policy, "augment": augment, "command": name,
-                           **run(command, args, policy, augment, out)}
+                    row = {
+                        "policy": policy,
+                        "augment": augment,
+                        "command": name,
+                        **run(command, args, policy, augment, out),
+                    }
                     results.append(row)
-                    print(f"{policy:9s} aug={'on ' if augment else 'off'} {name:22s} data {row['data_ms']:7.1f} ms  "
-                          f"update {row['update_ms']:7.1f} ms  {row['steps_per_s']:5.2f} steps/s", flush=True)
+                    print(
+                        f"{policy:9s} aug={'on ' if augment else 'off'} {name:22s} data {row['data_ms']:7.1f} ms  "
+                        f"update {row['update_ms']:7.1f} ms  {row['steps_per_s']:5.2f} steps/s",
+                        flush=True,
+                    )
     print(json.dumps(results))
 
 

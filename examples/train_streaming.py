@@ -61,20 +61,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="model init and the dataset's shuffle")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--pool_size", type=int, default=8, help="live episode pieces per canonical stream")
-    p.add_argument("--delta_timestamps", type=json.loads, default=None,
-                   help='JSON, e.g. \'{"observation.images.cam0": [-0.1, 0.0], "action": [0.0, 0.05, 0.1]}\'')
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the newest complete checkpoint in output_dir (from step 0 if there is none, "
-                        "so a requeued job can always pass it)")
-    p.add_argument("--dummy", action="store_true",
-                   help="only load data (no model, no checkpoints): measure samples/s and frames/s")
+    p.add_argument(
+        "--delta_timestamps",
+        type=json.loads,
+        default=None,
+        help='JSON, e.g. \'{"observation.images.cam0": [-0.1, 0.0], "action": [0.0, 0.05, 0.1]}\'',
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest complete checkpoint in output_dir (from step 0 if there is none, "
+        "so a requeued job can always pass it)",
+    )
+    p.add_argument(
+        "--dummy", action="store_true", help="only load data (no model, no checkpoints): measure samples/s and frames/s"
+    )
     p.add_argument("--log_every", type=int, default=10)
-    p.add_argument("--record_samples", type=Path, default=None,
-                   help="debugging/verification aid: append every step's batch `index` values as JSON lines to "
-                        "PATH with `.rank<r>` before its suffix (used by the tests to prove an exact resume)")
-    p.add_argument("--debug_kill_at_step", type=int, default=None,
-                   help="verification aid: SIGKILL every rank while it writes the checkpoint of this step (after "
-                        "the model and optimizer files, before the commit), like a preemption mid-save")
+    p.add_argument(
+        "--record_samples",
+        type=Path,
+        default=None,
+        help="debugging/verification aid: append every step's batch `index` values as JSON lines to "
+        "PATH with `.rank<r>` before its suffix (used by the tests to prove an exact resume)",
+    )
+    p.add_argument(
+        "--debug_kill_at_step",
+        type=int,
+        default=None,
+        help="verification aid: SIGKILL every rank while it writes the checkpoint of this step (after "
+        "the model and optimizer files, before the commit), like a preemption mid-save",
+    )
     args = p.parse_args(argv)
     if min(args.batch_size, args.steps, args.save_every, args.log_every) < 1 or args.num_workers < 0:
         p.error("--batch_size, --steps, --save_every and --log_every must be >= 1, --num_workers >= 0")
@@ -99,11 +115,16 @@ class TinyPolicy(nn.Module):
     def __init__(self, num_frames: int, state_dim: int, action_dim: int, width: int = 128) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
-            nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.ReLU(),  # video features are RGB
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Sequential(nn.Linear(num_frames * 32 + state_dim, width), nn.ReLU(),
-                                  nn.Linear(width, action_dim))
+            nn.Conv2d(3, 16, 5, stride=2, padding=2),
+            nn.ReLU(),  # video features are RGB
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.head = nn.Sequential(
+            nn.Linear(num_frames * 32 + state_dim, width), nn.ReLU(), nn.Linear(width, action_dim)
+        )
 
     def forward(self, images: list[torch.Tensor], state: torch.Tensor) -> torch.Tensor:
         # (B, [T,] C, H, W) -> (B*T, C, H, W) -> (B, T*32): frames of a window become features side by side
@@ -146,13 +167,17 @@ class Progress:
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete checkpoint: `checkpoint-<step>` dirs only exist once committed by the rename."""
-    found = [(int(m.group(1)), p) for p in output_dir.glob("checkpoint-*")
-             if (m := CHECKPOINT.fullmatch(p.name)) and (p / STATE_FILE).is_file()]
+    found = [
+        (int(m.group(1)), p)
+        for p in output_dir.glob("checkpoint-*")
+        if (m := CHECKPOINT.fullmatch(p.name)) and (p / STATE_FILE).is_file()
+    ]
     return max(found)[1] if found else None
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: Path, progress: Progress, loader: StreamingDataLoader,
-                    kill: bool = False) -> Path:
+def save_checkpoint(
+    accelerator: Accelerator, output_dir: Path, progress: Progress, loader: StreamingDataLoader, kill: bool = False
+) -> Path:
     """Write everything into a scratch folder, then rename it: a crash mid-save leaves the previous checkpoint intact.
 
     Every rank writes its share (accelerate saves each rank's RNG state) into rank 0's scratch folder; rank 0 writes
@@ -174,8 +199,12 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, progress: Progre
         os.kill(os.getpid(), signal.SIGKILL)
     if accelerator.is_main_process:
         # Ranks consume in lockstep, so rank 0's loader state describes the whole job's data position.
-        state = {"step": progress.step, "epoch": progress.epoch, "world_size": accelerator.num_processes,
-                 "data": loader.state_dict()}
+        state = {
+            "step": progress.step,
+            "epoch": progress.epoch,
+            "world_size": accelerator.num_processes,
+            "data": loader.state_dict(),
+        }
         # One checksum over the whole file: an edited step or epoch, or another step's data, is refused at resume.
         (new / STATE_FILE).write_text(json.dumps({**state, CHECKSUM: state_checksum(state)}))
         publish(new, final, Path(scratch[0]))  # a resumed run may save a step it had already reached: replaced
@@ -195,8 +224,10 @@ def load_checkpoint(accelerator: Accelerator, output_dir: Path, loader: Streamin
     state = json.loads((path / STATE_FILE).read_text())
     check_checksum(state, where=str(path / STATE_FILE))
     if state["epoch"] != state["data"]["epoch"]:  # the epoch training counts must be the one the loader continues
-        raise ValueError(f"{path / STATE_FILE}: epoch {state['epoch']} but its data state is of epoch "
-                         f"{state['data']['epoch']}; resume from another checkpoint")
+        raise ValueError(
+            f"{path / STATE_FILE}: epoch {state['epoch']} but its data state is of epoch "
+            f"{state['data']['epoch']}; resume from another checkpoint"
+        )
     loader.load_state_dict(state["data"])
     accelerator.print(f"resumed from {path} at step {state['step']} epoch {state['epoch']}")
     return Progress(state["step"], state["epoch"])
@@ -252,8 +283,9 @@ class Meter:
         return rate
 
 
-def batches(loader: StreamingDataLoader, dataset: StreamingLeRobotDataset, progress: Progress,
-            epochs: int | None, meter: Meter) -> Iterator[dict[str, Any]]:
+def batches(
+    loader: StreamingDataLoader, dataset: StreamingLeRobotDataset, progress: Progress, epochs: int | None, meter: Meter
+) -> Iterator[dict[str, Any]]:
     """Batches from the current position on, epoch after epoch, timing how long the loop waits for each.
 
     `progress.epoch` is kept current: a loaded data state belongs to it, and set_epoch keeps that state only for
@@ -289,27 +321,45 @@ def check_layout(accelerator: Accelerator, dataset: StreamingLeRobotDataset) -> 
         raise RuntimeError(
             f"robostream sees rank {consumer.rank} of {consumer.world_size} but Accelerate runs process "
             f"{accelerator.process_index} of {accelerator.num_processes} (on CPU launch with ACCELERATE_USE_CPU=true "
-            f"accelerate launch --multi_gpu ...): the data split and the gradient sync would disagree")
+            f"accelerate launch --multi_gpu ...): the data split and the gradient sync would disagree"
+        )
 
 
-def make_data(args: argparse.Namespace, accelerator: Accelerator
-              ) -> tuple[StreamingLeRobotDataset, StreamingDataLoader]:
-    dataset = StreamingLeRobotDataset(root=args.root, delta_timestamps=args.delta_timestamps, seed=args.seed,
-                                      pool_size=args.pool_size, return_uint8=True)
+def make_data(
+    args: argparse.Namespace, accelerator: Accelerator
+) -> tuple[StreamingLeRobotDataset, StreamingDataLoader]:
+    dataset = StreamingLeRobotDataset(
+        root=args.root,
+        delta_timestamps=args.delta_timestamps,
+        seed=args.seed,
+        pool_size=args.pool_size,
+        return_uint8=True,
+    )
     check_layout(accelerator, dataset)
     # NOT accelerator.prepare(loader): the dataset already gives each rank its own disjoint share of the epoch
     # (rank/world from torch.distributed), and prepare would shard or wrap it again (dropping or repeating
     # samples) and hide the StreamingDataLoader whose state_dict() the checkpoints need.
-    loader = StreamingDataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
-                                 pin_memory=accelerator.device.type == "cuda", worker_init_fn=ignore_stop_signal)
+    loader = StreamingDataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        pin_memory=accelerator.device.type == "cuda",
+        worker_init_fn=ignore_stop_signal,
+    )
     return dataset, loader
 
 
-def train_step(accelerator: Accelerator, policy: nn.Module, optimizer: torch.optim.Optimizer,
-               batch: dict[str, Any], cameras: list[str]) -> torch.Tensor:
+def train_step(
+    accelerator: Accelerator,
+    policy: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: dict[str, Any],
+    cameras: list[str],
+) -> torch.Tensor:
     device = accelerator.device
-    prediction = policy(to_float_images(batch, cameras, device),
-                        batch["observation.state"].to(device, non_blocking=True))
+    prediction = policy(
+        to_float_images(batch, cameras, device), batch["observation.state"].to(device, non_blocking=True)
+    )
     loss = action_loss(prediction, batch, device)
     optimizer.zero_grad(set_to_none=True)
     accelerator.backward(loss)
@@ -317,24 +367,28 @@ def train_step(accelerator: Accelerator, policy: nn.Module, optimizer: torch.opt
     return loss.detach()
 
 
-def log_step(accelerator: Accelerator, progress: Progress, loss: torch.Tensor | None, meter: Meter,
-             frames_per_sample: int) -> None:
+def log_step(
+    accelerator: Accelerator, progress: Progress, loss: torch.Tensor | None, meter: Meter, frames_per_sample: int
+) -> None:
     rate = meter.rate() * accelerator.num_processes  # ranks run in lockstep
     loss_text = "" if loss is None else f" loss {accelerator.reduce(loss, 'mean').item():.4f}"  # all ranks call
-    accelerator.print(f"step {progress.step} epoch {progress.epoch}{loss_text} samples/s {rate:.1f} "
-                      f"frames/s {rate * frames_per_sample:.1f}")
+    accelerator.print(
+        f"step {progress.step} epoch {progress.epoch}{loss_text} samples/s {rate:.1f} "
+        f"frames/s {rate * frames_per_sample:.1f}"
+    )
 
 
-def summarise(accelerator: Accelerator, dataset: StreamingLeRobotDataset, meter: Meter, frames_per_sample: int
-              ) -> None:
+def summarise(accelerator: Accelerator, dataset: StreamingLeRobotDataset, meter: Meter, frames_per_sample: int) -> None:
     """Whole-run throughput and the data-wait fraction (near 0: the model is the bottleneck; near 1: the data)."""
     total = time.perf_counter() - meter.start
     rate = meter.samples * accelerator.num_processes / max(total, 1e-9)
     counts = dataset.frame_counts()
-    accelerator.print(f"done: {meter.samples} samples per rank in {total:.1f} s, samples/s {rate:.1f} "
-                      f"frames/s {rate * frames_per_sample:.1f} (all ranks), data-wait fraction "
-                      f"{meter.wait_s / max(total, 1e-9):.3f}, rank 0 frames decoded {counts['frames_decoded']} "
-                      f"delivered {counts['frames_delivered']}")
+    accelerator.print(
+        f"done: {meter.samples} samples per rank in {total:.1f} s, samples/s {rate:.1f} "
+        f"frames/s {rate * frames_per_sample:.1f} (all ranks), data-wait fraction "
+        f"{meter.wait_s / max(total, 1e-9):.3f}, rank 0 frames decoded {counts['frames_decoded']} "
+        f"delivered {counts['frames_delivered']}"
+    )
 
 
 def main(args: argparse.Namespace) -> None:
@@ -353,15 +407,27 @@ def main(args: argparse.Namespace) -> None:
     progress = load_checkpoint(accelerator, output_dir, loader) if args.resume and not args.dummy else Progress()
     saved_step = progress.step
     record = open_record(args.record_samples, accelerator.process_index)
-    accelerator.print(f"{accelerator.num_processes} process(es) on {accelerator.device}, {args.num_workers} loader "
-                      f"workers each, batch {args.batch_size} per rank, from step {progress.step}")
+    accelerator.print(
+        f"{accelerator.num_processes} process(es) on {accelerator.device}, {args.num_workers} loader "
+        f"workers each, batch {args.batch_size} per rank, from step {progress.step}"
+    )
     meter = Meter()
     # islice stops after the last step without fetching (and decoding) one more batch
-    for batch in itertools.islice(batches(loader, dataset, progress, args.epochs, meter),
-                                  max(0, args.steps - progress.step)):
+    for batch in itertools.islice(
+        batches(loader, dataset, progress, args.epochs, meter), max(0, args.steps - progress.step)
+    ):
         if record:
-            record.write(json.dumps({"step": progress.step + 1, "epoch": progress.epoch,
-                                     "world": accelerator.num_processes, "index": batch["index"].tolist()}) + "\n")
+            record.write(
+                json.dumps(
+                    {
+                        "step": progress.step + 1,
+                        "epoch": progress.epoch,
+                        "world": accelerator.num_processes,
+                        "index": batch["index"].tolist(),
+                    }
+                )
+                + "\n"
+            )
         loss = None if policy is None else train_step(accelerator, policy, optimizer, batch, cameras)
         progress.step += 1
         if progress.step % args.log_every == 0 or progress.step == args.steps:

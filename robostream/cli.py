@@ -17,11 +17,25 @@ from robostream.errors import RobostreamError
 def _synth(args: argparse.Namespace) -> int:
     from robostream.synth import SynthConfig, generate
 
-    config = SynthConfig(episodes=args.episodes, cameras=args.cameras, height=args.height, width=args.width,
-                         fps=args.fps, episode_length=args.episode_length, codec=args.codec, gop=args.gop,
-                         crf=args.crf, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb,
-                         seed=args.seed, codebase_version=args.codebase_version, content=args.content,
-                         language=args.language, depth=args.depth, depth_block=args.depth_block)
+    config = SynthConfig(
+        episodes=args.episodes,
+        cameras=args.cameras,
+        height=args.height,
+        width=args.width,
+        fps=args.fps,
+        episode_length=args.episode_length,
+        codec=args.codec,
+        gop=args.gop,
+        crf=args.crf,
+        data_file_mb=args.data_file_mb,
+        video_file_mb=args.video_file_mb,
+        seed=args.seed,
+        codebase_version=args.codebase_version,
+        content=args.content,
+        language=args.language,
+        depth=args.depth,
+        depth_block=args.depth_block,
+    )
     start = time.perf_counter()
     root = generate(args.out, config, overwrite=args.overwrite, jobs=args.jobs)
     print(f"wrote {root} in {time.perf_counter() - start:.1f}s")
@@ -37,8 +51,11 @@ def _inspect(args: argparse.Namespace) -> int:
         from rich.spinner import Spinner
 
         # Live draws at once when entered with a renderable: even a fast inspect shows what it was doing.
-        with Live(Spinner("dots", text="inspect: reading the metadata, probing every video file"),
-                  console=Console(stderr=True), transient=True):
+        with Live(
+            Spinner("dots", text="inspect: reading the metadata, probing every video file"),
+            console=Console(stderr=True),
+            transient=True,
+        ):
             summary = describe(args.root)
     else:
         summary = describe(args.root)
@@ -50,18 +67,34 @@ def _convert(args: argparse.Namespace) -> int:
     from robostream.convert import EngineOptions, convert
     from robostream.convert.finalize import is_v30
 
-    engine = EngineOptions(tasks=args.tasks, partition=args.partition, time=args.time,
-                           cpus_per_task=args.cpus_per_task, mem_per_cpu_gb=args.mem_per_cpu_gb,
-                           logging_dir=args.logging_dir, venv_path=args.venv_path)
-    log = (lambda line: print(line, file=sys.stderr))
+    engine = EngineOptions(
+        tasks=args.tasks,
+        partition=args.partition,
+        time=args.time,
+        cpus_per_task=args.cpus_per_task,
+        mem_per_cpu_gb=args.mem_per_cpu_gb,
+        logging_dir=args.logging_dir,
+        venv_path=args.venv_path,
+    )
+    log = lambda line: print(line, file=sys.stderr)
     root, repo_id = _convert_source(args, log)
     if repo_id is not None and is_v30(root) and args.out is None:
         summary = {"output": str(root), "note": "already v3.0 (an earlier run converted it): pushing only"}
     else:
-        summary = convert(root, out=args.out, work_dir=args.work_dir, workers=args.workers, executor=args.executor,
-                          data_file_size_in_mb=args.data_file_size_in_mb,
-                          video_file_size_in_mb=args.video_file_size_in_mb, engine=engine, lease_s=args.lease_s,
-                          max_attempts=args.max_attempts, dry_run=args.dry_run, log=log)
+        summary = convert(
+            root,
+            out=args.out,
+            work_dir=args.work_dir,
+            workers=args.workers,
+            executor=args.executor,
+            data_file_size_in_mb=args.data_file_size_in_mb,
+            video_file_size_in_mb=args.video_file_size_in_mb,
+            engine=engine,
+            lease_s=args.lease_s,
+            max_attempts=args.max_attempts,
+            dry_run=args.dry_run,
+            log=log,
+        )
     if repo_id is not None and not args.no_push and not args.dry_run and "submitted" not in summary:
         from robostream.convert.hub import push_v30
 
@@ -100,23 +133,35 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("src", help="the v2.1 dataset folder (converted in place unless --out is given), or a Hub "
-                                    "dataset REPO_ID (its v2.1 revision is downloaded, converted and pushed)")
+    parser.add_argument(
+        "src",
+        help="the v2.1 dataset folder (converted in place unless --out is given), or a Hub "
+        "dataset REPO_ID (its v2.1 revision is downloaded, converted and pushed)",
+    )
     parser.add_argument("--out", default=None, help="write the v3.0 dataset here instead (must not exist)")
-    parser.add_argument("--work-dir", default=None, help="plan, leases and the dataset being built (default: "
-                        "beside the output; must be on its filesystem). Rerun the same command to resume")
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="plan, leases and the dataset being built (default: "
+        "beside the output; must be on its filesystem). Rerun the same command to resume",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes (local) or datatrove tasks")
     parser.add_argument("--executor", choices=["local", "datatrove-local", "slurm", "ray"], default="local")
     parser.add_argument("--data-file-size-in-mb", type=float, default=100.0)
     parser.add_argument("--video-file-size-in-mb", type=float, default=200.0)
-    parser.add_argument("--lease-s", type=float, default=60.0,
-                        help="a file's lease expires after this long without a heartbeat (then others take over)")
+    parser.add_argument(
+        "--lease-s",
+        type=float,
+        default=60.0,
+        help="a file's lease expires after this long without a heartbeat (then others take over)",
+    )
     parser.add_argument("--max-attempts", type=int, default=3, help="failures of one file that fail the run")
     parser.add_argument("--dry-run", action="store_true", help="preflight and plan only")
     hub = parser.add_argument_group("Hub (SRC is a repo id, or --repo-id names where to push a local folder)")
     hub.add_argument("--repo-id", default=None, help="push the result to this Hub dataset")
-    hub.add_argument("--root", default=None, help="where the v2.1 revision is downloaded (default "
-                     "$HF_LEROBOT_HOME/REPO_ID)")
+    hub.add_argument(
+        "--root", default=None, help="where the v2.1 revision is downloaded (default $HF_LEROBOT_HOME/REPO_ID)"
+    )
     hub.add_argument("--revision", default="v2.1", help="the v2.1 revision to download (tag, branch or commit)")
     hub.add_argument("--branch", default="main", help="the branch the v3.0 files are pushed to (tag v3.0 last)")
     hub.add_argument("--no-push", action="store_true", help="convert only: no Hub mutation at all")
@@ -127,8 +172,9 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     engine.add_argument("--cpus-per-task", type=int, default=2)
     engine.add_argument("--mem-per-cpu-gb", type=float, default=2.0)
     engine.add_argument("--logging-dir", default=None)
-    engine.add_argument("--venv-path", default=None,
-                        help="activate script the SLURM jobs source (e.g. /path/to/.venv/bin/activate)")
+    engine.add_argument(
+        "--venv-path", default=None, help="activate script the SLURM jobs source (e.g. /path/to/.venv/bin/activate)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,18 +194,38 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--codec", choices=["av1", "h264"], default=defaults["codec"])
     synth.add_argument("--data-file-mb", dest="data_file_mb", type=float, default=defaults["data_file_mb"])
     synth.add_argument("--video-file-mb", dest="video_file_mb", type=float, default=defaults["video_file_mb"])
-    synth.add_argument("--codebase-version", dest="codebase_version", choices=["v3.0", "v2.1"],
-                       default=defaults["codebase_version"], help="v2.1 writes the converter's input layout")
-    synth.add_argument("--content", choices=["noisy", "smooth"], default=defaults["content"],
-                       help="noisy: per-camera sensor noise (costly to decode); smooth: lerobot-like clean scenes")
-    synth.add_argument("--language", action="store_true",
-                       help="add lerobot-annotate's language columns (language_persistent, language_events)")
-    synth.add_argument("--depth", type=int, default=defaults["depth"],
-                       help="depth cameras (after the RGB ones), written as lerobot 0.6.1 writes them: float metres "
-                            "as 12-bit log codes in lossless HEVC")
-    synth.add_argument("--depth-block", dest="depth_block", choices=["info", "video_info"],
-                       default=defaults["depth_block"],
-                       help="v2.1 only: the key of a depth camera's legacy block (video_info: the older spelling)")
+    synth.add_argument(
+        "--codebase-version",
+        dest="codebase_version",
+        choices=["v3.0", "v2.1"],
+        default=defaults["codebase_version"],
+        help="v2.1 writes the converter's input layout",
+    )
+    synth.add_argument(
+        "--content",
+        choices=["noisy", "smooth"],
+        default=defaults["content"],
+        help="noisy: per-camera sensor noise (costly to decode); smooth: lerobot-like clean scenes",
+    )
+    synth.add_argument(
+        "--language",
+        action="store_true",
+        help="add lerobot-annotate's language columns (language_persistent, language_events)",
+    )
+    synth.add_argument(
+        "--depth",
+        type=int,
+        default=defaults["depth"],
+        help="depth cameras (after the RGB ones), written as lerobot 0.6.1 writes them: float metres "
+        "as 12-bit log codes in lossless HEVC",
+    )
+    synth.add_argument(
+        "--depth-block",
+        dest="depth_block",
+        choices=["info", "video_info"],
+        default=defaults["depth_block"],
+        help="v2.1 only: the key of a depth camera's legacy block (video_info: the older spelling)",
+    )
     synth.add_argument("--jobs", type=int, default=None, help="encoding processes (default: all cores)")
     synth.add_argument("--overwrite", action="store_true")
     synth.set_defaults(run=_synth)
@@ -169,8 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(run=_inspect)
 
-    convert = sub.add_parser("convert", help="convert a LeRobot v2.1 dataset to v3.0 (lerobot 0.6.1's output; "
-                                             "parallel, distributed, resumable)")
+    convert = sub.add_parser(
+        "convert",
+        help="convert a LeRobot v2.1 dataset to v3.0 (lerobot 0.6.1's output; parallel, distributed, resumable)",
+    )
     add_convert_arguments(convert)
     convert.set_defaults(run=_convert)
     verify = sub.add_parser("verify", help="check a v3.0 dataset's rows, frame counts and first/last frames")
@@ -180,17 +248,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     from robostream.bench.command import add_bench_arguments, add_report_arguments, run_bench, run_report
 
-    bench = sub.add_parser("bench", help="dataloading benchmark (dummy consumer): throughput, latency, memory, "
-                                         "randomness, against lerobot and the raw-decode limit")
+    bench = sub.add_parser(
+        "bench",
+        help="dataloading benchmark (dummy consumer): throughput, latency, memory, "
+        "randomness, against lerobot and the raw-decode limit",
+    )
     add_bench_arguments(bench)
     bench.set_defaults(run=run_bench)
     report = sub.add_parser("bench-report", help="markdown table and PNG plots from `bench --out` results")
     add_report_arguments(report)
     report.set_defaults(run=run_report)
     # Listed for --help only: `main` hands `robostream train ...` to lerobot's own parser before argparse sees it.
-    sub.add_parser("train", add_help=False,
-                   help="lerobot-train (lerobot 0.6's flags: --policy.type=..., --dataset.repo_id=...) on robostream's "
-                        "datasets: `robostream train --help` lists every flag")
+    sub.add_parser(
+        "train",
+        add_help=False,
+        help="lerobot-train (lerobot 0.6's flags: --policy.type=..., --dataset.repo_id=...) on robostream's "
+        "datasets: `robostream train --help` lists every flag",
+    )
     return parser
 
 
@@ -199,8 +273,11 @@ def _train(argv: list[str]) -> int:
     try:
         from robostream.lerobot.train import main as train_main
     except ImportError as exc:
-        print(f"robostream train: error: needs lerobot 0.6 and accelerate in this environment ({exc}): pip install "
-              "'lerobot[training]'", file=sys.stderr)
+        print(
+            f"robostream train: error: needs lerobot 0.6 and accelerate in this environment ({exc}): pip install "
+            "'lerobot[training]'",
+            file=sys.stderr,
+        )
         return 2
     sys.argv = ["robostream train", *argv]
     train_main()

@@ -71,9 +71,11 @@ def remove_scratch_left(parent: Path, prefix: str, *, made_by: str, keep: Path |
         elif keep is None or not keep.is_relative_to(left.resolve()):
             shutil.rmtree(left)
     if foreign:
-        warnings.warn(f"{parent}: {foreign} look like the scratch folders of {made_by} but lack their "
-                      f"{SCRATCH_MARKER} marker, so they are not removed; delete them yourself if they are not yours",
-                      stacklevel=3)
+        warnings.warn(
+            f"{parent}: {foreign} look like the scratch folders of {made_by} but lack their "
+            f"{SCRATCH_MARKER} marker, so they are not removed; delete them yourself if they are not yours",
+            stacklevel=3,
+        )
 
 
 def publish(new: Path, final: Path, scratch: Path) -> None:

@@ -18,8 +18,15 @@ class BadNumberError(RobostreamError, ValueError):
     """A value that must be a finite number (in a range) is not."""
 
 
-def finite_number(value: Any, *, what: str, minimum: float | None = None, positive: bool = False,
-                  integer: bool = False, error: type[ValueError] = BadNumberError) -> float | int:
+def finite_number(
+    value: Any,
+    *,
+    what: str,
+    minimum: float | None = None,
+    positive: bool = False,
+    integer: bool = False,
+    error: type[ValueError] = BadNumberError,
+) -> float | int:
     """`value` as a Python number if it is a finite real (an int when `integer`), at least `minimum` and, with
     `positive`, above 0; else BadNumberError naming `what` and the value.
 

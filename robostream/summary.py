@@ -27,8 +27,11 @@ def probe_video(source: Any, name: str) -> dict[str, Any]:
                     keyframes.append(i)
             gaps = [b - a for a, b in zip(keyframes, keyframes[1:])]
             return {
-                "codec": stream.codec_context.codec.canonical_name, "width": stream.width, "height": stream.height,
-                "pix_fmt": stream.codec_context.pix_fmt, "frames": int(stream.frames),
+                "codec": stream.codec_context.codec.canonical_name,
+                "width": stream.width,
+                "height": stream.height,
+                "pix_fmt": stream.codec_context.pix_fmt,
+                "frames": int(stream.frames),
                 "gop": max(gaps) if gaps else None,
             }
     except (av.error.FFmpegError, IndexError) as exc:
@@ -41,9 +44,14 @@ def describe(root: str | Path) -> dict[str, Any]:
     episodes = meta.episodes
     data_files = sorted({meta.data_file(int(e)) for e in episodes.episode_index})
     summary: dict[str, Any] = {
-        "root": str(meta.root), "codebase_version": meta.info.codebase_version, "fps": meta.fps,
-        "robot_type": meta.info.robot_type, "episodes": len(episodes), "frames": int(episodes.length.sum()),
-        "tasks": len(meta.tasks), "data_files": len(data_files),
+        "root": str(meta.root),
+        "codebase_version": meta.info.codebase_version,
+        "fps": meta.fps,
+        "robot_type": meta.info.robot_type,
+        "episodes": len(episodes),
+        "frames": int(episodes.length.sum()),
+        "tasks": len(meta.tasks),
+        "data_files": len(data_files),
         "data_bytes": sum(_size(meta, f, "data file") for f in data_files),
         "features": {k: {"dtype": f["dtype"], "shape": f["shape"]} for k, f in meta.info.features.items()},
         "cameras": {},
@@ -54,8 +62,11 @@ def describe(root: str | Path) -> dict[str, Any]:
         info.update(files=len(files), bytes=sum(_size(meta, f, f"video of camera {key!r}") for f in files))
         summary["cameras"][key] = info
     for key in meta.info.image_keys:
-        summary["cameras"][key] = {"codec": "png (in parquet)", "height": meta.info.features[key]["shape"][0],
-                                   "width": meta.info.features[key]["shape"][1]}
+        summary["cameras"][key] = {
+            "codec": "png (in parquet)",
+            "height": meta.info.features[key]["shape"][0],
+            "width": meta.info.features[key]["shape"][1],
+        }
     return summary
 
 
@@ -84,7 +95,6 @@ def render(summary: dict[str, Any]) -> str:
     for key, cam in summary["cameras"].items():
         detail = f"    {key:<32} {cam['codec']} {cam['width']}x{cam['height']}"
         if "files" in cam:
-            detail += (f" {cam['pix_fmt']} gop {cam['gop']}, {cam['files']} file(s), "
-                       f"{cam['bytes'] / mb:.1f} MiB")
+            detail += f" {cam['pix_fmt']} gop {cam['gop']}, {cam['files']} file(s), {cam['bytes'] / mb:.1f} MiB"
         lines.append(detail)
     return "\n".join(lines)

@@ -100,7 +100,7 @@ def draw_marker(frame: np.ndarray, values: tuple[int, ...]) -> None:
     for row, value in enumerate(values):
         bits = (int(value) >> np.arange(MARKER_BITS - 1, -1, -1)) & 1
         band = np.repeat(bits.astype(np.uint8) * 255, bw)
-        frame[row * bh:(row + 1) * bh, :len(band), :] = band[None, :, None]
+        frame[row * bh : (row + 1) * bh, : len(band), :] = band[None, :, None]
 
 
 def read_marker(frame: np.ndarray, rows: int = 3) -> tuple[int, ...]:
@@ -112,8 +112,8 @@ def read_marker(frame: np.ndarray, rows: int = 3) -> tuple[int, ...]:
     luma = frame[..., :3].astype(np.float32).mean(axis=-1)
     values = []
     for row in range(rows):
-        cells = luma[row * bh + bh // 4: (row + 1) * bh - bh // 4, : MARKER_BITS * bw]
-        cells = cells.reshape(cells.shape[0], MARKER_BITS, bw)[:, :, bw // 4: bw - bw // 4]
+        cells = luma[row * bh + bh // 4 : (row + 1) * bh - bh // 4, : MARKER_BITS * bw]
+        cells = cells.reshape(cells.shape[0], MARKER_BITS, bw)[:, :, bw // 4 : bw - bw // 4]
         bits = cells.mean(axis=(0, 2)) > 127.5
         values.append(int("".join("1" if b else "0" for b in bits), 2))
     return tuple(values)
@@ -124,7 +124,7 @@ def draw_depth_marker(depth: np.ndarray, values: tuple[int, ...]) -> None:
     bh, bw = marker_geometry(*depth.shape)
     for row, value in enumerate(values):
         bits = (int(value) >> np.arange(MARKER_BITS - 1, -1, -1)) & 1
-        depth[row * bh:(row + 1) * bh, :MARKER_BITS * bw] = np.repeat(np.take(DEPTH_MARKER_M, bits), bw)[None, :]
+        depth[row * bh : (row + 1) * bh, : MARKER_BITS * bw] = np.repeat(np.take(DEPTH_MARKER_M, bits), bw)[None, :]
 
 
 def read_depth_marker(depth_m: np.ndarray, rows: int = 3) -> tuple[int, ...]:
@@ -135,8 +135,8 @@ def read_depth_marker(depth_m: np.ndarray, rows: int = 3) -> tuple[int, ...]:
     threshold = sum(DEPTH_MARKER_M) / 2
     values = []
     for row in range(rows):
-        cells = depth[row * bh + bh // 4: (row + 1) * bh - bh // 4, : MARKER_BITS * bw]
-        cells = cells.reshape(cells.shape[0], MARKER_BITS, bw)[:, :, bw // 4: bw - bw // 4]
+        cells = depth[row * bh + bh // 4 : (row + 1) * bh - bh // 4, : MARKER_BITS * bw]
+        cells = cells.reshape(cells.shape[0], MARKER_BITS, bw)[:, :, bw // 4 : bw - bw // 4]
         bits = cells.mean(axis=(0, 2)) > threshold
         values.append(int("".join("1" if b else "0" for b in bits), 2))
     return tuple(values)
@@ -157,14 +157,15 @@ def render_depth(episode: int, camera: int, length: int, height: int, width: int
     band = height - height // 8
     frames = np.empty((length, height, width, 1), dtype=np.float32)
     for t in range(length):
-        depth = 0.8 + 5.0 * x / (width - 1) + 1.5 * y / (height - 1) + 0.5 * np.sin(0.1 * t + 0.7 * episode
-                                                                                      + 1.3 * camera)
+        depth = (
+            0.8 + 5.0 * x / (width - 1) + 1.5 * y / (height - 1) + 0.5 * np.sin(0.1 * t + 0.7 * episode + 1.3 * camera)
+        )
         cy = height * (0.55 + 0.25 * np.sin(0.07 * t + episode))
         cx = width * (0.5 + 0.3 * np.cos(0.05 * t + 0.5 * episode + camera))
         r2 = ((y - cy) ** 2 + (x - cx) ** 2) / radius2
         depth = np.where(r2 < 1, 0.25 + 0.15 * r2, depth)
         depth[band:, : width // 8] = DEPTH_DROPOUT_M
-        depth[band:, width - width // 8:] = DEPTH_BEYOND_M
+        depth[band:, width - width // 8 :] = DEPTH_BEYOND_M
         draw_depth_marker(depth, (episode, t, camera))
         frames[t, :, :, 0] = depth
     return frames
@@ -173,8 +174,9 @@ def render_depth(episode: int, camera: int, length: int, height: int, width: int
 CONTENTS = ("noisy", "smooth")
 
 
-def render_camera(episode: int, camera: int, length: int, height: int, width: int, seed: int,
-                  content: str = "noisy") -> np.ndarray:
+def render_camera(
+    episode: int, camera: int, length: int, height: int, width: int, seed: int, content: str = "noisy"
+) -> np.ndarray:
     """uint8 (T, H, W, 3) frames of one camera of one episode; `content` "smooth" leaves the sensor noise out."""
     rng = np.random.default_rng([seed, episode, camera])
     t = np.arange(length, dtype=np.float32)[:, None, None]
@@ -235,14 +237,19 @@ def episode_language(episode: int, length: int, fps: int, camera: str | None) ->
         {"role": "assistant", "content": task, "style": "subtask", "timestamp": times[half]},
     ]
     events: list[list[dict]] = [[] for _ in range(length)]
-    speech = {"type": "function",
-              "function": {"name": "say", "arguments": {"text": f"slowing down, episode {episode}"}}}
-    events[third] = [{"role": "assistant", "content": None, "style": None, "tool_calls": [speech]},
-                     {"role": "user", "content": "a bit slower please", "style": "interjection"}]
+    speech = {
+        "type": "function",
+        "function": {"name": "say", "arguments": {"text": f"slowing down, episode {episode}"}},
+    }
+    events[third] = [
+        {"role": "assistant", "content": None, "style": None, "tool_calls": [speech]},
+        {"role": "user", "content": "a bit slower please", "style": "interjection"},
+    ]
     if camera is not None and two_thirds != third:
-        events[two_thirds] = [{"role": "assistant", "content": f"{{\"episode\": {episode}}}", "style": "vqa",
-                               "camera": camera},
-                              {"role": "user", "content": "which episode is this?", "style": "vqa", "camera": camera}]
+        events[two_thirds] = [
+            {"role": "assistant", "content": f'{{"episode": {episode}}}', "style": "vqa", "camera": camera},
+            {"role": "user", "content": "which episode is this?", "style": "vqa", "camera": camera},
+        ]
     return {LANGUAGE_PERSISTENT: [persistent] * length, LANGUAGE_EVENTS: events}
 
 
@@ -252,7 +259,7 @@ def _encode_depth(config: SynthConfig, episode: int, camera: int, length: int, t
     path = Path(tmp) / f"ep{episode:06d}-depth{camera}.mp4"
     codes = depth_codes(frames, where=f"episode {episode} {depth_key(camera)}", shape=(config.height, config.width))
     encode_depth_video(codes, path, fps=config.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
-    stats = frame_stats(frames[::max(1, length // 32), ::4, ::4])  # sampled as the RGB cameras' stats
+    stats = frame_stats(frames[:: max(1, length // 32), ::4, ::4])  # sampled as the RGB cameras' stats
     stats["count"] = np.array([length], dtype=np.int64)
     return str(path), stats
 
@@ -267,8 +274,15 @@ def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, di
         path = Path(tmp) / f"ep{episode:06d}-cam{camera}.mp4"
         for attempt in range(ENCODE_ATTEMPTS):
             try:
-                encode_video(frames, path, config.fps, config.codec, config.gop, config.crf,
-                             preset=config.av1_preset if config.codec == "av1" else None)
+                encode_video(
+                    frames,
+                    path,
+                    config.fps,
+                    config.codec,
+                    config.gop,
+                    config.crf,
+                    preset=config.av1_preset if config.codec == "av1" else None,
+                )
                 break
             except av.error.FFmpegError:
                 # Once, in a CI run on a loaded machine, the muxer refused an SVT-AV1 packet (EINVAL); 15 clean
@@ -293,42 +307,74 @@ def _check_depth_config(config: SynthConfig) -> None:
         raise ValueError(f"depth_block={config.depth_block!r} is a v2.x spelling: use codebase_version 'v2.1'")
 
 
-def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: bool = False,
-             jobs: int | None = None) -> Path:
+def generate(
+    root: str | Path, config: SynthConfig = SynthConfig(), overwrite: bool = False, jobs: int | None = None
+) -> Path:
     """Write the synthetic dataset to `root` and return it. Same config and seed give the same dataset."""
     marker_geometry(config.height, config.width)
     if config.content not in CONTENTS:
         raise ValueError(f"content={config.content!r}: choose one of {CONTENTS}")
     _check_depth_config(config)
-    if config.episodes >= 2 ** MARKER_BITS or config.episode_length * 1.25 >= 2 ** MARKER_BITS:
+    if config.episodes >= 2**MARKER_BITS or config.episode_length * 1.25 >= 2**MARKER_BITS:
         raise ValueError("episodes and episode_length must stay below 65536 for the frame marker")
     features = {
-        "observation.state": {"dtype": "float32", "shape": [config.state_dim],
-                              "names": [f"joint_{i}" for i in range(config.state_dim)]},
-        "action": {"dtype": "float32", "shape": [config.state_dim],
-                   "names": [f"joint_{i}" for i in range(config.state_dim)]},
+        "observation.state": {
+            "dtype": "float32",
+            "shape": [config.state_dim],
+            "names": [f"joint_{i}" for i in range(config.state_dim)],
+        },
+        "action": {
+            "dtype": "float32",
+            "shape": [config.state_dim],
+            "names": [f"joint_{i}" for i in range(config.state_dim)],
+        },
     }
     for camera in range(config.cameras):
-        features[camera_key(camera)] = {"dtype": "video", "shape": [config.height, config.width, 3],
-                                        "names": ["height", "width", "channels"]}
+        features[camera_key(camera)] = {
+            "dtype": "video",
+            "shape": [config.height, config.width, 3],
+            "names": ["height", "width", "channels"],
+        }
     for camera in range(config.depth):
         features[depth_key(camera)] = depth_feature(height=config.height, width=config.width)
     if config.language:
         if config.codebase_version != "v3.0":
             raise ValueError("language columns are a v3.0 feature (lerobot-annotate): use codebase_version 'v3.0'")
-        features.update({key: {"dtype": LANGUAGE_DTYPE, "shape": [1], "names": None}
-                         for key in (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS)})
+        features.update(
+            {
+                key: {"dtype": LANGUAGE_DTYPE, "shape": [1], "names": None}
+                for key in (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS)
+            }
+        )
     lengths = episode_lengths(config)
     jobs = jobs or os.cpu_count() or 1
     root = Path(root)
     if config.codebase_version == V21:
-        writer = V21Writer(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
-                           gop=config.gop, crf=config.crf, depth_block=config.depth_block, overwrite=overwrite)
+        writer = V21Writer(
+            root,
+            config.fps,
+            features,
+            robot_type="synthetic_bimanual",
+            codec=config.codec,
+            gop=config.gop,
+            crf=config.crf,
+            depth_block=config.depth_block,
+            overwrite=overwrite,
+        )
     elif config.codebase_version == "v3.0":
-        writer = DatasetWriter(root, config.fps, features, robot_type="synthetic_bimanual", codec=config.codec,
-                               gop=config.gop, crf=config.crf, data_files_size_in_mb=config.data_file_mb,
-                               video_files_size_in_mb=config.video_file_mb, overwrite=overwrite,
-                               tools=[SAY_TOOL_SCHEMA] if config.language else None)
+        writer = DatasetWriter(
+            root,
+            config.fps,
+            features,
+            robot_type="synthetic_bimanual",
+            codec=config.codec,
+            gop=config.gop,
+            crf=config.crf,
+            data_files_size_in_mb=config.data_file_mb,
+            video_files_size_in_mb=config.video_file_mb,
+            overwrite=overwrite,
+            tools=[SAY_TOOL_SCHEMA] if config.language else None,
+        )
     else:
         raise ValueError(f"codebase_version {config.codebase_version!r}: choose 'v3.0' or 'v2.1'")
     tmp = tempfile.mkdtemp(prefix="robostream-synth-")
@@ -340,13 +386,21 @@ def generate(root: str | Path, config: SynthConfig = SynthConfig(), overwrite: b
                 from rich.console import Console
                 from rich.progress import track
 
-                encoded_episodes = track(encoded_episodes, total=len(work), description="synth: episodes",
-                                         console=Console(stderr=True), transient=True)
+                encoded_episodes = track(
+                    encoded_episodes,
+                    total=len(work),
+                    description="synth: episodes",
+                    console=Console(stderr=True),
+                    transient=True,
+                )
             for episode, encoded in enumerate(encoded_episodes):
                 frames = episode_table(episode, lengths[episode], config.state_dim, config.seed)
                 if config.language:
-                    frames.update(episode_language(episode, lengths[episode], config.fps,
-                                                   camera_key(0) if config.cameras else None))
+                    frames.update(
+                        episode_language(
+                            episode, lengths[episode], config.fps, camera_key(0) if config.cameras else None
+                        )
+                    )
                 writer.add_episode(
                     frames,
                     task=episode_tasks(episode, lengths[episode]),

@@ -18,8 +18,9 @@ lerobot_log=$(mktemp)
 bash scripts/setup_lerobot.sh --lerobot-only >"$lerobot_log" 2>&1 &
 lerobot_setup=$!
 bash scripts/setup.sh
-echo "lint: ruff (pyproject.toml [tool.ruff])"
+echo "lint: ruff check + ruff format --check (pyproject.toml [tool.ruff])"
 .venv/bin/python -m ruff check robostream tests benchmarks examples scripts
+.venv/bin/python -m ruff format --check robostream tests benchmarks examples scripts
 
 needs_lerobot=(tests/compat tests/bench/test_lerobot_peer.py tests/lerobot_train)
 echo "test: our pair (.venv), the tests that need no lerobot (its environment builds meanwhile)"

@@ -19,20 +19,66 @@ import pytest
 from robostream.synth import SynthConfig
 
 REPO = Path(__file__).resolve().parents[1]
-AV1_CONFIG = SynthConfig(episodes=7, cameras=2, height=64, width=64, fps=20, episode_length=24, state_dim=6,
-                         codec="av1", gop=2, data_file_mb=0.008, video_file_mb=0.03, seed=3)
-H264_CONFIG = SynthConfig(episodes=4, cameras=2, height=64, width=80, fps=15, episode_length=40, state_dim=4,
-                          codec="h264", gop=48, data_file_mb=0.01, video_file_mb=0.05, seed=5)
+AV1_CONFIG = SynthConfig(
+    episodes=7,
+    cameras=2,
+    height=64,
+    width=64,
+    fps=20,
+    episode_length=24,
+    state_dim=6,
+    codec="av1",
+    gop=2,
+    data_file_mb=0.008,
+    video_file_mb=0.03,
+    seed=3,
+)
+H264_CONFIG = SynthConfig(
+    episodes=4,
+    cameras=2,
+    height=64,
+    width=80,
+    fps=15,
+    episode_length=40,
+    state_dim=4,
+    codec="h264",
+    gop=48,
+    data_file_mb=0.01,
+    video_file_mb=0.05,
+    seed=5,
+)
 
 # Limits small enough for several data files and several mp4s per camera (cameras rolling over at different
 # episodes), as the converter must cut them.
 DATA_MB = 0.006
 VIDEO_MB = 0.035  # cam0 of V21_AV1 is 0.040-0.046 MB with PyAV 15-18: 2+ files per camera with either
-V21_AV1 = SynthConfig(episodes=8, cameras=2, height=64, width=64, fps=20, episode_length=16, state_dim=4,
-                      codec="av1", gop=2, seed=11, codebase_version="v2.1")
+V21_AV1 = SynthConfig(
+    episodes=8,
+    cameras=2,
+    height=64,
+    width=64,
+    fps=20,
+    episode_length=16,
+    state_dim=4,
+    codec="av1",
+    gop=2,
+    seed=11,
+    codebase_version="v2.1",
+)
 # H.264 with B-frames (negative DTS at the start of each episode file) and a GOP longer than an episode.
-V21_H264 = SynthConfig(episodes=4, cameras=2, height=64, width=80, fps=15, episode_length=20, state_dim=4,
-                       codec="h264", gop=48, seed=12, codebase_version="v2.1")
+V21_H264 = SynthConfig(
+    episodes=4,
+    cameras=2,
+    height=64,
+    width=80,
+    fps=15,
+    episode_length=20,
+    state_dim=4,
+    codec="h264",
+    gop=48,
+    seed=12,
+    codebase_version="v2.1",
+)
 
 
 def dataset_indices(root: Path, episodes: list[int] | None = None) -> list[int]:
@@ -41,8 +87,11 @@ def dataset_indices(root: Path, episodes: list[int] | None = None) -> list[int]:
 
     table = load_metadata(root).episodes
     chosen = table.episode_index if episodes is None else episodes
-    return [i for e in chosen for i in range(int(table.from_index[table.row_of(int(e))]),
-                                              int(table.to_index[table.row_of(int(e))]))]
+    return [
+        i
+        for e in chosen
+        for i in range(int(table.from_index[table.row_of(int(e))]), int(table.to_index[table.row_of(int(e))]))
+    ]
 
 
 def data_column(root: Path, key: str):
@@ -67,8 +116,10 @@ def assert_same_sample(a: dict, b: dict) -> None:
 
 def read_records(path: Path) -> dict[int, list[dict]]:
     """rank -> its recorded steps, from the <stem>.rank<r>.jsonl files of train_streaming.py --record_samples."""
-    return {int(p.stem.rsplit(".rank", 1)[1]): [json.loads(line) for line in p.read_text().splitlines()]
-            for p in path.parent.glob(f"{path.stem}.rank*{path.suffix}")}
+    return {
+        int(p.stem.rsplit(".rank", 1)[1]): [json.loads(line) for line in p.read_text().splitlines()]
+        for p in path.parent.glob(f"{path.stem}.rank*{path.suffix}")
+    }
 
 
 def copy_tree(src: Path, dst: Path) -> Path:
@@ -86,8 +137,16 @@ def run_cli(*args: str, env: dict[str, str] | None = None, preexec_fn=None) -> s
     """`robostream ...` in a fresh interpreter and its own process group (real processes: the run can be killed
     as a whole with its workers, limited, ...)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "robostream.cli", *args], capture_output=True, text=True,
-                          env=full_env, cwd=REPO, timeout=240, preexec_fn=preexec_fn, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-m", "robostream.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=240,
+        preexec_fn=preexec_fn,
+        start_new_session=True,
+    )
 
 
 def convert_args(src: Path, *extra: str) -> list[str]:
@@ -101,7 +160,7 @@ def ranks_output(proc: subprocess.CompletedProcess, limit: int = 4000) -> str:
     report = text.find("ChildFailedError")
     if report != -1:
         start = text.rfind("Traceback (most recent call last):", 0, report)
-        text = text[:start if start != -1 else report] or text
+        text = text[: start if start != -1 else report] or text
     return text[-limit:]
 
 
@@ -125,33 +184,44 @@ def torchrun_unavailable() -> str | None:
         script.write_text(_PROBE)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                                  env=dict(os.environ, OMP_NUM_THREADS="1"))
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1")
+            )
         except subprocess.TimeoutExpired:
             return "torchrun could not run a trivial 2-process gloo job here within 180 s"
     if proc.returncode:
-        return (f"torchrun cannot run a trivial 2-process gloo job here (exit {proc.returncode}): "
-                f"{ranks_output(proc, 1500)}")
+        return (
+            f"torchrun cannot run a trivial 2-process gloo job here (exit {proc.returncode}): "
+            f"{ranks_output(proc, 1500)}"
+        )
     return None
 
 
-def run_torchrun(args: Sequence[str], *, timeout: float, env: dict[str, str] | None = None
-                 ) -> subprocess.CompletedProcess:
+def run_torchrun(
+    args: Sequence[str], *, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`python -m torch.distributed.run --standalone ARGS` (skipped only when torchrun cannot run the trivial probe;
     the caller fails on anything its own job did wrong, see `fail_unless_ranks`)."""
     reason = torchrun_unavailable()
     if reason is not None:
         pytest.skip(reason)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)))
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO)),
+    )
 
 
 def fail_unless_ranks(proc: subprocess.CompletedProcess, found: int, expected: int, what: str) -> None:
     """Fail, with the ranks' output, unless the job exited 0 and all `expected` ranks left their `what`."""
     if proc.returncode != 0 or found != expected:
-        pytest.fail(f"{found} of {expected} ranks wrote {what}, exit {proc.returncode}; torchrun itself works here "
-                    f"(the probe ran), so the job failed:\n{ranks_output(proc)}")
+        pytest.fail(
+            f"{found} of {expected} ranks wrote {what}, exit {proc.returncode}; torchrun itself works here "
+            f"(the probe ran), so the job failed:\n{ranks_output(proc)}"
+        )
 
 
 def decode_at_timestamps(decoder, timestamps_s, tolerance_s, context=""):

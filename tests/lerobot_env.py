@@ -21,9 +21,16 @@ SUBPROCESS_TIMEOUT_S = 300
 def offline_env(hf_home: Path, **extra: str) -> dict[str, str]:
     """The caller's environment without robostream's Python paths, offline, with a private HF cache."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env.update(HF_HOME=str(hf_home), HF_LEROBOT_HOME=str(hf_home / "lerobot"),
-               HF_DATASETS_CACHE=str(hf_home / "datasets"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", PYTHONNOUSERSITE="1", **extra)
+    env.update(
+        HF_HOME=str(hf_home),
+        HF_LEROBOT_HOME=str(hf_home / "lerobot"),
+        HF_DATASETS_CACHE=str(hf_home / "datasets"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONNOUSERSITE="1",
+        **extra,
+    )
     return env
 
 
@@ -35,8 +42,9 @@ def skip_reason(hf_home: Path, modules: Sequence[str] = ("lerobot",)) -> str | N
         return f"lerobot tests are opt-in: set {ENV_VAR} to a Python interpreter that has lerobot"
     statement = f"import {', '.join(modules)}"
     try:
-        proc = subprocess.run([python, "-c", statement], capture_output=True, text=True, timeout=120,
-                              env=offline_env(hf_home))
+        proc = subprocess.run(
+            [python, "-c", statement], capture_output=True, text=True, timeout=120, env=offline_env(hf_home)
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{ENV_VAR}={python!r} cannot be run: {exc}"
     if proc.returncode != 0:
@@ -47,9 +55,11 @@ def skip_reason(hf_home: Path, modules: Sequence[str] = ("lerobot",)) -> str | N
 
 def run(python: str, hf_home: Path, args: Sequence[str], **env: str) -> str:
     """Run `python args...` offline and return its stdout; a failure fails the test with the output's tail."""
-    proc = subprocess.run([python, *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
-                          env=offline_env(hf_home, **env))
+    proc = subprocess.run(
+        [python, *args], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env=offline_env(hf_home, **env)
+    )
     if proc.returncode != 0:
-        pytest.fail(f"{python} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                    f"{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"{python} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout

@@ -8,8 +8,31 @@ from robostream.synth import read_marker
 
 def test_synth_and_inspect_end_to_end(tmp_path, capsys):
     root = tmp_path / "ds"
-    assert main(["synth", str(root), "--episodes", "3", "--cameras", "2", "--height", "48", "--width", "64",
-                 "--episode-length", "12", "--codec", "h264", "--gop", "30", "--video-file-mb", "0.002"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                str(root),
+                "--episodes",
+                "3",
+                "--cameras",
+                "2",
+                "--height",
+                "48",
+                "--width",
+                "64",
+                "--episode-length",
+                "12",
+                "--codec",
+                "h264",
+                "--gop",
+                "30",
+                "--video-file-mb",
+                "0.002",
+            ]
+        )
+        == 0
+    )
     assert main(["inspect", str(root)]) == 0
     text = capsys.readouterr().out
     assert "3 episodes" in text and "h264 64x48" in text and "gop" in text
@@ -37,13 +60,34 @@ def test_synth_depth_cameras(tmp_path, capfd):
     import av
     import numpy as np
 
-    from robostream.synth import render_depth
     from robostream.format.depth import codes_from_depths
+    from robostream.synth import render_depth
     from robostream.writer.depth import LEROBOT_DEPTH_CODING
 
     root = tmp_path / "ds"
-    assert main(["synth", str(root), "--episodes", "1", "--cameras", "1", "--height", "48", "--width", "64",
-                 "--episode-length", "6", "--codec", "h264", "--depth", "1"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                str(root),
+                "--episodes",
+                "1",
+                "--cameras",
+                "1",
+                "--height",
+                "48",
+                "--width",
+                "64",
+                "--episode-length",
+                "6",
+                "--codec",
+                "h264",
+                "--depth",
+                "1",
+            ]
+        )
+        == 0
+    )
     info = json.loads((root / "meta/info.json").read_text())
     feature = info["features"]["observation.images.depth0"]
     assert feature["shape"] == [48, 64, 1] and feature["info"]["is_depth_map"] is True
@@ -51,8 +95,9 @@ def test_synth_depth_cameras(tmp_path, capfd):
     with av.open(str(root / "videos/observation.images.depth0/chunk-000/file-000.mp4")) as container:
         codes = np.stack([f.to_ndarray(format="gray12le") for f in container.decode(video=0)])
     length = info["total_frames"]
-    np.testing.assert_array_equal(codes, codes_from_depths(render_depth(0, 0, length, 48, 64)[..., 0],
-                                                           LEROBOT_DEPTH_CODING))
+    np.testing.assert_array_equal(
+        codes, codes_from_depths(render_depth(0, 0, length, 48, 64)[..., 0], LEROBOT_DEPTH_CODING)
+    )
     assert "x265 [info]" not in capfd.readouterr().err  # x265's banner (written to fd 2) is silenced
     assert main(["synth", str(tmp_path / "bad"), "--depth", "1", "--depth-block", "video_info"]) == 2
     assert "depth_block='video_info' is a v2.x spelling" in capfd.readouterr().err
@@ -85,9 +130,28 @@ def _synth_stderr(tmp_path, name: str, terminal: bool) -> str:
     """stderr of `robostream synth` on a pseudo-terminal (terminal=True) or a pipe."""
     import sys
 
-    return _stderr([sys.executable, "-m", "robostream.cli", "synth", str(tmp_path / name), "--episodes", "3",
-                    "--cameras", "1", "--height", "48", "--width", "64", "--episode-length", "4", "--jobs", "1"],
-                   terminal)
+    return _stderr(
+        [
+            sys.executable,
+            "-m",
+            "robostream.cli",
+            "synth",
+            str(tmp_path / name),
+            "--episodes",
+            "3",
+            "--cameras",
+            "1",
+            "--height",
+            "48",
+            "--width",
+            "64",
+            "--episode-length",
+            "4",
+            "--jobs",
+            "1",
+        ],
+        terminal,
+    )
 
 
 def _stderr(args: list[str], terminal: bool) -> str:

@@ -20,7 +20,11 @@ ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.md"
 UTILITIES = {"errors", "process_local", "memory", "numbers", "durable"}  # leaves every layer may use
 # What each part imports (besides itself and the utilities), lowest layers first: exactly the edges the code uses.
 LAYERS: dict[str, set[str]] = {
-    "errors": set(), "process_local": set(), "memory": set(), "numbers": set(), "durable": set(),
+    "errors": set(),
+    "process_local": set(),
+    "memory": set(),
+    "numbers": set(),
+    "durable": set(),
     "plan": set(),
     "storage": set(),
     "video": set(),
@@ -67,13 +71,20 @@ def module_imports(package: Path = PACKAGE) -> set[tuple[str, str]]:
     edges = set()
     for module, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                else [a.name for a in node.names] if isinstance(node, ast.Import) \
-                else [node.value.partition(":")[0]] if isinstance(node, ast.Constant) \
-                and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value) else []
-            edges.update((module, resolve(n)) for n in names
-                         if (n == "robostream" or n.startswith("robostream.")) and resolve(n) != module)
+            names = (
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.value.partition(":")[0]]
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value)
+                else []
+            )
+            edges.update(
+                (module, resolve(n))
+                for n in names
+                if (n == "robostream" or n.startswith("robostream.")) and resolve(n) != module
+            )
     return edges
 
 
@@ -95,7 +106,7 @@ def cycles(graph: Mapping[str, set[str]]) -> list[str]:
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                found.append("import cycle: " + " -> ".join(trail[trail.index(nxt):] + [nxt]))
+                found.append("import cycle: " + " -> ".join(trail[trail.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, trail + [nxt])
         state[node] = 2
@@ -143,8 +154,11 @@ def unused_edges(edges: set[tuple[str, str]], layers: Mapping[str, set[str]] = L
         layers: what each part may import besides itself and the utilities.
     """
     graph = _part_graph(edges)
-    return [f"the table lets robostream.{source} use robostream.{target}, which no module of it imports"
-            for source, targets in sorted(layers.items()) for target in sorted(targets - graph.get(source, set()))]
+    return [
+        f"the table lets robostream.{source} use robostream.{target}, which no module of it imports"
+        for source, targets in sorted(layers.items())
+        for target in sorted(targets - graph.get(source, set()))
+    ]
 
 
 def _reach(graph: Mapping[str, set[str]]) -> dict[str, dict[str, list[str]]]:
@@ -172,10 +186,13 @@ def reach_violations(edges: set[tuple[str, str]], layers: Mapping[str, set[str]]
         layers: what each part may import besides itself and the utilities.
     """
     allowed_reach = _reach({source: set(targets) | UTILITIES for source, targets in layers.items()})
-    return [f"robostream.{source} reaches robostream.{target} ({' -> '.join(trail)}), which the table's closure "
-            f"does not allow"
-            for source, trails in sorted(_reach(_part_graph(edges)).items())
-            for target, trail in sorted(trails.items()) if target not in allowed_reach.get(source, {})]
+    return [
+        f"robostream.{source} reaches robostream.{target} ({' -> '.join(trail)}), which the table's closure "
+        f"does not allow"
+        for source, trails in sorted(_reach(_part_graph(edges)).items())
+        for target, trail in sorted(trails.items())
+        if target not in allowed_reach.get(source, {})
+    ]
 
 
 def test_imports_follow_the_layer_table():
@@ -214,15 +231,17 @@ def documented_layers(text: str) -> dict[str, set[str]]:
 def test_the_architecture_page_has_the_same_table():
     documented = documented_layers(ARCHITECTURE.read_text())
     assert sorted(documented) == sorted(LAYERS), "docs/architecture.md's layer table names other parts than LAYERS"
-    assert {part: sorted(uses) for part, uses in documented.items() if uses != LAYERS[part]} == {}, \
+    assert {part: sorted(uses) for part, uses in documented.items() if uses != LAYERS[part]} == {}, (
         "docs/architecture.md's imports column differs from LAYERS"
+    )
 
 
 def test_a_forbidden_import_or_a_cycle_is_caught():
     edges = import_edges()
     assert violations(edges | {("robostream.storage.store", "format")}) == [
         "robostream.storage.store imports robostream.format, which robostream.storage may not use",
-        "import cycle: format -> storage -> format"]
+        "import cycle: format -> storage -> format",
+    ]
     cyclic = {"a": {"b"}, "b": {"a"}}
     assert violations({("robostream.a.x", "b"), ("robostream.b.y", "a")}, cyclic) == ["import cycle: a -> b -> a"]
     # the loop convert/ had: the package's orchestration launched datatrove_steps, which imported the package
@@ -233,14 +252,22 @@ def test_a_forbidden_import_or_a_cycle_is_caught():
 def test_an_unused_edge_is_named():
     edges = import_edges()
     assert unused_edges(edges, {**LAYERS, "storage": {"video"}}) == [
-        "the table lets robostream.storage use robostream.video, which no module of it imports"]
+        "the table lets robostream.storage use robostream.video, which no module of it imports"
+    ]
 
 
 def test_a_forbidden_transitive_import_is_caught(tmp_path):
     """A fake package: app uses lib (allowed), lib uses core inside a function (forbidden), so app reaches core."""
-    files = {"__init__.py": "", "app/__init__.py": "", "app/main.py": "from robostream.lib.api import run\n",
-             "lib/__init__.py": "", "lib/api.py": "def run():\n    import robostream.core.disk\n",
-             "core/__init__.py": "", "core/disk.py": "import robostream.errors\n", "errors.py": ""}
+    files = {
+        "__init__.py": "",
+        "app/__init__.py": "",
+        "app/main.py": "from robostream.lib.api import run\n",
+        "lib/__init__.py": "",
+        "lib/api.py": "def run():\n    import robostream.core.disk\n",
+        "core/__init__.py": "",
+        "core/disk.py": "import robostream.errors\n",
+        "errors.py": "",
+    }
     for name, text in files.items():
         (tmp_path / "robostream" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "robostream" / name).write_text(text)
@@ -249,8 +276,8 @@ def test_a_forbidden_transitive_import_is_caught(tmp_path):
     layers = {"errors": set(), "core": set(), "lib": set(), "app": {"lib"}}
     assert reach_violations(edges, layers) == [
         "robostream.app reaches robostream.core (app -> lib -> core), which the table's closure does not allow",
-        "robostream.lib reaches robostream.core (lib -> core), which the table's closure does not allow"]
-    assert violations(edges, layers) == [
-        "robostream.lib.api imports robostream.core, which robostream.lib may not use"]
+        "robostream.lib reaches robostream.core (lib -> core), which the table's closure does not allow",
+    ]
+    assert violations(edges, layers) == ["robostream.lib.api imports robostream.core, which robostream.lib may not use"]
     # allowed one layer down, app reaches core through the table's closure without naming it
     assert reach_violations(edges, {**layers, "lib": {"core"}}) == []

@@ -80,8 +80,14 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist, tmp_path):
     # Dependencies from this environment (a plain path: its .pth files, e.g. the editable robostream, stay off).
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     _run(python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel, cwd=tmp_path)
-    assert _run(venv / "bin" / "robostream", "--version", cwd=tmp_path).strip() == \
-        f"robostream {robostream.__version__}"
-    where = _run(python, "-c", "import robostream.datasets.streaming as m, robostream; "
-                 "print(m.__file__); print(robostream.StreamingLeRobotDataset.__name__)", cwd=tmp_path).split()
+    assert (
+        _run(venv / "bin" / "robostream", "--version", cwd=tmp_path).strip() == f"robostream {robostream.__version__}"
+    )
+    where = _run(
+        python,
+        "-c",
+        "import robostream.datasets.streaming as m, robostream; "
+        "print(m.__file__); print(robostream.StreamingLeRobotDataset.__name__)",
+        cwd=tmp_path,
+    ).split()
     assert where[0].startswith(str(site)) and where[1] == "StreamingLeRobotDataset"

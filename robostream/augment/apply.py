@@ -45,8 +45,10 @@ def apply_plans(images: torch.Tensor, plans: Sequence[Plan]) -> torch.Tensor:
     if images.dtype not in (torch.uint8, torch.float32):
         raise TypeError(f"camera images must be uint8 or float32, got {images.dtype}")
     if images.ndim not in (4, 5) or images.shape[0] != len(plans) or images.shape[-3] not in (1, 3):
-        raise ValueError(f"camera images must be [B, C, H, W] or [B, T, C, H, W] with C 1 or 3 and B = {len(plans)} "
-                         f"plans, got shape {tuple(images.shape)}")
+        raise ValueError(
+            f"camera images must be [B, C, H, W] or [B, T, C, H, W] with C 1 or 3 and B = {len(plans)} "
+            f"plans, got shape {tuple(images.shape)}"
+        )
     samples = images if images.ndim == 5 else images.unsqueeze(1)
     # contiguous whatever the input's layout (channels-last, a broadcast view): the kernels reshape freely
     work = samples.to(torch.float32, memory_format=torch.contiguous_format, copy=True)

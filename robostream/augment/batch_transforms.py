@@ -86,8 +86,12 @@ class BatchImageTransforms:
                 raise ValueError(f"{key!r} has {images.shape[0]} samples but 'index' has {len(index)}")
             height, width = images.shape[-2:]
             plans[key] = [
-                draw_plan(self._spec, height=height, width=width,
-                          seed=sample_seed(seed=self._seed, epoch=epoch, dataset_index=d, index=i, camera=camera))
+                draw_plan(
+                    self._spec,
+                    height=height,
+                    width=width,
+                    seed=sample_seed(seed=self._seed, epoch=epoch, dataset_index=d, index=i, camera=camera),
+                )
                 for d, i in zip(dataset_index, index, strict=True)
             ]
         return plans
@@ -103,4 +107,3 @@ class BatchImageTransforms:
         for key, plans in self.draw(batch, epoch=epoch).items():
             out[key] = apply_plans(batch[key], plans)
         return out
-

@@ -109,14 +109,22 @@ def parse_config(config: Any) -> AugmentSpec:
         weights.append(float(weight))
     total = sum(weights)
     n_subset = min(len(transforms), max_num) if config.enable else 0
-    return AugmentSpec(transforms=tuple(transforms), probabilities=tuple(w / total for w in weights),
-                       n_subset=n_subset, random_order=bool(config.random_order))
+    return AugmentSpec(
+        transforms=tuple(transforms),
+        probabilities=tuple(w / total for w in weights),
+        n_subset=n_subset,
+        random_order=bool(config.random_order),
+    )
 
 
 def _parse_transform(name: str, type_: str, kwargs: dict[str, Any]) -> TransformParams:
     where = f"image transform {name!r} (type {type_!r})"
-    parsers = {"ColorJitter": _color_jitter, "SharpnessJitter": _sharpness, "RandomAffine": _affine,
-               "Identity": _identity}
+    parsers = {
+        "ColorJitter": _color_jitter,
+        "SharpnessJitter": _sharpness,
+        "RandomAffine": _affine,
+        "Identity": _identity,
+    }
     if type_ not in parsers:
         raise ValueError(f"{where} is not supported by BatchImageTransforms; supported: {SUPPORTED}")
     return parsers[type_](where, kwargs)
@@ -129,8 +137,12 @@ def _check_keys(where: str, kwargs: dict[str, Any], allowed: Sequence[str]) -> N
 
 
 def _numbers(where: str, key: str, value: Any, sizes: Sequence[int] = (2,)) -> tuple[float, ...]:
-    if (isinstance(value, str) or not isinstance(value, Sequence) or len(value) not in sizes
-            or not all(isinstance(v, int | float) for v in value)):
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or len(value) not in sizes
+        or not all(isinstance(v, int | float) for v in value)
+    ):
         counts = " or ".join(str(n) for n in sizes)
         raise ValueError(f"{where}: {key} must be a number or a sequence of {counts} numbers, got {value!r}")
     return tuple(float(v) for v in value)
@@ -159,8 +171,9 @@ def _color_jitter(where: str, kwargs: dict[str, Any]) -> ColorJitterSpec:
             continue
         hue = key == "hue"
         center = 0.0 if hue else 1.0
-        lo, hi = _jitter_range(where, key, value, center=center, bound=(-0.5, 0.5) if hue else (0.0, math.inf),
-                               clip_at_zero=not hue)
+        lo, hi = _jitter_range(
+            where, key, value, center=center, bound=(-0.5, 0.5) if hue else (0.0, math.inf), clip_at_zero=not hue
+        )
         # torchvision drops a range that can only give the neutral factor (it draws nothing for it)
         ranges[key] = None if lo == hi == center else (lo, hi)
     return ColorJitterSpec(**ranges)
@@ -170,8 +183,9 @@ def _sharpness(where: str, kwargs: dict[str, Any]) -> SharpnessSpec:
     _check_keys(where, kwargs, ("sharpness",))
     if "sharpness" not in kwargs:
         raise ValueError(f"{where}: kwarg 'sharpness' is required")
-    return SharpnessSpec(_jitter_range(where, "sharpness", kwargs["sharpness"], center=1.0, bound=(0.0, math.inf),
-                                       clip_at_zero=True))
+    return SharpnessSpec(
+        _jitter_range(where, "sharpness", kwargs["sharpness"], center=1.0, bound=(0.0, math.inf), clip_at_zero=True)
+    )
 
 
 def _angles(where: str, key: str, value: Any, sizes: Sequence[int]) -> tuple[float, ...]:
@@ -210,8 +224,12 @@ def _affine(where: str, kwargs: dict[str, Any]) -> AffineSpec:
         raise ValueError(f"{where}: fill must be 0, got {kwargs['fill']!r}")
     if kwargs.get("center") is not None:
         raise ValueError(f"{where}: center must be None (the centre of the image), got {kwargs['center']!r}")
-    return AffineSpec(degrees=(degrees[0], degrees[1]), translate=translate and (translate[0], translate[1]),
-                      scale=scale and (scale[0], scale[1]), shear=shear)
+    return AffineSpec(
+        degrees=(degrees[0], degrees[1]),
+        translate=translate and (translate[0], translate[1]),
+        scale=scale and (scale[0], scale[1]),
+        shear=shear,
+    )
 
 
 def _identity(where: str, kwargs: dict[str, Any]) -> IdentitySpec:

@@ -71,8 +71,11 @@ def adjust_hue(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     chroma = largest - torch.minimum(torch.minimum(r, g), b)
     # grey pixels (chroma 0) have numerators 0: any hue, and chroma 0 rebuilds them
     divisor = chroma.clamp_min(torch.finfo(images.dtype).tiny)
-    sixths = torch.where(largest == r, (g - b).div_(divisor),
-                         torch.where(largest == g, (b - r).div_(divisor).add_(2.0), (r - g).div_(divisor).add_(4.0)))
+    sixths = torch.where(
+        largest == r,
+        (g - b).div_(divisor),
+        torch.where(largest == g, (b - r).div_(divisor).add_(2.0), (r - g).div_(divisor).add_(4.0)),
+    )
     sixths = sixths.add_(_per_sample(factors * 6.0, images).squeeze(-3)).remainder_(6.0)
     out = torch.empty_like(images)
     for channel, centre in enumerate((3.0, 2.0, 4.0)):

@@ -120,8 +120,7 @@ def _draw_ops(params: TransformParams, draws: _Draws, *, height: int, width: int
 def _draw_color_jitter(spec: ColorJitterSpec, draws: _Draws) -> list[Op]:
     # ColorJitter.make_params: the order permutation first, then one factor per enabled adjustment
     order = torch.randperm(4, generator=draws.generator).tolist()
-    factors = {kind: draws.uniform(bounds) for kind in _JITTER_ORDER
-               if (bounds := getattr(spec, kind)) is not None}
+    factors = {kind: draws.uniform(bounds) for kind in _JITTER_ORDER if (bounds := getattr(spec, kind)) is not None}
     return [FactorOp(_JITTER_ORDER[i], factors[_JITTER_ORDER[i]]) for i in order if _JITTER_ORDER[i] in factors]
 
 
@@ -132,8 +131,7 @@ def _draw_affine(spec: AffineSpec, draws: _Draws, *, height: int, width: int) ->
     if spec.translate is not None:
         max_dx = float(spec.translate[0] * width)
         max_dy = float(spec.translate[1] * height)
-        translate = (int(round(draws.uniform((-max_dx, max_dx)))),
-                     int(round(draws.uniform((-max_dy, max_dy)))))
+        translate = (int(round(draws.uniform((-max_dx, max_dx)))), int(round(draws.uniform((-max_dy, max_dy)))))
     scale = 1.0 if spec.scale is None else draws.uniform(spec.scale)
     shear_x = shear_y = 0.0
     if spec.shear is not None:

@@ -119,8 +119,15 @@ def _expand(scenario: object, index: int, default_args: list[str], default_env: 
         varying = [(key, value) for (key, choices), value in zip(axes.items(), values) if len(choices) > 1]
         label = " ".join([name, f"nodes={node_count}", *(f"{key}={value}" for key, value in varying)])
         job_name = _job_name([name, f"{node_count}n", *(value for _, value in varying)])
-        argv = ("sbatch", "--parsable", f"--job-name={job_name}", f"--nodes={node_count}", "--export=ALL",
-                *args, script)
+        argv = (
+            "sbatch",
+            "--parsable",
+            f"--job-name={job_name}",
+            f"--nodes={node_count}",
+            "--export=ALL",
+            *args,
+            script,
+        )
         jobs.append(Job(label=label, argv=argv, env=env))
     return jobs
 
@@ -203,8 +210,10 @@ def submit(jobs: Sequence[Job], runner: Runner = run_sbatch, after: str | None =
         except OSError as error:
             raise SubmitError(f"could not run {argv[0]!r} for scenario {job.label!r}: {error}") from error
         if result.returncode != 0:
-            raise SubmitError(f"sbatch failed (exit {result.returncode}) for scenario {job.label!r}: "
-                              f"{result.stderr.strip() or '(no stderr)'}; already queued: {job_ids or 'none'}")
+            raise SubmitError(
+                f"sbatch failed (exit {result.returncode}) for scenario {job.label!r}: "
+                f"{result.stderr.strip() or '(no stderr)'}; already queued: {job_ids or 'none'}"
+            )
         try:
             after = parse_job_id(result.stdout)
         except SubmitError as error:

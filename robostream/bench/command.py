@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from robostream.bench.hub_store import HubServer, hub_environment
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
     PEERS,
@@ -29,7 +30,6 @@ from robostream.bench.runner import (
     resolve_launch,
     run_config,
 )
-from robostream.bench.hub_store import HubServer, hub_environment
 from robostream.bench.slow_store import RangeHTTPServer, S3RangeServer
 
 LOADERS = ("stream", "map")
@@ -55,22 +55,47 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "read_buffer", default=None, help="fetched remote blocks kept per process, e.g. 128mb")
     _option(parser, "label", default=None, help="a label for result files and tables (default: local/remote)")
     _option(parser, "source", default=None, help=argparse.SUPPRESS)  # the old name of --label, for one release
-    _option(parser, "sources", default=None,
-            help="a mixture instead of ROOT: a JSON list of robostream.Source arguments (root, episodes, "
-                 "proportion/repeat/choose, feature_map, ...), or @FILE holding one; streaming loader only")
+    _option(
+        parser,
+        "sources",
+        default=None,
+        help="a mixture instead of ROOT: a JSON list of robostream.Source arguments (root, episodes, "
+        "proportion/repeat/choose, feature_map, ...), or @FILE holding one; streaming loader only",
+    )
     _option(parser, "epoch_size", type=int, default=None, help="samples per epoch of a mixture weighted by proportion")
-    _option(parser, "batching", choices=["random", "per_stream", "stratified"], default="random",
-            help="a mixture's batches: sources mixed in each (random), one source per global batch (per_stream) or "
-                 "each source's share in every batch (stratified)")
-    _option(parser, "mode", nargs="+", choices=MODES, default=None,
-            help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)")
+    _option(
+        parser,
+        "batching",
+        choices=["random", "per_stream", "stratified"],
+        default="random",
+        help="a mixture's batches: sources mixed in each (random), one source per global batch (per_stream) or "
+        "each source's share in every batch (stratified)",
+    )
+    _option(
+        parser,
+        "mode",
+        nargs="+",
+        choices=MODES,
+        default=None,
+        help="single: current frame of every camera; sarm: 8 frames 1 s apart (default: both)",
+    )
     _option(parser, "delta_timestamps", default=None, help="custom windows as JSON (replaces --mode)")
-    _option(parser, "loader", nargs="+", choices=LOADERS, default=None,
-            help="robostream loaders to run (default: stream and map; a mixture: stream)")
+    _option(
+        parser,
+        "loader",
+        nargs="+",
+        choices=LOADERS,
+        default=None,
+        help="robostream loaders to run (default: stream and map; a mixture: stream)",
+    )
     _option(parser, "peer", nargs="*", choices=PEERS, default=[], help="the same runs with another package")
     _option(parser, "peer_python", default=None, help="interpreter with the peer package installed")
-    _option(parser, "peer_root", default=None,
-            help="the peer's own conversion of the dataset, for a peer that reads its own layout (lancedb)")
+    _option(
+        parser,
+        "peer_root",
+        default=None,
+        help="the peer's own conversion of the dataset, for a peer that reads its own layout (lancedb)",
+    )
     _option(parser, "batch_size", type=int, default=32)
     _option(parser, "num_workers", type=int, default=2)
     _option(parser, "prefetch_factor", type=int, default=2)
@@ -83,20 +108,46 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "video_decoder_cache_size", type=int, default=None)
     _option(parser, "video_decode_device", choices=["cpu", "cuda"], default="cpu")
     _option(parser, "device", default="cpu", help="where the dummy consumer moves each batch (cpu, cuda)")
-    _option(parser, "split_samples", type=int, default=256,
-            help="samples of the single-process fetch/decode probe (0: skip it)")
-    _option(parser, "reference", nargs="*", choices=["decode"], default=[],
-            help="also measure raw sequential decode throughput of the same files on all cores")
+    _option(
+        parser,
+        "split_samples",
+        type=int,
+        default=256,
+        help="samples of the single-process fetch/decode probe (0: skip it)",
+    )
+    _option(
+        parser,
+        "reference",
+        nargs="*",
+        choices=["decode"],
+        default=[],
+        help="also measure raw sequential decode throughput of the same files on all cores",
+    )
     _option(parser, "reference_frames", type=int, default=12_000)
-    _option(parser, "store_latency_ms", type=float, default=None,
-            help="serve the local ROOT through the slow store on 127.0.0.1 (robostream/bench/slow_store.py) and read "
-                 "it from there: this first-byte latency on every request")
+    _option(
+        parser,
+        "store_latency_ms",
+        type=float,
+        default=None,
+        help="serve the local ROOT through the slow store on 127.0.0.1 (robostream/bench/slow_store.py) and read "
+        "it from there: this first-byte latency on every request",
+    )
     _option(parser, "store_mbps", type=float, default=None, help="the slow store's bandwidth per connection, MB/s")
-    _option(parser, "store_max_in_flight", type=int, default=None,
-            help="requests the slow store serves at once (the others queue, as at a throttled store)")
-    _option(parser, "store_api", choices=STORE_APIS, default="http",
-            help="how the slow store is read: plain HTTP ranges, the Hub's API (the loopback Hub emulator, "
-                 "hf://; with --peer lerobot-stream), or S3's (s3://)")
+    _option(
+        parser,
+        "store_max_in_flight",
+        type=int,
+        default=None,
+        help="requests the slow store serves at once (the others queue, as at a throttled store)",
+    )
+    _option(
+        parser,
+        "store_api",
+        choices=STORE_APIS,
+        default="http",
+        help="how the slow store is read: plain HTTP ranges, the Hub's API (the loopback Hub emulator, "
+        "hf://; with --peer lerobot-stream), or S3's (s3://)",
+    )
     _option(parser, "out", default="out/bench", help="folder for JSON/CSV results")
 
 
@@ -119,22 +170,54 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     modes = ["custom"] if deltas is not None else (args.mode or list(MODES))
     first = sources[0].get("root") if sources else root
     if args.source is not None:
-        warnings.warn("robostream bench: --source is now called --label; the old name goes in the next release",
-                      FutureWarning, stacklevel=2)
+        warnings.warn(
+            "robostream bench: --source is now called --label; the old name goes in the next release",
+            FutureWarning,
+            stacklevel=2,
+        )
     store = _store_settings(args)
-    label = args.label or args.source or (
-        f"{'slow' if store['api'] == 'http' else store['api']}{args.store_latency_ms or 0:g}ms" if store else
-                                          "local" if first is not None and "://" not in str(first) else "remote")
-    common = dict(root=root, repo_id=args.repo_id, revision=args.revision, data_files_root=args.data_files_root,
-                  storage_options=json.loads(args.storage_options) if args.storage_options else None,
-                  cache_dir=args.cache_dir, cache_limit=args.cache_limit, read_buffer=args.read_buffer,
-                  label=label, delta_timestamps=deltas, batch_size=args.batch_size, num_workers=args.num_workers,
-                  prefetch_factor=args.prefetch_factor, num_batches=args.num_batches, duration_s=args.duration_s,
-                  warmup_batches=args.warmup_batches, seed=args.seed, pool_size=args.pool_size,
-                  video_backend=args.video_backend, video_decoder_cache_size=args.video_decoder_cache_size,
-                  video_decode_device=args.video_decode_device, device=args.device, split_samples=args.split_samples,
-                  peer_python=args.peer_python, peer_root=args.peer_root, sources=sources, epoch_size=args.epoch_size,
-                  batching=args.batching, store=store)
+    label = (
+        args.label
+        or args.source
+        or (
+            f"{'slow' if store['api'] == 'http' else store['api']}{args.store_latency_ms or 0:g}ms"
+            if store
+            else "local"
+            if first is not None and "://" not in str(first)
+            else "remote"
+        )
+    )
+    common = dict(
+        root=root,
+        repo_id=args.repo_id,
+        revision=args.revision,
+        data_files_root=args.data_files_root,
+        storage_options=json.loads(args.storage_options) if args.storage_options else None,
+        cache_dir=args.cache_dir,
+        cache_limit=args.cache_limit,
+        read_buffer=args.read_buffer,
+        label=label,
+        delta_timestamps=deltas,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        prefetch_factor=args.prefetch_factor,
+        num_batches=args.num_batches,
+        duration_s=args.duration_s,
+        warmup_batches=args.warmup_batches,
+        seed=args.seed,
+        pool_size=args.pool_size,
+        video_backend=args.video_backend,
+        video_decoder_cache_size=args.video_decoder_cache_size,
+        video_decode_device=args.video_decode_device,
+        device=args.device,
+        split_samples=args.split_samples,
+        peer_python=args.peer_python,
+        peer_root=args.peer_root,
+        sources=sources,
+        epoch_size=args.epoch_size,
+        batching=args.batching,
+        store=store,
+    )
     loaders = args.loader or (["stream"] if sources else ["stream", "map"])
     if args.warmup_batches < 1:
         raise BenchError("--warmup_batches must be >= 1: the first batch is start-up latency, never throughput")
@@ -146,8 +229,10 @@ def _store_settings(args: argparse.Namespace) -> dict[str, float | int | None] |
     settings = {"latency_ms": args.store_latency_ms, "mbps": args.store_mbps, "max_in_flight": args.store_max_in_flight}
     if all(v is None for v in settings.values()):
         if args.store_api != "http":
-            raise BenchError(f"--store_api {args.store_api} reads through the slow store: give --store_latency_ms "
-                             "(or --store_mbps / --store_max_in_flight)")
+            raise BenchError(
+                f"--store_api {args.store_api} reads through the slow store: give --store_latency_ms "
+                "(or --store_mbps / --store_max_in_flight)"
+            )
         return None
     for name, value in settings.items():
         if value is not None and value <= 0:
@@ -181,16 +266,29 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
         return
     root = args.root or args.root_arg
     api = settings["api"]
-    if root is None or "://" in str(root) or not Path(root).is_dir() or args.sources or args.repo_id \
-            or args.storage_options:
-        raise BenchError("--store_* options serve a local dataset folder (ROOT) through the slow store: give a local "
-                         "ROOT, and no --sources, --repo_id or --storage_options")
+    if (
+        root is None
+        or "://" in str(root)
+        or not Path(root).is_dir()
+        or args.sources
+        or args.repo_id
+        or args.storage_options
+    ):
+        raise BenchError(
+            "--store_* options serve a local dataset folder (ROOT) through the slow store: give a local "
+            "ROOT, and no --sources, --repo_id or --storage_options"
+        )
     if set(args.peer) - PEERS_OVER_STORE[api]:
-        raise BenchError(f"--peer {' '.join(args.peer)} with --store_api {api}: the peers that read that store are "
-                         f"{sorted(PEERS_OVER_STORE[api]) or 'none'}")
+        raise BenchError(
+            f"--peer {' '.join(args.peer)} with --store_api {api}: the peers that read that store are "
+            f"{sorted(PEERS_OVER_STORE[api]) or 'none'}"
+        )
     root = Path(root).resolve()
-    throttle = dict(latency_s=(settings["latency_ms"] or 0) / 1000, max_in_flight=settings["max_in_flight"],
-                    bandwidth=settings["mbps"] * 1e6 if settings["mbps"] else None)
+    throttle = dict(
+        latency_s=(settings["latency_ms"] or 0) / 1000,
+        max_in_flight=settings["max_in_flight"],
+        bandwidth=settings["mbps"] * 1e6 if settings["mbps"] else None,
+    )
     frame_bytes = video_bytes_per_frame(root)
     with contextlib.ExitStack() as stack:
         if api == "hub":  # the dataset as a Hub repo; huggingface_hub here and in every probe pointed at it
@@ -224,7 +322,7 @@ def _sources(text: str) -> list[dict[str, Any]]:
     except (OSError, json.JSONDecodeError) as exc:
         raise BenchError(f"--sources {text[:80]!r}: not a JSON list of Source arguments ({exc})") from exc
     if not isinstance(doc, list) or not doc or not all(isinstance(s, dict) for s in doc):
-        raise BenchError(f"--sources: expected a non-empty JSON list of objects like {{\"root\": ...}}, got {doc!r:.120}")
+        raise BenchError(f'--sources: expected a non-empty JSON list of objects like {{"root": ...}}, got {doc!r:.120}')
     return doc
 
 
@@ -255,8 +353,9 @@ def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
     def reference_run(when: str) -> None:
         root = str(meta.root)
         console.print(f"[bold]reference[/] ({when}): raw sequential decode of {root}")
-        references.append(decode_reference(root, args.video_backend, args.video_decode_device,
-                                           max_frames=args.reference_frames))
+        references.append(
+            decode_reference(root, args.video_backend, args.video_decode_device, max_frames=args.reference_frames)
+        )
 
     if measure_reference:
         reference_run("before the runs")
@@ -269,8 +368,10 @@ def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
         started = time.monotonic()
         mine, job = run_config(config, meta, launch, gather)
         if store is not None:  # this process's store: what its runs asked of it
-            mine["metrics"]["store"] = {**store.server.summary(time.monotonic() - started),
-                                        "frame_bytes": store.frame_bytes}
+            mine["metrics"]["store"] = {
+                **store.server.summary(time.monotonic() - started),
+                "frame_bytes": store.frame_bytes,
+            }
             if job is not None:
                 job["metrics"]["store"] = mine["metrics"]["store"]
         if launch.world_size > 1:
@@ -282,8 +383,9 @@ def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
         # Shared machines drift: the limit is measured before and after the runs and the mean is the reference.
         reference_run("after the runs")
         rates = [r["frames_per_s"] for r in references]
-        write_json(out / REFERENCE, {**references[0], "frames_per_s": sum(rates) / len(rates),
-                                     "runs_frames_per_s": rates})
+        write_json(
+            out / REFERENCE, {**references[0], "frames_per_s": sum(rates) / len(rates), "runs_frames_per_s": rates}
+        )
     if launch.rank == 0:
         results, reference = load_results(out)
         names = {json.dumps(j["config"], sort_keys=True) for j in jobs}

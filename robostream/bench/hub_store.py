@@ -115,16 +115,21 @@ class _Snapshot:
             if not self.is_lfs(name):
                 return {"type": "file", "oid": self.oid(name), "size": self.size(name), "path": name}
             # as on the Hub: oid is the pointer file's blob id, lfs.oid the content's sha256
-            pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256(name)}\n"
-                       f"size {self.size(name)}\n").encode()
-            return {"type": "file", "oid": hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest(),
-                    "size": self.size(name), "path": name,
-                    "lfs": {"oid": self.sha256(name), "size": self.size(name), "pointerSize": len(pointer)}}
+            pointer = (
+                f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256(name)}\nsize {self.size(name)}\n"
+            ).encode()
+            return {
+                "type": "file",
+                "oid": hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest(),
+                "size": self.size(name),
+                "path": name,
+                "lfs": {"oid": self.sha256(name), "size": self.size(name), "pointerSize": len(pointer)},
+            }
         return {"type": "directory", "oid": self.oid(name), "size": 0, "path": name}
 
     def children(self, folder: str) -> list[str]:
         prefix = folder + "/" if folder else ""
-        names = {n for n in (*self.dirs, *self.files) if n and n.startswith(prefix) and "/" not in n[len(prefix):]}
+        names = {n for n in (*self.dirs, *self.files) if n and n.startswith(prefix) and "/" not in n[len(prefix) :]}
         # folders first, then files (the Hub's "tree first" order), each sorted
         return sorted(names, key=lambda n: (n in self.files, n))
 
@@ -140,8 +145,9 @@ class _Snapshot:
 class _Repo:
     """A dataset repo: commits (sha -> snapshot), branches and tags (name -> sha), uploaded LFS objects."""
 
-    def __init__(self, repo_id: str, folder: Path, sha: str, tags: tuple[str, ...] = (),
-                 lfs_suffixes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, repo_id: str, folder: Path, sha: str, tags: tuple[str, ...] = (), lfs_suffixes: tuple[str, ...] = ()
+    ) -> None:
         self.repo_id = repo_id
         self.lfs_suffixes = lfs_suffixes
         folder = Path(folder).resolve()
@@ -175,18 +181,27 @@ class HubServer:
     ``--store_api hub``); ``summary()`` counts requests, bytes and requests in flight, as the slow store's does.
     """
 
-    def __init__(self, repos: dict[str, Path], sha: str = DEFAULT_SHA, page_size: int = 1000,
-                 lfs_suffixes: tuple[str, ...] = (".parquet", ".mp4"), tags: tuple[str, ...] = (), *,
-                 latency_s: float = 0.0, bandwidth: float | None = None, max_in_flight: int | None = None) -> None:
+    def __init__(
+        self,
+        repos: dict[str, Path],
+        sha: str = DEFAULT_SHA,
+        page_size: int = 1000,
+        lfs_suffixes: tuple[str, ...] = (".parquet", ".mp4"),
+        tags: tuple[str, ...] = (),
+        *,
+        latency_s: float = 0.0,
+        bandwidth: float | None = None,
+        max_in_flight: int | None = None,
+    ) -> None:
         """Args:
-            repos: repo id -> the folder holding its files (its first commit).
-            sha: the first commit's sha.
-            page_size: entries per page of a tree listing.
-            lfs_suffixes: files served as LFS files (a redirect to the CDN route).
-            tags: tags at the first commit (e.g. the codebase version lerobot resolves).
-            latency_s: seconds before the first byte of every answer.
-            bandwidth: bytes/s per connection (None: as fast as loopback goes).
-            max_in_flight: requests answered at once (the others wait; None: any number).
+        repos: repo id -> the folder holding its files (its first commit).
+        sha: the first commit's sha.
+        page_size: entries per page of a tree listing.
+        lfs_suffixes: files served as LFS files (a redirect to the CDN route).
+        tags: tags at the first commit (e.g. the codebase version lerobot resolves).
+        latency_s: seconds before the first byte of every answer.
+        bandwidth: bytes/s per connection (None: as fast as loopback goes).
+        max_in_flight: requests answered at once (the others wait; None: any number).
         """
         self.repos = {repo_id: _Repo(repo_id, folder, sha, tags, lfs_suffixes) for repo_id, folder in repos.items()}
         self.sha = sha
@@ -274,8 +289,13 @@ class HubServer:
         over the `span_s` seconds that passed (the slow store's `summary`)."""
         with self._lock:
             requests, sent = len(self.requests), sum(entry[3] for entry in self.requests)
-        return {"requests": requests, "bytes": sent, "in_flight_max": self.load.most,
-                "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0, "cpu_s": self.load.cpu_s}
+        return {
+            "requests": requests,
+            "bytes": sent,
+            "in_flight_max": self.load.most,
+            "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0,
+            "cpu_s": self.load.cpu_s,
+        }
 
     def log(self) -> list[tuple[str, str, int, int]]:
         with self._lock:
@@ -298,8 +318,14 @@ class _HubHandler(BaseHTTPRequestHandler):
         pass
 
     # -- helpers -----------------------------------------------------------------------------------------------
-    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-              content_type: str = "application/json", head: bool = False) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        head: bool = False,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         for key, value in (headers or {}).items():
@@ -314,7 +340,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         if not head and body:
             began = time.monotonic()
             for start in range(0, len(body), CHUNK):
-                self.wfile.write(body[start: start + CHUNK])
+                self.wfile.write(body[start : start + CHUNK])
                 if hub.bandwidth:  # one connection's rate: the next chunk waits until this one's time is up
                     hub._stopping.wait(max(0.0, began + (start + CHUNK) / hub.bandwidth - time.monotonic()))
 
@@ -333,8 +359,12 @@ class _HubHandler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(data).encode(), headers)
 
     def _error(self, status: int, code: str, message: str, head: bool = False) -> None:
-        self._send(status, json.dumps({"error": message}).encode(),
-                   {"X-Error-Code": code, "X-Error-Message": message}, head=head)
+        self._send(
+            status,
+            json.dumps({"error": message}).encode(),
+            {"X-Error-Code": code, "X-Error-Message": message},
+            head=head,
+        )
 
     def _repo(self, segments: list[str]) -> tuple[_Repo | None, list[str]]:
         """The repo named by the first two segments (owner/name) and the remaining segments."""
@@ -372,7 +402,11 @@ class _HubHandler(BaseHTTPRequestHandler):
                     return self._commit(repo, unquote("/".join(rest[1:])), body)
                 if len(rest) >= 2 and rest[0] == "tag":
                     return self._create_tag(repo, unquote("/".join(rest[1:])), json.loads(body))
-            if segments[:1] == ["datasets"] and len(segments) == 7 and segments[3:] == ["info", "lfs", "objects", "batch"]:
+            if (
+                segments[:1] == ["datasets"]
+                and len(segments) == 7
+                and segments[3:] == ["info", "lfs", "objects", "batch"]
+            ):
                 repo, _ = self._repo([segments[1], segments[2].removesuffix(".git")])
                 if repo is not None:
                     return self._lfs_batch(repo, json.loads(body))
@@ -421,10 +455,16 @@ class _HubHandler(BaseHTTPRequestHandler):
             if rest[0] == "tree" and len(rest) >= 2:
                 return self._tree(repo, unquote(rest[1]), unquote("/".join(rest[2:])), query, head)
             if rest[0] == "refs":
-                return self._json(200, {"branches": [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": s}
-                                                     for b, s in repo.branches.items()],
-                                        "tags": [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": s}
-                                                 for t, s in repo.tags.items()], "converts": []})
+                return self._json(
+                    200,
+                    {
+                        "branches": [
+                            {"name": b, "ref": f"refs/heads/{b}", "targetCommit": s} for b, s in repo.branches.items()
+                        ],
+                        "tags": [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": s} for t, s in repo.tags.items()],
+                        "converts": [],
+                    },
+                )
         elif segments[:1] == ["datasets"] and len(segments) >= 6 and segments[3] == "resolve":
             repo, rest = self._repo(segments[1:])
             return self._resolve(repo, unquote(rest[1]), unquote("/".join(rest[2:])), head)
@@ -443,21 +483,24 @@ class _HubHandler(BaseHTTPRequestHandler):
         sha = repo.resolve(revision)
         if sha is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head)
-        self._json(200, {
-            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
-            "id": repo.repo_id,
-            "author": repo.repo_id.split("/")[0],
-            "sha": sha,
-            "lastModified": "2024-01-01T00:00:00.000Z",
-            "createdAt": "2024-01-01T00:00:00.000Z",
-            "private": False,
-            "gated": False,
-            "disabled": False,
-            "downloads": 0,
-            "likes": 0,
-            "tags": ["LeRobot"],
-            "siblings": [{"rfilename": name} for name in repo.commits[sha].files],
-        })
+        self._json(
+            200,
+            {
+                "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
+                "id": repo.repo_id,
+                "author": repo.repo_id.split("/")[0],
+                "sha": sha,
+                "lastModified": "2024-01-01T00:00:00.000Z",
+                "createdAt": "2024-01-01T00:00:00.000Z",
+                "private": False,
+                "gated": False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": ["LeRobot"],
+                "siblings": [{"rfilename": name} for name in repo.commits[sha].files],
+            },
+        )
 
     def _tree(self, repo: _Repo, revision: str, path: str, query: dict[str, list[str]], head: bool) -> None:
         snapshot = repo.snapshot(revision)
@@ -469,14 +512,16 @@ class _HubHandler(BaseHTTPRequestHandler):
         recursive = (query.get("recursive") or ["False"])[0].lower() in ("1", "true")
         names = snapshot.listing(path, recursive)
         cursor = int((query.get("cursor") or ["0"])[0])
-        page = names[cursor: cursor + self.server_hub.page_size]
+        page = names[cursor : cursor + self.server_hub.page_size]
         headers = {}
         if cursor + self.server_hub.page_size < len(names):
             params = {k: v[0] for k, v in query.items() if k != "cursor"}
             params["cursor"] = str(cursor + self.server_hub.page_size)
             encoded = "/" + quote(path, safe="") if path else ""
-            url = f"{self.server_hub.endpoint}/api/datasets/{repo.repo_id}/tree/{quote(revision, safe='')}" \
-                  f"{encoded}?{urlencode(params)}"
+            url = (
+                f"{self.server_hub.endpoint}/api/datasets/{repo.repo_id}/tree/{quote(revision, safe='')}"
+                f"{encoded}?{urlencode(params)}"
+            )
             headers["Link"] = f'<{url}>; rel="next"'
         self._json(200, [snapshot.entry(n) for n in page], headers)
 
@@ -501,8 +546,17 @@ class _HubHandler(BaseHTTPRequestHandler):
         if snapshot.is_lfs(path):
             # LFS/Xet files on the Hub: a redirect to the storage host, metadata on the redirect itself
             location = f"{self.server_hub.cdn_url}/cdn/{repo.repo_id}/{sha}/{quote(path)}"
-            return self._send(302, b"", {**common, "Location": location, "X-Linked-Size": str(snapshot.size(path)),
-                                         "X-Linked-ETag": snapshot.etag(path)}, head=head)
+            return self._send(
+                302,
+                b"",
+                {
+                    **common,
+                    "Location": location,
+                    "X-Linked-Size": str(snapshot.size(path)),
+                    "X-Linked-ETag": snapshot.etag(path),
+                },
+                head=head,
+            )
         self._file(snapshot, path, head, common)
 
     def _file(self, snapshot: _Snapshot, path: str, head: bool, headers: dict[str, str]) -> None:
@@ -524,16 +578,32 @@ class _HubHandler(BaseHTTPRequestHandler):
             if start >= size or start > end:
                 return self._send(416, b"", {**headers, "Content-Range": f"bytes */{size}"}, head=head)
             body = snapshot.read(path, start, end + 1)
-            return self._send(206, body, {**headers, "Content-Range": f"bytes {start}-{end}/{size}"},
-                              content_type="application/octet-stream", head=head)
-        self._send(200, b"" if head else snapshot.data(path), {**headers, "Content-Length": str(size)},
-                   content_type="application/octet-stream", head=head)
+            return self._send(
+                206,
+                body,
+                {**headers, "Content-Range": f"bytes {start}-{end}/{size}"},
+                content_type="application/octet-stream",
+                head=head,
+            )
+        self._send(
+            200,
+            b"" if head else snapshot.data(path),
+            {**headers, "Content-Length": str(size)},
+            content_type="application/octet-stream",
+            head=head,
+        )
 
     # -- writes: preupload, LFS batch + upload, commit, tags -------------------------------------------------
     def _preupload(self, repo: _Repo, payload: dict[str, Any]) -> None:
-        files = [{"path": f["path"], "shouldIgnore": False, "oid": None,
-                  "uploadMode": "lfs" if f["path"].endswith(self.server_hub.lfs_suffixes) else "regular"}
-                 for f in payload["files"]]
+        files = [
+            {
+                "path": f["path"],
+                "shouldIgnore": False,
+                "oid": None,
+                "uploadMode": "lfs" if f["path"].endswith(self.server_hub.lfs_suffixes) else "regular",
+            }
+            for f in payload["files"]
+        ]
         self._json(200, {"files": files, "commitOid": repo.sha})
 
     def _lfs_batch(self, repo: _Repo, payload: dict[str, Any]) -> None:
@@ -566,7 +636,9 @@ class _HubHandler(BaseHTTPRequestHandler):
                     files[value["path"]] = repo.lfs[value["oid"]]
                 elif key == "deletedFile":
                     if files.pop(value["path"], None) is None:
-                        return self._error(404, "EntryNotFound", f"A file with this name doesn't exist: {value['path']}")
+                        return self._error(
+                            404, "EntryNotFound", f"A file with this name doesn't exist: {value['path']}"
+                        )
                 elif key == "deletedFolder":
                     prefix = value["path"].rstrip("/") + "/"
                     for name in [n for n in files if n.startswith(prefix)]:
@@ -574,8 +646,14 @@ class _HubHandler(BaseHTTPRequestHandler):
             sha = hashlib.sha1(f"{parent}{len(repo.commits)}{body!r}".encode()).hexdigest()
             repo.commits[sha] = _Snapshot(files, repo.lfs_suffixes)
             repo.branches[revision] = sha
-        self._json(200, {"commitUrl": f"{self.server_hub.endpoint}/datasets/{repo.repo_id}/commit/{sha}",
-                         "commitOid": sha, "pullRequestUrl": None})
+        self._json(
+            200,
+            {
+                "commitUrl": f"{self.server_hub.endpoint}/datasets/{repo.repo_id}/commit/{sha}",
+                "commitOid": sha,
+                "pullRequestUrl": None,
+            },
+        )
 
     def _create_tag(self, repo: _Repo, revision: str, payload: dict[str, Any]) -> None:
         with repo.lock:
@@ -603,8 +681,6 @@ class _CdnHandler(_HubHandler):
 # -- the client side: huggingface_hub pointed at an emulator, nothing but 127.0.0.1 reachable --------------------
 
 
-
-
 @contextmanager
 def hub_environment(endpoint: str, home: Path) -> Iterator[None]:
     """Point huggingface_hub at `endpoint` with a fake token and `home` as HF_HOME, in this process (its constants)
@@ -616,12 +692,22 @@ def hub_environment(endpoint: str, home: Path) -> Iterator[None]:
     """
     from huggingface_hub import constants
 
-    environment = {"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1",
-                   "HF_HUB_DISABLE_XET": "1",  # the emulator speaks LFS, not Xet
-                   "HF_HOME": str(home), "HF_TOKEN": "hf_fake_local_token"}
+    environment = {
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",  # the emulator speaks LFS, not Xet
+        "HF_HOME": str(home),
+        "HF_TOKEN": "hf_fake_local_token",
+    }
     removed = ("HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_HUB_ENABLE_HF_TRANSFER")
-    values = {"ENDPOINT": endpoint, "HUGGINGFACE_CO_URL_TEMPLATE": endpoint + "/{repo_id}/resolve/{revision}/{filename}",
-              "HF_HUB_OFFLINE": False, "HF_HUB_DISABLE_TELEMETRY": True, "HF_HUB_DISABLE_XET": True}
+    values = {
+        "ENDPOINT": endpoint,
+        "HUGGINGFACE_CO_URL_TEMPLATE": endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+        "HF_HUB_OFFLINE": False,
+        "HF_HUB_DISABLE_TELEMETRY": True,
+        "HF_HUB_DISABLE_XET": True,
+    }
     saved_environment = {name: os.environ.get(name) for name in (*environment, *removed)}
     saved_values = {name: getattr(constants, name) for name in values if hasattr(constants, name)}
     os.environ.update(environment)

@@ -46,12 +46,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import torch
-from torch.utils.data import BatchSampler, DataLoader, Sampler
-
 import lerobot_lancedb.reader as lance_reader
+import torch
 from lerobot.datasets.sampler import EpisodeAwareSampler
 from lerobot_lancedb import LanceDBDataset, lance_mp_context
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 try:  # the reader imports torchcodec lazily in its first batch: import it before the timed first batch, as the
     import torchcodec.decoders  # noqa: F401  lerobot peer and robostream's loaders do
@@ -62,8 +61,16 @@ HERE = Path(__file__).resolve().parent
 PERSISTENT_WORKERS = True  # lerobot-train's default (lerobot/configs/train.py)
 DEFAULT_TOLERANCE_S = 1e-4  # LanceDBDataset's and LeRobotDataset's default
 # object_store client options that are not `aws_*` keys, passed through as given
-OBJECT_STORE_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "pool_idle_timeout",
-                     "client_max_retries", "client_retry_timeout", "proxy_url"}
+OBJECT_STORE_KEYS = {
+    "allow_http",
+    "allow_invalid_certificates",
+    "timeout",
+    "connect_timeout",
+    "pool_idle_timeout",
+    "client_max_retries",
+    "client_retry_timeout",
+    "proxy_url",
+}
 
 
 def _probe() -> ModuleType:
@@ -93,8 +100,11 @@ def object_store_options(storage_options: Mapping[str, Any] | None, uri: str) ->
     endpoint = fsspec.pop("endpoint_url", None) or client.get("endpoint_url")
     region = fsspec.pop("region_name", None) or client.get("region_name")
     key, secret, token = fsspec.pop("key", None), fsspec.pop("secret", None), fsspec.pop("token", None)
-    options = {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in fsspec.items()
-               if name.startswith("aws_") or name in OBJECT_STORE_KEYS}  # fsspec-only options are dropped
+    options = {
+        name: str(value).lower() if isinstance(value, bool) else str(value)
+        for name, value in fsspec.items()
+        if name.startswith("aws_") or name in OBJECT_STORE_KEYS
+    }  # fsspec-only options are dropped
     if endpoint:
         options.setdefault("aws_endpoint", endpoint)
         options.setdefault("aws_virtual_hosted_style_request", "false")
@@ -116,8 +126,10 @@ def object_store_options(storage_options: Mapping[str, Any] | None, uri: str) ->
 def _dataset(params: dict[str, Any]) -> LanceDBDataset:
     uri = params.get("peer_root")
     if not uri:
-        raise ValueError("the lancedb peer reads its own conversion: give --peer_root (the folder or s3:// URL "
-                         "`lerobot-lance-convert --root ROOT --out PEER_ROOT` wrote; scripts/convert_lancedb.sh)")
+        raise ValueError(
+            "the lancedb peer reads its own conversion: give --peer_root (the folder or s3:// URL "
+            "`lerobot-lance-convert --root ROOT --out PEER_ROOT` wrote; scripts/convert_lancedb.sh)"
+        )
     uri = str(uri)
     if "://" in uri:
         # A remote root's meta/ is materialized from its meta table into HF_LEROBOT_HOME/remote/<uri>, once and for
@@ -175,9 +187,12 @@ def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
     num_workers = int(params["num_workers"])
     if num_workers == 0:
         return {"num_workers": 0}
-    return {"num_workers": num_workers, "prefetch_factor": int(params["prefetch_factor"]),
-            "persistent_workers": PERSISTENT_WORKERS,
-            "multiprocessing_context": params.get("multiprocessing_context") or lance_mp_context()}
+    return {
+        "num_workers": num_workers,
+        "prefetch_factor": int(params["prefetch_factor"]),
+        "persistent_workers": PERSISTENT_WORKERS,
+        "multiprocessing_context": params.get("multiprocessing_context") or lance_mp_context(),
+    }
 
 
 def _frames_per_sample(dataset: LanceDBDataset) -> int:
@@ -185,8 +200,9 @@ def _frames_per_sample(dataset: LanceDBDataset) -> int:
     return sum(len(deltas.get(key, [0])) for key in dataset.meta.camera_keys)
 
 
-def _split(dataset: LanceDBDataset, batches: Callable[[], Sampler[list[int]]], size: int
-           ) -> Callable[[int], dict[str, float]]:
+def _split(
+    dataset: LanceDBDataset, batches: Callable[[], Sampler[list[int]]], size: int
+) -> Callable[[int], dict[str, float]]:
     """split(n): n samples in the loader's order, in this process, read as the loader reads them (`__getitems__`
     on each batch of indices), timing the whole batch and its decoding.
 
@@ -195,6 +211,7 @@ def _split(dataset: LanceDBDataset, batches: Callable[[], Sampler[list[int]]], s
     byte index, container headers, decoder creation, the prefetched windows) is fetch time. The video prefetch runs
     in a background thread beside the frames-table read, so this split is of wall time, not of work.
     """
+
     def split(n: int) -> dict[str, float]:
         positions = list(itertools.islice(itertools.chain.from_iterable(batches()), n))
         decode_videos, ensure_decoders = dataset._decode_videos, dataset._ensure_decoders
@@ -221,13 +238,19 @@ def _split(dataset: LanceDBDataset, batches: Callable[[], Sampler[list[int]]], s
         try:
             start = time.perf_counter()
             for first in range(0, len(positions), size):
-                dataset.__getitems__(positions[first:first + size])
+                dataset.__getitems__(positions[first : first + size])
             seconds = time.perf_counter() - start
         finally:
             del dataset._decode_videos, dataset._ensure_decoders  # back to the methods
         decode_s -= window_fetch_s
-        return {"samples": len(positions), "seconds": seconds, "decode_s": decode_s, "fetch_s": seconds - decode_s,
-                "samples_per_s": len(positions) / seconds if seconds > 0 else 0.0, "batch_size": size}
+        return {
+            "samples": len(positions),
+            "seconds": seconds,
+            "decode_s": decode_s,
+            "fetch_s": seconds - decode_s,
+            "samples_per_s": len(positions) / seconds if seconds > 0 else 0.0,
+            "batch_size": size,
+        }
 
     return split
 
@@ -239,8 +262,9 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def _info(dataset: LanceDBDataset, options: dict[str, Any], pin_memory: bool,
-          store_options: dict[str, str] | None) -> dict[str, Any]:
+def _info(
+    dataset: LanceDBDataset, options: dict[str, Any], pin_memory: bool, store_options: dict[str, str] | None
+) -> dict[str, Any]:
     rank, world_size = _world()
     remote = "://" in dataset._db_uri
     return {
@@ -252,20 +276,21 @@ def _info(dataset: LanceDBDataset, options: dict[str, Any], pin_memory: bool,
         "torchcodec_version": _version("torchcodec"),
         "pyarrow_version": _version("pyarrow"),
         "uri": dataset._db_uri,
-        "meta": f"materialized from the meta table into a per-run folder ({dataset.root})" if remote
-                else "read from peer_root/meta",
+        "meta": f"materialized from the meta table into a per-run folder ({dataset.root})"
+        if remote
+        else "read from peer_root/meta",
         "storage_options": sorted(store_options) if store_options else None,  # names only: values may be secrets
-        "lance_io_threads": os.environ.get("LANCE_IO_THREADS") or ("256 (the reader's default for a remote root)"
-                                                                   if remote else "lance's default"),
+        "lance_io_threads": os.environ.get("LANCE_IO_THREADS")
+        or ("256 (the reader's default for a remote root)" if remote else "lance's default"),
         "dataset": "LanceDBDataset(root=peer_root, delta_timestamps, return_uint8=True) over lerobot-lance-convert's "
-                   "tables (frames, videos as blobs, meta)",
+        "tables (frames, videos as blobs, meta)",
         "reads": "batched: __getitems__ per batch (one frames-table take, one fetch_blob_ranges), torchcodec decode "
-                 "in a 16-thread pool per worker",
+        "in a 16-thread pool per worker",
         "video_decoder_cache": f"{dataset._decoder_cache.capacity} decoders per worker, 2 GiB byte budget",
         "uint8": True,
         "frames": "uint8 CHW from torchcodec (return_uint8=True; float32 in [0, 1] without it)",
-        "sampler": "EpisodeAwareSampler(shuffle=True, seed)" + (
-            f", accelerate-style batch shard rank {rank} of {world_size}" if world_size > 1 else ""),
+        "sampler": "EpisodeAwareSampler(shuffle=True, seed)"
+        + (f", accelerate-style batch shard rank {rank} of {world_size}" if world_size > 1 else ""),
         "drop_last": False,
         "pin_memory": pin_memory,
         **{key: value for key, value in options.items() if key != "num_workers"},
@@ -281,9 +306,16 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     batch_size, seed = int(params["batch_size"]), int(params["seed"])
     options = _loader_options(params)
     pin_memory = bool(params.get("pin_memory", False))
-    loader = DataLoader(probe.TimedMapDataset(dataset, worker_stats=None),
-                        batch_sampler=_batches(dataset, batch_size, seed), pin_memory=pin_memory, **options)
-    return {"loader": loader, "frames_per_sample": _frames_per_sample(dataset), "counts": None,
-            "split": _split(dataset, lambda: _batches(dataset, batch_size, seed), batch_size),
-            "info": _info(dataset, options, pin_memory, dataset._storage_options)}
-
+    loader = DataLoader(
+        probe.TimedMapDataset(dataset, worker_stats=None),
+        batch_sampler=_batches(dataset, batch_size, seed),
+        pin_memory=pin_memory,
+        **options,
+    )
+    return {
+        "loader": loader,
+        "frames_per_sample": _frames_per_sample(dataset),
+        "counts": None,
+        "split": _split(dataset, lambda: _batches(dataset, batch_size, seed), batch_size),
+        "info": _info(dataset, options, pin_memory, dataset._storage_options),
+    }

@@ -35,13 +35,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import torch
-from torch.utils.data import BatchSampler, DataLoader, Sampler
-
 import lerobot
+import torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.sampler import EpisodeAwareSampler
 from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 try:  # import the decoder library before the timed first batch, as robostream's loaders do (lerobot imports it lazily)
     import torchcodec.decoders  # noqa: F401
@@ -126,9 +125,12 @@ def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
     num_workers = int(params["num_workers"])
     if num_workers == 0:
         return {"num_workers": 0}
-    return {"num_workers": num_workers, "prefetch_factor": int(params["prefetch_factor"]),
-            "persistent_workers": LEROBOT_PERSISTENT_WORKERS,
-            "multiprocessing_context": params.get("multiprocessing_context") or LEROBOT_MP_CONTEXT}
+    return {
+        "num_workers": num_workers,
+        "prefetch_factor": int(params["prefetch_factor"]),
+        "persistent_workers": LEROBOT_PERSISTENT_WORKERS,
+        "multiprocessing_context": params.get("multiprocessing_context") or LEROBOT_MP_CONTEXT,
+    }
 
 
 def _frames_per_sample(dataset: LeRobotDataset) -> int:
@@ -137,8 +139,7 @@ def _frames_per_sample(dataset: LeRobotDataset) -> int:
     return sum(len(deltas.get(key, [0.0])) for key in dataset.meta.camera_keys)
 
 
-def _split(dataset: LeRobotDataset, batches: Callable[[], Sampler[list[int]]]
-           ) -> Callable[[int], dict[str, float]]:
+def _split(dataset: LeRobotDataset, batches: Callable[[], Sampler[list[int]]]) -> Callable[[int], dict[str, float]]:
     """split(n): n samples in the loader's order, in this process, timing the whole item and its video decoding.
 
     `batches` makes a fresh sampler: EpisodeAwareSampler moves to the next epoch (another permutation) on every
@@ -146,6 +147,7 @@ def _split(dataset: LeRobotDataset, batches: Callable[[], Sampler[list[int]]]
     (all cameras of a sample, decoded in parallel threads); everything else in `__getitem__` (parquet row, window
     rows, task lookup) is fetch time.
     """
+
     def split(n: int) -> dict[str, float]:
         positions = list(itertools.islice(itertools.chain.from_iterable(batches()), n))
         reader = dataset.reader
@@ -168,8 +170,13 @@ def _split(dataset: LeRobotDataset, batches: Callable[[], Sampler[list[int]]]
             seconds = time.perf_counter() - start
         finally:
             del reader._query_videos
-        return {"samples": len(positions), "seconds": seconds, "decode_s": decode_s, "fetch_s": seconds - decode_s,
-                "samples_per_s": len(positions) / seconds if seconds > 0 else 0.0}
+        return {
+            "samples": len(positions),
+            "seconds": seconds,
+            "decode_s": decode_s,
+            "fetch_s": seconds - decode_s,
+            "samples_per_s": len(positions) / seconds if seconds > 0 else 0.0,
+        }
 
     return split
 
@@ -193,8 +200,8 @@ def _info(dataset: LeRobotDataset, options: dict[str, Any], pin_memory: bool) ->
         "video_backend": dataset.reader._video_backend,
         "uint8": True,
         "frames": "uint8 CHW (return_uint8=True, as lerobot-train builds its dataset)",
-        "sampler": "EpisodeAwareSampler(shuffle=True, seed)" + (
-            f", accelerate-style batch shard rank {rank} of {world_size}" if world_size > 1 else ""),
+        "sampler": "EpisodeAwareSampler(shuffle=True, seed)"
+        + (f", accelerate-style batch shard rank {rank} of {world_size}" if world_size > 1 else ""),
         "drop_last": False,
         "pin_memory": pin_memory,
         **{key: value for key, value in options.items() if key != "num_workers"},
@@ -209,11 +216,19 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     batch_size, seed = int(params["batch_size"]), int(params["seed"])
     options = _loader_options(params)
     pin_memory = bool(params.get("pin_memory", False))
-    loader = DataLoader(probe.TimedMapDataset(dataset, worker_stats=None),
-                        batch_sampler=_batches(dataset, batch_size, seed), pin_memory=pin_memory, **options)
-    return {"loader": loader, "frames_per_sample": _frames_per_sample(dataset), "counts": None,
-            "split": _split(dataset, lambda: _batches(dataset, batch_size, seed)),
-            "info": _info(dataset, options, pin_memory)}
+    loader = DataLoader(
+        probe.TimedMapDataset(dataset, worker_stats=None),
+        batch_sampler=_batches(dataset, batch_size, seed),
+        pin_memory=pin_memory,
+        **options,
+    )
+    return {
+        "loader": loader,
+        "frames_per_sample": _frames_per_sample(dataset),
+        "counts": None,
+        "split": _split(dataset, lambda: _batches(dataset, batch_size, seed)),
+        "info": _info(dataset, options, pin_memory),
+    }
 
 
 def build_streaming(params: dict[str, Any]) -> dict[str, Any]:
@@ -222,18 +237,40 @@ def build_streaming(params: dict[str, Any]) -> dict[str, Any]:
     num_workers, uint8 frames; its shuffle buffer of 1000 and seed; DataLoader without sampler, drop_last=False)."""
     probe = _probe()
     num_workers = int(params["num_workers"])
-    dataset = StreamingLeRobotDataset(params["repo_id"], revision=params.get("revision"),
-                                      episodes=params.get("episodes"), delta_timestamps=params.get("delta_timestamps"),
-                                      max_num_shards=max(1, num_workers), seed=int(params["seed"]),
-                                      tolerance_s=params.get("tolerance_s") or DEFAULT_TOLERANCE_S, return_uint8=True)
+    dataset = StreamingLeRobotDataset(
+        params["repo_id"],
+        revision=params.get("revision"),
+        episodes=params.get("episodes"),
+        delta_timestamps=params.get("delta_timestamps"),
+        max_num_shards=max(1, num_workers),
+        seed=int(params["seed"]),
+        tolerance_s=params.get("tolerance_s") or DEFAULT_TOLERANCE_S,
+        return_uint8=True,
+    )
     options = _loader_options(params)
     pin_memory = bool(params.get("pin_memory", False))
-    loader = DataLoader(probe.TimedIterableDataset(dataset), batch_size=int(params["batch_size"]),
-                        pin_memory=pin_memory, drop_last=False, **options)
-    info = {"peer": "lerobot-stream", "lerobot_version": lerobot.__version__, "torch_version": torch.__version__,
-            "torchcodec_version": _version("torchcodec"), "uint8": True,
-            "dataset": f"StreamingLeRobotDataset({params['repo_id']!r}, max_num_shards={max(1, num_workers)}, "
-                       f"buffer_size={dataset.buffer_size}, seed={params['seed']})",
-            "pin_memory": pin_memory, **{key: value for key, value in options.items() if key != "num_workers"}}
-    return {"loader": loader, "frames_per_sample": _frames_per_sample(dataset), "counts": None, "split": None,
-            "info": info}
+    loader = DataLoader(
+        probe.TimedIterableDataset(dataset),
+        batch_size=int(params["batch_size"]),
+        pin_memory=pin_memory,
+        drop_last=False,
+        **options,
+    )
+    info = {
+        "peer": "lerobot-stream",
+        "lerobot_version": lerobot.__version__,
+        "torch_version": torch.__version__,
+        "torchcodec_version": _version("torchcodec"),
+        "uint8": True,
+        "dataset": f"StreamingLeRobotDataset({params['repo_id']!r}, max_num_shards={max(1, num_workers)}, "
+        f"buffer_size={dataset.buffer_size}, seed={params['seed']})",
+        "pin_memory": pin_memory,
+        **{key: value for key, value in options.items() if key != "num_workers"},
+    }
+    return {
+        "loader": loader,
+        "frames_per_sample": _frames_per_sample(dataset),
+        "counts": None,
+        "split": None,
+        "info": info,
+    }

@@ -23,8 +23,8 @@ from robostream.datasets.look_ahead_sampler import LookAheadBatchSampler
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.mixture import Source
 from robostream.datasets.origin import ReadOptions
-from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.datasets.ranks import resolve_rank_world
+from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.video.decoder import default_backend
 
 LOADERS = ("stream", "map")
@@ -36,25 +36,38 @@ _SOURCE_KEYS = ("data_files_root", "storage_options", "cache_dir", "cache_limit"
 
 def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset:
     options = ReadOptions(**{k: params[k] for k in _SOURCE_KEYS if params.get(k) is not None})
-    common: dict[str, Any] = dict(root=params.get("root"), revision=params.get("revision"),
-                                  episodes=params.get("episodes"), read_options=options)
-    common.update(delta_timestamps=params.get("delta_timestamps"), return_uint8=True,
-                  video_backend=params.get("video_backend"),
-                  video_decode_device=params.get("video_decode_device") or "cpu",
-                  video_decoder_cache_size=params.get("video_decoder_cache_size"))
+    common: dict[str, Any] = dict(
+        root=params.get("root"), revision=params.get("revision"), episodes=params.get("episodes"), read_options=options
+    )
+    common.update(
+        delta_timestamps=params.get("delta_timestamps"),
+        return_uint8=True,
+        video_backend=params.get("video_backend"),
+        video_decode_device=params.get("video_decode_device") or "cpu",
+        video_decoder_cache_size=params.get("video_decoder_cache_size"),
+    )
     if params.get("sources"):
         if params["loader"] != "stream":
             raise ValueError(f"a mixture runs with the streaming loader only, not {params['loader']!r}")
         for key in ("root", "revision", "episodes"):
             common.pop(key)
-        lanes = ({"batching": params["batching"], "batch_size": int(params["batch_size"])}
-                 if params.get("batching") in ("per_stream", "stratified") else {})
-        return StreamingLeRobotDataset(sources=[Source(**s) for s in params["sources"]],
-                                       epoch_size=params.get("epoch_size"), **lanes, **common,
-                                       seed=params.get("seed", 0), pool_size=params.get("pool_size", 8))
+        lanes = (
+            {"batching": params["batching"], "batch_size": int(params["batch_size"])}
+            if params.get("batching") in ("per_stream", "stratified")
+            else {}
+        )
+        return StreamingLeRobotDataset(
+            sources=[Source(**s) for s in params["sources"]],
+            epoch_size=params.get("epoch_size"),
+            **lanes,
+            **common,
+            seed=params.get("seed", 0),
+            pool_size=params.get("pool_size", 8),
+        )
     if params["loader"] == "stream":
-        return StreamingLeRobotDataset(params.get("repo_id"), **common, seed=params.get("seed", 0),
-                                       pool_size=params.get("pool_size", 8))
+        return StreamingLeRobotDataset(
+            params.get("repo_id"), **common, seed=params.get("seed", 0), pool_size=params.get("pool_size", 8)
+        )
     if params["loader"] == "map":
         return LeRobotDataset(params.get("repo_id"), **common)
     raise ValueError(f"loader={params['loader']!r}: expected one of {LOADERS}")
@@ -62,8 +75,11 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
 
 def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
     workers = int(params.get("num_workers", 0))
-    options: dict[str, Any] = {"batch_size": int(params["batch_size"]), "num_workers": workers,
-                               "pin_memory": bool(params.get("pin_memory"))}
+    options: dict[str, Any] = {
+        "batch_size": int(params["batch_size"]),
+        "num_workers": workers,
+        "pin_memory": bool(params.get("pin_memory")),
+    }
     if workers:
         options["prefetch_factor"] = int(params.get("prefetch_factor") or 2)
         if (params.get("video_decode_device") or "cpu").startswith("cuda"):
@@ -115,16 +131,26 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
         produced = (1 for i in order[:samples] if dataset[int(i)] is not None)
     readers = _readers(dataset)
     # A mixture's remote sources share their blocks (and the time waited for them): count each once.
-    storages = list({id(reader.meta.data_storage.blocks): reader.meta.data_storage for reader in readers
-                     if not reader.meta.data_storage.is_local}.values())
+    storages = list(
+        {
+            id(reader.meta.data_storage.blocks): reader.meta.data_storage
+            for reader in readers
+            if not reader.meta.data_storage.is_local
+        }.values()
+    )
     wait_before = sum(storage.stats().wait_s for storage in storages)
     start = time.perf_counter()
     done = sum(produced)
     seconds = time.perf_counter() - start
     wait = sum(storage.stats().wait_s for storage in storages) - wait_before
     decode = sum(reader.cameras.decode_seconds for reader in readers) - wait
-    return {"samples": done, "seconds": seconds, "decode_s": decode, "fetch_s": seconds - decode,
-            "samples_per_s": done / seconds if seconds else 0.0}
+    return {
+        "samples": done,
+        "seconds": seconds,
+        "decode_s": decode,
+        "fetch_s": seconds - decode,
+        "samples_per_s": done / seconds if seconds else 0.0,
+    }
 
 
 def build(params: dict[str, Any]) -> dict[str, Any]:
@@ -144,15 +170,30 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     else:
         rank, world = resolve_rank_world()
         generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
-        sampler = (DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params.get("seed", 0)))
-                   if world > 1 else torch.utils.data.RandomSampler(dataset, generator=generator))
+        sampler = (
+            DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params.get("seed", 0)))
+            if world > 1
+            else torch.utils.data.RandomSampler(dataset, generator=generator)
+        )
         # Batches that name their worker's next batches: a remote dataset fetches their bytes while this one decodes.
-        batches = LookAheadBatchSampler(sampler, batch_size=options.pop("batch_size"),
-                                        look_ahead=max(1, options["num_workers"]))
+        batches = LookAheadBatchSampler(
+            sampler, batch_size=options.pop("batch_size"), look_ahead=max(1, options["num_workers"])
+        )
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
         counts = None
-    return {"loader": loader, "frames_per_sample": frames_per_sample(dataset), "counts": counts,
-            "split": lambda samples: _split(params, samples),
-            "info": {"loader": params["loader"], "decoder": _readers(dataset)[0].cameras.backend,
-                     "video_decode_device": _readers(dataset)[0].cameras.device, "uint8": True, "torch_version": torch.__version__,
-                     "pid": os.getpid(), "sources": len(_readers(dataset)), "construction_s": construction_s}}
+    return {
+        "loader": loader,
+        "frames_per_sample": frames_per_sample(dataset),
+        "counts": counts,
+        "split": lambda samples: _split(params, samples),
+        "info": {
+            "loader": params["loader"],
+            "decoder": _readers(dataset)[0].cameras.backend,
+            "video_decode_device": _readers(dataset)[0].cameras.device,
+            "uint8": True,
+            "torch_version": torch.__version__,
+            "pid": os.getpid(),
+            "sources": len(_readers(dataset)),
+            "construction_s": construction_s,
+        },
+    }

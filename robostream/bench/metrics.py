@@ -58,8 +58,10 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     """Per-rank figures of one run (see the module docstring for definitions)."""
     records = trace["records"]
     if len(records) <= warmup_batches:
-        raise ValueError(f"the run delivered {len(records)} batches, not more than warmup_batches={warmup_batches}: "
-                         "nothing was timed; use fewer warm-up batches, more data or a smaller batch size")
+        raise ValueError(
+            f"the run delivered {len(records)} batches, not more than warmup_batches={warmup_batches}: "
+            "nothing was timed; use fewer warm-up batches, more data or a smaller batch size"
+        )
     timed = records[warmup_batches:]
     start = records[warmup_batches - 1]["arrival_s"] if warmup_batches else 0.0
     elapsed = timed[-1]["arrival_s"] - start
@@ -67,17 +69,22 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     frames = samples * trace["frames_per_sample"]
     latencies_ms = np.array([s for r in timed for s in r["sample_s"]], dtype=np.float64) * 1e3
     out: dict[str, Any] = {
-        "batches": len(timed), "samples": samples, "frames_delivered": frames, "wallclock_s": elapsed,
+        "batches": len(timed),
+        "samples": samples,
+        "frames_delivered": frames,
+        "wallclock_s": elapsed,
         "total_wallclock_s": records[-1]["arrival_s"],
-        "samples_per_s": samples / elapsed, "frames_per_s": frames / elapsed,
+        "samples_per_s": samples / elapsed,
+        "frames_per_s": frames / elapsed,
         "first_batch_latency_s": records[0]["arrival_s"],
         "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
         # a mixture's episodes are (source, episode) pairs: sources number their episodes alike
-        "shuffle_randomness_frac": randomness([list(zip(r["sources"], r["episodes"])) if "sources" in r
-                                               else r["episodes"] for r in records]),
-        "peak_rss_mib": trace["peak_rss_bytes"] / 2 ** 20,
-        "baseline_rss_mib": trace["baseline_rss_bytes"] / 2 ** 20,
-        "peak_pss_mib": trace.get("peak_pss_bytes", 0) / 2 ** 20,
+        "shuffle_randomness_frac": randomness(
+            [list(zip(r["sources"], r["episodes"])) if "sources" in r else r["episodes"] for r in records]
+        ),
+        "peak_rss_mib": trace["peak_rss_bytes"] / 2**20,
+        "baseline_rss_mib": trace["baseline_rss_bytes"] / 2**20,
+        "peak_pss_mib": trace.get("peak_pss_bytes", 0) / 2**20,
         "latency_cdf_ms": np.percentile(latencies_ms, np.linspace(0, 100, CDF_POINTS)).tolist(),
     }
     for p in PERCENTILES:
@@ -90,12 +97,20 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         out["decoded_per_delivered"] = counts["frames_decoded"] / counts["frames_delivered"]
         out["decoded_frames_per_s"] = out["frames_per_s"] * out["decoded_per_delivered"]
     # The whole run's frames (warm-up included, as a store's bytes served are): decoded when counted, else delivered.
-    out["run_frames"] = counts.get("frames_decoded") or sum(len(r["episodes"]) for r in records) * trace[
-        "frames_per_sample"]
+    out["run_frames"] = (
+        counts.get("frames_decoded") or sum(len(r["episodes"]) for r in records) * trace["frames_per_sample"]
+    )
     # remote bytes and the readers' wait for them, read-ahead requests in flight, blocks fetched ahead and evicted
     # unread; reused vs new batch buffers
-    for key in ("bytes_read", "read_wait_us", "in_flight_peak", "evicted_unread", "reader_fetches", "pooled_batches",
-                "fresh_batches"):
+    for key in (
+        "bytes_read",
+        "read_wait_us",
+        "in_flight_peak",
+        "evicted_unread",
+        "reader_fetches",
+        "pooled_batches",
+        "fresh_batches",
+    ):
         if key in counts:
             out[key] = counts[key]
     cache = cache_totals(records)
@@ -131,21 +146,27 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
     """
     if not per_rank:
         raise ValueError("no rank reported a result")
-    total = {key: float(sum(r[key] for r in per_rank)) for key in ("samples_per_s", "frames_per_s", "samples",
-                                                                   "frames_delivered")}
+    total = {
+        key: float(sum(r[key] for r in per_rank))
+        for key in ("samples_per_s", "frames_per_s", "samples", "frames_delivered")
+    }
     out: dict[str, Any] = dict(per_rank[0])
     out.update(total)
-    out.update({
-        "ranks": len(per_rank), "nodes": nodes,
-        "frames_per_s_node": total["frames_per_s"] / nodes, "samples_per_s_node": total["samples_per_s"] / nodes,
-        "first_batch_latency_s": max(r["first_batch_latency_s"] for r in per_rank),
-        "wallclock_s": max(r["wallclock_s"] for r in per_rank),
-        "peak_rss_mib": max(r["peak_rss_mib"] for r in per_rank),
-        "peak_rss_mib_node_sum": sum(r["peak_rss_mib"] for r in per_rank) / nodes,
-        "peak_pss_mib": max(r["peak_pss_mib"] for r in per_rank),
-        "data_wait_frac": float(np.mean([r["data_wait_frac"] for r in per_rank])),
-        "shuffle_randomness_frac": float(np.mean([r["shuffle_randomness_frac"] for r in per_rank])),
-    })
+    out.update(
+        {
+            "ranks": len(per_rank),
+            "nodes": nodes,
+            "frames_per_s_node": total["frames_per_s"] / nodes,
+            "samples_per_s_node": total["samples_per_s"] / nodes,
+            "first_batch_latency_s": max(r["first_batch_latency_s"] for r in per_rank),
+            "wallclock_s": max(r["wallclock_s"] for r in per_rank),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in per_rank),
+            "peak_rss_mib_node_sum": sum(r["peak_rss_mib"] for r in per_rank) / nodes,
+            "peak_pss_mib": max(r["peak_pss_mib"] for r in per_rank),
+            "data_wait_frac": float(np.mean([r["data_wait_frac"] for r in per_rank])),
+            "shuffle_randomness_frac": float(np.mean([r["shuffle_randomness_frac"] for r in per_rank])),
+        }
+    )
     values = np.concatenate([r["latency_cdf_ms"] for r in per_rank])
     weights = np.concatenate([np.full(len(r["latency_cdf_ms"]), max(1, r["samples"])) for r in per_rank])
     out["latency_cdf_ms"] = weighted_percentiles(values, weights, np.linspace(0, 100, CDF_POINTS)).tolist()
@@ -156,6 +177,11 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
             out[key] = float(sum(r[key] for r in per_rank))
     if all("samples_per_source" in r for r in per_rank):
         width = max(len(r["samples_per_source"]) for r in per_rank)
-        out["samples_per_source"] = np.sum([np.pad(r["samples_per_source"], (0, width - len(r["samples_per_source"])))
-                                            for r in per_rank], axis=0).astype(int).tolist()
+        out["samples_per_source"] = (
+            np.sum(
+                [np.pad(r["samples_per_source"], (0, width - len(r["samples_per_source"]))) for r in per_rank], axis=0
+            )
+            .astype(int)
+            .tolist()
+        )
     return out

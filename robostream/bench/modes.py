@@ -11,8 +11,9 @@ SARM_STEPS = 8
 SARM_SPACING_S = 1.0
 
 
-def mode_delta_timestamps(mode: str, camera_keys: list[str], state_key: str | None = "observation.state"
-                          ) -> dict[str, list[float]] | None:
+def mode_delta_timestamps(
+    mode: str, camera_keys: list[str], state_key: str | None = "observation.state"
+) -> dict[str, list[float]] | None:
     if mode == "single":
         return None
     if mode == "sarm":

@@ -193,8 +193,14 @@ def _progress(total: int | None) -> Any:
     return tqdm(total=total, unit="batch", desc="bench", file=sys.stderr, disable=None, leave=False)
 
 
-def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_batches: int,
-            duration_s: float | None, device: str) -> list[dict[str, Any]]:
+def consume(
+    bundle: Mapping[str, Any],
+    started: float,
+    num_batches: int,
+    warmup_batches: int,
+    duration_s: float | None,
+    device: str,
+) -> list[dict[str, Any]]:
     """Pull batches until `warmup_batches + num_batches` arrived or `duration_s` passed after the warm-up.
 
     Each record: arrival time (s since `started`, i.e. since dataset construction began), time the consumer waited
@@ -214,8 +220,12 @@ def consume(bundle: Mapping[str, Any], started: float, num_batches: int, warmup_
         arrived = time.perf_counter()
         _to_device(batch, target)
         probe = batch[PROBE_KEY].tolist()
-        record = {"arrival_s": arrived - started, "wait_s": arrived - asked,
-                  "episodes": batch["episode_index"].tolist(), "sample_s": [p[0] for p in probe]}
+        record = {
+            "arrival_s": arrived - started,
+            "wait_s": arrived - asked,
+            "episodes": batch["episode_index"].tolist(),
+            "sample_s": [p[0] for p in probe],
+        }
         if "dataset_index" in batch:  # a mixture: which source each sample came from
             record["sources"] = batch["dataset_index"].tolist()
         if len(probe[0]) > 2:  # the last sample of each worker holds its latest cache counters
@@ -241,13 +251,26 @@ def run(spec: Mapping[str, Any]) -> dict[str, Any]:
     with MemorySampler() as rss:
         started = time.perf_counter()
         bundle = factory(dict(spec["params"]))
-        records = consume(bundle, started, int(spec["num_batches"]), int(spec["warmup_batches"]),
-                          spec.get("duration_s"), spec.get("device", "cpu"))
+        records = consume(
+            bundle,
+            started,
+            int(spec["num_batches"]),
+            int(spec["warmup_batches"]),
+            spec.get("duration_s"),
+            spec.get("device", "cpu"),
+        )
         counts = bundle["counts"]() if bundle.get("counts") else None
     split = bundle["split"](int(spec["split_samples"])) if bundle.get("split") and spec.get("split_samples") else None
-    return {"records": records, "frames_per_sample": bundle["frames_per_sample"], "counts": counts, "split": split,
-            "peak_rss_bytes": rss.peak, "baseline_rss_bytes": rss.baseline, "peak_pss_bytes": rss.peak_pss,
-            "info": bundle.get("info", {})}
+    return {
+        "records": records,
+        "frames_per_sample": bundle["frames_per_sample"],
+        "counts": counts,
+        "split": split,
+        "peak_rss_bytes": rss.peak,
+        "baseline_rss_bytes": rss.baseline,
+        "peak_pss_bytes": rss.peak_pss,
+        "info": bundle.get("info", {}),
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -21,8 +21,9 @@ SEGMENT_FRAMES = 512
 DECODE_BATCH = 64
 
 
-def plan_segments(frame_counts: dict[str, int], max_frames: int, segment: int = SEGMENT_FRAMES
-                  ) -> list[tuple[str, int, int]]:
+def plan_segments(
+    frame_counts: dict[str, int], max_frames: int, segment: int = SEGMENT_FRAMES
+) -> list[tuple[str, int, int]]:
     """(file, first frame, stop frame) segments covering up to `max_frames` frames, spread over all files:
     the same share of every file, so every camera and codec setting is represented."""
     total = sum(frame_counts.values())
@@ -39,11 +40,11 @@ def _reader(root: str, backend: str | None, device: str) -> CameraReader:
     return CameraReader(load_metadata(root), tolerance_s=1e-4, backend=backend, device=device)
 
 
-def _decode_segment(root: str, backend: str | None, device: str, planes: dict[str, Plane],
-                    segment: tuple[str, int, int]) -> int:
+def _decode_segment(
+    root: str, backend: str | None, device: str, planes: dict[str, Plane], segment: tuple[str, int, int]
+) -> int:
     relative, first, stop = segment
-    decoder = open_dataset_video(_reader(root, backend, device).meta, relative, backend, device,
-                                 plane=planes[relative])
+    decoder = open_dataset_video(_reader(root, backend, device).meta, relative, backend, device, plane=planes[relative])
     for start in range(first, stop, DECODE_BATCH):
         decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
     return stop - first
@@ -52,17 +53,20 @@ def _decode_segment(root: str, backend: str | None, device: str, planes: dict[st
 def _planes(reader: CameraReader) -> dict[str, Plane]:
     """Every video file of the dataset and the plane it is decoded as (a depth camera's: its gray12 codes)."""
     meta = reader.meta
-    return {meta.video_file(int(e), key): "gray12" if key in meta.depth_codings else "rgb"
-            for e in meta.episodes.episode_index for key in meta.video_keys}
+    return {
+        meta.video_file(int(e), key): "gray12" if key in meta.depth_codings else "rgb"
+        for e in meta.episodes.episode_index
+        for key in meta.video_keys
+    }
 
 
 def _frame_counts(reader: CameraReader, backend: str, device: str, planes: dict[str, Plane]) -> dict[str, int]:
-    return {f: open_dataset_video(reader.meta, f, backend, device, plane=planes[f]).num_frames
-            for f in sorted(planes)}
+    return {f: open_dataset_video(reader.meta, f, backend, device, plane=planes[f]).num_frames for f in sorted(planes)}
 
 
-def decode_reference(root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None,
-                     max_frames: int = 12_000) -> dict[str, Any]:
+def decode_reference(
+    root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None, max_frames: int = 12_000
+) -> dict[str, Any]:
     """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores)."""
     backend = backend or default_backend()
     reader = _reader(root, backend, device)  # forked decode processes inherit it (metadata read once)
@@ -76,5 +80,12 @@ def decode_reference(root: str, backend: str | None = None, device: str = "cpu",
     with ProcessPoolExecutor(max_workers=processes) as pool:
         frames = sum(pool.map(work, segments))
     seconds = time.perf_counter() - start
-    return {"reference": "decode", "decoder": backend, "video_decode_device": device, "processes": processes,
-            "frames": frames, "seconds": seconds, "frames_per_s": frames / seconds}
+    return {
+        "reference": "decode",
+        "decoder": backend,
+        "video_decode_device": device,
+        "processes": processes,
+        "frames": frames,
+        "seconds": seconds,
+        "frames_per_s": frames / seconds,
+    }

@@ -100,15 +100,24 @@ def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) 
         elif title == "randomness (uniform)":
             cells.append(f"{m['shuffle_randomness_frac']:.2f} ({m['uniform_randomness_frac']:.2f})")
         elif title == "fetch/decode ms":
-            cells.append(f"{m['fetch_ms_per_sample']:.1f} / {m['decode_ms_per_sample']:.1f}"
-                         if "fetch_ms_per_sample" in m else "-")
+            cells.append(
+                f"{m['fetch_ms_per_sample']:.1f} / {m['decode_ms_per_sample']:.1f}"
+                if "fetch_ms_per_sample" in m
+                else "-"
+            )
         elif title == "calls / seeks per 100 frames":
-            cells.append(f"{m['decoder_calls_per_100_frames']:.1f} / {m['seeks_per_100_frames']:.1f}"
-                         if "seeks_per_100_frames" in m else "-")
+            cells.append(
+                f"{m['decoder_calls_per_100_frames']:.1f} / {m['seeks_per_100_frames']:.1f}"
+                if "seeks_per_100_frames" in m
+                else "-"
+            )
         else:
             cache = m.get("video_decoder_cache")
-            cells.append(f"{cache['hit_rate']:.3f} ({cache['misses']:.0f} misses, {cache['evictions']:.0f} evicted)"
-                         if cache else "-")
+            cells.append(
+                f"{cache['hit_rate']:.3f} ({cache['misses']:.0f} misses, {cache['evictions']:.0f} evicted)"
+                if cache
+                else "-"
+            )
     if reference:
         cells.append(f"{m['frames_per_s'] / reference['frames_per_s']:.2f}")
     return cells
@@ -131,9 +140,11 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     if reference:
         lines.append("")
         runs = " / ".join(f"{r:.0f}" for r in reference.get("runs_frames_per_s", []))
-        lines.append(f"Raw decode reference ({reference['decoder']}, {reference['processes']} processes, "
-                     f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s"
-                     + (f" (mean of {runs}, before and after the runs)." if runs else "."))
+        lines.append(
+            f"Raw decode reference ({reference['decoder']}, {reference['processes']} processes, "
+            f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s"
+            + (f" (mean of {runs}, before and after the runs)." if runs else ".")
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -157,16 +168,23 @@ def store_line(result: Mapping[str, Any]) -> str:
     the readers waited for bytes (streaming: summed over workers)."""
     settings, load = result["config"].get("store") or {}, result["metrics"]["store"]
     metrics = result["metrics"]
-    knobs = ", ".join(f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
-                      for name, value in settings.items() if value is not None)
-    line = (f"Slow store ({knobs}), {label(result)}: {load['requests']} requests, in flight mean "
-            f"{load['in_flight_mean']:.2f} / max {load['in_flight_max']}, {load['bytes'] / 1e6:.1f} MB served")
+    knobs = ", ".join(
+        f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
+        for name, value in settings.items()
+        if value is not None
+    )
+    line = (
+        f"Slow store ({knobs}), {label(result)}: {load['requests']} requests, in flight mean "
+        f"{load['in_flight_mean']:.2f} / max {load['in_flight_max']}, {load['bytes'] / 1e6:.1f} MB served"
+    )
     if load.get("frame_bytes") and metrics.get("run_frames"):
         line += f" = {load['bytes'] / (metrics['run_frames'] * load['frame_bytes']):.2f}x the frames' video bytes"
     if "read_wait_us" in metrics:
-        line += (f"; readers waited {metrics['read_wait_us'] / 1e6:.1f} s for bytes and fetched "
-                 f"{metrics.get('reader_fetches', 0)} blocks themselves, {metrics.get('evicted_unread', 0)} blocks "
-                 "fetched ahead were evicted unread")
+        line += (
+            f"; readers waited {metrics['read_wait_us'] / 1e6:.1f} s for bytes and fetched "
+            f"{metrics.get('reader_fetches', 0)} blocks themselves, {metrics.get('evicted_unread', 0)} blocks "
+            "fetched ahead were evicted unread"
+        )
     if "cpu_s" in load:  # the store runs on the readers' machine: what it took from them
         line += f"; the store itself used {load['cpu_s']:.1f} CPU-s"
     return line
@@ -182,8 +200,11 @@ def plots(folder: Path, results: list[dict[str, Any]], reference: Mapping[str, A
     folder = Path(folder)
     names = [label(r) for r in results]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(results)), 4))
-    ax.bar(names, [r["metrics"].get("frames_per_s_node", r["metrics"]["frames_per_s"]) for r in results],
-           color=["tab:blue" if r["config"]["loader"] in ("stream", "map") else "tab:gray" for r in results])
+    ax.bar(
+        names,
+        [r["metrics"].get("frames_per_s_node", r["metrics"]["frames_per_s"]) for r in results],
+        color=["tab:blue" if r["config"]["loader"] in ("stream", "map") else "tab:gray" for r in results],
+    )
     if reference:
         ax.axhline(reference["frames_per_s"], color="tab:red", linestyle="--", label="raw decode (all cores)")
         ax.legend()
@@ -215,8 +236,10 @@ def render(folder: Path) -> str:
     """report.md and the plots from the result files in `folder`; returns the markdown."""
     results, reference = load_results(folder)
     if not results:
-        raise FileNotFoundError(f"{folder}: no benchmark result files (*.json with config and metrics) found; "
-                                "run `robostream bench --out DIR` first")
+        raise FileNotFoundError(
+            f"{folder}: no benchmark result files (*.json with config and metrics) found; "
+            "run `robostream bench --out DIR` first"
+        )
     text = markdown(results, reference)
     (Path(folder) / "report.md").write_text(text)
     plots(folder, results, reference)

@@ -22,8 +22,8 @@ from typing import Any
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
 from robostream.datasets.origin import ReadOptions, open_dataset
-from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.errors import RobostreamError
+from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.format.metadata import DatasetMetadata
 
 HERE = Path(__file__).resolve().parent
@@ -81,8 +81,10 @@ class RunConfig:
         mixture of 3 sources: `local_mix3_stream_...`)."""
         mix = f"_mix{len(self.sources)}" if self.sources else ""
         mix += {"per_stream": "_perstream", "stratified": "_stratified"}.get(self.batching, "")
-        stem = (f"{self.label}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
-                f"{self.video_decode_device.split(':')[0]}")
+        stem = (
+            f"{self.label}{mix}_{self.loader}_{self.mode}_b{self.batch_size}_w{self.num_workers}_"
+            f"{self.video_decode_device.split(':')[0]}"
+        )
         return stem if rank is None else f"{stem}_rank{rank}"
 
 
@@ -116,10 +118,13 @@ def export_launch(launch: Launch) -> None:
     """Make a SLURM-resolved layout visible as RANK/WORLD_SIZE to the probe processes and torch.distributed."""
     if launch.world_size > 1 and "RANK" not in os.environ:
         if "MASTER_ADDR" not in os.environ:
-            raise BenchError("a multi-task SLURM job without torchrun needs MASTER_ADDR and MASTER_PORT (the first "
-                             "node's host name and a free port); or launch with torchrun (benchmarks/slurm/)")
-        os.environ.update(RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size),
-                          LOCAL_WORLD_SIZE=str(launch.local_world_size))
+            raise BenchError(
+                "a multi-task SLURM job without torchrun needs MASTER_ADDR and MASTER_PORT (the first "
+                "node's host name and a free port); or launch with torchrun (benchmarks/slurm/)"
+            )
+        os.environ.update(
+            RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size), LOCAL_WORLD_SIZE=str(launch.local_world_size)
+        )
 
 
 def dataset_metadata(config: RunConfig) -> DatasetMetadata:
@@ -132,9 +137,18 @@ def source_metadata(config: RunConfig) -> list[DatasetMetadata]:
     """The metadata of the benchmarked dataset, or of every source of a mixture."""
     options = ReadOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
     wheres = config.sources or [{"repo_id": config.repo_id, "root": config.root, "revision": config.revision}]
-    return [open_dataset(where.get("repo_id"), where.get("root"), where.get("revision"), options,
-                         config.video_backend, "robostream bench", depth_output_unit=DEFAULT_DEPTH_UNIT)
-            for where in wheres]
+    return [
+        open_dataset(
+            where.get("repo_id"),
+            where.get("root"),
+            where.get("revision"),
+            options,
+            config.video_backend,
+            "robostream bench",
+            depth_output_unit=DEFAULT_DEPTH_UNIT,
+        )
+        for where in wheres
+    ]
 
 
 def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[float]] | None:
@@ -151,8 +165,10 @@ def probe_command(config: RunConfig, spec_path: str, trace_path: str) -> list[st
     """The probe process: robostream's loaders under this interpreter, the peer under its own."""
     if config.loader in PEERS:
         if not config.peer_python:
-            raise BenchError(f"--peer {config.loader} needs --peer_python: an interpreter with {config.loader} "
-                             "installed (it needs its own torch, so it lives in its own environment)")
+            raise BenchError(
+                f"--peer {config.loader} needs --peer_python: an interpreter with {config.loader} "
+                "installed (it needs its own torch, so it lives in its own environment)"
+            )
         return [config.peer_python, str(HERE / "probe.py"), spec_path, trace_path]
     return [sys.executable, "-m", "robostream.bench.probe", spec_path, trace_path]
 
@@ -165,22 +181,42 @@ def local_device(device: str, environ: Mapping[str, str] | None = None) -> str:
 
 def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
     factory = f"{HERE / PEER_FACTORIES[config.loader]}" if config.loader in PEERS else "robostream.bench.loaders:build"
-    params = {"loader": config.loader, "root": config.root, "peer_root": config.peer_root, "repo_id": config.repo_id,
-              "revision": config.revision,
-              "data_files_root": config.data_files_root, "episodes": None, "delta_timestamps": deltas,
-              "storage_options": config.storage_options, "cache_dir": config.cache_dir,
-              "cache_limit": config.cache_limit, "read_buffer": config.read_buffer,
-              "batch_size": config.batch_size, "num_workers": config.num_workers,
-              "prefetch_factor": config.prefetch_factor, "seed": config.seed, "pool_size": config.pool_size,
-              "video_backend": config.video_backend, "video_decoder_cache_size": config.video_decoder_cache_size,
-              "video_decode_device": local_device(config.video_decode_device),
-              "sources": config.sources, "epoch_size": config.epoch_size, "batching": config.batching,
-              # pinned host memory only helps a CPU-decoded batch on its way to a GPU
-              "pin_memory": config.device.startswith("cuda") and config.video_decode_device == "cpu"}
-    return {"factory": factory, "params": params, "num_batches": config.num_batches,
-            "warmup_batches": config.warmup_batches, "duration_s": config.duration_s,
-            "device": local_device(config.device),
-            "split_samples": config.split_samples}
+    params = {
+        "loader": config.loader,
+        "root": config.root,
+        "peer_root": config.peer_root,
+        "repo_id": config.repo_id,
+        "revision": config.revision,
+        "data_files_root": config.data_files_root,
+        "episodes": None,
+        "delta_timestamps": deltas,
+        "storage_options": config.storage_options,
+        "cache_dir": config.cache_dir,
+        "cache_limit": config.cache_limit,
+        "read_buffer": config.read_buffer,
+        "batch_size": config.batch_size,
+        "num_workers": config.num_workers,
+        "prefetch_factor": config.prefetch_factor,
+        "seed": config.seed,
+        "pool_size": config.pool_size,
+        "video_backend": config.video_backend,
+        "video_decoder_cache_size": config.video_decoder_cache_size,
+        "video_decode_device": local_device(config.video_decode_device),
+        "sources": config.sources,
+        "epoch_size": config.epoch_size,
+        "batching": config.batching,
+        # pinned host memory only helps a CPU-decoded batch on its way to a GPU
+        "pin_memory": config.device.startswith("cuda") and config.video_decode_device == "cpu",
+    }
+    return {
+        "factory": factory,
+        "params": params,
+        "num_batches": config.num_batches,
+        "warmup_batches": config.warmup_batches,
+        "duration_s": config.duration_s,
+        "device": local_device(config.device),
+        "split_samples": config.split_samples,
+    }
 
 
 def run_echoing_stderr(command: list[str], keep: int = 8192) -> tuple[int, str]:
@@ -206,8 +242,10 @@ def run_probe(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[
         returncode, tail = run_echoing_stderr(command)
         if returncode != 0 or not os.path.exists(trace_path):
             last = tail.strip().splitlines()[-1] if tail.strip() else "no error output"
-            raise BenchError(f"benchmark run {config.name()} failed (exit code {returncode} from "
-                             f"{' '.join(command[:3])} ...): {last}")
+            raise BenchError(
+                f"benchmark run {config.name()} failed (exit code {returncode} from "
+                f"{' '.join(command[:3])} ...): {last}"
+            )
         with open(trace_path) as fh:
             return json.load(fh)
 
@@ -248,22 +286,32 @@ def finish(launch: Launch) -> None:
 
 
 def host_info() -> dict[str, Any]:
-    return {"hostname": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "hostname": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
-def run_config(config: RunConfig, meta: DatasetMetadata, launch: Launch,
-               gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
-               ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def run_config(
+    config: RunConfig, meta: DatasetMetadata, launch: Launch, gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """This rank's result and, on rank 0, the job-wide one (None elsewhere); `meta` is the benchmarked dataset's."""
     try:
         deltas = resolve_deltas(config, meta)
         trace = run_probe(config, deltas)
         summary = summarize(trace, config.warmup_batches)
         if config.sources:  # the episodes every source selects
-            lengths = [int(n) for where, source in zip(config.sources, source_metadata(config))
-                       for n in (source.episodes.lengths_of(where["episodes"]) if where.get("episodes") is not None
-                                 else source.episodes.length)]
+            lengths = [
+                int(n)
+                for where, source in zip(config.sources, source_metadata(config))
+                for n in (
+                    source.episodes.lengths_of(where["episodes"])
+                    if where.get("episodes") is not None
+                    else source.episodes.length
+                )
+            ]
         else:
             lengths = [int(n) for n in meta.episodes.length]
         summary["uniform_randomness_frac"] = uniform_randomness(lengths, config.batch_size, seed=config.seed)
@@ -272,8 +320,13 @@ def run_config(config: RunConfig, meta: DatasetMetadata, launch: Launch,
         gather({"rank": launch.rank, "error": str(exc)})
         raise
     config_dict = asdict(replace(config, delta_timestamps=deltas))
-    mine = {"config": config_dict, "rank": launch.rank, "metrics": summary, "info": trace.get("info", {}),
-            "host": host_info()}
+    mine = {
+        "config": config_dict,
+        "rank": launch.rank,
+        "metrics": summary,
+        "info": trace.get("info", {}),
+        "host": host_info(),
+    }
     everyone = gather(mine)
     failed = [r for r in everyone if "error" in r]
     if failed:
@@ -282,8 +335,19 @@ def run_config(config: RunConfig, meta: DatasetMetadata, launch: Launch,
         return mine, None
     job = aggregate([r["metrics"] for r in everyone], launch.nodes)
     job["uniform_randomness_frac"] = summary["uniform_randomness_frac"]
-    return mine, {"config": config_dict, "world_size": launch.world_size, "nodes": launch.nodes, "metrics": job,
-                  "per_rank": [{"rank": r["rank"], "host": r["host"]["hostname"],
-                                **{k: v for k, v in r["metrics"].items() if k != "latency_cdf_ms"}}
-                               for r in everyone],
-                  "info": trace.get("info", {}), "host": host_info()}
+    return mine, {
+        "config": config_dict,
+        "world_size": launch.world_size,
+        "nodes": launch.nodes,
+        "metrics": job,
+        "per_rank": [
+            {
+                "rank": r["rank"],
+                "host": r["host"]["hostname"],
+                **{k: v for k, v in r["metrics"].items() if k != "latency_cdf_ms"},
+            }
+            for r in everyone
+        ],
+        "info": trace.get("info", {}),
+        "host": host_info(),
+    }

@@ -57,8 +57,12 @@ class TrackingHTTPServer(ThreadingHTTPServer):
         self._handler_threads: set[threading.Thread] = set()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(target=self._run_request, args=(request, client_address), daemon=True,
-                                  name=f"{type(self.owner).__name__}-conn")
+        thread = threading.Thread(
+            target=self._run_request,
+            args=(request, client_address),
+            daemon=True,
+            name=f"{type(self.owner).__name__}-conn",
+        )
         with self._lock:
             self._conns.add(request)
             self._handler_threads.add(thread)
@@ -139,8 +143,12 @@ class BackgroundServer:
             raise RuntimeError(f"{type(self).__name__} already started")
         self._stopping.clear()
         self._httpd = TrackingHTTPServer(self, self._handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True, name=f"{type(self).__name__}-serve")
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name=f"{type(self).__name__}-serve",
+        )
         self._thread.start()
         return self
 
@@ -288,8 +296,10 @@ class RangeHandler(QuietHandler):
                 owner._count(url_path, len(chunk))  # before it goes out: a client holding it finds it counted
                 self.wfile.write(chunk)
                 if owner.bandwidth:  # one connection's rate: the next chunk waits until this one's time is up
-                    owner._stopping.wait(max(0.0, began + (start + len(chunk) - selected.start) / owner.bandwidth
-                                             - time.monotonic()))
+                    owner._stopping.wait(
+                        max(0.0, began + (start + len(chunk) - selected.start) / owner.bandwidth - time.monotonic())
+                    )
+
 
 class InFlight:
     """Requests a server is answering: admits at most `limit` at once (None: any number), and keeps the most seen
@@ -349,8 +359,16 @@ class RangeHTTPServer(BackgroundServer):
 
     _handler = RangeHandler
 
-    def __init__(self, root: str | Path, *, etag: bool = True, last_modified: bool = False, latency_s: float = 0.0,
-                 bandwidth: float | None = None, max_in_flight: int | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        etag: bool = True,
+        last_modified: bool = False,
+        latency_s: float = 0.0,
+        bandwidth: float | None = None,
+        max_in_flight: int | None = None,
+    ) -> None:
         super().__init__()
         self.root = Path(root).resolve()
         self.send_etag, self.send_last_modified = etag, last_modified
@@ -419,8 +437,13 @@ class RangeHTTPServer(BackgroundServer):
         over the `span_s` seconds that passed, and the CPU seconds spent answering."""
         with self._stats_lock:
             requests, sent = sum(self._requests.values()), sum(self._bytes.values())
-        return {"requests": requests, "bytes": sent, "in_flight_max": self.load.most,
-                "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0, "cpu_s": self.load.cpu_s}
+        return {
+            "requests": requests,
+            "bytes": sent,
+            "in_flight_max": self.load.most,
+            "in_flight_mean": self.load.request_s / span_s if span_s > 0 else 0.0,
+            "cpu_s": self.load.cpu_s,
+        }
 
     def _count(self, url_path: str, nbytes: int, request: bool = False) -> None:
         with self._stats_lock:
@@ -436,8 +459,17 @@ class RangeHTTPServer(BackgroundServer):
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 S3_MAX_KEYS = 1000  # S3's own cap on a listing page
 _OBJECT_QUERY = {"versionId", "x-id", "partNumber"}  # and response-*: ignored (an unversioned, single-part object)
-_LIST_QUERY = {"list-type", "prefix", "delimiter", "max-keys", "continuation-token", "start-after",
-               "encoding-type", "fetch-owner", "x-id"}
+_LIST_QUERY = {
+    "list-type",
+    "prefix",
+    "delimiter",
+    "max-keys",
+    "continuation-token",
+    "start-after",
+    "encoding-type",
+    "fetch-owner",
+    "x-id",
+}
 
 
 def _xml(root: Any) -> bytes:
@@ -470,11 +502,19 @@ class S3Handler(RangeHandler):
         return not ("*" in listed or (etag is not None and etag in listed))
 
     def refuse(self, status: int, code: str, body: bytes, headers: dict[str, str]) -> None:
-        self.s3_error(status, code, {412: "At least one of the pre-conditions you specified did not hold",
-                                     416: "The requested range is not satisfiable"}.get(status, code), headers)
+        self.s3_error(
+            status,
+            code,
+            {
+                412: "At least one of the pre-conditions you specified did not hold",
+                416: "The requested range is not satisfiable",
+            }.get(status, code),
+            headers,
+        )
 
-    def s3_error(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
-                 **fields: str) -> None:
+    def s3_error(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None, **fields: str
+    ) -> None:
         """An S3 error answer: ``<Error><Code>..</Code><Message>..</Message>...</Error>`` (HEAD: no body)."""
         import xml.etree.ElementTree as ET
 
@@ -511,15 +551,22 @@ class S3Handler(RangeHandler):
         file = owner.object_file(folder, key)
         if file is None or version_id != "null":  # "null": the version id of an object in an unversioned bucket
             code = "NoSuchKey" if file is None else "NoSuchVersion"
-            self.s3_error(404, code, "The specified key does not exist." if file is None else
-                          "The specified version does not exist.", Key=key, BucketName=bucket,
-                          Resource=url_path, **({} if file is None else {"VersionId": version_id}))
+            self.s3_error(
+                404,
+                code,
+                "The specified key does not exist." if file is None else "The specified version does not exist.",
+                Key=key,
+                BucketName=bucket,
+                Resource=url_path,
+                **({} if file is None else {"VersionId": version_id}),
+            )
             return
         with file.open("rb") as handle:  # the open file is one version, however the path is replaced meanwhile
             self._send_file(owner, url_path, handle, send_body)
 
-    def _bucket_request(self, owner: "S3RangeServer", bucket: str, query: dict[str, list[str]],
-                        send_body: bool) -> None:
+    def _bucket_request(
+        self, owner: "S3RangeServer", bucket: str, query: dict[str, list[str]], send_body: bool
+    ) -> None:
         if self.command == "HEAD":  # HeadBucket
             self.send_plain(200, headers={"x-amz-bucket-region": owner.region})
         elif "location" in query:  # GetBucketLocation
@@ -533,10 +580,17 @@ class S3Handler(RangeHandler):
                 self.s3_error(400, "InvalidArgument", "max-keys must be an integer from 0 up")
                 return
             first = {name: values[0] for name, values in query.items()}
-            self._send_xml(owner.list_objects_v2(
-                bucket, prefix=first.get("prefix", ""), delimiter=first.get("delimiter", ""), max_keys=max_keys,
-                continuation_token=first.get("continuation-token"), start_after=first.get("start-after", ""),
-                url_encoded=first.get("encoding-type") == "url"))
+            self._send_xml(
+                owner.list_objects_v2(
+                    bucket,
+                    prefix=first.get("prefix", ""),
+                    delimiter=first.get("delimiter", ""),
+                    max_keys=max_keys,
+                    continuation_token=first.get("continuation-token"),
+                    start_after=first.get("start-after", ""),
+                    url_encoded=first.get("encoding-type") == "url",
+                )
+            )
         else:
             self.s3_error(501, "NotImplemented", "this slow store lists with ListObjectsV2 (list-type=2) only")
 
@@ -581,20 +635,29 @@ class S3RangeServer(RangeHTTPServer):
     KEY = "slow-store"
     SECRET = "slow-store"
 
-    def __init__(self, root: str | Path, *, latency_s: float = 0.0, bandwidth: float | None = None,
-                 max_in_flight: int | None = None, page_size: int = S3_MAX_KEYS, region: str = "us-east-1") -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        latency_s: float = 0.0,
+        bandwidth: float | None = None,
+        max_in_flight: int | None = None,
+        page_size: int = S3_MAX_KEYS,
+        region: str = "us-east-1",
+    ) -> None:
         """Args:
-            root: a folder whose subfolders are the buckets.
-            latency_s: seconds before the first byte of every answer (listings and errors too).
-            bandwidth: bytes/s per connection for object bodies (None: as fast as it goes).
-            max_in_flight: requests served at once; the others wait their turn (None: no cap).
-            page_size: most entries (keys and common prefixes) in one ListObjectsV2 page (S3's: 1000).
-            region: the region the buckets are in (HeadBucket, GetBucketLocation, the client options).
+        root: a folder whose subfolders are the buckets.
+        latency_s: seconds before the first byte of every answer (listings and errors too).
+        bandwidth: bytes/s per connection for object bodies (None: as fast as it goes).
+        max_in_flight: requests served at once; the others wait their turn (None: no cap).
+        page_size: most entries (keys and common prefixes) in one ListObjectsV2 page (S3's: 1000).
+        region: the region the buckets are in (HeadBucket, GetBucketLocation, the client options).
         """
         if page_size < 1:
             raise ValueError(f"page_size must be at least 1, not {page_size}")
-        super().__init__(root, etag=True, last_modified=True, latency_s=latency_s, bandwidth=bandwidth,
-                         max_in_flight=max_in_flight)
+        super().__init__(
+            root, etag=True, last_modified=True, latency_s=latency_s, bandwidth=bandwidth, max_in_flight=max_in_flight
+        )
         self.page_size, self.region = page_size, region
 
     def start(self) -> "S3RangeServer":
@@ -610,15 +673,23 @@ class S3RangeServer(RangeHTTPServer):
     def storage_options(self) -> dict[str, Any]:
         """fsspec/s3fs options for this store (robostream's ``ReadOptions(storage_options=...)``): its endpoint,
         its region and dummy credentials (never the environment's)."""
-        return {"key": self.KEY, "secret": self.SECRET,
-                "client_kwargs": {"endpoint_url": self.url, "region_name": self.region}}
+        return {
+            "key": self.KEY,
+            "secret": self.SECRET,
+            "client_kwargs": {"endpoint_url": self.url, "region_name": self.region},
+        }
 
     def object_store_options(self) -> dict[str, str]:
         """Options for the Rust ``object_store`` crate (lance/LanceDB ``storage_options``): path-style requests
         to this endpoint over plain HTTP, with dummy credentials."""
-        return {"aws_endpoint": self.url, "aws_region": self.region, "allow_http": "true",
-                "aws_access_key_id": self.KEY, "aws_secret_access_key": self.SECRET,
-                "aws_virtual_hosted_style_request": "false"}
+        return {
+            "aws_endpoint": self.url,
+            "aws_region": self.region,
+            "allow_http": "true",
+            "aws_access_key_id": self.KEY,
+            "aws_secret_access_key": self.SECRET,
+            "aws_virtual_hosted_style_request": "false",
+        }
 
     def bucket_folder(self, bucket: str) -> Path | None:
         """The folder of a bucket, or None (no such subfolder of ``root``)."""
@@ -665,9 +736,17 @@ class S3RangeServer(RangeHTTPServer):
                     found.append(key)
         return sorted(found, key=lambda k: k.encode())
 
-    def list_objects_v2(self, bucket: str, *, prefix: str = "", delimiter: str = "", max_keys: int = S3_MAX_KEYS,
-                        continuation_token: str | None = None, start_after: str = "",
-                        url_encoded: bool = False) -> Any:
+    def list_objects_v2(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        delimiter: str = "",
+        max_keys: int = S3_MAX_KEYS,
+        continuation_token: str | None = None,
+        start_after: str = "",
+        url_encoded: bool = False,
+    ) -> Any:
         """The ListBucketResult element of one ListObjectsV2 page."""
         import base64
         import xml.etree.ElementTree as ET
@@ -682,7 +761,7 @@ class S3RangeServer(RangeHTTPServer):
             if key.encode() <= after.encode() or (delimiter and after.endswith(delimiter) and key.startswith(after)):
                 continue
             cut = key.find(delimiter, len(prefix)) if delimiter else -1
-            entry = (key[:cut + len(delimiter)], True) if cut >= 0 else (key, False)
+            entry = (key[: cut + len(delimiter)], True) if cut >= 0 else (key, False)
             if entries and entries[-1] == entry:
                 continue  # another key under the same common prefix
             if len(entries) == limit:

@@ -19,8 +19,11 @@ def packet_list(path: Path) -> tuple[str, list[tuple[int | None, int | None, boo
     """(time base, [(pts, dts, is_keyframe, sha1 of the bytes)]) of the first video stream."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        packets = [(p.pts, p.dts, bool(p.is_keyframe), hashlib.sha1(bytes(p)).hexdigest())
-                   for p in container.demux(stream) if p.size]
+        packets = [
+            (p.pts, p.dts, bool(p.is_keyframe), hashlib.sha1(bytes(p)).hexdigest())
+            for p in container.demux(stream)
+            if p.size
+        ]
         return str(stream.time_base), packets
 
 
@@ -38,8 +41,10 @@ def compare_datasets(ours: str | Path, reference: str | Path) -> list[str]:
         if rel.endswith(".parquet"):
             ta, tb = pq.read_table(a), pq.read_table(b)
             if [(f.name, f.type) for f in ta.schema] != [(f.name, f.type) for f in tb.schema]:
-                problems.append(f"{a}: schema {[(f.name, str(f.type)) for f in ta.schema]} != "
-                                f"{[(f.name, str(f.type)) for f in tb.schema]}")
+                problems.append(
+                    f"{a}: schema {[(f.name, str(f.type)) for f in ta.schema]} != "
+                    f"{[(f.name, str(f.type)) for f in tb.schema]}"
+                )
             elif ta.num_rows != tb.num_rows:
                 problems.append(f"{a}: {ta.num_rows} rows != {tb.num_rows}")
             else:

@@ -49,8 +49,16 @@ class FinalizeConversion(PipelineStep):
         return None
 
 
-def launch(work_dir: Path, *, executor: Literal["datatrove-local", "slurm", "ray"], workers: int,
-           options: WorkerOptions, engine: EngineOptions, src: str, out: str | None) -> str | None:
+def launch(
+    work_dir: Path,
+    *,
+    executor: Literal["datatrove-local", "slurm", "ray"],
+    workers: int,
+    options: WorkerOptions,
+    engine: EngineOptions,
+    src: str,
+    out: str | None,
+) -> str | None:
     """Run (local, Ray) or submit (SLURM) the conversion; returns the SLURM finalize job id, else None.
 
     For local and Ray the caller finalizes after this returns; on SLURM the finalize job does.
@@ -59,25 +67,50 @@ def launch(work_dir: Path, *, executor: Literal["datatrove-local", "slurm", "ray
     logs = engine.logging_dir or str(work_dir.with_name(work_dir.name + ".logs"))
     step = ConvertFiles(str(work_dir), options)
     if executor == "datatrove-local":
-        LocalPipelineExecutor(pipeline=[step], tasks=tasks, workers=workers, logging_dir=f"{logs}/files",
-                              skip_completed=False).run()
+        LocalPipelineExecutor(
+            pipeline=[step], tasks=tasks, workers=workers, logging_dir=f"{logs}/files", skip_completed=False
+        ).run()
         return None
     if executor == "ray":
         import ray
 
         ray.init(ignore_reinit_error=True)
-        RayPipelineExecutor(pipeline=[step], tasks=tasks, workers=workers, logging_dir=f"{logs}/files",
-                            cpus_per_task=engine.cpus_per_task, mem_per_cpu_gb=engine.mem_per_cpu_gb,
-                            skip_completed=False).run()
+        RayPipelineExecutor(
+            pipeline=[step],
+            tasks=tasks,
+            workers=workers,
+            logging_dir=f"{logs}/files",
+            cpus_per_task=engine.cpus_per_task,
+            mem_per_cpu_gb=engine.mem_per_cpu_gb,
+            skip_completed=False,
+        ).run()
         return None
     if engine.partition is None:
         raise ValueError("--executor slurm needs --partition")
-    common = dict(time=engine.time, partition=engine.partition, mem_per_cpu_gb=engine.mem_per_cpu_gb,
-                  sbatch_args=dict(engine.sbatch_args), venv_path=engine.venv_path, skip_completed=False)
-    files = SlurmPipelineExecutor(pipeline=[step], tasks=tasks, cpus_per_task=engine.cpus_per_task,
-                                  job_name="robostream-convert", logging_dir=f"{logs}/files", **common)
-    final = SlurmPipelineExecutor(pipeline=[FinalizeConversion(src, out, str(work_dir), options)], tasks=1,
-                                  cpus_per_task=1, job_name="robostream-finalize", logging_dir=f"{logs}/finalize",
-                                  depends=files, **common)
+    common = dict(
+        time=engine.time,
+        partition=engine.partition,
+        mem_per_cpu_gb=engine.mem_per_cpu_gb,
+        sbatch_args=dict(engine.sbatch_args),
+        venv_path=engine.venv_path,
+        skip_completed=False,
+    )
+    files = SlurmPipelineExecutor(
+        pipeline=[step],
+        tasks=tasks,
+        cpus_per_task=engine.cpus_per_task,
+        job_name="robostream-convert",
+        logging_dir=f"{logs}/files",
+        **common,
+    )
+    final = SlurmPipelineExecutor(
+        pipeline=[FinalizeConversion(src, out, str(work_dir), options)],
+        tasks=1,
+        cpus_per_task=1,
+        job_name="robostream-finalize",
+        logging_dir=f"{logs}/finalize",
+        depends=files,
+        **common,
+    )
     final.run()
     return str(final.job_id)

@@ -66,8 +66,10 @@ def _failed_task_message(work: WorkDir, options: WorkerOptions) -> str:
     for task in load_plan(work).tasks:
         failures = work.failures(task.task_id, since=options.since)
         if len(failures) >= options.max_attempts:
-            return (f"{task.output}: failed {len(failures)} times; last error ({failures[-1]['owner']}): "
-                    f"{failures[-1]['message']}")
+            return (
+                f"{task.output}: failed {len(failures)} times; last error ({failures[-1]['owner']}): "
+                f"{failures[-1]['message']}"
+            )
     return "a worker reported a failed task, but no task has reached the attempt limit"
 
 
@@ -86,8 +88,9 @@ class LocalPool:
 
     def _start_one(self) -> None:
         wait_for_plan = not WorkDir(self.work_dir).plan_path.exists()
-        process = self.context.Process(target=_worker_main, args=(str(self.work_dir), self.options, wait_for_plan),
-                                       name="robostream-convert")
+        process = self.context.Process(
+            target=_worker_main, args=(str(self.work_dir), self.options, wait_for_plan), name="robostream-convert"
+        )
         process.start()
         self.running[process.sentinel] = process
 
@@ -117,19 +120,28 @@ class LocalPool:
                     if process.exitcode == EXIT_TASK_FAILED:
                         self.stop()
                         raise ConversionFailed(_failed_task_message(work, self.options))
-                    how = (f"killed by {signal.Signals(-process.exitcode).name}" if process.exitcode < 0
-                           else f"exit code {process.exitcode}")
+                    how = (
+                        f"killed by {signal.Signals(-process.exitcode).name}"
+                        if process.exitcode < 0
+                        else f"exit code {process.exitcode}"
+                    )
                     held = work.leases_held_by_pid(socket.gethostname(), process.pid, task_ids)
                     for lease in held:
-                        work.record_failure(lease.task_id, lease.attempt, lease.owner,
-                                            f"worker process {process.pid} died ({how}) while producing this file")
+                        work.record_failure(
+                            lease.task_id,
+                            lease.attempt,
+                            lease.owner,
+                            f"worker process {process.pid} died ({how}) while producing this file",
+                        )
                     # A worker that dies holding nothing failed outside any task (start-up, environment):
                     # retrying forever would hang the run, so such deaths are bounded like a task's failures.
                     idle_deaths = 0 if held else idle_deaths + 1
                     if idle_deaths >= self.options.max_attempts:
                         self.stop()
-                        raise ConversionFailed(f"{idle_deaths} worker processes in a row died ({how}) before "
-                                               "taking any file; see their output above")
+                        raise ConversionFailed(
+                            f"{idle_deaths} worker processes in a row died ({how}) before "
+                            "taking any file; see their output above"
+                        )
                     if not all(work.is_done(t) for t in task_ids):
                         self._start_one()
                 on_tick()

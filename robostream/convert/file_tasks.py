@@ -52,8 +52,10 @@ def write_data_file(inputs: list[Path], output: Path, image_keys: list[str]) -> 
         if schema is None:
             schema = target
         elif target != schema:
-            raise DatasetFormatError(f"{path}: columns {target} differ from {inputs[0]}'s {schema}; every episode "
-                                     "parquet of a dataset must have the same columns and types")
+            raise DatasetFormatError(
+                f"{path}: columns {target} differ from {inputs[0]}'s {schema}; every episode "
+                "parquet of a dataset must have the same columns and types"
+            )
         tables.append(table.cast(schema))
     pq.write_table(pa.concat_tables(tables), output, compression="snappy")
     return fsync_file(output)

@@ -33,12 +33,23 @@ from robostream.format.v21 import V21Dataset
 
 V30 = "v3.0"
 # lerobot writes the episodes table as one file and refuses it when `nbytes // MiB > 100` (from 101 MiB in memory)
-EPISODES_TABLE_REFUSED_BYTES = 101 * 1024 ** 2
+EPISODES_TABLE_REFUSED_BYTES = 101 * 1024**2
 # DatasetInfo field order of lerobot 0.6.1 (dataclasses.asdict), with the defaults of fields v2.1 may lack.
 INFO_FIELDS: dict[str, Any] = {
-    "codebase_version": None, "fps": None, "features": None, "total_episodes": 0, "total_frames": 0,
-    "total_tasks": 0, "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200,
-    "data_path": None, "video_path": None, "robot_type": None, "splits": {}, "tools": None,
+    "codebase_version": None,
+    "fps": None,
+    "features": None,
+    "total_episodes": 0,
+    "total_frames": 0,
+    "total_tasks": 0,
+    "chunks_size": 1000,
+    "data_files_size_in_mb": 100,
+    "video_files_size_in_mb": 200,
+    "data_path": None,
+    "video_path": None,
+    "robot_type": None,
+    "splits": {},
+    "tools": None,
 }
 
 
@@ -51,8 +62,9 @@ def _arrow_lists(stacked: np.ndarray) -> pa.Array:
     return values
 
 
-def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask],
-                   stats: dict[str, dict[str, np.ndarray]]) -> pa.Table:
+def episodes_table(
+    dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask], stats: dict[str, dict[str, np.ndarray]]
+) -> pa.Table:
     """lerobot's episodes table: data placement, then each camera's (sorted), then the v2.1 episode line, then the
     flattened per-episode stats in their jsonl order, then the table's own location."""
     data_spans = span_of_each_episode([t.span for t in tasks if t.kind == "data"])
@@ -72,10 +84,12 @@ def episodes_table(dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTa
         columns[f"videos/{key}/to_timestamp"] = [b for _, b in stamps]
     columns["tasks"] = [e.tasks for e in dataset.episodes]
     columns["length"] = [e.length for e in dataset.episodes]
-    for name in (dataset.episodes[0].extra if dataset.episodes else {}):
+    for name in dataset.episodes[0].extra if dataset.episodes else {}:
         columns[name] = [e.extra.get(name) for e in dataset.episodes]
-    arrays = {name: pa.array(values, type=pa.list_(pa.string()) if name == "tasks" else None)
-              for name, values in columns.items()}
+    arrays = {
+        name: pa.array(values, type=pa.list_(pa.string()) if name == "tasks" else None)
+        for name, values in columns.items()
+    }
     for feature, feature_stats in stats.items():
         for stat, stacked in feature_stats.items():
             arrays[f"stats/{feature}/{stat}"] = _arrow_lists(stacked)
@@ -131,8 +145,14 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: ConversionPlan, tasks: list[FileTask],
-                   episode_stats: dict[str, dict[str, np.ndarray]]) -> None:
+def write_metadata(
+    stage: Path,
+    tmp: Path,
+    dataset: V21Dataset,
+    plan: ConversionPlan,
+    tasks: list[FileTask],
+    episode_stats: dict[str, dict[str, np.ndarray]],
+) -> None:
     """Write meta/ of the staged dataset (each file to a temp name in `tmp`, fsynced, then renamed).
 
     episode_stats: per-episode stats stacked along axis 0, as `format.v21.read_episode_stats` returns them."""
@@ -150,8 +170,10 @@ def write_metadata(stage: Path, tmp: Path, dataset: V21Dataset, plan: Conversion
 
     table = episodes_table(dataset, plan, tasks, episode_stats)
     for (chunk_index, file_index), part in episode_table_files(table):
-        place(DEFAULT_EPISODES_PATH.format(chunk_index=chunk_index, file_index=file_index),
-              lambda p, part=part: pq.write_table(part, p))
+        place(
+            DEFAULT_EPISODES_PATH.format(chunk_index=chunk_index, file_index=file_index),
+            lambda p, part=part: pq.write_table(part, p),
+        )
     crash_point("metadata-written")
     place("meta/tasks.parquet", lambda p: write_tasks(p, dataset.tasks))
     stats = aggregate_stacked(episode_stats)
@@ -201,8 +223,10 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
     old = root.with_name(f"{root.name}_old")
     if read_json(journal) is None:
         if old.exists():
-            raise RobostreamError(f"{old}: exists; the input is kept there after an in-place conversion. Move it "
-                                  "away (or pass --out DIR) and run again")
+            raise RobostreamError(
+                f"{old}: exists; the input is kept there after an in-place conversion. Move it "
+                "away (or pass --out DIR) and run again"
+            )
         write_json_atomic(journal, {"root": str(root), "old": str(old), "stage": str(stage)})
     if stage.exists() and root.exists() and not is_v30(root):
         if exchange(stage, root):  # root: new; stage: old
@@ -219,5 +243,3 @@ def swap(journal: Path, stage: Path, root: Path, *, out: Path | None) -> None:
     elif stage.exists() and is_v30(root) and not old.exists():
         os.rename(stage, old)  # crashed after the exchange
     fsync_dir(root.parent)
-
-

@@ -68,22 +68,32 @@ def claim_targets(root: str | Path, out: str | Path | None, work_dir: str | Path
     root = Path(root).absolute()
     out = Path(out).absolute() if out is not None else None
     destination = out if out is not None else root
-    work = (Path(work_dir).absolute() if work_dir is not None
-            else destination.parent / f".{destination.name}.robostream-convert")
+    work = (
+        Path(work_dir).absolute()
+        if work_dir is not None
+        else destination.parent / f".{destination.name}.robostream-convert"
+    )
     if out is not None and out.exists() and not (work / JOURNAL).exists():
         raise FileExistsError(f"{out}: already exists; --out must name a folder that does not exist yet")
     old = root.with_name(f"{root.name}_old")
     if out is None and old.exists() and not (work / JOURNAL).exists():
-        raise FileExistsError(f"{old}: exists; an in-place conversion keeps the input there. Move it away, or write "
-                              "the result elsewhere with --out DIR")
+        raise FileExistsError(
+            f"{old}: exists; an in-place conversion keeps the input there. Move it away, or write "
+            "the result elsewhere with --out DIR"
+        )
     destination.parent.mkdir(parents=True, exist_ok=True)
     work.parent.mkdir(parents=True, exist_ok=True)
     if os.stat(work.parent).st_dev != os.stat(destination.parent).st_dev:
-        raise RobostreamError(f"--work-dir {work} is on another filesystem than {destination}; the finished dataset "
-                              "is moved into place with one rename, which only works within a filesystem. Put the "
-                              "work dir beside the output (the default)")
-    protected = {"the input": root, "the output": destination} if out is not None else \
-        {"the input (converted in place)": root, "the folder the input is kept in": old}
+        raise RobostreamError(
+            f"--work-dir {work} is on another filesystem than {destination}; the finished dataset "
+            "is moved into place with one rename, which only works within a filesystem. Put the "
+            "work dir beside the output (the default)"
+        )
+    protected = (
+        {"the input": root, "the output": destination}
+        if out is not None
+        else {"the input (converted in place)": root, "the folder the input is kept in": old}
+    )
     claim_work_dir(work, protected=protected)
     return Targets(root, out, work)
 
@@ -96,18 +106,22 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
     plan = load_plan(work)
     unfinished = [t.output for t in plan.tasks if not work.is_done(t.task_id)]
     if unfinished:
-        raise RobostreamError(f"{targets.work}: {len(unfinished)} file(s) not converted yet (e.g. {unfinished[0]}); "
-                              "run the conversion again to finish them")
+        raise RobostreamError(
+            f"{targets.work}: {len(unfinished)} file(s) not converted yet (e.g. {unfinished[0]}); "
+            "run the conversion again to finish them"
+        )
     lease = work.try_claim(FINALIZE, Owner.current())
     if lease is None:
         return False
     heartbeat = Heartbeat(work, lease)  # finalize of 100k episodes takes a minute: keep others from taking over
     try:
-        write_metadata(work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks,
-                       work.load_episode_stats())
+        write_metadata(
+            work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks, work.load_episode_stats()
+        )
         if heartbeat.lost:
-            raise RobostreamError(f"{targets.work}: lost the finalize lease (stalled longer than the lease?); "
-                                  "another process finalizes")
+            raise RobostreamError(
+                f"{targets.work}: lost the finalize lease (stalled longer than the lease?); another process finalizes"
+            )
         swap(targets.journal, work.staging, targets.root, out=targets.out)
     finally:
         heartbeat.stop()
@@ -137,8 +151,9 @@ def complete_swap(targets: Targets) -> None:
     remove_work_dir(targets.work)
 
 
-def finish_conversion(src: str | Path, *, out: str | Path | None, work_dir: str | Path | None,
-                      options: WorkerOptions) -> None:
+def finish_conversion(
+    src: str | Path, *, out: str | Path | None, work_dir: str | Path | None, options: WorkerOptions
+) -> None:
     """Finalize a conversion whose files are all done (the SLURM finalize job runs this).
 
     Args:

@@ -30,8 +30,9 @@ def download_v21(repo_id: str, *, local_dir: Path, revision: str = "v2.1", token
     try:
         snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=local_dir, token=token)
     except RevisionNotFoundError as exc:
-        raise RobostreamError(f"{repo_id}: no revision {revision!r} on the Hub; pass the v2.1 branch, tag or commit "
-                              "with --revision") from exc
+        raise RobostreamError(
+            f"{repo_id}: no revision {revision!r} on the Hub; pass the v2.1 branch, tag or commit with --revision"
+        ) from exc
     return local_dir
 
 
@@ -42,8 +43,9 @@ def _commit_with_retry(api: HfApi, repo_id: str, branch: str, operations: list, 
     while True:
         head = api.repo_info(repo_id, repo_type="dataset", revision=branch).sha
         try:
-            return api.create_commit(repo_id, operations, commit_message=message, repo_type="dataset",
-                                     revision=branch, parent_commit=head).oid
+            return api.create_commit(
+                repo_id, operations, commit_message=message, repo_type="dataset", revision=branch, parent_commit=head
+            ).oid
         except HfHubHTTPError as exc:
             moved = exc.response is not None and exc.response.status_code == 412
             if not moved or attempt == COMMIT_ATTEMPTS:
@@ -51,8 +53,9 @@ def _commit_with_retry(api: HfApi, repo_id: str, branch: str, operations: list, 
             attempt += 1
 
 
-def push_v30(root: Path, repo_id: str, *, branch: str = "main", token: str | None = None,
-             max_operations: int = MAX_OPERATIONS) -> dict[str, object]:
+def push_v30(
+    root: Path, repo_id: str, *, branch: str = "main", token: str | None = None, max_operations: int = MAX_OPERATIONS
+) -> dict[str, object]:
     """Replace the v2.1 files of `branch` by the v3.0 dataset at `root`, then tag the result `v3.0`.
 
     Args:
@@ -65,8 +68,10 @@ def push_v30(root: Path, repo_id: str, *, branch: str = "main", token: str | Non
     try:
         return _push(root, repo_id, branch=branch, token=token, max_operations=max_operations)
     except HfHubHTTPError as exc:
-        raise RobostreamError(f"pushing {root} to {repo_id}@{branch} failed: {exc}. The converted dataset stays at "
-                              f"{root}; run the same command again to push it") from exc
+        raise RobostreamError(
+            f"pushing {root} to {repo_id}@{branch} failed: {exc}. The converted dataset stays at "
+            f"{root}; run the same command again to push it"
+        ) from exc
 
 
 def _push(root: Path, repo_id: str, *, branch: str, token: str | None, max_operations: int) -> dict[str, object]:
@@ -78,7 +83,7 @@ def _push(root: Path, repo_id: str, *, branch: str, token: str | None, max_opera
     operations = additions + deletions
     api.preupload_lfs_files(repo_id, additions, repo_type="dataset", revision=branch)
     commits = []
-    parts = [operations[i:i + max_operations] for i in range(0, len(operations), max_operations)]
+    parts = [operations[i : i + max_operations] for i in range(0, len(operations), max_operations)]
     for number, part in enumerate(parts, start=1):
         suffix = f" ({number}/{len(parts)})" if len(parts) > 1 else ""
         commits.append(_commit_with_retry(api, repo_id, branch, part, f"Convert to LeRobot v3.0{suffix}"))
@@ -86,5 +91,11 @@ def _push(root: Path, repo_id: str, *, branch: str, token: str | None, max_opera
     if any(tag.name == V30_TAG for tag in refs.tags):
         api.delete_tag(repo_id, tag=V30_TAG, repo_type="dataset")
     api.create_tag(repo_id, tag=V30_TAG, revision=commits[-1], repo_type="dataset")
-    return {"repo_id": repo_id, "branch": branch, "commits": commits, "tag": V30_TAG,
-            "files_added": len(additions), "files_deleted": len(deletions)}
+    return {
+        "repo_id": repo_id,
+        "branch": branch,
+        "commits": commits,
+        "tag": V30_TAG,
+        "files_added": len(additions),
+        "files_deleted": len(deletions),
+    }

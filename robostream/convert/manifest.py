@@ -36,7 +36,6 @@ import psutil
 
 from robostream.durable import fsync_dir
 
-
 TEMP_NAME = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{32}\.tmp(\.[a-z]+)?")  # what temp_sibling names
 
 
@@ -135,8 +134,10 @@ class WorkDir:
 
     # -- per-episode stats, parsed once at planning (JSON parsing is most of finalize at 100k episodes) -----------
     def save_episode_stats(self, stats: dict[str, dict[str, np.ndarray]]) -> None:
-        save_arrays(self.stats_path, {f"{feature}\x1f{stat}": array for feature, stats_of in stats.items()
-                                      for stat, array in stats_of.items()})
+        save_arrays(
+            self.stats_path,
+            {f"{feature}\x1f{stat}": array for feature, stats_of in stats.items() for stat, array in stats_of.items()},
+        )
 
     def load_episode_stats(self) -> dict[str, dict[str, np.ndarray]]:
         out: dict[str, dict[str, np.ndarray]] = {}
@@ -229,15 +230,19 @@ class WorkDir:
         return None if doc is None else int(doc["size"])
 
     def mark_done(self, lease: Lease, size: int) -> None:
-        write_json_atomic(self._done(lease.task_id), {"size": size, "attempt": lease.attempt,
-                                                      "owner": str(lease.owner), "time": time.time()})
+        write_json_atomic(
+            self._done(lease.task_id),
+            {"size": size, "attempt": lease.attempt, "owner": str(lease.owner), "time": time.time()},
+        )
 
     def unmark_done(self, task_id: str) -> None:
         self._done(task_id).unlink(missing_ok=True)
 
     def record_failure(self, task_id: str, attempt: str, owner: Owner | str, message: str) -> None:
-        write_json_atomic(self.path / "failures" / task_id / f"{attempt}.json",
-                          {"time": time.time(), "owner": str(owner), "message": message})
+        write_json_atomic(
+            self.path / "failures" / task_id / f"{attempt}.json",
+            {"time": time.time(), "owner": str(owner), "message": message},
+        )
 
     def failures(self, task_id: str, *, since: float) -> list[dict[str, Any]]:
         """The task's recorded failures at or after `since`, oldest first."""

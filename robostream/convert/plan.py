@@ -42,8 +42,9 @@ class FileTask:
         """Path of the output file relative to the dataset root."""
         if self.kind == "data":
             return DEFAULT_DATA_PATH.format(chunk_index=self.span.chunk_index, file_index=self.span.file_index)
-        return DEFAULT_VIDEO_PATH.format(video_key=self.video_key, chunk_index=self.span.chunk_index,
-                                         file_index=self.span.file_index)
+        return DEFAULT_VIDEO_PATH.format(
+            video_key=self.video_key, chunk_index=self.span.chunk_index, file_index=self.span.file_index
+        )
 
     @property
     def task_id(self) -> str:
@@ -93,8 +94,13 @@ def video_timestamps(durations_s: Sequence[float], spans: Sequence[FileSpan]) ->
     return out
 
 
-def file_tasks(data_sizes_mb: Sequence[float], video_sizes_mb: dict[str, Sequence[float]], *,
-               data_limit_mb: float, video_limit_mb: float) -> list[FileTask]:
+def file_tasks(
+    data_sizes_mb: Sequence[float],
+    video_sizes_mb: dict[str, Sequence[float]],
+    *,
+    data_limit_mb: float,
+    video_limit_mb: float,
+) -> list[FileTask]:
     """Every output file of the conversion, data files first, then each camera's files (cameras sorted)."""
     tasks = [FileTask("data", None, span) for span in cut_files(data_sizes_mb, data_limit_mb)]
     for key in sorted(video_sizes_mb):

@@ -55,18 +55,29 @@ class ConversionPlan:
     @property
     def tasks(self) -> list[FileTask]:
         # Python floats in, as lerobot sums them: the cut points depend on the exact float arithmetic.
-        return file_tasks(self.data["uncompressed_mb"].tolist(),
-                          {k: (v["bytes"] / 1024 ** 2).tolist() for k, v in self.videos.items()},
-                          data_limit_mb=self.data_limit_mb, video_limit_mb=self.video_limit_mb)
+        return file_tasks(
+            self.data["uncompressed_mb"].tolist(),
+            {k: (v["bytes"] / 1024**2).tolist() for k, v in self.videos.items()},
+            data_limit_mb=self.data_limit_mb,
+            video_limit_mb=self.video_limit_mb,
+        )
 
     def save(self, plan_path: Path) -> None:
         """probes.npz first, then plan.json (atomically): a plan.json on disk always has its probes beside it."""
         arrays = {f"data/{c}": self.data[c] for c in DATA_COLUMNS}
         arrays.update({f"videos/{k}/{c}": v[c] for k, v in self.videos.items() for c in VIDEO_COLUMNS})
         save_arrays(plan_path.with_name("probes.npz"), arrays)
-        write_json_atomic(plan_path, {"version": PLAN_VERSION, "source": self.source,
-                                      "fingerprint": self.fingerprint, "data_limit_mb": self.data_limit_mb,
-                                      "video_limit_mb": self.video_limit_mb, "codecs": self.codecs})
+        write_json_atomic(
+            plan_path,
+            {
+                "version": PLAN_VERSION,
+                "source": self.source,
+                "fingerprint": self.fingerprint,
+                "data_limit_mb": self.data_limit_mb,
+                "video_limit_mb": self.video_limit_mb,
+                "codecs": self.codecs,
+            },
+        )
 
     @classmethod
     def load(cls, plan_path: Path) -> ConversionPlan | None:
@@ -76,8 +87,9 @@ class ConversionPlan:
         arrays = load_arrays(plan_path.with_name("probes.npz"))
         data = {c: arrays[f"data/{c}"] for c in DATA_COLUMNS}
         videos = {k: {c: arrays[f"videos/{k}/{c}"] for c in VIDEO_COLUMNS} for k in doc["codecs"]}
-        return cls(doc["source"], doc["fingerprint"], doc["data_limit_mb"], doc["video_limit_mb"], data, videos,
-                   doc["codecs"])
+        return cls(
+            doc["source"], doc["fingerprint"], doc["data_limit_mb"], doc["video_limit_mb"], data, videos, doc["codecs"]
+        )
 
 
 def fingerprint(root: Path, data_limit_mb: float, video_limit_mb: float) -> str:
@@ -109,8 +121,10 @@ def _listing_problems(dataset: V21Dataset) -> list[str]:
         for path in sorted((root / top).rglob("*")) if (root / top).is_dir() else []:
             rel = path.relative_to(root).as_posix()
             if path.is_file() and rel not in expected:
-                problems.append(f"{path}: stray file that no episode of meta/episodes.jsonl owns; move it out of "
-                                "the dataset (lerobot's converter would pair it with the wrong episode)")
+                problems.append(
+                    f"{path}: stray file that no episode of meta/episodes.jsonl owns; move it out of "
+                    "the dataset (lerobot's converter would pair it with the wrong episode)"
+                )
     return problems
 
 
@@ -118,8 +132,10 @@ def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, lis
     problems = []
     for episode, probe in zip(dataset.episodes, data):
         if probe is not None and probe["rows"] != episode.length:
-            problems.append(f"{dataset.root / dataset.data_file(episode.episode_index)}: {probe['rows']} rows, but "
-                            f"meta/episodes.jsonl says episode {episode.episode_index} has {episode.length} frames")
+            problems.append(
+                f"{dataset.root / dataset.data_file(episode.episode_index)}: {probe['rows']} rows, but "
+                f"meta/episodes.jsonl says episode {episode.episode_index} has {episode.length} frames"
+            )
     fps = dataset.info["fps"]
     size = {key: feature_frame_size(dataset.info["features"][key]) for key in videos}
     for key, probes in videos.items():
@@ -129,18 +145,26 @@ def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, lis
                 continue
             path = dataset.root / dataset.video_file(episode.episode_index, key)
             if probe["frames"] and probe["frames"] != episode.length:
-                problems.append(f"{path}: {probe['frames']} frames, but meta/episodes.jsonl says episode "
-                                f"{episode.episode_index} has {episode.length}")
+                problems.append(
+                    f"{path}: {probe['frames']} frames, but meta/episodes.jsonl says episode "
+                    f"{episode.episode_index} has {episode.length}"
+                )
             if abs(probe["fps"] - fps) > FPS_RELATIVE_TOLERANCE * fps:
-                problems.append(f"{path}: runs at {probe['fps']:g} fps, but meta/info.json says the dataset's fps is "
-                                f"{fps}; its frames would be looked up at the wrong times: re-encode it")
+                problems.append(
+                    f"{path}: runs at {probe['fps']:g} fps, but meta/info.json says the dataset's fps is "
+                    f"{fps}; its frames would be looked up at the wrong times: re-encode it"
+                )
             if size[key] is not None and (probe["height"], probe["width"]) != size[key]:
-                problems.append(f"{path}: frames of {probe['height']}x{probe['width']} (height x width), but "
-                                f"meta/info.json declares {size[key][0]}x{size[key][1]} for {key!r}")
+                problems.append(
+                    f"{path}: frames of {probe['height']}x{probe['width']} (height x width), but "
+                    f"meta/info.json declares {size[key][0]}x{size[key][1]} for {key!r}"
+                )
             shape = [(p["codec"], p["width"], p["height"], p["pix_fmt"]) for p in (first, probe)]
             if shape[0] != shape[1]:
-                problems.append(f"{path}: {shape[1]} (codec, width, height, pix_fmt) differs from the first "
-                                f"episode's {shape[0]}; a camera's files are joined by stream copy and must match")
+                problems.append(
+                    f"{path}: {shape[1]} (codec, width, height, pix_fmt) differs from the first "
+                    f"episode's {shape[0]}; a camera's files are joined by stream copy and must match"
+                )
     return problems
 
 
@@ -148,12 +172,14 @@ def _raise_problems(root: Path, problems: list[str]) -> None:
     if problems:
         listed = "\n  ".join(problems[:MAX_LISTED])
         more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
-        raise DatasetFormatError(f"{root}: cannot convert, {len(problems)} problem(s); nothing was written:\n  "
-                                 f"{listed}{more}")
+        raise DatasetFormatError(
+            f"{root}: cannot convert, {len(problems)} problem(s); nothing was written:\n  {listed}{more}"
+        )
 
 
-def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, workers: int = 1
-              ) -> tuple[V21Dataset, ConversionPlan, dict[str, dict[str, np.ndarray]]]:
+def make_plan(
+    root: str | Path, *, data_limit_mb: float, video_limit_mb: float, workers: int = 1
+) -> tuple[V21Dataset, ConversionPlan, dict[str, dict[str, np.ndarray]]]:
     """Preflight the dataset at `root` and plan its conversion (reads metadata, footers and mp4 headers only).
 
     Returns the metadata, the plan and the per-episode stats stacked ({feature: {stat: (episodes, ...)}}), parsed
@@ -162,9 +188,15 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
     stats = read_episode_stats(dataset.root, len(dataset.episodes))
     _raise_problems(dataset.root, _listing_problems(dataset))
     indices = [e.episode_index for e in dataset.episodes]
-    batches = [indices[i:i + PROBE_BATCH] for i in range(0, len(indices), PROBE_BATCH)]
-    jobs = [(str(dataset.root), [dataset.data_file(e) for e in batch],
-             {k: [dataset.video_file(e, k) for e in batch] for k in dataset.video_keys}) for batch in batches]
+    batches = [indices[i : i + PROBE_BATCH] for i in range(0, len(indices), PROBE_BATCH)]
+    jobs = [
+        (
+            str(dataset.root),
+            [dataset.data_file(e) for e in batch],
+            {k: [dataset.video_file(e, k) for e in batch] for k in dataset.video_keys},
+        )
+        for batch in batches
+    ]
     data: list[dict] = []
     videos: dict[str, list[dict]] = {k: [] for k in dataset.video_keys}
     if workers > 1 and len(indices) >= PROBE_POOL_MIN_EPISODES:
@@ -180,11 +212,15 @@ def make_plan(root: str | Path, *, data_limit_mb: float, video_limit_mb: float, 
         unreadable += batch_problems
     _raise_problems(dataset.root, unreadable + _probe_problems(dataset, data, videos))
     crash_point("planned")
-    plan = ConversionPlan(str(dataset.root.resolve()), fingerprint(dataset.root, data_limit_mb, video_limit_mb),
-                          data_limit_mb, video_limit_mb,
-                          {c: np.array([d[c] for d in data]) for c in DATA_COLUMNS},
-                          {k: {c: np.array([p[c] for p in ps]) for c in VIDEO_COLUMNS} for k, ps in videos.items()},
-                          {k: ps[0]["codec"] for k, ps in videos.items() if ps})
+    plan = ConversionPlan(
+        str(dataset.root.resolve()),
+        fingerprint(dataset.root, data_limit_mb, video_limit_mb),
+        data_limit_mb,
+        video_limit_mb,
+        {c: np.array([d[c] for d in data]) for c in DATA_COLUMNS},
+        {k: {c: np.array([p[c] for p in ps]) for c in VIDEO_COLUMNS} for k, ps in videos.items()},
+        {k: ps[0]["codec"] for k, ps in videos.items() if ps},
+    )
     return dataset, plan, stats
 
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from robostream.errors import DatasetFormatError, MissingFileError
 from robostream.format.v21 import input_file
 
-MIB = 1024 ** 2
+MIB = 1024**2
 
 
 @dataclass(frozen=True)
@@ -70,14 +70,23 @@ def probe_mp4(path: Path) -> VideoProbe:
                 raise DatasetFormatError(f"{path}: neither the stream nor the container states a duration")
             ctx = stream.codec_context
             rate = stream.average_rate or stream.guessed_rate
-            return VideoProbe(os.path.getsize(path), duration, int(stream.frames or 0), ctx.name, ctx.width,
-                              ctx.height, str(ctx.pix_fmt), float(rate) if rate else 0.0)
+            return VideoProbe(
+                os.path.getsize(path),
+                duration,
+                int(stream.frames or 0),
+                ctx.name,
+                ctx.width,
+                ctx.height,
+                str(ctx.pix_fmt),
+                float(rate) if rate else 0.0,
+            )
     except av.error.FFmpegError as exc:
         raise DatasetFormatError(f"{path}: not a readable mp4: {exc}") from exc
 
 
-def probe_episodes(root: str, data_files: list[str], video_files: dict[str, list[str]]
-                   ) -> tuple[list[dict | None], dict[str, list[dict | None]], list[str]]:
+def probe_episodes(
+    root: str, data_files: list[str], video_files: dict[str, list[str]]
+) -> tuple[list[dict | None], dict[str, list[dict | None]], list[str]]:
     """Probe a batch of episodes (runs in a pool worker; plain dicts travel back). A file that cannot be probed
     gets None and its error joins the returned problems, so one report lists every bad file."""
     base = Path(root)

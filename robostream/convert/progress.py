@@ -21,12 +21,20 @@ class Progress:
         self._reported_tenth = -1
         self._bar = None
         if sys.stderr.isatty() and self.pending:
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(TextColumn("convert"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
-                                     TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=True)
-            self._bar_task = self._bar.add_task("convert", total=self.total, completed=self.total - len(self.pending),
-                                                rate="")
+            self._bar = RichProgress(
+                TextColumn("convert"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} files"),
+                TextColumn("{task.fields[rate]}"),
+                TimeRemainingColumn(),
+                transient=True,
+            )
+            self._bar_task = self._bar.add_task(
+                "convert", total=self.total, completed=self.total - len(self.pending), rate=""
+            )
             self._bar.start()
 
     def tick(self) -> None:
@@ -36,12 +44,12 @@ class Progress:
         self.written += sum(self.work.done_size(t) or 0 for t in finished)
         self.pending -= finished
         done = self.total - len(self.pending)
-        rate = self.written / max(time.monotonic() - self.started, 1e-9) / 1024 ** 2
+        rate = self.written / max(time.monotonic() - self.started, 1e-9) / 1024**2
         if self._bar is not None:
             self._bar.update(self._bar_task, completed=done, rate=f"{rate:.1f} MB/s")
         elif done * 10 // self.total > self._reported_tenth:
             self._reported_tenth = done * 10 // self.total
-            self.log(f"convert: {done}/{self.total} files, {self.written / 1024 ** 2:.1f} MB at {rate:.1f} MB/s")
+            self.log(f"convert: {done}/{self.total} files, {self.written / 1024**2:.1f} MB at {rate:.1f} MB/s")
 
     def close(self) -> None:
         self.tick()

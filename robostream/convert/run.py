@@ -26,11 +26,14 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
     """Load the work dir's plan (same input and options only), or preflight and plan now."""
     plan = ConversionPlan.load(targets.work / "plan.json")
     if plan is not None:
-        if plan.source != str(targets.root.resolve()) or plan.fingerprint != fingerprint(targets.root, data_mb,
-                                                                                           video_mb):
-            raise RobostreamError(f"{targets.work}: holds another conversion ({plan.source}, data {plan.data_limit_mb} "
-                                  f"MB, video {plan.video_limit_mb} MB) or its input changed; remove it or choose "
-                                  "another --work-dir")
+        if plan.source != str(targets.root.resolve()) or plan.fingerprint != fingerprint(
+            targets.root, data_mb, video_mb
+        ):
+            raise RobostreamError(
+                f"{targets.work}: holds another conversion ({plan.source}, data {plan.data_limit_mb} "
+                f"MB, video {plan.video_limit_mb} MB) or its input changed; remove it or choose "
+                "another --work-dir"
+            )
         log(f"resuming the conversion planned in {targets.work}")
         return plan
     dataset, plan, stats = make_plan(targets.root, data_limit_mb=data_mb, video_limit_mb=video_mb, workers=workers)
@@ -40,16 +43,25 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
         work.save_episode_stats(stats)  # before plan.json: a plan on disk always has its stats beside it
         plan.save(work.plan_path)
     except OSError as exc:
-        raise RobostreamError(f"{targets.work}: cannot write the plan ({exc}); free space there or choose another "
-                              "--work-dir on the output's filesystem") from exc
+        raise RobostreamError(
+            f"{targets.work}: cannot write the plan ({exc}); free space there or choose another "
+            "--work-dir on the output's filesystem"
+        ) from exc
     return plan
 
 
 EXECUTORS = ("local", "datatrove-local", "slurm", "ray")
 
 
-def _check_arguments(*, workers: Any, executor: Any, data_file_size_in_mb: Any, video_file_size_in_mb: Any,
-                     lease_s: Any, max_attempts: Any) -> None:
+def _check_arguments(
+    *,
+    workers: Any,
+    executor: Any,
+    data_file_size_in_mb: Any,
+    video_file_size_in_mb: Any,
+    lease_s: Any,
+    max_attempts: Any,
+) -> None:
     """Refuse, before anything is read or written, arguments that would fail late or write invalid JSON (a NaN
     or infinite size limit lands in info.json; 0 workers would wait for nobody)."""
     finite_number(workers, what="workers", integer=True, minimum=1)
@@ -61,11 +73,21 @@ def _check_arguments(*, workers: Any, executor: Any, data_file_size_in_mb: Any, 
         raise ValueError(f"executor={executor!r}: expected one of {EXECUTORS}")
 
 
-def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | Path | None = None,
-            workers: int = 1, executor: Literal["local", "datatrove-local", "slurm", "ray"] = "local",
-            data_file_size_in_mb: float = 100, video_file_size_in_mb: float = 200,
-            engine: EngineOptions = EngineOptions(), lease_s: float = 60.0, max_attempts: int = 3,
-            dry_run: bool = False, log=print) -> dict[str, Any]:
+def convert(
+    src: str | Path,
+    *,
+    out: str | Path | None = None,
+    work_dir: str | Path | None = None,
+    workers: int = 1,
+    executor: Literal["local", "datatrove-local", "slurm", "ray"] = "local",
+    data_file_size_in_mb: float = 100,
+    video_file_size_in_mb: float = 200,
+    engine: EngineOptions = EngineOptions(),
+    lease_s: float = 60.0,
+    max_attempts: int = 3,
+    dry_run: bool = False,
+    log=print,
+) -> dict[str, Any]:
     """Convert the LeRobot v2.1 dataset at `src` to v3.0, producing what lerobot 0.6.1's converter produces.
 
     Args:
@@ -88,12 +110,20 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
         A summary (episodes, files, bytes written, seconds, ...), also printed by the CLI as JSON.
     """
     started = time.time()
-    _check_arguments(workers=workers, executor=executor, data_file_size_in_mb=data_file_size_in_mb,
-                     video_file_size_in_mb=video_file_size_in_mb, lease_s=lease_s, max_attempts=max_attempts)
+    _check_arguments(
+        workers=workers,
+        executor=executor,
+        data_file_size_in_mb=data_file_size_in_mb,
+        video_file_size_in_mb=video_file_size_in_mb,
+        lease_s=lease_s,
+        max_attempts=max_attempts,
+    )
     finished = finished_conversion(src, out, work_dir)
     if finished is not None:
-        log(f"{finished}: already holds the v3.0 conversion of {src} (its episodes, frames and fps), and no "
-            "conversion of it is under way: nothing to do")
+        log(
+            f"{finished}: already holds the v3.0 conversion of {src} (its episodes, frames and fps), and no "
+            "conversion of it is under way: nothing to do"
+        )
         return {"output": str(finished), "already_converted": True, "seconds": round(time.time() - started, 3)}
     targets = claim_targets(src, out, work_dir)
     if targets.journal.exists():  # a crash during the swap: complete it
@@ -126,23 +156,45 @@ def convert(src: str | Path, *, out: str | Path | None = None, work_dir: str | P
     else:  # datatrove is optional (the `distributed` extra): imported only for its executors
         from robostream.convert.datatrove_steps import launch
 
-        job = launch(targets.work, executor=executor, workers=workers, options=options, engine=engine,
-                     src=str(targets.root), out=None if targets.out is None else str(targets.out))
+        job = launch(
+            targets.work,
+            executor=executor,
+            workers=workers,
+            options=options,
+            engine=engine,
+            src=str(targets.root),
+            out=None if targets.out is None else str(targets.out),
+        )
         if job is not None:
             progress.close()
-            return {"output": str(targets.destination), "submitted": job, "files": len(tasks),
-                    "note": "SLURM runs the files and then the finalize job; rerun this command to follow or resume"}
+            return {
+                "output": str(targets.destination),
+                "submitted": job,
+                "files": len(tasks),
+                "note": "SLURM runs the files and then the finalize job; rerun this command to follow or resume",
+            }
     progress.close()
     written = sum(work.done_size(t.task_id) or 0 for t in tasks)
     converted = time.time()
     if not finalize_or_wait(targets, options):
-        return {"output": str(targets.destination), "finished_by_another_process": True,
-                "seconds": round(time.time() - started, 3)}
+        return {
+            "output": str(targets.destination),
+            "finished_by_another_process": True,
+            "seconds": round(time.time() - started, 3),
+        }
     return {
-        "output": str(targets.destination), "input_kept": None if targets.out else str(targets.root) + "_old",
-        "episodes": plan.episodes, "frames": int(plan.data["rows"].sum()), "files": len(tasks),
-        "files_resumed": already, "bytes_written": written, "workers": workers, "executor": executor,
-        "seconds": round(time.time() - started, 3), "seconds_plan": round(planned - started, 3),
-        "seconds_files": round(converted - planned, 3), "seconds_finalize": round(time.time() - converted, 3),
+        "output": str(targets.destination),
+        "input_kept": None if targets.out else str(targets.root) + "_old",
+        "episodes": plan.episodes,
+        "frames": int(plan.data["rows"].sum()),
+        "files": len(tasks),
+        "files_resumed": already,
+        "bytes_written": written,
+        "workers": workers,
+        "executor": executor,
+        "seconds": round(time.time() - started, 3),
+        "seconds_plan": round(planned - started, 3),
+        "seconds_files": round(converted - planned, 3),
+        "seconds_finalize": round(time.time() - converted, 3),
         "lerobot_version_matched": LEROBOT_VERSION,
     }

@@ -60,9 +60,11 @@ def _check_data(meta, problems: list[str]) -> None:
             expected = np.arange(lo, hi)
             contiguous = len(rows) == 0 or rows[-1] - rows[0] + 1 == len(rows)
             if not contiguous or len(rows) != hi - lo or not np.array_equal(index[rows], expected):
-                problems.append(f"{path}: episode {episode} has {len(rows)} rows (index "
-                                f"{index[rows][:1].tolist()}..{index[rows][-1:].tolist()}), the episode table says "
-                                f"[{lo}, {hi})")
+                problems.append(
+                    f"{path}: episode {episode} has {len(rows)} rows (index "
+                    f"{index[rows][:1].tolist()}..{index[rows][-1:].tolist()}), the episode table says "
+                    f"[{lo}, {hi})"
+                )
             elif "timestamp" in columns:
                 try:
                     check_timestamps(str(path), episode, columns["timestamp"][rows], meta.fps)
@@ -98,11 +100,16 @@ def _check_video(meta, key: str, tolerance_s: float, problems: list[str]) -> Non
                 problems.append(f"{path}: runs at {rate:g} fps, but meta/info.json says the dataset's fps is {fps}")
                 continue
             if size is not None and (stream.codec_context.height, stream.codec_context.width) != size:
-                problems.append(f"{path}: frames of {stream.codec_context.height}x{stream.codec_context.width} "
-                                f"(height x width), but meta/info.json declares {size[0]}x{size[1]} for {key!r}")
+                problems.append(
+                    f"{path}: frames of {stream.codec_context.height}x{stream.codec_context.width} "
+                    f"(height x width), but meta/info.json declares {size[0]}x{size[1]} for {key!r}"
+                )
                 continue
-            times = np.sort(np.array([float(p.pts * stream.time_base) for p in container.demux(stream)
-                                      if p.pts is not None and p.size]))
+            times = np.sort(
+                np.array(
+                    [float(p.pts * stream.time_base) for p in container.demux(stream) if p.pts is not None and p.size]
+                )
+            )
             for episode in episodes:
                 row = meta.episodes.row_of(episode)
                 span = meta.episodes.video_span(episode, key)
@@ -110,14 +117,18 @@ def _check_video(meta, key: str, tolerance_s: float, problems: list[str]) -> Non
                 start, end = span.from_timestamp, span.to_timestamp
                 count = int(np.searchsorted(times, end - tolerance_s) - np.searchsorted(times, start - tolerance_s))
                 if count != length:
-                    problems.append(f"{path}: {count} frames in [{start:.6f}, {end:.6f}) s for episode {episode}, "
-                                    f"which has {length}")
+                    problems.append(
+                        f"{path}: {count} frames in [{start:.6f}, {end:.6f}) s for episode {episode}, "
+                        f"which has {length}"
+                    )
                     continue
                 for target in (start, start + (length - 1) / fps):
                     got = _first_frame_at(container, stream, target)
                     if got is None or abs(got - target) > tolerance_s:
-                        problems.append(f"{path}: episode {episode}: no frame within {tolerance_s} s of {target:.6f} s "
-                                        f"(nearest decoded: {got})")
+                        problems.append(
+                            f"{path}: episode {episode}: no frame within {tolerance_s} s of {target:.6f} s "
+                            f"(nearest decoded: {got})"
+                        )
 
 
 def verify(root: str | Path, *, tolerance_s: float = DEFAULT_TOLERANCE_S) -> dict[str, Any]:
@@ -135,5 +146,10 @@ def verify(root: str | Path, *, tolerance_s: float = DEFAULT_TOLERANCE_S) -> dic
     _check_data(meta, problems)
     for key in meta.video_keys:
         _check_video(meta, key, tolerance_s, problems)
-    return {"root": str(root), "episodes": len(meta.episodes), "frames": int(meta.episodes.length.sum()),
-            "cameras": meta.video_keys, "problems": problems}
+    return {
+        "root": str(root),
+        "episodes": len(meta.episodes),
+        "frames": int(meta.episodes.length.sum()),
+        "cameras": meta.video_keys,
+        "problems": problems,
+    }

@@ -26,8 +26,18 @@ MARKER = ".robostream-convert"
 JOURNAL = "swap.json"
 # What a conversion makes at the top of its work dir: the plan (planning.py), manifest.py's layout, the finalize
 # step's scratch folder and the swap journal. A name missing here is kept at the end with a warning, never lost.
-MADE_HERE = ("plan.json", "probes.npz", "episode_stats.npz", "leases", "attempts", "staging", "done", "failures",
-             "tmp", JOURNAL)
+MADE_HERE = (
+    "plan.json",
+    "probes.npz",
+    "episode_stats.npz",
+    "leases",
+    "attempts",
+    "staging",
+    "done",
+    "failures",
+    "tmp",
+    JOURNAL,
+)
 
 
 def _relation(work: Path, other: Path) -> str | None:
@@ -58,9 +68,11 @@ def claim_work_dir(work: Path, *, protected: dict[str, Path]) -> None:
     for what, folder in protected.items():
         relation = _relation(resolved, folder.resolve())
         if relation is not None:
-            raise RobostreamError(f"--work-dir {work}: {relation} {what} {folder}; the work dir is deleted when the "
-                                  "conversion ends, so it must be a folder of its own: pass a new or empty folder "
-                                  "elsewhere (the default is beside the output)")
+            raise RobostreamError(
+                f"--work-dir {work}: {relation} {what} {folder}; the work dir is deleted when the "
+                "conversion ends, so it must be a folder of its own: pass a new or empty folder "
+                "elsewhere (the default is beside the output)"
+            )
     if holds_conversion(work):
         return  # ours: a resumed conversion, or another process of this one
     try:
@@ -68,13 +80,16 @@ def claim_work_dir(work: Path, *, protected: dict[str, Path]) -> None:
         created = True
     except FileExistsError:
         if not work.is_dir():
-            raise RobostreamError(f"--work-dir {work}: exists and is not a folder; pass a new or empty folder") from None
+            raise RobostreamError(
+                f"--work-dir {work}: exists and is not a folder; pass a new or empty folder"
+            ) from None
         if any(entry.name != MARKER for entry in work.iterdir()):
             raise RobostreamError(
                 f"--work-dir {work}: exists and holds files that are not a robostream conversion's (no {MARKER} "
                 "marker); the conversion deletes its work dir when it finishes, so it only takes a new or empty "
                 "folder. Pass another one (a work dir left by an earlier robostream version cannot be resumed: delete "
-                "it and convert again)")
+                "it and convert again)"
+            )
         created = False
     try:  # O_EXCL: a process that created the folder and one that adopts it at the same moment write it once
         fd = os.open(work / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -99,8 +114,10 @@ def remove_work_dir(work: Path) -> None:
     """Remove what the conversion made in `work` (see the module docstring); warn about anything else in it."""
     marker = read_json(work / MARKER)
     if not isinstance(marker, dict):
-        raise RobostreamError(f"{work}: the {MARKER} marker is missing or unreadable; the work dir was not removed "
-                              "(nothing proves it is the conversion's own): delete it yourself once you have checked")
+        raise RobostreamError(
+            f"{work}: the {MARKER} marker is missing or unreadable; the work dir was not removed "
+            "(nothing proves it is the conversion's own): delete it yourself once you have checked"
+        )
     entries = sorted(e for e in work.iterdir() if e.name != MARKER)
     others = [e.name for e in entries if not _made_by_conversion(e.name)]
     # the journal last: while it exists, a rerun completes an interrupted swap and this clean-up
@@ -113,6 +130,8 @@ def remove_work_dir(work: Path) -> None:
         return
     fsync_dir(work)
     if others:
-        warnings.warn(f"{work}: kept, holding {others}, which the conversion did not make (added while it was "
-                      "interrupted?); it removed only its own files. Move them elsewhere and delete the folder",
-                      stacklevel=2)
+        warnings.warn(
+            f"{work}: kept, holding {others}, which the conversion did not make (added while it was "
+            "interrupted?); it removed only its own files. Move them elsewhere and delete the folder",
+            stacklevel=2,
+        )

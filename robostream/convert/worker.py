@@ -21,7 +21,6 @@ from robostream.durable import fsync_dir
 from robostream.errors import DatasetFormatError, RobostreamError
 from robostream.format.v21 import V21Layout, read_layout
 
-
 POLL_PER_TASK_S = 0.01
 
 
@@ -63,8 +62,10 @@ class Heartbeat:
 def load_plan(work: WorkDir) -> ConversionPlan:
     plan = ConversionPlan.load(work.plan_path)
     if plan is None:
-        raise RobostreamError(f"{work.plan_path}: no conversion plan; start the conversion with `robostream "
-                              "convert` (it plans before any worker runs)")
+        raise RobostreamError(
+            f"{work.plan_path}: no conversion plan; start the conversion with `robostream "
+            "convert` (it plans before any worker runs)"
+        )
     return plan
 
 
@@ -82,8 +83,10 @@ def produce(task: FileTask, inputs: list[tuple[Path, int]], out: Path, image_key
     for path, size in inputs:
         actual = os.path.getsize(path)  # FileNotFoundError names the path
         if actual != size:
-            raise DatasetFormatError(f"{path}: {actual} bytes, but {size} when the conversion was planned; the "
-                                     "input changed during the conversion: remove the work dir and start again")
+            raise DatasetFormatError(
+                f"{path}: {actual} bytes, but {size} when the conversion was planned; the "
+                "input changed during the conversion: remove the work dir and start again"
+            )
     paths = [p for p, _ in inputs]
     if task.kind == "data":
         return write_data_file(paths, out, image_keys)
@@ -103,8 +106,10 @@ def publish(work: WorkDir, lease: Lease, task: FileTask, produced: Path, size: i
     crash_point("task-published")
     final_size = final.stat().st_size
     if final_size != size:
-        raise RobostreamError(f"{final}: {final_size} bytes already published, this attempt wrote {size}; two "
-                              "attempts of one task disagree: remove the work dir and start again")
+        raise RobostreamError(
+            f"{final}: {final_size} bytes already published, this attempt wrote {size}; two "
+            "attempts of one task disagree: remove the work dir and start again"
+        )
     work.mark_done(lease, final_size)
     crash_point("task-done")
     return final_size
@@ -160,8 +165,10 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
         for task in remaining:
             failures = work.failures(task.task_id, since=options.since)
             if len(failures) >= options.max_attempts:
-                raise ConversionFailed(f"{task.output}: failed {len(failures)} times; last error "
-                                       f"({failures[-1]['owner']}): {failures[-1]['message']}")
+                raise ConversionFailed(
+                    f"{task.output}: failed {len(failures)} times; last error "
+                    f"({failures[-1]['owner']}): {failures[-1]['message']}"
+                )
             if work.is_done(task.task_id):
                 continue
             lease = work.try_claim(task.task_id, owner)

@@ -52,25 +52,36 @@ class BatchAssembler:
 
     def __init__(self, assembler: SampleAssembler) -> None:
         if assembler.image_transforms is not None:
-            raise ValueError("image_transforms run per sample: batches with transforms go through the per-sample "
-                             "path")
+            raise ValueError("image_transforms run per sample: batches with transforms go through the per-sample path")
         self.sample = assembler
         self.meta = assembler.meta
 
-    def assemble(self, refs: Sequence[BatchRef], video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
-                 allocate: Allocate = allocate_fresh) -> dict[str, Any]:
+    def assemble(
+        self,
+        refs: Sequence[BatchRef],
+        video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+        allocate: Allocate = allocate_fresh,
+    ) -> dict[str, Any]:
         """The batch of `refs`; video[i][key] holds the T uint8 (C, H, W) frames of sample i's window of `key`."""
         prepared = self.prepare(refs, video)
-        out = {**allocate(prepared.specs),
-               **{key: torch.empty(shape, dtype=dtype, device=device)
-                  for key, (shape, dtype, device) in prepared.on_device.items()}}
+        out = {
+            **allocate(prepared.specs),
+            **{
+                key: torch.empty(shape, dtype=dtype, device=device)
+                for key, (shape, dtype, device) in prepared.on_device.items()
+            },
+        }
         lists = self.write(prepared, refs, video, out)
-        return {key: lists[key] if key in lists else
-                finish_cameras(out[key], self.sample.return_uint8) if key in prepared.cameras else out[key]
-                for key in prepared.keys}
+        return {
+            key: lists[key]
+            if key in lists
+            else finish_cameras(out[key], self.sample.return_uint8)
+            if key in prepared.cameras
+            else out[key]
+            for key in prepared.keys
+        }
 
-    def prepare(self, refs: Sequence[BatchRef], video: Sequence[Mapping[str, Sequence[torch.Tensor]]]
-                ) -> PreparedBatch:
+    def prepare(self, refs: Sequence[BatchRef], video: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> PreparedBatch:
         """Windows, masks and tensor specs of the batch of `refs` (nothing written yet)."""
         first_rows = refs[0][0]
         frames = np.fromiter((f for _, f in refs), dtype=np.int64, count=len(refs))
@@ -100,9 +111,14 @@ class BatchAssembler:
         cameras = [*first_rows.images, *(k for k in self.meta.video_keys if k not in depth)]
         return PreparedBatch(frames, query, pads, specs, on_device, cameras, self.sample.order)
 
-    def write(self, prepared: PreparedBatch, refs: Sequence[BatchRef],
-              video: Sequence[Mapping[str, Sequence[torch.Tensor]]], out: Mapping[str, torch.Tensor],
-              rows: np.ndarray | None = None) -> dict[str, list[Any]]:
+    def write(
+        self,
+        prepared: PreparedBatch,
+        refs: Sequence[BatchRef],
+        video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+        out: Mapping[str, torch.Tensor],
+        rows: np.ndarray | None = None,
+    ) -> dict[str, list[Any]]:
         """Write the batch's tensors into `out` (keyed like `prepared.specs` and `.on_device`; cameras uint8 or
         their values before the float scaling, see `finish_cameras`), at `rows` of them (default: all, in order).
 
@@ -119,8 +135,12 @@ class BatchAssembler:
         self._write_columns(refs, prepared.frames, prepared.query, out, rows)
         first_rows = refs[0][0]
         lists = {key: [episode.strings[key][frame] for episode, frame in refs] for key in first_rows.strings}
-        lists.update({key: [language_cell(episode.language[key][frame], key) for episode, frame in refs]
-                      for key in first_rows.language})
+        lists.update(
+            {
+                key: [language_cell(episode.language[key][frame], key) for episode, frame in refs]
+                for key in first_rows.language
+            }
+        )
         for key in first_rows.images:
             for j, (episode_rows, frame) in enumerate(refs):
                 cells = episode_rows.images[key]
@@ -133,8 +153,14 @@ class BatchAssembler:
         lists["task"] = [self.meta.task(int(episode.columns["task_index"][frame])) for episode, frame in refs]
         return lists
 
-    def _write_columns(self, refs: Sequence[BatchRef], frames: np.ndarray, query: Mapping[str, np.ndarray],
-                       out: Mapping[str, torch.Tensor], rows: np.ndarray | None) -> None:
+    def _write_columns(
+        self,
+        refs: Sequence[BatchRef],
+        frames: np.ndarray,
+        query: Mapping[str, np.ndarray],
+        out: Mapping[str, torch.Tensor],
+        rows: np.ndarray | None,
+    ) -> None:
         """Numeric columns: one numpy take per key for each run of consecutive samples from the same episode."""
         targets = {key: out[key].numpy() for key in refs[0][0].columns}
         start = 0
@@ -169,7 +195,8 @@ def _copy_window(dest: torch.Tensor, frames: Sequence[torch.Tensor], key: str, e
         if frame.shape != expected:
             raise DatasetFormatError(
                 f"episode {episode}, camera {key!r}: decoded frames of shape {tuple(frame.shape)} where the batch "
-                f"holds {tuple(expected)}: all episodes of a camera must have one size")
+                f"holds {tuple(expected)}: all episodes of a camera must have one size"
+            )
     if len(frames) == 1:
         dest.copy_(frames[0])
         return

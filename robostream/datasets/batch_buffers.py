@@ -72,8 +72,9 @@ class BatchBuffers:
             batch[SLOT_KEY] = marker
         return batch
 
-    def allocate(self, specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]
-                 ) -> tuple[dict[str, torch.Tensor], tuple[int, int, str] | None]:
+    def allocate(
+        self, specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]
+    ) -> tuple[dict[str, torch.Tensor], tuple[int, int, str] | None]:
         """Uninitialised tensors of the given shapes and dtypes, laid out in one free slot of this worker, and
         the marker that goes into the batch under SLOT_KEY so the main process frees the slot once the batch is
         gone. Outside a worker, or with no slot free, fresh memory (shared in a worker) and no marker."""
@@ -127,10 +128,13 @@ def _large_keys(samples: Sequence[dict[str, Any]], min_bytes: int) -> list[str]:
     first = samples[0]
     if not isinstance(first, dict):
         return []
-    return [k for k, v in first.items()
-            if isinstance(v, torch.Tensor) and v.numel() * v.element_size() * len(samples) >= min_bytes
-            and all(isinstance(s[k], torch.Tensor) and s[k].shape == v.shape and s[k].dtype == v.dtype
-                    for s in samples)]
+    return [
+        k
+        for k, v in first.items()
+        if isinstance(v, torch.Tensor)
+        and v.numel() * v.element_size() * len(samples) >= min_bytes
+        and all(isinstance(s[k], torch.Tensor) and s[k].shape == v.shape and s[k].dtype == v.dtype for s in samples)
+    ]
 
 
 def shared_tensors(specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, torch.Tensor]:
@@ -139,14 +143,18 @@ def shared_tensors(specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]) -> 
     return _tensors_in(torch.UntypedStorage._new_shared(max(size, 1)), layout)
 
 
-def _tensors_in(storage: torch.UntypedStorage, layout: Mapping[str, tuple[int, torch.dtype, tuple[int, ...]]]
-                ) -> dict[str, torch.Tensor]:
-    return {key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
-            for key, (offset, dtype, shape) in layout.items()}
+def _tensors_in(
+    storage: torch.UntypedStorage, layout: Mapping[str, tuple[int, torch.dtype, tuple[int, ...]]]
+) -> dict[str, torch.Tensor]:
+    return {
+        key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
+        for key, (offset, dtype, shape) in layout.items()
+    }
 
 
-def _layout(specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]]
-            ) -> tuple[dict[str, tuple[int, torch.dtype, tuple[int, ...]]], int]:
+def _layout(
+    specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
+) -> tuple[dict[str, tuple[int, torch.dtype, tuple[int, ...]]], int]:
     """Byte offset, dtype and shape of each tensor inside a slot, and the bytes the slot needs."""
     layout, offset = {}, 0
     for key, (shape, dtype) in specs.items():

@@ -20,8 +20,16 @@ from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.lanes import LaneIterator, PerStreamBatching
 from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
 from robostream.datasets.stratified import StratifiedBatching, StratifiedIterator
-from robostream.plan.epoch import (EpochPlan, EpochSpec, LanePlan, StratifiedPlan, advanced, checked_epoch_resume,
-                                   epoch_state, plan_epoch)
+from robostream.plan.epoch import (
+    EpochPlan,
+    EpochSpec,
+    LanePlan,
+    StratifiedPlan,
+    advanced,
+    checked_epoch_resume,
+    epoch_state,
+    plan_epoch,
+)
 
 BatchingMethod = Literal["random", "per_stream", "stratified"]
 # One consumer role's pass over a plan (or a lane's, keeping that share of the live pieces)
@@ -37,16 +45,27 @@ class Batching(Protocol):
 
     def schema_mode(self, features: FeatureMode) -> SchemaMode: ...
 
-    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
-             resume: Mapping[str, Any] | None) -> EpochPlan | LanePlan | StratifiedPlan: ...
+    def plan(
+        self, spec: EpochSpec, sources: int, world_size: int, num_workers: int, resume: Mapping[str, Any] | None
+    ) -> EpochPlan | LanePlan | StratifiedPlan: ...
 
     def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]: ...
 
-    def state(self, plan: Any, world_size: int, num_workers: int, batches: int | None, batch_size: int,
-              iterator: Any, *, interleaved: bool) -> dict[str, Any]: ...
+    def state(
+        self,
+        plan: Any,
+        world_size: int,
+        num_workers: int,
+        batches: int | None,
+        batch_size: int,
+        iterator: Any,
+        *,
+        interleaved: bool,
+    ) -> dict[str, Any]: ...
 
-    def iterator(self, plan: Any, worker_role: int, make_pass: PassFactory
-                 ) -> EpochIterator | LaneIterator | StratifiedIterator: ...
+    def iterator(
+        self, plan: Any, worker_role: int, make_pass: PassFactory
+    ) -> EpochIterator | LaneIterator | StratifiedIterator: ...
 
     def loader_batch_size(self, batch_size: int | None) -> int: ...
 
@@ -63,15 +82,25 @@ class RandomBatching:
     def schema_mode(self, features: FeatureMode) -> SchemaMode:
         return features
 
-    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
-             resume: Mapping[str, Any] | None) -> EpochPlan:
+    def plan(
+        self, spec: EpochSpec, sources: int, world_size: int, num_workers: int, resume: Mapping[str, Any] | None
+    ) -> EpochPlan:
         return plan_epoch(spec, world_size, num_workers, resume)
 
     def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
         return checked_epoch_resume(state, spec)
 
-    def state(self, plan: EpochPlan, world_size: int, num_workers: int, batches: int | None, batch_size: int,
-              iterator: EpochIterator | None, *, interleaved: bool) -> dict[str, Any]:
+    def state(
+        self,
+        plan: EpochPlan,
+        world_size: int,
+        num_workers: int,
+        batches: int | None,
+        batch_size: int,
+        iterator: EpochIterator | None,
+        *,
+        interleaved: bool,
+    ) -> dict[str, Any]:
         if batches is not None:
             return epoch_state(plan, world_size, num_workers, batches, batch_size, interleaved=interleaved)
         # In-process iteration: ranks consume in lockstep, so this rank's own count stands for every role.
@@ -88,8 +117,9 @@ class RandomBatching:
         """Any loader settings work: batches are cut from the consumer's sample sequence."""
 
 
-def make_batching(batching: BatchingMethod, *, batch_size: int | None, mixture: bool, features: FeatureMode
-                  ) -> Batching:
+def make_batching(
+    batching: BatchingMethod, *, batch_size: int | None, mixture: bool, features: FeatureMode
+) -> Batching:
     """The strategy for the dataset's `batching=` and `batch_size=` (errors name the argument and what to do)."""
     if batching == "random":
         if batch_size is not None:
@@ -104,6 +134,8 @@ def make_batching(batching: BatchingMethod, *, batch_size: int | None, mixture: 
     if batching == "stratified":
         return StratifiedBatching(batch_size)
     if features != "strict":
-        raise ValueError("batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
-                         "features= applies to batching='random'")
+        raise ValueError(
+            "batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
+            "features= applies to batching='random'"
+        )
     return PerStreamBatching(batch_size)

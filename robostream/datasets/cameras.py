@@ -46,9 +46,17 @@ class CameraReader:
     """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors (depth cameras:
     float32 (T, 1, H, W) depths in `meta.depth_unit`)."""
 
-    def __init__(self, meta: DatasetMetadata, tolerance_s: float, backend: str | None = None, device: str = "cpu",
-                 cache_size: int | None = None, frame_pool: ProcessLocal | None = None,
-                 decoders: VideoDecoderCache | None = None, decode_threads: ProcessLocal | None = None) -> None:
+    def __init__(
+        self,
+        meta: DatasetMetadata,
+        tolerance_s: float,
+        backend: str | None = None,
+        device: str = "cpu",
+        cache_size: int | None = None,
+        frame_pool: ProcessLocal | None = None,
+        decoders: VideoDecoderCache | None = None,
+        decode_threads: ProcessLocal | None = None,
+    ) -> None:
         """frame_pool: where the batch path gives frames back to be decoded into again (shared by the sources of
         a mixture; default: this reader's own).
         decoders: the open decoders, a cache the sources of a mixture share (files named by their full location);
@@ -97,8 +105,9 @@ class CameraReader:
         name = self.meta.describe(relative) if self._shared_cache else relative
         return self.cache.use(name, self.backend, device, opener=opener)
 
-    def _decode_unique(self, decoder: VideoDecoder, key: str, times: np.ndarray, context: str = ""
-                       ) -> tuple[torch.Tensor, np.ndarray]:
+    def _decode_unique(
+        self, decoder: VideoDecoder, key: str, times: np.ndarray, context: str = ""
+    ) -> tuple[torch.Tensor, np.ndarray]:
         """`decode_unique` of camera `key`, a depth camera's codes turned into depths (each distinct frame once)."""
         frames, inverse = decode_unique(decoder, times, self.tolerance_s, context)
         coding = self.meta.depth_codings.get(key)
@@ -106,13 +115,16 @@ class CameraReader:
             frames = torch.from_numpy(depths_from_codes(frames.numpy(), coding, self.meta.depth_unit))
         return frames, inverse
 
-    def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]) -> dict[str, torch.Tensor]:
+    def decode_many(
+        self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]
+    ) -> dict[str, torch.Tensor]:
         """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
         cores to spare)."""
         return self.decode_episodes([(episode_index, timestamps_by_key)], pooled=False)[0]
 
-    def decode_episodes(self, requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]], *, pooled: bool
-                        ) -> list[dict[str, Sequence[torch.Tensor]]]:
+    def decode_episodes(
+        self, requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]], *, pooled: bool
+    ) -> list[dict[str, Sequence[torch.Tensor]]]:
         """The frames `decode_many` gives for each (episode, timestamps by camera) request, with one decoder call
         per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order).
         pooled: separate (C, H, W) frames from the frame pool (the streaming batch path gives them back); else one
@@ -134,20 +146,31 @@ class CameraReader:
         self.decode_seconds += time.perf_counter() - started
         return [{key: frames[key] for key in times_by_key} for frames, (_, times_by_key) in zip(out, requests)]
 
-    def _decode_camera(self, key: str, requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]],
-                       indices: Sequence[int], out: list[dict[str, Sequence[torch.Tensor]]], pooled: bool) -> None:
+    def _decode_camera(
+        self,
+        key: str,
+        requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]],
+        indices: Sequence[int],
+        out: list[dict[str, Sequence[torch.Tensor]]],
+        pooled: bool,
+    ) -> None:
         """One camera's frames of several requests: their times in each file concatenated into one call (of at
         most FRAMES_PER_CALL frames unless one request alone has more: the decoder's output is transient memory)."""
         by_file: dict[str, list[list[int]]] = {}
         for i in indices:
             calls = by_file.setdefault(self.meta.video_file(requests[i][0], key), [[]])
-            if calls[-1] and sum(len(requests[j][1][key]) for j in calls[-1]) + len(requests[i][1][key]) \
-                    > FRAMES_PER_CALL:
+            if (
+                calls[-1]
+                and sum(len(requests[j][1][key]) for j in calls[-1]) + len(requests[i][1][key]) > FRAMES_PER_CALL
+            ):
                 calls.append([])
             calls[-1].append(i)
         for relative, group in ((r, g) for r, calls in by_file.items() for g in calls):
-            times = [self.meta.episodes.video_span(requests[i][0], key).from_timestamp
-                     + np.asarray(requests[i][1][key], dtype=np.float64) for i in group]
+            times = [
+                self.meta.episodes.video_span(requests[i][0], key).from_timestamp
+                + np.asarray(requests[i][1][key], dtype=np.float64)
+                for i in group
+            ]
             try:
                 with self._decoder(relative, key, requests[group[0]][0]) as decoder:
                     check_frame_size(decoder, key, self.frame_sizes[key])
@@ -165,23 +188,25 @@ class CameraReader:
                 out[i][key] = frames_chw(frames, picks, self.frame_pool.get()) if pooled else gather_chw(frames, picks)
 
 
-def open_dataset_video(meta: DatasetMetadata, relative: str, backend: str | None, device: str, *,
-                       plane: Plane = "rgb") -> VideoDecoder:
+def open_dataset_video(
+    meta: DatasetMetadata, relative: str, backend: str | None, device: str, *, plane: Plane = "rgb"
+) -> VideoDecoder:
     """Open a video file of the dataset (local path, or ranged remote reads) as a decoder of `plane` (a depth
     camera's: "gray12"), checked against info.json's frame rate."""
     source = meta.open(relative, what="video file")
-    decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source),
-                                 plane=plane)
+    decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source), plane=plane)
     check_frame_rate(decoder, meta.fps)
     return decoder
 
 
-def open_camera_file(meta: DatasetMetadata, relative: str, backend: str | None, device: str, key: str,
-                     episode_index: int) -> VideoDecoder:
+def open_camera_file(
+    meta: DatasetMetadata, relative: str, backend: str | None, device: str, key: str, episode_index: int
+) -> VideoDecoder:
     """Open camera `key`'s video file `relative`, the one holding `episode_index` (`open_dataset_video`), and check
     the spans of the episodes in it against its stream (`check_spans_in_stream`)."""
-    decoder = open_dataset_video(meta, relative, backend, device,
-                                 plane="gray12" if key in meta.depth_codings else "rgb")
+    decoder = open_dataset_video(
+        meta, relative, backend, device, plane="gray12" if key in meta.depth_codings else "rgb"
+    )
     check_spans_in_stream(decoder, meta.episodes, key, episode_index)
     return decoder
 
@@ -203,23 +228,28 @@ def check_spans_in_stream(decoder: VideoDecoder, episodes: EpisodeTable, key: st
         f"{decoder.path}: camera {key!r}: the video span of episode {int(episodes.episode_index[late])} ends at "
         f"{to_ts[late]:.6f} s but the video stream ends at {end_s:.6f} s ({decoder.num_frames} frames at "
         f"{decoder.fps:g} fps; {int(past.sum())} span(s) of this file end past it), so the episode would read "
-        "frames that are not its own; the episode table and the videos disagree: re-convert or re-write the dataset")
+        "frames that are not its own; the episode table and the videos disagree: re-convert or re-write the dataset"
+    )
 
 
 def check_frame_rate(decoder: VideoDecoder, fps: float) -> None:
     """A video file must have the dataset's frame rate: frames are looked up by time, so a 40 fps file in a 20 fps
     dataset would give frame 2k for frame k without failing any tolerance check. Free: read when the file opened."""
     if abs(decoder.fps - fps) > FPS_RELATIVE_TOLERANCE * fps:
-        raise VideoDecodeError(f"{decoder.path}: the video stream runs at {decoder.fps:g} fps but meta/info.json "
-                               f"says the dataset's fps is {fps}; re-encode the video at {fps} fps or fix the dataset")
+        raise VideoDecodeError(
+            f"{decoder.path}: the video stream runs at {decoder.fps:g} fps but meta/info.json "
+            f"says the dataset's fps is {fps}; re-encode the video at {fps} fps or fix the dataset"
+        )
 
 
 def check_frame_size(decoder: VideoDecoder, key: str, size: tuple[int, int] | None) -> None:
     """A camera's video frames must have the (height, width) its info.json feature declares (None: not declared)."""
     if size is not None and size != (decoder.height, decoder.width):
-        raise VideoDecodeError(f"{decoder.path}: the video's frames are {decoder.height}x{decoder.width} (height x "
-                               f"width) but meta/info.json declares {size[0]}x{size[1]} for camera {key!r}; "
-                               "re-encode the video or fix the feature's shape")
+        raise VideoDecodeError(
+            f"{decoder.path}: the video's frames are {decoder.height}x{decoder.width} (height x "
+            f"width) but meta/info.json declares {size[0]}x{size[1]} for camera {key!r}; "
+            "re-encode the video or fix the feature's shape"
+        )
 
 
 def decode_pool(cameras: int) -> ThreadPoolExecutor | None:

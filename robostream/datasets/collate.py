@@ -23,9 +23,11 @@ def list_keys(samples: Sequence[dict[str, Any]]) -> list[str]:
     for key in keys:
         carrying = sum(key in sample for sample in samples)
         if carrying != len(samples):
-            raise ValueError(f"inconsistent batch: {carrying}/{len(samples)} samples carry {key!r}; every sample "
-                             "of a batch must carry it (in a mixture, features='union' gives [] where a source "
-                             "lacks it)")
+            raise ValueError(
+                f"inconsistent batch: {carrying}/{len(samples)} samples carry {key!r}; every sample "
+                "of a batch must carry it (in a mixture, features='union' gives [] where a source "
+                "lacks it)"
+            )
     return keys
 
 

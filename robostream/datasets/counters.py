@@ -11,12 +11,30 @@ import numpy as np
 import torch
 
 MAX_WORKERS = 256
-FIELDS = ("frames_decoded", "frames_delivered", "peak_piece_frames", "peak_live_frames", "peak_live_pieces",
-          "bytes_read", "read_wait_us", "block_bytes_peak", "read_ahead_errors", "in_flight_peak", "evicted_unread",
-          "reader_fetches")
+FIELDS = (
+    "frames_decoded",
+    "frames_delivered",
+    "peak_piece_frames",
+    "peak_live_frames",
+    "peak_live_pieces",
+    "bytes_read",
+    "read_wait_us",
+    "block_bytes_peak",
+    "read_ahead_errors",
+    "in_flight_peak",
+    "evicted_unread",
+    "reader_fetches",
+)
 _COLUMN = {name: col for col, name in enumerate(FIELDS)}
-_SUMMED = {"frames_decoded", "frames_delivered", "bytes_read", "read_wait_us", "read_ahead_errors", "evicted_unread",
-           "reader_fetches"}
+_SUMMED = {
+    "frames_decoded",
+    "frames_delivered",
+    "bytes_read",
+    "read_wait_us",
+    "read_ahead_errors",
+    "evicted_unread",
+    "reader_fetches",
+}
 
 
 class FrameCounters:

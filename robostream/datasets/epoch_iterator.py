@@ -26,9 +26,22 @@ from robostream.plan.epoch import EpochPlan, Pick, role_picks
 class EpochIterator:
     """Samples of one consumer role, in order, until its quota is met (padding by repeating its own samples)."""
 
-    def __init__(self, plan: EpochPlan, *, role: int, worker: int, sources: Sequence[SourceReader],
-                 schema: MixtureSchema | None, mixture_batches: MixtureBatches | None, counters: FrameCounters,
-                 seed: int, epoch: int, shuffle: bool, pool_size: int, prefetch_pieces: int) -> None:
+    def __init__(
+        self,
+        plan: EpochPlan,
+        *,
+        role: int,
+        worker: int,
+        sources: Sequence[SourceReader],
+        schema: MixtureSchema | None,
+        mixture_batches: MixtureBatches | None,
+        counters: FrameCounters,
+        seed: int,
+        epoch: int,
+        shuffle: bool,
+        pool_size: int,
+        prefetch_pieces: int,
+    ) -> None:
         """
         Args:
             plan: the pass's plan.
@@ -109,8 +122,12 @@ class EpochIterator:
         self.sources[0].cameras.frame_pool.get().give(released)  # one pool, shared by the sources
         return batch
 
-    def _mixture_batch(self, refs: Sequence[tuple[PieceReader, int]],
-                       video: Sequence[dict[str, list[torch.Tensor]]], allocate: BatchAllocate) -> dict[str, Any]:
+    def _mixture_batch(
+        self,
+        refs: Sequence[tuple[PieceReader, int]],
+        video: Sequence[dict[str, list[torch.Tensor]]],
+        allocate: BatchAllocate,
+    ) -> dict[str, Any]:
         groups: dict[int, list[int]] = {}
         for i, (reader, _) in enumerate(refs):
             groups.setdefault(reader.source, []).append(i)
@@ -121,8 +138,9 @@ class EpochIterator:
         return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
     def _picks(self) -> Iterator[Pick]:
-        picks = role_picks(self.plan, self.role, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                           pool_size=self.pool_size)
+        picks = role_picks(
+            self.plan, self.role, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, pool_size=self.pool_size
+        )
         return self._fetch_ahead(picks) if self._fetch_ahead.enabled else picks
 
     def _take(self, pick: Pick) -> tuple[PieceReader, int]:
@@ -134,9 +152,8 @@ class EpochIterator:
         if reader is None:
             unit, first, stop = pieces[piece]
             source, episode, offset = self._locate(unit)
-            reader = self._readers[key] = source.frames.open_piece(episode, offset + first, offset + stop,
-                                                                   self.worker)
-            for unit, _, _ in pieces[piece + 1: piece + 1 + self.prefetch_pieces]:
+            reader = self._readers[key] = source.frames.open_piece(episode, offset + first, offset + stop, self.worker)
+            for unit, _, _ in pieces[piece + 1 : piece + 1 + self.prefetch_pieces]:
                 ahead, episode, _ = self._locate(unit)
                 ahead.frames.rows.read_ahead(episode)
             if source.meta.video_keys:
@@ -166,8 +183,9 @@ class EpochIterator:
         reader = self.sources[source]
         return reader, reader.episodes[position], offset
 
-    def _frames(self, reader: PieceReader, position: int, released: list[torch.Tensor] | None = None
-                ) -> dict[str, list[torch.Tensor]]:
+    def _frames(
+        self, reader: PieceReader, position: int, released: list[torch.Tensor] | None = None
+    ) -> dict[str, list[torch.Tensor]]:
         """The sample's decoded window frames per camera, with the working-set counters kept (frames forgotten
         go to `released`, see PieceReader.window_frames)."""
         if not reader.needed:

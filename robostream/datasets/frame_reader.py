@@ -24,11 +24,10 @@ from robostream.datasets.piece_reader import PieceReader
 from robostream.datasets.sample import SampleAssembler, stack_window
 from robostream.datasets.video_read_ahead import VideoReadAhead, index_threads
 from robostream.format.data_rows import DataRowReader, EpisodeRows, RowCaches
-from robostream.process_local import ProcessLocal
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.schedule import piece_sample_order
+from robostream.process_local import ProcessLocal
 from robostream.storage.store import Storage
-
 
 ROW_THREADS = 16  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
 
@@ -39,17 +38,31 @@ class ReadingThreads:
     for all the sources of a mixture."""
 
     row_caches: ProcessLocal = field(default_factory=lambda: ProcessLocal(RowCaches))
-    row_threads: ProcessLocal = field(default_factory=lambda: ProcessLocal(
-        partial(ThreadPoolExecutor, ROW_THREADS, thread_name_prefix="robostream-rows")))
+    row_threads: ProcessLocal = field(
+        default_factory=lambda: ProcessLocal(
+            partial(ThreadPoolExecutor, ROW_THREADS, thread_name_prefix="robostream-rows")
+        )
+    )
     index_threads: ProcessLocal = field(default_factory=lambda: ProcessLocal(index_threads))
 
 
 class FrameReader:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
-    def __init__(self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader,
-                 counters: FrameCounters, stride: int, decode_ahead: int, prefetch: bool, index: int = 0,
-                 storages: Sequence[Storage] | None = None, shared: ReadingThreads | None = None) -> None:
+    def __init__(
+        self,
+        meta: DatasetMetadata,
+        *,
+        assembler: SampleAssembler,
+        cameras: CameraReader,
+        counters: FrameCounters,
+        stride: int,
+        decode_ahead: int,
+        prefetch: bool,
+        index: int = 0,
+        storages: Sequence[Storage] | None = None,
+        shared: ReadingThreads | None = None,
+    ) -> None:
         """
         Args:
             meta: the dataset's metadata.
@@ -78,25 +91,38 @@ class FrameReader:
         self.decode_ahead = decode_ahead
         remote = prefetch and not meta.data_storage.is_local
         shared = shared or ReadingThreads()
-        self.rows = DataRowReader(meta, read_ahead_threads=ROW_THREADS if remote else 0, caches=shared.row_caches,
-                                  threads=shared.row_threads)
+        self.rows = DataRowReader(
+            meta, read_ahead_threads=ROW_THREADS if remote else 0, caches=shared.row_caches, threads=shared.row_threads
+        )
         self.video_ahead = VideoReadAhead(meta, enabled=prefetch, threads=shared.index_threads)
 
     def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:
         rows = self.rows.episode(episode)
         frames = piece_sample_order(first, stop, self.stride)
-        return PieceReader(rows, frames, self.assembler.camera_window_frames(frames, len(rows)),
-                           partial(self._decode, worker), self.decode_ahead, source=self.index)
+        return PieceReader(
+            rows,
+            frames,
+            self.assembler.camera_window_frames(frames, len(rows)),
+            partial(self._decode, worker),
+            self.decode_ahead,
+            source=self.index,
+        )
 
-    def sample(self, reader: PieceReader, position: int, frames: Mapping[str, Sequence[torch.Tensor]],
-               worker: int) -> dict[str, Any]:
+    def sample(
+        self, reader: PieceReader, position: int, frames: Mapping[str, Sequence[torch.Tensor]], worker: int
+    ) -> dict[str, Any]:
         """The sample at `position` of a piece; frames: its window frames per camera (PieceReader.window_frames)."""
         video = {key: stack_window(window) for key, window in frames.items()}
         self.count(worker, [frames])
         return self.assembler.assemble(reader.rows, int(reader.sample_frames[position]), video)
 
-    def batch(self, refs: Sequence[tuple[PieceReader, int]], frames: Sequence[Mapping[str, Sequence[torch.Tensor]]],
-              worker: int, allocate: Allocate) -> dict[str, Any]:
+    def batch(
+        self,
+        refs: Sequence[tuple[PieceReader, int]],
+        frames: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+        worker: int,
+        allocate: Allocate,
+    ) -> dict[str, Any]:
         """The batch of several samples, as torch's collate of their `sample`s would give it."""
         self.count(worker, frames)
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
@@ -116,8 +142,12 @@ class FrameReader:
             return
         self.counters.add(worker, "frames_decoded", sum(len(f) for _, w in requests for f in w.values()))
         decoded = self.cameras.decode_episodes(
-            [(reader.rows.episode, {k: self.assembler.timestamps(reader.rows, f) for k, f in wanted.items()})
-             for reader, wanted in requests], pooled=True)
+            [
+                (reader.rows.episode, {k: self.assembler.timestamps(reader.rows, f) for k, f in wanted.items()})
+                for reader, wanted in requests
+            ],
+            pooled=True,
+        )
         for (reader, wanted), frames in zip(requests, decoded):
             reader.add(wanted, frames)
 
@@ -145,12 +175,14 @@ class FrameReader:
             self.counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in shared))
             self.counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in shared))
             self.counters.set(worker, "reader_fetches", sum(s.reader_fetches for s in shared))
-            self.counters.set(worker, "read_ahead_errors", self.video_ahead.errors
-                              + sum(s.read_ahead_failures for s in shared))
+            self.counters.set(
+                worker, "read_ahead_errors", self.video_ahead.errors + sum(s.read_ahead_failures for s in shared)
+            )
 
-    def _decode(self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
-                ) -> dict[str, torch.Tensor]:
+    def _decode(
+        self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
+    ) -> dict[str, torch.Tensor]:
         self.counters.add(worker, "frames_decoded", sum(len(f) for f in frames_by_key.values()))
-        return self.cameras.decode_many(rows.episode, {k: self.assembler.timestamps(rows, f)
-                                                       for k, f in frames_by_key.items()})
-
+        return self.cameras.decode_many(
+            rows.episode, {k: self.assembler.timestamps(rows, f) for k, f in frames_by_key.items()}
+        )

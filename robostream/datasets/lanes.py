@@ -24,8 +24,9 @@ from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, checked_lanes_
 class LaneIterator:
     """One consumer role's batches (or their samples, in batch order), each from its schedule's lane."""
 
-    def __init__(self, plan: LanePlan, iterators: Sequence[EpochIterator | None], worker_role: int,
-                 batch_size: int) -> None:
+    def __init__(
+        self, plan: LanePlan, iterators: Sequence[EpochIterator | None], worker_role: int, batch_size: int
+    ) -> None:
         """
         Args:
             plan: the pass's lane plan.
@@ -34,7 +35,7 @@ class LaneIterator:
             batch_size: samples per batch (the dataset's).
         """
         self.iterators = list(iterators)
-        self.schedule = plan.schedules[worker_role][plan.done[worker_role]:]
+        self.schedule = plan.schedules[worker_role][plan.done[worker_role] :]
         self.batch_size = batch_size
         self.batches_done = 0  # whole batches yielded (per-sample iteration: counted at each batch's last sample)
         self.in_batch = 0  # samples of the current batch yielded so far
@@ -55,8 +56,11 @@ class LaneIterator:
 
     def batches(self, batch_size: int, drop_last: bool, allocate: Allocate) -> Iterator[dict[str, Any]]:
         """Whole batches in schedule order (batch_size and drop_last were checked by PerStreamBatching)."""
-        batches = {lane: it.batches(self.batch_size, False, allocate) for lane, it in enumerate(self.iterators)
-                   if it is not None}
+        batches = {
+            lane: it.batches(self.batch_size, False, allocate)
+            for lane, it in enumerate(self.iterators)
+            if it is not None
+        }
         for lane in self.schedule.tolist():
             yield next(batches[lane])
             self.batches_done += 1
@@ -75,37 +79,56 @@ class PerStreamBatching:
         """Batches never mix sources: each keeps its own keys, dtypes and shapes under the common names."""
         return "separate"
 
-    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
-             resume: Mapping[str, Any] | None) -> LanePlan:
+    def plan(
+        self, spec: EpochSpec, sources: int, world_size: int, num_workers: int, resume: Mapping[str, Any] | None
+    ) -> LanePlan:
         return plan_lanes(spec, sources, world_size, num_workers, self.batch_size, resume)
 
     def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
         return checked_lanes_resume(state, spec, labels)
 
-    def state(self, plan: LanePlan, world_size: int, num_workers: int, batches: int | None, batch_size: int,
-              iterator: LaneIterator | None, *, interleaved: bool) -> dict[str, Any]:
+    def state(
+        self,
+        plan: LanePlan,
+        world_size: int,
+        num_workers: int,
+        batches: int | None,
+        batch_size: int,
+        iterator: LaneIterator | None,
+        *,
+        interleaved: bool,
+    ) -> dict[str, Any]:
         if batches is None:  # in-process iteration: whole batches of this rank's own pass
             if iterator is not None and iterator.in_batch:
-                raise ValueError(f"batching='per_stream' resumes at batch boundaries; {iterator.in_batch} samples "
-                                 f"of a batch of {self.batch_size} were taken")
+                raise ValueError(
+                    f"batching='per_stream' resumes at batch boundaries; {iterator.in_batch} samples "
+                    f"of a batch of {self.batch_size} were taken"
+                )
             batches = iterator.batches_done if iterator is not None else 0
         elif batch_size != self.batch_size:
-            raise ValueError(f"batching='per_stream' was planned for batch_size={self.batch_size}, the loader uses "
-                             f"{batch_size}")
+            raise ValueError(
+                f"batching='per_stream' was planned for batch_size={self.batch_size}, the loader uses {batch_size}"
+            )
         return lanes_state(plan, num_workers, batches, self.batch_size, interleaved=interleaved)
 
-    def iterator(self, plan: LanePlan, worker_role: int,
-                 make_pass: Callable[[EpochPlan], EpochIterator]) -> LaneIterator:
-        return LaneIterator(plan, [make_pass(lane) if lane is not None else None for lane in plan.lanes],
-                            worker_role, self.batch_size)
+    def iterator(
+        self, plan: LanePlan, worker_role: int, make_pass: Callable[[EpochPlan], EpochIterator]
+    ) -> LaneIterator:
+        return LaneIterator(
+            plan, [make_pass(lane) if lane is not None else None for lane in plan.lanes], worker_role, self.batch_size
+        )
 
     def loader_batch_size(self, batch_size: int | None) -> int:
         if batch_size is not None and batch_size != self.batch_size:
-            raise ValueError(f"the dataset plans batching='per_stream' for batch_size={self.batch_size}: load it "
-                             f"with that batch_size (or leave the loader's unset), not {batch_size}")
+            raise ValueError(
+                f"the dataset plans batching='per_stream' for batch_size={self.batch_size}: load it "
+                f"with that batch_size (or leave the loader's unset), not {batch_size}"
+            )
         return self.batch_size
 
     def check_loader(self, *, drop_last: bool, assembled: bool) -> None:
         if drop_last or not assembled:
-            raise ValueError("batching='per_stream' assembles every batch from one source in the dataset: load it "
-                             "without drop_last, collate_fn or image_transforms")
+            raise ValueError(
+                "batching='per_stream' assembles every batch from one source in the dataset: load it "
+                "without drop_last, collate_fn or image_transforms"
+            )

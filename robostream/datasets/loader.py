@@ -92,20 +92,34 @@ def _transform_in_place(batch: dict[str, Any], transform: BatchTransform, epoch:
         old = batch.get(key)
         if value is old:
             continue
-        if not isinstance(old, torch.Tensor) or not isinstance(value, torch.Tensor) or value.shape != old.shape \
-                or value.dtype != old.dtype:
-            raise ValueError(f"batch_transform changed {key!r} (to {getattr(value, 'shape', type(value))}, "
-                             f"{getattr(value, 'dtype', '')}): it must return tensors of the batch's own shapes "
-                             "and dtypes")
+        if (
+            not isinstance(old, torch.Tensor)
+            or not isinstance(value, torch.Tensor)
+            or value.shape != old.shape
+            or value.dtype != old.dtype
+        ):
+            raise ValueError(
+                f"batch_transform changed {key!r} (to {getattr(value, 'shape', type(value))}, "
+                f"{getattr(value, 'dtype', '')}): it must return tensors of the batch's own shapes "
+                "and dtypes"
+            )
         old.copy_(value)
 
 
 class StreamingDataLoader(DataLoader):
     """DataLoader over a StreamingLeRobotDataset with `state_dict()` / `load_state_dict()`."""
 
-    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int | None = None, num_workers: int = 0,
-                 batch_buffers: BatchBuffers | bool = True, *, on_batch: BatchHook | None = None,
-                 batch_transform: BatchTransform | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: StreamingLeRobotDataset,
+        batch_size: int | None = None,
+        num_workers: int = 0,
+        batch_buffers: BatchBuffers | bool = True,
+        *,
+        on_batch: BatchHook | None = None,
+        batch_transform: BatchTransform | None = None,
+        **kwargs: Any,
+    ) -> None:
         """
         Args:
             dataset: the StreamingLeRobotDataset to load.
@@ -142,15 +156,18 @@ class StreamingDataLoader(DataLoader):
         assembled = own_collate and dataset.assembles_batches
         dataset.batching.check_loader(drop_last=drop_last, assembled=assembled)
         if (on_batch is not None or batch_transform is not None) and not assembled:
-            raise ValueError("on_batch and batch_transform need batches assembled by the dataset: pass no "
-                             "collate_fn, and no image_transforms to the dataset")
+            raise ValueError(
+                "on_batch and batch_transform need batches assembled by the dataset: pass no "
+                "collate_fn, and no image_transforms to the dataset"
+            )
         if batch_buffers is True:
             batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
         self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
         self.streaming_dataset = dataset
         if assembled:
-            view = DatasetBatches(dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch,
-                                                             batch_transform))
+            view = DatasetBatches(
+                dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch, batch_transform)
+            )
             super().__init__(view, batch_size=None, num_workers=num_workers, collate_fn=_assembled, **kwargs)
             # torch passes the dataset's batches through; users still see the batching they asked for.
             object.__setattr__(self, "batch_size", batch_size)
@@ -160,8 +177,7 @@ class StreamingDataLoader(DataLoader):
                 kwargs["collate_fn"] = self.batch_buffers.collate
             elif own_collate:
                 kwargs["collate_fn"] = collate_samples  # default_collate would transpose language columns
-            super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, drop_last=drop_last,
-                             **kwargs)
+            super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, **kwargs)
         self._batches = 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -173,8 +189,9 @@ class StreamingDataLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset position after the batches consumed so far in the current pass."""
-        return self.streaming_dataset.state_dict(batches=self._batches, batch_size=self.batch_size,
-                                                 num_workers=max(1, self.num_workers))
+        return self.streaming_dataset.state_dict(
+            batches=self._batches, batch_size=self.batch_size, num_workers=max(1, self.num_workers)
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.streaming_dataset.load_state_dict(state)

@@ -33,8 +33,9 @@ class LookAheadBatch(list):
 class LookAheadBatchSampler(Sampler[list[int]]):
     """torch's BatchSampler over `sampler`, each batch carrying the `depth` batches its worker gets next."""
 
-    def __init__(self, sampler: Iterable[int], *, batch_size: int, drop_last: bool = False,
-                 look_ahead: int = 1, depth: int = 2) -> None:
+    def __init__(
+        self, sampler: Iterable[int], *, batch_size: int, drop_last: bool = False, look_ahead: int = 1, depth: int = 2
+    ) -> None:
         """
         Args:
             sampler: the indices in order (e.g. RandomSampler, DistributedSampler).
@@ -46,8 +47,7 @@ class LookAheadBatchSampler(Sampler[list[int]]):
                 decodes: 2 leaves a whole batch's decoding for the farther one's round trips).
         """
         if batch_size < 1 or look_ahead < 1 or depth < 0:
-            raise ValueError(f"batch_size={batch_size} and look_ahead={look_ahead} must be >= 1, depth={depth} "
-                             ">= 0")
+            raise ValueError(f"batch_size={batch_size} and look_ahead={look_ahead} must be >= 1, depth={depth} >= 0")
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
         self.look_ahead, self.depth = look_ahead, depth
 
@@ -59,7 +59,7 @@ class LookAheadBatchSampler(Sampler[list[int]]):
         span = self.look_ahead * self.depth
         window: deque[list[int]] = deque(itertools.islice(batches, span + 1))
         while window:
-            ahead = list(window)[self.look_ahead:: self.look_ahead][: self.depth]
+            ahead = list(window)[self.look_ahead :: self.look_ahead][: self.depth]
             yield LookAheadBatch(window.popleft(), ahead)
             window.extend(itertools.islice(batches, 1))
 

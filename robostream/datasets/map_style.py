@@ -21,26 +21,36 @@ import numpy as np
 import torch
 
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
-from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
+from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_columns import DataColumns
-from robostream.process_local import ProcessLocal
+from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.plan.windows import delta_offsets
+from robostream.process_local import ProcessLocal
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
     """Random access to the frames of a LeRobot v3.0 dataset, with lerobot's sample contract."""
 
-    def __init__(self, repo_id: str | None = None, *, root: str | Path | None = None, revision: str | None = None,
-                 episodes: Sequence[int] | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
-                 video_backend: Literal["torchcodec", "pyav"] | None = None,
-                 video_decode_device: str = "cpu", video_decoder_cache_size: int | None = None,
-                 depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
-                 read_options: ReadOptions | None = None, source: ReadOptions | None = None) -> None:
+    def __init__(
+        self,
+        repo_id: str | None = None,
+        *,
+        root: str | Path | None = None,
+        revision: str | None = None,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        return_uint8: bool = False,
+        video_backend: Literal["torchcodec", "pyav"] | None = None,
+        video_decode_device: str = "cpu",
+        video_decoder_cache_size: int | None = None,
+        depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
+        read_options: ReadOptions | None = None,
+        source: ReadOptions | None = None,
+    ) -> None:
         """
         Args:
             repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
@@ -61,21 +71,26 @@ class LeRobotDataset(torch.utils.data.Dataset):
         """
         self.repo_id = repo_id
         read_options = renamed("source", "read_options", source, read_options, who="LeRobotDataset")
-        self.meta = open_dataset(repo_id, root, revision, read_options, video_backend, "LeRobotDataset",
-                                 depth_output_unit=depth_output_unit)
+        self.meta = open_dataset(
+            repo_id, root, revision, read_options, video_backend, "LeRobotDataset", depth_output_unit=depth_output_unit
+        )
         self.root = self.meta.root
         self.episodes = resolve_episodes(self.meta, episodes)
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
         self.return_uint8 = return_uint8
         self.delta_timestamps = dict(delta_timestamps or {})
-        self.delta_offsets = delta_offsets(self.delta_timestamps, self.meta.fps, tolerance_s,
-                                           list(self.meta.info.features)) if delta_timestamps else {}
+        self.delta_offsets = (
+            delta_offsets(self.delta_timestamps, self.meta.fps, tolerance_s, list(self.meta.info.features))
+            if delta_timestamps
+            else {}
+        )
         self.lengths = self.meta.episodes.lengths_of(self.episodes)
         self._ends = np.cumsum(self.lengths)
         self.rows = DataColumns(self.meta, self.meta.derived)
-        self.cameras = CameraReader(self.meta, tolerance_s, video_backend, video_decode_device,
-                                    video_decoder_cache_size)
+        self.cameras = CameraReader(
+            self.meta, tolerance_s, video_backend, video_decode_device, video_decoder_cache_size
+        )
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
         self.video_ahead = VideoReadAhead(self.meta)
         self._ahead = ProcessLocal(_AskedAhead)
@@ -114,8 +129,9 @@ class LeRobotDataset(torch.utils.data.Dataset):
         # A float, bool or string would be truncated or compared to an index silently: only integers index frames
         # (ints, numpy integers, 0-d integer tensors through __index__).
         if isinstance(position, (bool, np.bool_)) or not hasattr(position, "__index__"):
-            raise TypeError(f"index {position!r} ({type(position).__name__}): expected an integer position in "
-                            f"[-{n}, {n})")
+            raise TypeError(
+                f"index {position!r} ({type(position).__name__}): expected an integer position in [-{n}, {n})"
+            )
         position = operator.index(position)
         if not -n <= position < n:
             raise IndexError(f"index {position} out of range for a dataset of {n} frames")
@@ -128,8 +144,10 @@ class LeRobotDataset(torch.utils.data.Dataset):
         episode, frame = self.locate(position)
         rows = self.rows.episode(episode)
         windows = self.assembler.windows(frame, len(rows))
-        wanted = {k: self.assembler.timestamps(rows, frames)
-                  for k, frames in self.assembler.video_frames(frame, windows[0]).items()}
+        wanted = {
+            k: self.assembler.timestamps(rows, frames)
+            for k, frames in self.assembler.video_frames(frame, windows[0]).items()
+        }
         self.video_ahead.fetch(episode, wanted, urgent=True)  # remote: every camera's bytes at once
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         return self.assembler.assemble(rows, frame, video, windows)
@@ -146,21 +164,39 @@ class LeRobotDataset(torch.utils.data.Dataset):
         if self.video_ahead.enabled:
             asked = self._ahead.get()
             # The worker's next batches (LookAheadBatch), nearest first, each asked for once.
-            upcoming = [(tuple(batch), self._requests(batch)[1]) for batch in getattr(positions, "ahead", ())
-                        if tuple(batch) not in asked.pending]
-            self.video_ahead.prepare([(episode, key) for _, batch in [(None, requests), *upcoming]
-                                      for episode, wanted in batch for key in wanted])
+            upcoming = [
+                (tuple(batch), self._requests(batch)[1])
+                for batch in getattr(positions, "ahead", ())
+                if tuple(batch) not in asked.pending
+            ]
+            self.video_ahead.prepare(
+                [
+                    (episode, key)
+                    for _, batch in [(None, requests), *upcoming]
+                    for episode, wanted in batch
+                    for key in wanted
+                ]
+            )
             for episode, wanted in requests:
                 self.video_ahead.fetch(episode, wanted, urgent=True)
             for key, batch in upcoming:
-                asked.ask(key, [span for episode, wanted in batch
-                                for span in self.video_ahead.fetch(episode, wanted, urgent=False)])
-        decoded = (self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys
-                   else [{} for _ in requests])
+                asked.ask(
+                    key,
+                    [
+                        span
+                        for episode, wanted in batch
+                        for span in self.video_ahead.fetch(episode, wanted, urgent=False)
+                    ],
+                )
+        decoded = (
+            self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys else [{} for _ in requests]
+        )
         if self.video_ahead.enabled:
             self._ahead.get().served(tuple(positions))
-        return [self.assembler.assemble(rows, frame, video, windows)
-                for (rows, frame, windows), video in zip(prepared, decoded)]
+        return [
+            self.assembler.assemble(rows, frame, video, windows)
+            for (rows, frame, windows), video in zip(prepared, decoded)
+        ]
 
     def _requests(self, positions: Sequence[int]) -> tuple[list[tuple[Any, int, Any]], list[tuple[int, dict]]]:
         """Per position its (rows, frame, windows) and its (episode, timestamps by camera) decode request."""
@@ -170,8 +206,15 @@ class LeRobotDataset(torch.utils.data.Dataset):
             rows = self.rows.episode(episode)
             windows = self.assembler.windows(frame, len(rows))
             prepared.append((rows, frame, windows))
-            requests.append((episode, {k: self.assembler.timestamps(rows, frames)
-                                       for k, frames in self.assembler.video_frames(frame, windows[0]).items()}))
+            requests.append(
+                (
+                    episode,
+                    {
+                        k: self.assembler.timestamps(rows, frames)
+                        for k, frames in self.assembler.video_frames(frame, windows[0]).items()
+                    },
+                )
+            )
         return prepared, requests
 
 

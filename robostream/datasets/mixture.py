@@ -20,10 +20,10 @@ import numpy as np
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
-from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.frame_reader import FrameReader, ReadingThreads
-from robostream.datasets.sample import SampleAssembler
+from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.origin import ReadOptions, open_dataset, read_options_from, renamed, resolve_episodes
+from robostream.datasets.sample import SampleAssembler
 from robostream.format.depth import DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
@@ -70,13 +70,17 @@ class Source:
 
     def __post_init__(self) -> None:
         if self.options is not None:
-            object.__setattr__(self, "read_options", renamed("options", "read_options", self.options,
-                                                             self.read_options, who="Source", stacklevel=4))
+            object.__setattr__(
+                self,
+                "read_options",
+                renamed("options", "read_options", self.options, self.read_options, who="Source", stacklevel=4),
+            )
             object.__setattr__(self, "options", None)
         if self.root is None and self.repo_id is None:
             raise ValueError("Source needs root= (a local folder or URL) or repo_id=")
-        object.__setattr__(self, "read_options", read_options_from(self.read_options,
-                                                                   where=f"source {self.label}: read_options"))
+        object.__setattr__(
+            self, "read_options", read_options_from(self.read_options, where=f"source {self.label}: read_options")
+        )
         self.weight  # fails now, naming the bad weight
 
     @property
@@ -115,9 +119,17 @@ def selection_fingerprint(reader: SourceReader) -> str:
     return hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:24]
 
 
-def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weight], counts: Sequence[int],
-                        *, epoch_size: int | None, sampling_method: str, features: str, batching: str,
-                        batch_size: int | None) -> str:
+def mixture_fingerprint(
+    sources: Sequence[SourceReader],
+    weights: Sequence[Weight],
+    counts: Sequence[int],
+    *,
+    epoch_size: int | None,
+    sampling_method: str,
+    features: str,
+    batching: str,
+    batch_size: int | None,
+) -> str:
     """A short hash of everything a mixture's epochs depend on: roots (Hub roots carry their commit), selected
     episodes and their lengths, weights, per-source counts, epoch size, sampling, feature mode and batching. A
     root's user and password are left out: a rotated password resumes the same mixture."""
@@ -125,8 +137,15 @@ def mixture_fingerprint(sources: Sequence[SourceReader], weights: Sequence[Weigh
     for reader, weight, count in zip(sources, weights, counts):
         episodes = np.asarray(reader.episodes, dtype=np.int64)
         selection = hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:16]
-        doc.append([redact_url(reader.meta.root), selection, [weight.proportion, weight.repeat, weight.choose],
-                    int(count), sorted(reader.rename.items())])
+        doc.append(
+            [
+                redact_url(reader.meta.root),
+                selection,
+                [weight.proportion, weight.repeat, weight.choose],
+                int(count),
+                sorted(reader.rename.items()),
+            ]
+        )
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -164,28 +183,59 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
         settings: the dataset's arguments.
         lenient_windows: skip windows of common keys the source lacks (a mixture: its schema reports them).
     """
-    meta = open_dataset(spec.repo_id, spec.root, spec.revision, spec.read_options or settings.read_options,
-                        settings.video_backend, "StreamingLeRobotDataset", shared_reading=settings.shared_reading,
-                        depth_output_unit=settings.depth_output_unit)
+    meta = open_dataset(
+        spec.repo_id,
+        spec.root,
+        spec.revision,
+        spec.read_options or settings.read_options,
+        settings.video_backend,
+        "StreamingLeRobotDataset",
+        shared_reading=settings.shared_reading,
+        depth_output_unit=settings.depth_output_unit,
+    )
     episodes = resolve_episodes(meta, spec.episodes)
     settings.storages.append(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps
     source_key = {c: k for k, c in spec.feature_map.items()}
     deltas = {source_key.get(key, key): values for key, values in window_seconds(common).items()}
     if lenient_windows:  # keep the windows of the common names this source has (under its own names)
-        deltas = {k: v for k, v in deltas.items()
-                  if k in meta.info.features and spec.feature_map.get(k, k) in common}
+        deltas = {k: v for k, v in deltas.items() if k in meta.info.features and spec.feature_map.get(k, k) in common}
     offsets = delta_offsets(deltas, meta.fps, settings.tolerance_s, list(meta.info.features)) if deltas else {}
-    cameras = CameraReader(meta, settings.tolerance_s, settings.video_backend, settings.video_decode_device,
-                           settings.decoder_cache_size, frame_pool=settings.frame_pool, decoders=settings.decoders,
-                           decode_threads=settings.decode_threads)
+    cameras = CameraReader(
+        meta,
+        settings.tolerance_s,
+        settings.video_backend,
+        settings.video_decode_device,
+        settings.decoder_cache_size,
+        frame_pool=settings.frame_pool,
+        decoders=settings.decoders,
+        decode_threads=settings.decode_threads,
+    )
     stride = window_stride([offsets[k] for k in meta.video_keys if k in offsets]) if settings.shuffle else 1
     assembler = SampleAssembler(meta, offsets, settings.return_uint8, settings.image_transforms)
-    frames = FrameReader(meta, assembler=assembler, cameras=cameras, counters=settings.counters, stride=stride,
-                         decode_ahead=settings.decode_ahead, prefetch=settings.prefetch, index=index,
-                         storages=settings.storages, shared=settings.reading)
-    return SourceReader(index, spec.label, meta, episodes, meta.episodes.lengths_of(episodes), cameras, frames,
-                        dict(spec.feature_map), deltas)
+    frames = FrameReader(
+        meta,
+        assembler=assembler,
+        cameras=cameras,
+        counters=settings.counters,
+        stride=stride,
+        decode_ahead=settings.decode_ahead,
+        prefetch=settings.prefetch,
+        index=index,
+        storages=settings.storages,
+        shared=settings.reading,
+    )
+    return SourceReader(
+        index,
+        spec.label,
+        meta,
+        episodes,
+        meta.episodes.lengths_of(episodes),
+        cameras,
+        frames,
+        dict(spec.feature_map),
+        deltas,
+    )
 
 
 SOURCES_OPENED_AT_ONCE = 32  # each source is a few requests in a row: 32 at once open 500 in ~16 round trips
@@ -206,8 +256,9 @@ def open_readers(specs: Sequence[Source], settings: ReaderSettings, *, lenient_w
         return [open_reader(0, specs[0], settings, lenient_windows=lenient_windows)]
     pool = ThreadPoolExecutor(min(len(specs), SOURCES_OPENED_AT_ONCE), thread_name_prefix="robostream-open")
     try:
-        futures = [pool.submit(open_reader, i, spec, settings, lenient_windows=lenient_windows)
-                   for i, spec in enumerate(specs)]
+        futures = [
+            pool.submit(open_reader, i, spec, settings, lenient_windows=lenient_windows) for i, spec in enumerate(specs)
+        ]
         readers = []
         for i, (spec, future) in enumerate(zip(specs, futures)):
             try:
@@ -221,17 +272,28 @@ def open_readers(specs: Sequence[Source], settings: ReaderSettings, *, lenient_w
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def mixture_sources(*, repo_id: str | None, root: str | Path | None, revision: str | None,
-                    episodes: Sequence[int] | None, sources: Sequence[Source] | None, epoch_size: int | None
-                    ) -> list[Source]:
+def mixture_sources(
+    *,
+    repo_id: str | None,
+    root: str | Path | None,
+    revision: str | None,
+    episodes: Sequence[int] | None,
+    sources: Sequence[Source] | None,
+    epoch_size: int | None,
+) -> list[Source]:
     """The sources a streaming dataset reads: the mixture's, or its one dataset as a single Source (errors name
     the arguments that do not go together)."""
     if sources is not None:
-        given = [n for n, v in (("repo_id", repo_id), ("root", root), ("revision", revision),
-                                ("episodes", episodes)) if v is not None]
+        given = [
+            n
+            for n, v in (("repo_id", repo_id), ("root", root), ("revision", revision), ("episodes", episodes))
+            if v is not None
+        ]
         if given or not sources:
-            raise ValueError(f"sources= names a mixture: pass at least one Source and no {given or 'repo_id'} "
-                             "(each Source has its own)")
+            raise ValueError(
+                f"sources= names a mixture: pass at least one Source and no {given or 'repo_id'} "
+                "(each Source has its own)"
+            )
         return list(sources)
     if epoch_size is not None:
         raise ValueError("epoch_size applies to a mixture (sources=); one dataset's epoch is all its samples")
@@ -240,8 +302,12 @@ def mixture_sources(*, repo_id: str | None, root: str | Path | None, revision: s
     return [Source(repo_id=repo_id, root=root, revision=revision, episodes=episodes)]
 
 
-def mixture_schema(sources: Sequence[SourceReader], delta_timestamps: Mapping[str, Sequence[float]],
-                   features: SchemaMode, return_uint8: bool) -> MixtureSchema:
+def mixture_schema(
+    sources: Sequence[SourceReader],
+    delta_timestamps: Mapping[str, Sequence[float]],
+    features: SchemaMode,
+    return_uint8: bool,
+) -> MixtureSchema:
     """The mixture's common keys, checked across its sources (errors name the key and the sources)."""
     specs = []
     for reader in sources:
@@ -250,7 +316,14 @@ def mixture_schema(sources: Sequence[SourceReader], delta_timestamps: Mapping[st
     known = {k for spec in specs for k in spec}
     unknown = [k for k in delta_timestamps if k not in known]
     if unknown:
-        raise ValueError(f"delta_timestamps keys {unknown} are features of no source; the mixture's keys: "
-                         f"{sorted(known)}")
-    return MixtureSchema([r.meta for r in sources], specs, [r.rename for r in sources],
-                         [r.label for r in sources], features, return_uint8)
+        raise ValueError(
+            f"delta_timestamps keys {unknown} are features of no source; the mixture's keys: {sorted(known)}"
+        )
+    return MixtureSchema(
+        [r.meta for r in sources],
+        specs,
+        [r.rename for r in sources],
+        [r.label for r in sources],
+        features,
+        return_uint8,
+    )

@@ -31,8 +31,9 @@ SchemaMode = Literal["strict", "union", "separate"]  # separate: batches never m
 RESERVED = ("index", "episode_index", "frame_index", "timestamp", "task_index")  # every dataset has them as is
 
 
-def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows: Mapping[str, int],
-                 name: str) -> dict[str, KeySpec]:
+def source_specs(
+    meta: DatasetMetadata, feature_map: Mapping[str, str], windows: Mapping[str, int], name: str
+) -> dict[str, KeySpec]:
     """The source's features (sample_keys.feature_keys) under their common names, with their windows.
 
     Args:
@@ -44,18 +45,22 @@ def source_specs(meta: DatasetMetadata, feature_map: Mapping[str, str], windows:
     features = feature_keys(meta, {})
     unknown = [k for k in feature_map if k not in features]
     if unknown:
-        raise ValueError(f"source {name}: feature_map renames {unknown}, which it does not have; its features: "
-                         f"{list(features)}")
+        raise ValueError(
+            f"source {name}: feature_map renames {unknown}, which it does not have; its features: {list(features)}"
+        )
     renamed_reserved = [k for k in feature_map if k in RESERVED and feature_map[k] != k]
     if renamed_reserved:
-        raise ValueError(f"source {name}: feature_map renames {renamed_reserved}; the locating columns {RESERVED} "
-                         "keep their names")
+        raise ValueError(
+            f"source {name}: feature_map renames {renamed_reserved}; the locating columns {RESERVED} keep their names"
+        )
     specs: dict[str, KeySpec] = {}
     for key, spec in features.items():
         common = feature_map.get(key, key)
         if common in specs or common in (DATASET_INDEX, TASK):
-            raise ValueError(f"source {name}: feature_map gives two features the name {common!r} (or a reserved "
-                             f"sample key); every common name must be unique")
+            raise ValueError(
+                f"source {name}: feature_map gives two features the name {common!r} (or a reserved "
+                f"sample key); every common name must be unique"
+            )
         specs[common] = with_window(common, spec, windows.get(common))
     return specs
 
@@ -78,9 +83,15 @@ class Fill:
 class MixtureSchema:
     """Common keys of the sources, their order, and the fills of union mode."""
 
-    def __init__(self, metas: Sequence[DatasetMetadata], specs: Sequence[dict[str, KeySpec]],
-                 renames: Sequence[Mapping[str, str]], names: Sequence[str], mode: SchemaMode,
-                 return_uint8: bool) -> None:
+    def __init__(
+        self,
+        metas: Sequence[DatasetMetadata],
+        specs: Sequence[dict[str, KeySpec]],
+        renames: Sequence[Mapping[str, str]],
+        names: Sequence[str],
+        mode: SchemaMode,
+        return_uint8: bool,
+    ) -> None:
         """
         Args:
             metas: per source its metadata.
@@ -103,7 +114,8 @@ class MixtureSchema:
                     raise ValueError(
                         f"feature {key!r} is {_describe(other)} in source {names[first]} but {_describe(spec)} in "
                         f"source {names[s]}: give one a different name with Source(feature_map=...) (and "
-                        "features='union'), or select the same window")
+                        "features='union'), or select the same window"
+                    )
         self.missing = [[k for k in owners if k not in source] if mode != "separate" else [] for source in specs]
         if mode == "strict":
             for s, lacking in enumerate(self.missing):
@@ -112,23 +124,28 @@ class MixtureSchema:
                     raise ValueError(
                         f"feature {lacking[0]!r} is in source {has} but not in source {names[s]} (it lacks "
                         f"{lacking}): map its own feature to that name with Source(feature_map={{...}}), or pass "
-                        "features='union' to fill it with zeros and `<key>_is_pad` True")
+                        "features='union' to fill it with zeros and `<key>_is_pad` True"
+                    )
         lacked = {k for lacking in self.missing for k in lacking}
         source_key = [{common: key for key, common in rename.items()} for rename in renames]
-        self.fills = {key: self._fill(metas[owners[key]], source_key[owners[key]].get(key, key),
-                                      specs[owners[key]][key], return_uint8)
-                      for key in owners if key in lacked}
+        self.fills = {
+            key: self._fill(
+                metas[owners[key]], source_key[owners[key]].get(key, key), specs[owners[key]][key], return_uint8
+            )
+            for key in owners
+            if key in lacked
+        }
         # Cameras scaled to float after writing unless uint8 (depth cameras hold their final values already).
-        self.cameras = {k for source in specs for k, spec in source.items()
-                        if spec.kind == "camera" and spec.dtype != "depth"}
+        self.cameras = {
+            k for source in specs for k, spec in source.items() if spec.kind == "camera" and spec.dtype != "depth"
+        }
         # One key order for all sources (sample_keys.key_order), or each its own when batches never mix them.
         groups = [range(len(specs))] if mode != "separate" else [[s] for s in range(len(specs))]
         orders = []
         for members in groups:
             ordered = list(dict.fromkeys(k for m in members for k in specs[m]))
             spec_of = {k: next(specs[m][k] for m in members if k in specs[m]) for k in ordered}
-            orders.append(key_order(spec_of, flags=[k for k in self.fills if spec_of[k].window is None],
-                                    mixture=True))
+            orders.append(key_order(spec_of, flags=[k for k in self.fills if spec_of[k].window is None], mixture=True))
         self.orders = orders * len(specs) if mode != "separate" else orders
 
     @staticmethod
@@ -167,15 +184,20 @@ class MixtureSchema:
 class MixtureBatches:
     """Whole batches whose samples come from several sources: each source's assembler writes its rows in place."""
 
-    def __init__(self, schema: MixtureSchema, assemblers: Sequence[BatchAssembler],
-                 renames: Sequence[Mapping[str, str]]) -> None:
+    def __init__(
+        self, schema: MixtureSchema, assemblers: Sequence[BatchAssembler], renames: Sequence[Mapping[str, str]]
+    ) -> None:
         self.schema = schema
         self.assemblers = list(assemblers)
         self.renames = [dict(r) for r in renames]
 
-    def assemble(self, sources: Sequence[int], refs: Sequence[BatchRef],
-                 video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
-                 allocate: Allocate = allocate_fresh) -> dict[str, Any]:
+    def assemble(
+        self,
+        sources: Sequence[int],
+        refs: Sequence[BatchRef],
+        video: Sequence[Mapping[str, Sequence[torch.Tensor]]],
+        allocate: Allocate = allocate_fresh,
+    ) -> dict[str, Any]:
         """The batch of `refs`, where sample i comes from source sources[i] (see BatchAssembler.assemble)."""
         size = len(refs)
         source_of = np.asarray(sources, dtype=np.int64)
@@ -184,8 +206,7 @@ class MixtureBatches:
             rows = np.flatnonzero(source_of == s)
             part_refs = [refs[i] for i in rows.tolist()]
             part_video = [video[i] for i in rows.tolist()]
-            groups.append((s, rows, part_refs, part_video,
-                           self.assemblers[s].prepare(part_refs, part_video)))
+            groups.append((s, rows, part_refs, part_video, self.assemblers[s].prepare(part_refs, part_video)))
         specs: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         on_device: dict[str, torch.Tensor] = {}
         for s, rows, _, _, prepared in groups:
@@ -207,8 +228,9 @@ class MixtureBatches:
         lists: dict[str, list[Any]] = {}
         for s, rows, part_refs, part_video, prepared in groups:
             rename = self.renames[s]
-            targets = {key: out[_common(key, rename)] for key in prepared.specs} | \
-                      {key: out[rename.get(key, key)] for key in prepared.on_device}
+            targets = {key: out[_common(key, rename)] for key in prepared.specs} | {
+                key: out[rename.get(key, key)] for key in prepared.on_device
+            }
             part_lists = self.assemblers[s].write(prepared, part_refs, part_video, targets, rows)
             for key, values in part_lists.items():
                 common = rename.get(key, key)

@@ -49,8 +49,9 @@ def resolve_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> l
     chosen = sorted(chosen_set)
     unknown = [e for e, known in zip(chosen, np.isin(chosen, available)) if not known]
     if unknown:
-        raise ValueError(f"episodes={unknown[:10]} not in {redact_url(meta.root)} (it has episodes "
-                         f"0..{len(available) - 1})")
+        raise ValueError(
+            f"episodes={unknown[:10]} not in {redact_url(meta.root)} (it has episodes 0..{len(available) - 1})"
+        )
     if not chosen:
         raise ValueError("episodes= selects no episode")
     return chosen
@@ -140,8 +141,11 @@ class SourceOptions(ReadOptions):
     """The old name of ReadOptions (same arguments), kept for one release with a warning."""
 
     def __post_init__(self) -> None:
-        warnings.warn("SourceOptions is now called ReadOptions (same arguments); the old name goes in the next "
-                      "release", FutureWarning, stacklevel=3)
+        warnings.warn(
+            "SourceOptions is now called ReadOptions (same arguments); the old name goes in the next release",
+            FutureWarning,
+            stacklevel=3,
+        )
         super().__post_init__()
 
 
@@ -152,14 +156,25 @@ def renamed(old: str, new: str, old_value: Any, new_value: Any, *, who: str, sta
         return new_value
     if new_value is not None:
         raise TypeError(f"{who}: pass {new}= only ({old}= is its old name)")
-    warnings.warn(f"{who}: {old}= is now called {new}=; the old name goes in the next release", FutureWarning,
-                  stacklevel=stacklevel)
+    warnings.warn(
+        f"{who}: {old}= is now called {new}=; the old name goes in the next release",
+        FutureWarning,
+        stacklevel=stacklevel,
+    )
     return old_value
 
 
-def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | None,
-                 read_options: ReadOptions | None, video_backend: str | None, who: str, *,
-                 depth_output_unit: DepthUnit, shared_reading: SharedReading | None = None) -> DatasetMetadata:
+def open_dataset(
+    repo_id: str | None,
+    root: str | Path | None,
+    revision: str | None,
+    read_options: ReadOptions | None,
+    video_backend: str | None,
+    who: str,
+    *,
+    depth_output_unit: DepthUnit,
+    shared_reading: SharedReading | None = None,
+) -> DatasetMetadata:
     """Check the arguments every dataset class shares and load the metadata (info, episode table, tasks, stats).
 
     root: a local folder or an fsspec URL (hf://datasets/<repo>[@rev], hf://buckets/..., s3://, http(s)://,
@@ -177,7 +192,16 @@ def open_dataset(repo_id: str | None, root: str | Path | None, revision: str | N
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
     derived = DerivedCache(cache.directory / "derived" if cache is not None else default_directory())
-    return load_metadata(root, storage_options=options.storage_options, data_files_root=options.data_files_root,
-                         retry=options.retry, cache=cache, read_buffer_bytes=parse_size(options.read_buffer),
-                         derived=derived, validate=options.validate, max_in_flight=options.max_in_flight,
-                         shared_reading=shared_reading, depth_unit=depth_output_unit)
+    return load_metadata(
+        root,
+        storage_options=options.storage_options,
+        data_files_root=options.data_files_root,
+        retry=options.retry,
+        cache=cache,
+        read_buffer_bytes=parse_size(options.read_buffer),
+        derived=derived,
+        validate=options.validate,
+        max_in_flight=options.max_in_flight,
+        shared_reading=shared_reading,
+        depth_unit=depth_output_unit,
+    )

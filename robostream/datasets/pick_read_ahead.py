@@ -45,8 +45,9 @@ class _Piece:
 class PickReadAhead:
     """Picks of one consumer role with their video bytes fetched ahead (remote sources; see module doc)."""
 
-    def __init__(self, plan: EpochPlan, sources: Sequence[SourceReader],
-                 locate: Callable[[int], tuple[SourceReader, int, int]]) -> None:
+    def __init__(
+        self, plan: EpochPlan, sources: Sequence[SourceReader], locate: Callable[[int], tuple[SourceReader, int, int]]
+    ) -> None:
         self.plan, self.sources, self._locate = plan, sources, locate
         self._pieces: dict[tuple[int, int], _Piece] = {}
         self._remote = [s for s in sources if s.frames.video_ahead.enabled]
@@ -62,16 +63,22 @@ class PickReadAhead:
             # At most one round per pick handed out: the first pick leaves once the first round's bytes are
             # asked for (the first batch waits for its own bytes, not for the whole depth's), and the window
             # grows to its depth while the consumer decodes.
-            if not exhausted and (len(window) < MIN_PICKS_AHEAD
-                                  or (len(window) < MAX_PICKS_AHEAD and self._wants_more())):
+            if not exhausted and (
+                len(window) < MIN_PICKS_AHEAD or (len(window) < MAX_PICKS_AHEAD and self._wants_more())
+            ):
                 taken = list(itertools.islice(picks, PICKS_PER_ROUND))
                 exhausted = len(taken) < PICKS_PER_ROUND
                 entries = [self._entry(pick) for pick in taken]
                 # The packet indexes of files met for the first time are read concurrently (a round trip each).
                 for source in self._remote:
-                    source.frames.video_ahead.prepare([(e.episode, key) for e in entries if e is not None
-                                                       and e.source is source and e.located is None
-                                                       for key in e.frames])
+                    source.frames.video_ahead.prepare(
+                        [
+                            (e.episode, key)
+                            for e in entries
+                            if e is not None and e.source is source and e.located is None
+                            for key in e.frames
+                        ]
+                    )
                 for pick, entry in zip(taken, entries):
                     if entry is not None:
                         self._ask(entry, pick[2])

@@ -22,8 +22,15 @@ Decode = Callable[[EpisodeRows, Mapping[str, np.ndarray]], dict[str, torch.Tenso
 class PieceReader:
     """Frames of one piece of one episode, for samples taken in `sample_frames` order."""
 
-    def __init__(self, rows: EpisodeRows, sample_frames: np.ndarray, needed_frames: Mapping[str, np.ndarray],
-                 decode: Decode, decode_ahead: int, source: int = 0) -> None:
+    def __init__(
+        self,
+        rows: EpisodeRows,
+        sample_frames: np.ndarray,
+        needed_frames: Mapping[str, np.ndarray],
+        decode: Decode,
+        decode_ahead: int,
+        source: int = 0,
+    ) -> None:
         """needed_frames[key] is (len(sample_frames), T): the frames each sample needs from camera `key`;
         source: the mixture source the piece belongs to."""
         self.rows = rows
@@ -41,8 +48,7 @@ class PieceReader:
             # The last position wins when a dict is built from pairs in increasing position order.
             self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
 
-    def window_frames(self, position: int, released: list[torch.Tensor] | None = None
-                      ) -> dict[str, list[torch.Tensor]]:
+    def window_frames(self, position: int, released: list[torch.Tensor] | None = None) -> dict[str, list[torch.Tensor]]:
         """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
         needed (the batch path copies them straight into the batch, a sample stacks them); forgotten frames are
         appended to `released` when given."""

@@ -37,8 +37,13 @@ def stack_window(frames: Sequence[torch.Tensor]) -> torch.Tensor:
 class SampleAssembler:
     """Knows the windows of a frame and builds the sample once the video frames are decoded."""
 
-    def __init__(self, meta: DatasetMetadata, delta_offsets: Mapping[str, np.ndarray], return_uint8: bool,
-                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+    def __init__(
+        self,
+        meta: DatasetMetadata,
+        delta_offsets: Mapping[str, np.ndarray],
+        return_uint8: bool,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None,
+    ) -> None:
         self.meta = meta
         self.delta_offsets = dict(delta_offsets)
         self.return_uint8 = return_uint8
@@ -61,15 +66,18 @@ class SampleAssembler:
         """Vectorised `video_frames` for many frames of one episode: per camera an (N, T) array of frames."""
         frames = np.asarray(frames, dtype=np.int64)[:, None]
         no_window = np.zeros(1, dtype=np.int64)
-        return {k: window_indices(frames, 0, length, self.delta_offsets.get(k, no_window)[None, :])[0]
-                for k in self.meta.video_keys}
+        return {
+            k: window_indices(frames, 0, length, self.delta_offsets.get(k, no_window)[None, :])[0]
+            for k in self.meta.video_keys
+        }
 
     @staticmethod
     def timestamps(rows: EpisodeRows, frames: np.ndarray) -> np.ndarray:
         return rows.columns["timestamp"][frames].astype(np.float64)
 
-    def assemble(self, rows: EpisodeRows, frame: int, video_frames: Mapping[str, torch.Tensor],
-                 windows: Windows | None = None) -> dict[str, Any]:
+    def assemble(
+        self, rows: EpisodeRows, frame: int, video_frames: Mapping[str, torch.Tensor], windows: Windows | None = None
+    ) -> dict[str, Any]:
         """The sample of `frame`; video_frames holds per camera uint8 (T, C, H, W) for the frames of `video_frames`
         (depth cameras: float32 depths, see datasets/cameras.py)."""
         query, pads = self.windows(frame, len(rows)) if windows is None else windows

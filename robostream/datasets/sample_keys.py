@@ -40,8 +40,7 @@ def feature_keys(meta: DatasetMetadata, windows: Mapping[str, int]) -> dict[str,
     depth = meta.depth_codings
     for key, feature in data_features(meta.info.features).items():
         dtype = feature["dtype"]
-        kind = "camera" if dtype in ("video", "image") else \
-            dtype if dtype in ("string", LANGUAGE_DTYPE) else "column"
+        kind = "camera" if dtype in ("video", "image") else dtype if dtype in ("string", LANGUAGE_DTYPE) else "column"
         if kind == "camera":
             dtype = "depth" if key in depth else "camera"
         spec = KeySpec(kind, dtype, tuple(feature["shape"]), None)
@@ -53,9 +52,11 @@ def with_window(key: str, spec: KeySpec, window: int | None) -> KeySpec:
     """`spec` with its delta_timestamps window. A language column has none: each frame's cell already holds the
     episode's persistent rows, and lerobot fails on such a window (its reader torch.stacks the cells)."""
     if window is not None and spec.kind == "language":
-        raise ValueError(f"delta_timestamps[{key!r}]: {key!r} is a language column, which has no window (every "
-                         "sample carries its own frame's rows, the persistent ones included); remove it from "
-                         "delta_timestamps")
+        raise ValueError(
+            f"delta_timestamps[{key!r}]: {key!r} is a language column, which has no window (every "
+            "sample carries its own frame's rows, the persistent ones included); remove it from "
+            "delta_timestamps"
+        )
     return replace(spec, window=window)
 
 

@@ -28,8 +28,7 @@ import numpy as np
 from robostream.datasets.batch_assembly import Allocate
 from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
-from robostream.plan.epoch import (EpochSpec, StratifiedPlan, checked_lanes_resume, plan_stratified,
-                                   stratified_state)
+from robostream.plan.epoch import EpochSpec, StratifiedPlan, checked_lanes_resume, plan_stratified, stratified_state
 
 
 class StratifiedIterator:
@@ -44,7 +43,7 @@ class StratifiedIterator:
             worker_role: this role's worker index (its allocation).
         """
         self.iterators = list(iterators)
-        self.counts = plan.counts[worker_role][plan.done[worker_role]:]
+        self.counts = plan.counts[worker_role][plan.done[worker_role] :]
         self.batches_done = 0  # whole batches yielded (per-sample iteration: counted at each batch's last sample)
         self.in_batch = 0  # samples of the current batch yielded so far
 
@@ -97,40 +96,61 @@ class StratifiedBatching:
     def schema_mode(self, features: FeatureMode) -> SchemaMode:
         return features  # batches mix sources: their keys must agree (strict) or be filled (union)
 
-    def plan(self, spec: EpochSpec, sources: int, world_size: int, num_workers: int,
-             resume: Mapping[str, Any] | None) -> StratifiedPlan:
+    def plan(
+        self, spec: EpochSpec, sources: int, world_size: int, num_workers: int, resume: Mapping[str, Any] | None
+    ) -> StratifiedPlan:
         return plan_stratified(spec, sources, world_size, num_workers, self.batch_size, resume)
 
     def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
         return checked_lanes_resume(state, spec, labels)
 
-    def state(self, plan: StratifiedPlan, world_size: int, num_workers: int, batches: int | None, batch_size: int,
-              iterator: StratifiedIterator | None, *, interleaved: bool) -> dict[str, Any]:
+    def state(
+        self,
+        plan: StratifiedPlan,
+        world_size: int,
+        num_workers: int,
+        batches: int | None,
+        batch_size: int,
+        iterator: StratifiedIterator | None,
+        *,
+        interleaved: bool,
+    ) -> dict[str, Any]:
         if batches is None:  # in-process iteration: whole batches of this rank's own pass
             if iterator is not None and iterator.in_batch:
-                raise ValueError(f"batching='stratified' resumes at batch boundaries; {iterator.in_batch} samples "
-                                 f"of a batch of {self.batch_size} were taken")
+                raise ValueError(
+                    f"batching='stratified' resumes at batch boundaries; {iterator.in_batch} samples "
+                    f"of a batch of {self.batch_size} were taken"
+                )
             batches = iterator.batches_done if iterator is not None else 0
         elif batch_size != self.batch_size:
-            raise ValueError(f"batching='stratified' was planned for batch_size={self.batch_size}, the loader uses "
-                             f"{batch_size}")
+            raise ValueError(
+                f"batching='stratified' was planned for batch_size={self.batch_size}, the loader uses {batch_size}"
+            )
         return stratified_state(plan, num_workers, batches, interleaved=interleaved)
 
-    def iterator(self, plan: StratifiedPlan, worker_role: int,
-                 make_pass: Callable[..., EpochIterator]) -> StratifiedIterator:
+    def iterator(
+        self, plan: StratifiedPlan, worker_role: int, make_pass: Callable[..., EpochIterator]
+    ) -> StratifiedIterator:
         # Each lane's share of the epoch (from the epoch's units: the same on every layout and after a resume).
         sizes = [int(lane.units.length.sum()) if lane is not None else 0 for lane in plan.lanes]
         total = max(1, sum(sizes))
-        return StratifiedIterator(plan, [make_pass(lane, size / total) if lane is not None else None
-                                         for lane, size in zip(plan.lanes, sizes)], worker_role)
+        return StratifiedIterator(
+            plan,
+            [make_pass(lane, size / total) if lane is not None else None for lane, size in zip(plan.lanes, sizes)],
+            worker_role,
+        )
 
     def loader_batch_size(self, batch_size: int | None) -> int:
         if batch_size is not None and batch_size != self.batch_size:
-            raise ValueError(f"the dataset plans batching='stratified' for batch_size={self.batch_size}: load it "
-                             f"with that batch_size (or leave the loader's unset), not {batch_size}")
+            raise ValueError(
+                f"the dataset plans batching='stratified' for batch_size={self.batch_size}: load it "
+                f"with that batch_size (or leave the loader's unset), not {batch_size}"
+            )
         return self.batch_size
 
     def check_loader(self, *, drop_last: bool, assembled: bool) -> None:
         if drop_last or not assembled:
-            raise ValueError("batching='stratified' assembles every batch from its sources' shares in the dataset: "
-                             "load it without drop_last, collate_fn or image_transforms")
+            raise ValueError(
+                "batching='stratified' assembles every batch from its sources' shares in the dataset: "
+                "load it without drop_last, collate_fn or image_transforms"
+            )

@@ -24,8 +24,8 @@ videos/, so start-up and memory do not grow with the dataset; every process plan
 from __future__ import annotations
 
 import warnings
-from functools import partial
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,19 +40,26 @@ from robostream.datasets.counters import FrameCounters
 from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.frame_reader import FrameReader, ReadingThreads
 from robostream.datasets.lanes import LaneIterator
-from robostream.datasets.mixture import (ReaderSettings, Source, SourceReader, mixture_fingerprint, mixture_schema,
-                                         mixture_sources, open_readers, selection_fingerprint)
+from robostream.datasets.mixture import (
+    ReaderSettings,
+    Source,
+    SourceReader,
+    mixture_fingerprint,
+    mixture_schema,
+    mixture_sources,
+    open_readers,
+    selection_fingerprint,
+)
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
+from robostream.datasets.origin import ReadOptions, renamed
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.stratified import StratifiedIterator
-from robostream.datasets.origin import ReadOptions, renamed
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
 from robostream.plan.layout import Consumer, auto_canonical_streams
-from robostream.plan.mixture import (EpochUnits, SamplingMethod, check_epoch_units, epoch_units,
-                                     samples_per_source)
+from robostream.plan.mixture import EpochUnits, SamplingMethod, check_epoch_units, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.process_local import ProcessLocal
 from robostream.storage.redact import redact_url
@@ -69,20 +76,40 @@ class StreamingLeRobotDataset(IterableDataset):
     """Iterable, resumable, rank- and worker-aware reader of a LeRobot v3.0 dataset, or of a weighted mixture of
     several (same samples as map-style; a mixture's samples also carry `dataset_index`)."""
 
-    def __init__(self, repo_id: str | None = None, *, root: str | Path | None = None, revision: str | None = None,
-                 episodes: Sequence[int] | None = None, sources: Sequence[Source] | None = None,
-                 epoch_size: int | None = None, sampling_method: SamplingMethod = "balanced",
-                 features: FeatureMode = "strict", batching: BatchingMethod = "random",
-                 batch_size: int | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 shuffle: bool = True, seed: int = 0,
-                 image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None, return_uint8: bool = False,
-                 video_backend: Literal["torchcodec", "pyav"] | None = None, video_decode_device: str = "cpu",
-                 pool_size: int = 8, canonical_streams: int | None = None, uneven: Uneven = "pad",
-                 partition: Partition = "contiguous", decode_ahead: int = 4,
-                 prefetch_pieces: int = 2, video_decoder_cache_size: int | None = None,
-                 depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT, read_options: ReadOptions | None = None, rank: int | None = None, world_size: int | None = None,
-                 source: ReadOptions | None = None) -> None:
+    def __init__(
+        self,
+        repo_id: str | None = None,
+        *,
+        root: str | Path | None = None,
+        revision: str | None = None,
+        episodes: Sequence[int] | None = None,
+        sources: Sequence[Source] | None = None,
+        epoch_size: int | None = None,
+        sampling_method: SamplingMethod = "balanced",
+        features: FeatureMode = "strict",
+        batching: BatchingMethod = "random",
+        batch_size: int | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        shuffle: bool = True,
+        seed: int = 0,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        return_uint8: bool = False,
+        video_backend: Literal["torchcodec", "pyav"] | None = None,
+        video_decode_device: str = "cpu",
+        pool_size: int = 8,
+        canonical_streams: int | None = None,
+        uneven: Uneven = "pad",
+        partition: Partition = "contiguous",
+        decode_ahead: int = 4,
+        prefetch_pieces: int = 2,
+        video_decoder_cache_size: int | None = None,
+        depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
+        read_options: ReadOptions | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        source: ReadOptions | None = None,
+    ) -> None:
         """
         Args:
             repo_id: a Hub dataset ("owner/name"): lerobot's local copy when there is one, else read from the Hub.
@@ -142,8 +169,12 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
         if partition not in ("contiguous", "files"):
             raise ValueError(f"partition={partition!r}: expected 'contiguous' or 'files'")
-        for name, value, least in (("pool_size", pool_size, 1), ("decode_ahead", decode_ahead, 1),
-                                   ("prefetch_pieces", prefetch_pieces, 0), ("seed", seed, 0)):
+        for name, value, least in (
+            ("pool_size", pool_size, 1),
+            ("decode_ahead", decode_ahead, 1),
+            ("prefetch_pieces", prefetch_pieces, 0),
+            ("seed", seed, 0),
+        ):
             finite_number(value, what=name, integer=True, minimum=least)
         if canonical_streams is not None:
             finite_number(canonical_streams, what="canonical_streams", integer=True, minimum=1)
@@ -151,8 +182,9 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
         self.is_mixture = sources is not None
         self.batching = make_batching(batching, batch_size=batch_size, mixture=self.is_mixture, features=features)
-        specs = mixture_sources(repo_id=repo_id, root=root, revision=revision, episodes=episodes, sources=sources,
-                                epoch_size=epoch_size)
+        specs = mixture_sources(
+            repo_id=repo_id, root=root, revision=revision, episodes=episodes, sources=sources, epoch_size=epoch_size
+        )
         self.shuffle, self.seed = shuffle, seed
         self.pool_size, self.uneven, self.partition = pool_size, uneven, partition
         self.canonical_streams = canonical_streams
@@ -162,36 +194,52 @@ class StreamingLeRobotDataset(IterableDataset):
         self.delta_timestamps = dict(delta_timestamps or {})
         self.counters = FrameCounters()
         read_options = renamed("source", "read_options", source, read_options, who="StreamingLeRobotDataset")
-        settings = ReaderSettings(read_options=read_options, delta_timestamps=self.delta_timestamps,
-                                  tolerance_s=tolerance_s, return_uint8=return_uint8, image_transforms=image_transforms,
-                                  depth_output_unit=depth_output_unit,
-                                  video_backend=video_backend, video_decode_device=video_decode_device,
-                                  decoder_cache_size=video_decoder_cache_size, decode_ahead=decode_ahead,
-                                  prefetch=prefetch_pieces > 0, shuffle=shuffle, counters=self.counters,
-                                  frame_pool=ProcessLocal(FramePool), storages=[],
-                                  decoders=VideoDecoderCache(video_decoder_cache_size or MIXTURE_DECODERS)
-                                  if self.is_mixture else None,
-                                  decode_threads=ProcessLocal(partial(decode_pool, MAX_DECODE_THREADS))
-                                  if self.is_mixture else None,
-                                  reading=ReadingThreads() if self.is_mixture else None,
-                                  shared_reading=SharedReading() if self.is_mixture else None)
+        settings = ReaderSettings(
+            read_options=read_options,
+            delta_timestamps=self.delta_timestamps,
+            tolerance_s=tolerance_s,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            depth_output_unit=depth_output_unit,
+            video_backend=video_backend,
+            video_decode_device=video_decode_device,
+            decoder_cache_size=video_decoder_cache_size,
+            decode_ahead=decode_ahead,
+            prefetch=prefetch_pieces > 0,
+            shuffle=shuffle,
+            counters=self.counters,
+            frame_pool=ProcessLocal(FramePool),
+            storages=[],
+            decoders=VideoDecoderCache(video_decoder_cache_size or MIXTURE_DECODERS) if self.is_mixture else None,
+            decode_threads=ProcessLocal(partial(decode_pool, MAX_DECODE_THREADS)) if self.is_mixture else None,
+            reading=ReadingThreads() if self.is_mixture else None,
+            shared_reading=SharedReading() if self.is_mixture else None,
+        )
         self.sources = open_readers(specs, settings, lenient_windows=self.is_mixture)
         weights = [spec.weight for spec in specs]
-        self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights,
-                                                     epoch_size)
+        self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights, epoch_size)
         check_epoch_units(self.samples_per_source, [r.lengths for r in self.sources], weights, epoch_size)
         self.schema = self.batches_of_mixture = None
         self.fingerprint = None
         self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self.sources[0])
         if self.is_mixture:
-            self.schema = mixture_schema(self.sources, self.delta_timestamps,
-                                         self.batching.schema_mode(features), return_uint8)
+            self.schema = mixture_schema(
+                self.sources, self.delta_timestamps, self.batching.schema_mode(features), return_uint8
+            )
             if image_transforms is None:
-                self.batches_of_mixture = MixtureBatches(self.schema, [r.frames.batches for r in self.sources],
-                                                         [r.rename for r in self.sources])
-            self.fingerprint = mixture_fingerprint(self.sources, weights, self.samples_per_source,
-                                                   epoch_size=epoch_size, sampling_method=sampling_method,
-                                                   features=features, batching=batching, batch_size=batch_size)
+                self.batches_of_mixture = MixtureBatches(
+                    self.schema, [r.frames.batches for r in self.sources], [r.rename for r in self.sources]
+                )
+            self.fingerprint = mixture_fingerprint(
+                self.sources,
+                weights,
+                self.samples_per_source,
+                epoch_size=epoch_size,
+                sampling_method=sampling_method,
+                features=features,
+                batching=batching,
+                batch_size=batch_size,
+            )
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next pass continues from (a checked state)
         self._iterator: EpochIterator | LaneIterator | StratifiedIterator | None = None  # this process's current pass
@@ -199,8 +247,10 @@ class StreamingLeRobotDataset(IterableDataset):
     # -- one dataset (not a mixture) ---------------------------------------------------------------------------
     def _only(self) -> SourceReader:
         if self.is_mixture:
-            raise AttributeError("a mixture has one metadata, episode selection and decoder set per source: use "
-                                 "dataset.sources[i].meta / .episodes / .cameras / .frames")
+            raise AttributeError(
+                "a mixture has one metadata, episode selection and decoder set per source: use "
+                "dataset.sources[i].meta / .episodes / .cameras / .frames"
+            )
         return self.sources[0]
 
     @property
@@ -231,8 +281,11 @@ class StreamingLeRobotDataset(IterableDataset):
     @property
     def source(self) -> FrameReader:
         """The old name of `frames` (one release, with a warning)."""
-        warnings.warn("StreamingLeRobotDataset.source is now called .frames; the old name goes in the next release",
-                      FutureWarning, stacklevel=2)
+        warnings.warn(
+            "StreamingLeRobotDataset.source is now called .frames; the old name goes in the next release",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.frames
 
     # -- layout and plan ---------------------------------------------------------------------------------------
@@ -251,8 +304,13 @@ class StreamingLeRobotDataset(IterableDataset):
     def epoch_units(self) -> EpochUnits:
         """The frame ranges this epoch reads: every selected episode whole for one dataset; for a mixture each
         source's full passes and partial pass (plan/mixture.py)."""
-        return epoch_units([r.lengths for r in self.sources], self.samples_per_source, seed=self.seed,
-                           epoch=self.epoch, sampling_method=self.sampling_method)
+        return epoch_units(
+            [r.lengths for r in self.sources],
+            self.samples_per_source,
+            seed=self.seed,
+            epoch=self.epoch,
+            sampling_method=self.sampling_method,
+        )
 
     def epoch_spec(self, consumers: int) -> EpochSpec:
         """This epoch's input to the pure planner (plan/epoch.py) for a layout of `consumers` roles."""
@@ -262,10 +320,19 @@ class StreamingLeRobotDataset(IterableDataset):
             files = []
             for s, position in zip(units.source.tolist(), units.episode.tolist()):
                 meta, episode = self.sources[s].meta, self.sources[s].episodes[position]
-                files.append([(s, meta.data_file(episode))] + [(s, meta.video_file(episode, k))
-                                                                for k in meta.video_keys])
-        return EpochSpec(units, self.resolved_canonical_streams(consumers), self.seed, self.epoch, self.shuffle,
-                         self.uneven, self.partition, files)
+                files.append(
+                    [(s, meta.data_file(episode))] + [(s, meta.video_file(episode, k)) for k in meta.video_keys]
+                )
+        return EpochSpec(
+            units,
+            self.resolved_canonical_streams(consumers),
+            self.seed,
+            self.epoch,
+            self.shuffle,
+            self.uneven,
+            self.partition,
+            files,
+        )
 
     def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan | LanePlan:
         """What every consumer role reads in the coming pass on this layout (a LanePlan under per_stream)."""
@@ -280,8 +347,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self.epoch = epoch
 
     # -- resume ----------------------------------------------------------------------------------------------
-    def state_dict(self, *, batches: int | None = None, batch_size: int = 1, num_workers: int = 1
-                   ) -> dict[str, Any]:
+    def state_dict(self, *, batches: int | None = None, batch_size: int = 1, num_workers: int = 1) -> dict[str, Any]:
         """A small JSON-serialisable state: each segment's position plus what the layout still owes.
 
         Args:
@@ -291,18 +357,35 @@ class StreamingLeRobotDataset(IterableDataset):
             num_workers: the loader's workers (1 without workers).
         """
         _, world = self._rank_world or resolve_rank_world()
-        identity = {"mixture": self.fingerprint} if self.is_mixture else {
-            "num_episodes": len(self.episodes), "dataset": self.dataset_fingerprint}
-        head = {"version": STATE_VERSION, "epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
-                **identity, "canonical_streams": self.resolved_canonical_streams(world * num_workers),
-                "layout": [world, num_workers]}
-        progress = self.batching.state(self.epoch_plan(world, num_workers), world, num_workers, batches, batch_size,
-                                       self._iterator, interleaved=self.shuffle)
+        identity = (
+            {"mixture": self.fingerprint}
+            if self.is_mixture
+            else {"num_episodes": len(self.episodes), "dataset": self.dataset_fingerprint}
+        )
+        head = {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            **identity,
+            "canonical_streams": self.resolved_canonical_streams(world * num_workers),
+            "layout": [world, num_workers],
+        }
+        progress = self.batching.state(
+            self.epoch_plan(world, num_workers),
+            world,
+            num_workers,
+            batches,
+            batch_size,
+            self._iterator,
+            interleaved=self.shuffle,
+        )
         state = {**head, **progress}
         return {**state, CHECKSUM: state_checksum(state)}
 
-    def load_state_dict(self, state: Mapping[str, Any], *,
-                        on_mixture_change: Literal["error", "next_epoch"] = "error") -> None:
+    def load_state_dict(
+        self, state: Mapping[str, Any], *, on_mixture_change: Literal["error", "next_epoch"] = "error"
+    ) -> None:
         """Continue from `state` at the next iteration, on this layout or any other.
 
         Args:
@@ -312,11 +395,13 @@ class StreamingLeRobotDataset(IterableDataset):
                 "next_epoch" starts this mixture at the epoch after the state's.
         """
         if not isinstance(state, Mapping):
-            raise ValueError(f"resume state: expected a state_dict() (a mapping), got {type(state).__name__} "
-                             f"{state!r:.80}")
+            raise ValueError(
+                f"resume state: expected a state_dict() (a mapping), got {type(state).__name__} {state!r:.80}"
+            )
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"resume state version {state.get('version')!r}; this robostream reads version "
-                             f"{STATE_VERSION}")
+            raise ValueError(
+                f"resume state version {state.get('version')!r}; this robostream reads version {STATE_VERSION}"
+            )
         if on_mixture_change not in ("error", "next_epoch"):
             raise ValueError(f"on_mixture_change={on_mixture_change!r}: expected 'error' or 'next_epoch'")
         check_state_head(state, lanes=self.batching.lanes)
@@ -330,16 +415,21 @@ class StreamingLeRobotDataset(IterableDataset):
                 f"resume state was made with {_identity(state.get('mixture'))} but this dataset is "
                 f"{_identity(self.fingerprint)}: its epoch cannot continue with other sources, revisions, episodes, "
                 "weights, epoch_size, sampling_method or features; pass on_mixture_change='next_epoch' to apply "
-                "this mixture from the next epoch, or rebuild the mixture the state was made with")
+                "this mixture from the next epoch, or rebuild the mixture the state was made with"
+            )
         if not self.is_mixture:
             self._check_dataset_identity(state)
         for key in ("seed", "shuffle"):
             if state[key] != getattr(self, key):
-                raise ValueError(f"resume state has {key}={state[key]!r} but this dataset has "
-                                 f"{key}={getattr(self, key)!r}; a stream only resumes with the same seed and shuffle")
+                raise ValueError(
+                    f"resume state has {key}={state[key]!r} but this dataset has "
+                    f"{key}={getattr(self, key)!r}; a stream only resumes with the same seed and shuffle"
+                )
         if state.get("batching", "random") != self.batching.name:
-            raise ValueError(f"resume state was made with batching={state.get('batching', 'random')!r}, this "
-                             f"dataset uses batching={self.batching.name!r}")
+            raise ValueError(
+                f"resume state was made with batching={state.get('batching', 'random')!r}, this "
+                f"dataset uses batching={self.batching.name!r}"
+            )
         # The state's epoch and stream count shape the plan it is checked against: set them only once it holds.
         before = self.epoch, self.canonical_streams
         self.epoch, self.canonical_streams = int(state["epoch"]), int(state["canonical_streams"])
@@ -357,7 +447,8 @@ class StreamingLeRobotDataset(IterableDataset):
                 f"resume state was made with another dataset or episode selection ('dataset' fingerprint "
                 f"{state.get('dataset')!r}; this one, {len(self.episodes)} episodes of {redact_url(self.meta.root)}, "
                 f"is {self.dataset_fingerprint!r}): its epoch would skip or repeat samples here. Resume with the "
-                "dataset and episodes= it was saved with, or start a new epoch without the state")
+                "dataset and episodes= it was saved with, or start a new epoch without the state"
+            )
 
     # -- iteration -------------------------------------------------------------------------------------------
     def _start_pass(self) -> EpochIterator | LaneIterator | StratifiedIterator:
@@ -371,11 +462,20 @@ class StreamingLeRobotDataset(IterableDataset):
         def pass_over(lane: EpochPlan, share: float = 1.0) -> EpochIterator:
             """This role's pass over a plan; `share`: the part of pool_size it keeps live (a lane of a stratified
             mixture, read at its source's share of the batches)."""
-            return EpochIterator(lane, role=role, worker=consumer.worker, sources=self.sources,
-                                 schema=self.schema, mixture_batches=self.batches_of_mixture,
-                                 counters=self.counters, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                                 pool_size=max(1, round(self.pool_size * share)),
-                                 prefetch_pieces=self.prefetch_pieces)
+            return EpochIterator(
+                lane,
+                role=role,
+                worker=consumer.worker,
+                sources=self.sources,
+                schema=self.schema,
+                mixture_batches=self.batches_of_mixture,
+                counters=self.counters,
+                seed=self.seed,
+                epoch=self.epoch,
+                shuffle=self.shuffle,
+                pool_size=max(1, round(self.pool_size * share)),
+                prefetch_pieces=self.prefetch_pieces,
+            )
 
         self._iterator = self.batching.iterator(plan, worker_role, pass_over)
         return self._iterator

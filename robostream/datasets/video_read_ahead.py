@@ -24,8 +24,13 @@ from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.store import RangedReader
-from robostream.video.packet_index import (PacketIndex, load_packet_index, moov_span, read_packet_index,
-                                          save_packet_index)
+from robostream.video.packet_index import (
+    PacketIndex,
+    load_packet_index,
+    moov_span,
+    read_packet_index,
+    save_packet_index,
+)
 
 CAMERAS_KEPT = 1 << 16  # (episode, camera) locations kept per process
 INDEX_THREADS = 8  # packet indexes read at once (a round trip or two each)
@@ -68,22 +73,27 @@ class VideoReadAhead:
         """Files whose index this process could not read (their frames were not fetched ahead)."""
         return sum(file.index is None for file in self._state.get().files.values())
 
-    def fetch(self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool
-              ) -> list[tuple[RangedReader, int, int]]:
+    def fetch(
+        self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool
+    ) -> list[tuple[RangedReader, int, int]]:
         """Fetch, per camera, the bytes that decoding the frames at these episode times reads; returns the spans
         asked for (to release those fetched ahead that no decoder read, see RangedReader.release)."""
         asked = []
         for key, times in times_by_key.items():
-            spans = self.spans(episode, key, np.min(times, keepdims=True), np.max(times, keepdims=True)) \
-                if len(times) and self.enabled else None
+            spans = (
+                self.spans(episode, key, np.min(times, keepdims=True), np.max(times, keepdims=True))
+                if len(times) and self.enabled
+                else None
+            )
             if spans is not None:
                 reader, (start,), (end,) = spans
                 reader.fetch_ahead(int(start), int(end), urgent=urgent)
                 asked.append((reader, int(start), int(end)))
         return asked
 
-    def spans(self, episode: int, key: str, first_s: np.ndarray, last_s: np.ndarray
-              ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
+    def spans(
+        self, episode: int, key: str, first_s: np.ndarray, last_s: np.ndarray
+    ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
         """The reader of camera `key`'s file of `episode` and, for each i, the bytes [start, end) that decoding
         its frames from episode time `first_s[i]` to `last_s[i]` reads; None when nothing is known of the file."""
         state = self._state.get()
@@ -91,8 +101,10 @@ class VideoReadAhead:
         if camera is None:  # where the episode's camera lies: asked per sample on the map-style path
             if len(state.cameras) >= CAMERAS_KEPT:  # memory flat in the dataset's size
                 state.cameras.clear()
-            camera = state.cameras[(episode, key)] = (self.meta.video_file(episode, key),
-                                                      self.meta.episodes.video_span(episode, key).from_timestamp)
+            camera = state.cameras[(episode, key)] = (
+                self.meta.video_file(episode, key),
+                self.meta.episodes.video_span(episode, key).from_timestamp,
+            )
         relative, from_s = camera
         file = state.files.get(relative) or self._file(relative)
         if file.index is None:
@@ -114,6 +126,7 @@ class VideoReadAhead:
         node's derived folder, so every other process (workers, ranks, later epochs and runs) loads it in a
         millisecond instead of parsing tens of thousands of entries. A file nothing but its size names (no ETag,
         no Last-Modified) has its index read anew in each process: a kept one could outlive a same-size change."""
+
         def build(folder: Path) -> None:
             save_packet_index(read_packet_index(reader), folder)
 

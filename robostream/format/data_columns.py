@@ -26,8 +26,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
-from robostream.format.data_rows import (LRU, REPAIR_HINT, DataRowReader, EpisodeRows, check_episode_index,
-                                         check_timestamps, data_features, feature_column, language_columns)
+from robostream.format.data_rows import (
+    LRU,
+    REPAIR_HINT,
+    DataRowReader,
+    EpisodeRows,
+    check_episode_index,
+    check_timestamps,
+    data_features,
+    feature_column,
+    language_columns,
+)
 from robostream.format.language import LANGUAGE_DTYPE
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
@@ -61,8 +70,9 @@ class _ConvertedFile:
 class DataColumns:
     """Rows of any episode from the columns derived from its data file (see the module docstring)."""
 
-    def __init__(self, meta: DatasetMetadata, derived: DerivedCache, *, open_files: int = 256,
-                 episodes: int = 32) -> None:
+    def __init__(
+        self, meta: DatasetMetadata, derived: DerivedCache, *, open_files: int = 256, episodes: int = 32
+    ) -> None:
         """
         Args:
             meta: the dataset's metadata.
@@ -102,8 +112,10 @@ class DataColumns:
         row = self.meta.episodes.row_of(episode)
         expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
         if found == len(converted.episodes) or converted.episodes[found, 0] != episode:
-            raise DatasetFormatError(f"{name}: no data rows for episode {episode} (the episode table says index "
-                                     f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}")
+            raise DatasetFormatError(
+                f"{name}: no data rows for episode {episode} (the episode table says index "
+                f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}"
+            )
         _, first, count = (int(v) for v in converted.episodes[found])
         columns = {}
         for key, column in converted.columns.items():
@@ -116,11 +128,14 @@ class DataColumns:
             check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
         other = converted.other.slice(first, count) if converted.other is not None else None
         return EpisodeRows(
-            episode=episode, columns=columns,
+            episode=episode,
+            columns=columns,
             images={k: other.column(k) for k in self._from_source.image_keys},
             strings={k: other.column(k).to_pylist() for k in self._from_source.string_keys},
-            language=language_columns(other, self._from_source.language_keys, name, episode) if other is not None
-            else {})
+            language=language_columns(other, self._from_source.language_keys, name, episode)
+            if other is not None
+            else {},
+        )
 
     def _converted(self, relative: str, episode: int) -> _ConvertedFile | None:
         """The converted columns of a data file, None for a file nothing names a version of (module docstring)."""
@@ -178,9 +193,15 @@ class DataColumns:
 def _open(folder: Path) -> _ConvertedFile:
     """Open a converted data file (O(1): nothing but its small episode index is read)."""
     layout = json.loads((folder / "columns.json").read_text())
-    columns = {k: _Column(np.dtype(c["dtype"]), tuple(c["shape"]), int(c["offset"]),
-                          np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"], dtype=np.int64)))
-               for k, c in layout.items()}
+    columns = {
+        k: _Column(
+            np.dtype(c["dtype"]),
+            tuple(c["shape"]),
+            int(c["offset"]),
+            np.dtype(c["dtype"]).itemsize * int(np.prod(c["shape"], dtype=np.int64)),
+        )
+        for k, c in layout.items()
+    }
     episodes = np.load(folder / "episodes.npy")
     rows = int(episodes[:, 2].sum()) if episodes.ndim == 2 and episodes.shape[1] == 3 else -1
     expected = sum(c.row_bytes for c in columns.values()) * rows
@@ -192,5 +213,4 @@ def _open(folder: Path) -> _ConvertedFile:
             other = pa.ipc.open_file(pa.memory_map(str(folder / OTHER))).read_all()
         except pa.ArrowException as exc:
             raise ValueError(f"{folder / OTHER}: {exc}") from exc
-    return _ConvertedFile(fd=os.open(folder / COLUMNS, os.O_RDONLY), columns=columns, other=other,
-                          episodes=episodes)
+    return _ConvertedFile(fd=os.open(folder / COLUMNS, os.O_RDONLY), columns=columns, other=other, episodes=episodes)

@@ -82,17 +82,23 @@ def feature_column(table: pa.Table, key: str, feature: dict[str, Any], name: str
     try:
         dtype = pa.from_numpy_dtype(np.dtype(feature["dtype"]))
     except TypeError as exc:
-        raise DatasetFormatError(f"{name}: info.json declares column {key!r} with dtype {feature['dtype']!r}, "
-                                 "which is not a numeric dtype; fix meta/info.json") from exc
+        raise DatasetFormatError(
+            f"{name}: info.json declares column {key!r} with dtype {feature['dtype']!r}, "
+            "which is not a numeric dtype; fix meta/info.json"
+        ) from exc
     try:
         values = to_numpy(table.column(key), table.num_rows, dtype)
     except ValueError as exc:
-        raise DatasetFormatError(f"{name}: column {key!r} could not be read as {feature['dtype']} "
-                                 f"{list(feature['shape'])} (as meta/info.json declares it): {exc}") from exc
+        raise DatasetFormatError(
+            f"{name}: column {key!r} could not be read as {feature['dtype']} "
+            f"{list(feature['shape'])} (as meta/info.json declares it): {exc}"
+        ) from exc
     declared = tuple(feature["shape"])
     if values.shape[1:] != declared and not (declared == (1,) and values.ndim == 1):
-        raise DatasetFormatError(f"{name}: column {key!r} holds {list(values.shape[1:]) or 'scalars'} per frame, but "
-                                 f"meta/info.json declares shape {list(declared)}; {REPAIR_HINT}")
+        raise DatasetFormatError(
+            f"{name}: column {key!r} holds {list(values.shape[1:]) or 'scalars'} per frame, but "
+            f"meta/info.json declares shape {list(declared)}; {REPAIR_HINT}"
+        )
     return values
 
 
@@ -108,8 +114,10 @@ def check_episode_index(name: str, episode: int, index: np.ndarray, expected: tu
     if len(index) != hi - lo or (len(index) and (index[0] != lo or (np.diff(index) != 1).any())):
         found = f"index {int(index[0])}..{int(index[-1])}" if len(index) else "no index"
         order = "" if not len(index) or (np.diff(index) > 0).all() else ", out of order"
-        raise DatasetFormatError(f"{name}: episode {episode} has {len(index)} rows with {found}{order}, but the "
-                                 f"episode table says index [{lo}, {hi}); {REPAIR_HINT}")
+        raise DatasetFormatError(
+            f"{name}: episode {episode} has {len(index)} rows with {found}{order}, but the "
+            f"episode table says index [{lo}, {hi}); {REPAIR_HINT}"
+        )
 
 
 def language_columns(table: pa.Table, keys: list[str], name: str, episode: int) -> dict[str, pa.Array]:
@@ -130,9 +138,11 @@ def check_timestamps(name: str, episode: int, timestamps: np.ndarray, fps: float
     bad = ~((timestamps > -half) & (timestamps < (len(timestamps) - 0.5) / fps))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise DatasetFormatError(f"{name}: episode {episode} frame {row} has timestamp {float(timestamps[row])}, "
-                                 f"outside the episode's [0, {len(timestamps) / fps:g}) s at {fps} fps "
-                                 f"({int(bad.sum())} frame(s) affected); {REPAIR_HINT}")
+        raise DatasetFormatError(
+            f"{name}: episode {episode} frame {row} has timestamp {float(timestamps[row])}, "
+            f"outside the episode's [0, {len(timestamps) / fps:g}) s at {fps} fps "
+            f"({int(bad.sum())} frame(s) affected); {REPAIR_HINT}"
+        )
 
 
 @dataclass
@@ -175,8 +185,15 @@ PENDING_READS = 256  # episodes read ahead and not asked for yet (rows are small
 class DataRowReader:
     """Rows of any episode of a dataset, read on demand (see the module docstring for cost and memory)."""
 
-    def __init__(self, meta: DatasetMetadata, *, footers: int = 8, read_ahead_threads: int = 0,
-                 caches: ProcessLocal | None = None, threads: ProcessLocal | None = None) -> None:
+    def __init__(
+        self,
+        meta: DatasetMetadata,
+        *,
+        footers: int = 8,
+        read_ahead_threads: int = 0,
+        caches: ProcessLocal | None = None,
+        threads: ProcessLocal | None = None,
+    ) -> None:
         """
         Args:
             meta: the dataset's metadata (info, episode table, where data files are read from).
@@ -198,8 +215,9 @@ class DataRowReader:
         self.string_keys = [k for k in self.wanted if features[k]["dtype"] == "string"]
         self.language_keys = language_keys(features)
         self._caches = caches or ProcessLocal(RowCaches)
-        self._pool = threads or ProcessLocal(partial(ThreadPoolExecutor, max(1, read_ahead_threads),
-                                                     thread_name_prefix="robostream-rows"))
+        self._pool = threads or ProcessLocal(
+            partial(ThreadPoolExecutor, max(1, read_ahead_threads), thread_name_prefix="robostream-rows")
+        )
 
     def episode(self, episode: int) -> EpisodeRows:
         """The rows of `episode`; errors name the data file, the episode and the index range."""
@@ -217,8 +235,7 @@ class DataRowReader:
             if (self.meta.root, episode) in caches.pending:
                 return
             # Bounded: reads never asked for (an epoch ended early) are forgotten, oldest first.
-            caches.pending.put((self.meta.root, episode), self._pool.get().submit(self._read, episode),
-                               PENDING_READS)
+            caches.pending.put((self.meta.root, episode), self._pool.get().submit(self._read, episode), PENDING_READS)
 
     def _file(self, relative: str, episode: int) -> _DataFile:
         caches = self._caches.get()
@@ -255,14 +272,21 @@ class DataRowReader:
             data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), urgent=True)
         try:
             with data_file.lock:
-                table = data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False) \
-                    if groups else None
+                table = (
+                    data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False)
+                    if groups
+                    else None
+                )
         except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(f"{described(name, data_file.source)}: row groups {groups[:8]} of episode "
-                                     f"{episode} are unreadable: {exc}") from exc
+            raise DatasetFormatError(
+                f"{described(name, data_file.source)}: row groups {groups[:8]} of episode "
+                f"{episode} are unreadable: {exc}"
+            ) from exc
         if table is None or table.num_rows == 0:
-            raise DatasetFormatError(f"{name}: no data rows for episode {episode} (the episode table says index "
-                                     f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}")
+            raise DatasetFormatError(
+                f"{name}: no data rows for episode {episode} (the episode table says index "
+                f"[{expected[0]}, {expected[1]}) is in this file); {REPAIR_HINT}"
+            )
         mine = feature_column(table, "episode_index", self.features["episode_index"], name) == episode
         if not mine.all():
             table = table.filter(pa.array(mine))
@@ -274,10 +298,13 @@ class DataRowReader:
         check_episode_index(name, episode, columns["index"], expected)
         if "timestamp" in columns:
             check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
-        return EpisodeRows(episode=episode, columns=columns,
-                           images={k: table.column(k).combine_chunks() for k in self.image_keys},
-                           strings={k: table.column(k).to_pylist() for k in self.string_keys},
-                           language=language_columns(table, self.language_keys, name, episode))
+        return EpisodeRows(
+            episode=episode,
+            columns=columns,
+            images={k: table.column(k).combine_chunks() for k in self.image_keys},
+            strings={k: table.column(k).to_pylist() for k in self.string_keys},
+            language=language_columns(table, self.language_keys, name, episode),
+        )
 
 
 def _row_groups_span(metadata: pq.FileMetaData, groups: list[int]) -> tuple[int, int]:

@@ -91,28 +91,34 @@ def depth_coding(feature: Mapping[str, Any], *, key: str, source: str) -> DepthC
         raise DatasetFormatError(
             f"{where} lacks its quantisation parameters {missing}: without them its 12-bit codes cannot be turned "
             "into depths. Add them to the feature's info (lerobot's depth encoder writes video.depth_min 0.01, "
-            "video.depth_max 10.0, video.shift 3.5, video.use_log true unless told otherwise) or re-write the dataset")
+            "video.depth_max 10.0, video.shift 3.5, video.use_log true unless told otherwise) or re-write the dataset"
+        )
     values = {}
     for name in ("depth_min", "depth_max", "shift"):
         value = block[f"video.{name}"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise DatasetFormatError(f"{where}: video.{name} is {value!r}, not a finite number of metres; fix it "
-                                     "in meta/info.json")
+            raise DatasetFormatError(
+                f"{where}: video.{name} is {value!r}, not a finite number of metres; fix it in meta/info.json"
+            )
         values[name] = float(value)
     use_log = block["video.use_log"]
     if not isinstance(use_log, bool):
-        raise DatasetFormatError(f"{where}: video.use_log is {use_log!r}, not true or false; fix it in "
-                                 "meta/info.json")
+        raise DatasetFormatError(f"{where}: video.use_log is {use_log!r}, not true or false; fix it in meta/info.json")
     if not values["depth_min"] < values["depth_max"]:
-        raise DatasetFormatError(f"{where}: video.depth_min {values['depth_min']} is not below video.depth_max "
-                                 f"{values['depth_max']}; fix them in meta/info.json")
+        raise DatasetFormatError(
+            f"{where}: video.depth_min {values['depth_min']} is not below video.depth_max "
+            f"{values['depth_max']}; fix them in meta/info.json"
+        )
     if use_log and values["depth_min"] + values["shift"] <= 0:
-        raise DatasetFormatError(f"{where}: log quantisation needs video.depth_min + video.shift > 0, got "
-                                 f"{values['depth_min']} + {values['shift']}; fix them in meta/info.json")
+        raise DatasetFormatError(
+            f"{where}: log quantisation needs video.depth_min + video.shift > 0, got "
+            f"{values['depth_min']} + {values['shift']}; fix them in meta/info.json"
+        )
     unit = (feature.get("info") or {}).get("depth_unit", block.get("depth_unit"))
     if unit is not None and unit not in DEPTH_UNITS:
-        raise DatasetFormatError(f"{where}: depth_unit is {unit!r}, expected one of {DEPTH_UNITS}; fix it in "
-                                 "meta/info.json")
+        raise DatasetFormatError(
+            f"{where}: depth_unit is {unit!r}, expected one of {DEPTH_UNITS}; fix it in meta/info.json"
+        )
     return DepthCoding(values["depth_min"], values["depth_max"], values["shift"], use_log, unit)
 
 
@@ -123,8 +129,9 @@ def check_depth_unit(unit: Any) -> DepthUnit:
     return unit
 
 
-def rescale_depth_stats(stats: Mapping[str, Mapping[str, np.ndarray]], codings: Mapping[str, DepthCoding],
-                        unit: DepthUnit) -> dict[str, dict[str, np.ndarray]]:
+def rescale_depth_stats(
+    stats: Mapping[str, Mapping[str, np.ndarray]], codings: Mapping[str, DepthCoding], unit: DepthUnit
+) -> dict[str, dict[str, np.ndarray]]:
     """`stats` with each depth camera's in `unit`: every statistic but `count` times 1000 (m -> mm) or / 1000,
     from its recorded unit; cameras without a recorded unit are left as they are (lerobot's rescale_depth_stats,
     without its in-place edit). lerobot's depth stats are of the raw recorded frames (not clamped to the coding's

@@ -19,8 +19,14 @@ import pyarrow.parquet as pq
 from robostream.errors import DatasetFormatError
 from robostream.format.paths import render_template
 
-BASE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
-                "dataset_to_index")
+BASE_COLUMNS = (
+    "episode_index",
+    "length",
+    "data/chunk_index",
+    "data/file_index",
+    "dataset_from_index",
+    "dataset_to_index",
+)
 VIDEO_COLUMN_SUFFIXES = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 
 
@@ -64,15 +70,20 @@ class EpisodeTable:
         episodes = np.asarray(episodes, dtype=np.int64)
         rows = np.searchsorted(self.episode_index, episodes)
         if len(rows) and (rows.max() >= len(self.episode_index) or (self.episode_index[rows] != episodes).any()):
-            missing = episodes[(rows >= len(self.episode_index)) |
-                               (self.episode_index[np.minimum(rows, len(self) - 1)] != episodes)]
+            missing = episodes[
+                (rows >= len(self.episode_index)) | (self.episode_index[np.minimum(rows, len(self) - 1)] != episodes)
+            ]
             raise KeyError(f"episodes {missing[:10].tolist()} are not in the dataset (it has {len(self)} episodes)")
         return np.ascontiguousarray(self.length[rows])
 
     def video_span(self, episode_index: int, video_key: str) -> VideoSpan:
         row = self.row_of(episode_index)
-        return VideoSpan(int(self.video_chunk[video_key][row]), int(self.video_file[video_key][row]),
-                         float(self.video_from_ts[video_key][row]), float(self.video_to_ts[video_key][row]))
+        return VideoSpan(
+            int(self.video_chunk[video_key][row]),
+            int(self.video_file[video_key][row]),
+            float(self.video_from_ts[video_key][row]),
+            float(self.video_to_ts[video_key][row]),
+        )
 
 
 def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str, np.ndarray]:
@@ -91,21 +102,25 @@ def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str
             timestamp = column.endswith("_timestamp")
             if not (pa.types.is_integer(kind) or (timestamp and pa.types.is_floating(kind))):
                 expected = "numbers (seconds)" if timestamp else "integers"
-                raise DatasetFormatError(f"{name}: episode metadata column {column!r} holds {kind}, expected "
-                                         f"{expected}; re-write the dataset's meta/episodes")
+                raise DatasetFormatError(
+                    f"{name}: episode metadata column {column!r} holds {kind}, expected "
+                    f"{expected}; re-write the dataset's meta/episodes"
+                )
         # No Arrow threads: forked DataLoader workers would inherit a pool that cannot run (see data_columns.py).
         table = parquet.read(columns=wanted, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
         raise DatasetFormatError(f"{name}: not a readable parquet file: {exc}") from exc
     nulls = [c for c in wanted if table.column(c).null_count]
     if nulls:
-        raise DatasetFormatError(f"{name}: episode metadata column(s) {nulls} have null values; re-write the "
-                                 "dataset's meta/episodes")
+        raise DatasetFormatError(
+            f"{name}: episode metadata column(s) {nulls} have null values; re-write the dataset's meta/episodes"
+        )
     return {c: table.column(c).to_numpy(zero_copy_only=False) for c in wanted}
 
 
-def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: list[str], fps: float,
-                  video_path: str | None) -> EpisodeTable:
+def episode_table(
+    parts: list[tuple[dict[str, np.ndarray], str]], video_keys: list[str], fps: float, video_path: str | None
+) -> EpisodeTable:
     """Concatenate the parts of every episode-metadata file ((part, file name) pairs), sorted by episode, and
     check them: every episode once, length == dataset_to_index - dataset_from_index, each camera's video span
     (to_timestamp - from_timestamp) the episode's length / fps (see `check_video_spans`), and no two spans of one
@@ -121,22 +136,35 @@ def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: li
     episodes = episodes[order]
     if len(np.unique(episodes)) != len(episodes):
         raise DatasetFormatError(f"{parts[0][1]}: episode metadata lists an episode_index more than once")
-    from_index, to_index, length = col("dataset_from_index", np.int64), col("dataset_to_index", np.int64), col(
-        "length", np.int64)
+    from_index, to_index, length = (
+        col("dataset_from_index", np.int64),
+        col("dataset_to_index", np.int64),
+        col("length", np.int64),
+    )
     bad = np.nonzero(to_index - from_index != length)[0]
     if len(bad):
         e = int(episodes[bad[0]])
         raise DatasetFormatError(
             f"{parts[0][1]}: episode {e} has length {int(length[bad[0]])} but dataset index range "
-            f"[{int(from_index[bad[0]])}, {int(to_index[bad[0]])})")
+            f"[{int(from_index[bad[0]])}, {int(to_index[bad[0]])})"
+        )
     video_from_ts = {k: col(f"videos/{k}/from_timestamp", np.float64) for k in video_keys}
     video_to_ts = {k: col(f"videos/{k}/to_timestamp", np.float64) for k in video_keys}
     video_chunk = {k: col(f"videos/{k}/chunk_index", np.int64) for k in video_keys}
     video_file = {k: col(f"videos/{k}/file_index", np.int64) for k in video_keys}
     for key in video_keys:
         check_video_spans(parts[0][1], key, episodes, length, video_from_ts[key], video_to_ts[key], fps)
-        check_spans_apart(parts[0][1], key, video_path, episodes, video_chunk[key], video_file[key],
-                          video_from_ts[key], video_to_ts[key], fps)
+        check_spans_apart(
+            parts[0][1],
+            key,
+            video_path,
+            episodes,
+            video_chunk[key],
+            video_file[key],
+            video_from_ts[key],
+            video_to_ts[key],
+            fps,
+        )
     return EpisodeTable(
         episode_index=episodes,
         length=length,
@@ -151,8 +179,9 @@ def episode_table(parts: list[tuple[dict[str, np.ndarray], str]], video_keys: li
     )
 
 
-def check_video_spans(name: str, key: str, episodes: np.ndarray, length: np.ndarray, from_ts: np.ndarray,
-                      to_ts: np.ndarray, fps: float) -> None:
+def check_video_spans(
+    name: str, key: str, episodes: np.ndarray, length: np.ndarray, from_ts: np.ndarray, to_ts: np.ndarray, fps: float
+) -> None:
     """Each episode's span of camera `key` must be finite, start at >= 0 and last length / fps seconds within
     half a frame: lerobot writes exactly that, and a span off by a frame or more (an edited or mis-converted
     table) would make every frame of the episode a neighbour's, inside the decoder's tolerance. Vectorised: a
@@ -165,11 +194,21 @@ def check_video_spans(name: str, key: str, episodes: np.ndarray, length: np.ndar
             f"{name}: episode {int(episodes[row])} camera {key!r}: video span [{from_ts[row]}, {to_ts[row]}) s lasts "
             f"{span[row]:.6f} s, but its {int(length[row])} frames at {fps} fps last {length[row] / fps:.6f} s "
             f"({int(bad.sum())} episode(s) affected); the episode table and the videos disagree: re-convert or "
-            "re-write the dataset")
+            "re-write the dataset"
+        )
 
 
-def check_spans_apart(name: str, key: str, video_path: str | None, episodes: np.ndarray, chunk: np.ndarray,
-                      file: np.ndarray, from_ts: np.ndarray, to_ts: np.ndarray, fps: float) -> None:
+def check_spans_apart(
+    name: str,
+    key: str,
+    video_path: str | None,
+    episodes: np.ndarray,
+    chunk: np.ndarray,
+    file: np.ndarray,
+    from_ts: np.ndarray,
+    to_ts: np.ndarray,
+    fps: float,
+) -> None:
     """No two episodes' spans of camera `key` may overlap inside one file by more than half a frame (spans that
     touch are how lerobot writes them): a span shifted by a frame or more at both ends keeps its length, so
     `check_video_spans` passes it, but it then covers a neighbour's frames. Vectorised: the spans in (chunk, file,
@@ -186,18 +225,28 @@ def check_spans_apart(name: str, key: str, video_path: str | None, episodes: np.
     second = first + 1
     where = f"chunk_index {int(chunk[first])} file_index {int(file[first])}"
     if video_path is not None:
-        where = render_template(video_path, what=f"video_path of camera {key!r}", video_key=key,
-                                chunk_index=int(chunk[first]), file_index=int(file[first]),
-                                episode_chunk=int(chunk[first]), episode_index=int(episodes[first]))
+        where = render_template(
+            video_path,
+            what=f"video_path of camera {key!r}",
+            video_key=key,
+            chunk_index=int(chunk[first]),
+            file_index=int(file[first]),
+            episode_chunk=int(chunk[first]),
+            episode_index=int(episodes[first]),
+        )
     raise DatasetFormatError(
         f"{name}: camera {key!r}: in {where} the video spans of episode {int(episodes[first])} "
         f"[{from_ts[first]}, {to_ts[first]}) s and episode {int(episodes[second])} [{from_ts[second]}, "
         f"{to_ts[second]}) s overlap ({int(overlapping.sum())} overlapping pair(s)), so one episode would read the "
-        "other's frames; the episode table and the videos disagree: re-convert or re-write the dataset")
+        "other's frames; the episode table and the videos disagree: re-convert or re-write the dataset"
+    )
 
 
 def _in_file_order(chunk: np.ndarray, file: np.ndarray, from_ts: np.ndarray) -> bool:
     """Whether the rows are already sorted by (chunk, file, from), as lerobot writes episodes (O(E), no sort)."""
     next_chunk, next_file = np.diff(chunk), np.diff(file)
-    return bool(((next_chunk > 0) | ((next_chunk == 0) & ((next_file > 0) | ((next_file == 0) &
-                                                                            (np.diff(from_ts) >= 0))))).all())
+    return bool(
+        (
+            (next_chunk > 0) | ((next_chunk == 0) & ((next_file > 0) | ((next_file == 0) & (np.diff(from_ts) >= 0))))
+        ).all()
+    )

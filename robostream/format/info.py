@@ -79,8 +79,11 @@ class DatasetInfo:
     def depth_codings(self) -> dict[str, DepthCoding]:
         """Depth cameras (video features marked as depth maps, format/depth.py) and their quantisation, in info.json
         order (checked when info.json was parsed)."""
-        return {k: depth_coding(f, key=k, source="meta/info.json") for k, f in self.features.items()
-                if f.get("dtype") == "video" and is_depth_feature(f)}
+        return {
+            k: depth_coding(f, key=k, source="meta/info.json")
+            for k, f in self.features.items()
+            if f.get("dtype") == "video" and is_depth_feature(f)
+        }
 
     def to_json_dict(self) -> dict[str, Any]:
         """The info.json document, keeping any unknown keys it was read with."""
@@ -130,32 +133,42 @@ def check_version(version: Any, source: str) -> None:
 def check_feature(name: Any, feature: Any, source: str) -> None:
     """A feature entry of info.json: a printable key, a dtype string and a shape of positive ints."""
     if not isinstance(name, str) or not name or any(not c.isprintable() for c in name):
-        raise DatasetFormatError(f"{source}: feature key {name!r} must be a non-empty string without control "
-                                 "characters (NUL, newline, ...); rename the feature")
+        raise DatasetFormatError(
+            f"{source}: feature key {name!r} must be a non-empty string without control "
+            "characters (NUL, newline, ...); rename the feature"
+        )
     if not isinstance(feature, dict) or not isinstance(feature.get("dtype"), str) or "shape" not in feature:
         raise DatasetFormatError(f"{source}: feature {name!r} needs a 'dtype' string and a 'shape', got {feature!r}")
     if feature["dtype"] == "video" and "/" in name:
-        raise DatasetFormatError(f"{source}: camera key {name!r} contains '/'; a camera's key names the folder of its "
-                                 "videos: rename the feature")
+        raise DatasetFormatError(
+            f"{source}: camera key {name!r} contains '/'; a camera's key names the folder of its "
+            "videos: rename the feature"
+        )
     if feature["dtype"] == LANGUAGE_DTYPE:
         check_language_feature(name, source)
     if is_depth_feature(feature):
         if feature["dtype"] != "video":
-            raise DatasetFormatError(f"{source}: feature {name!r} is a depth map stored as {feature['dtype']!r}; "
-                                     "robostream reads depth cameras stored as video (lerobot's default, "
-                                     "use_videos=True): re-write the dataset with videos")
+            raise DatasetFormatError(
+                f"{source}: feature {name!r} is a depth map stored as {feature['dtype']!r}; "
+                "robostream reads depth cameras stored as video (lerobot's default, "
+                "use_videos=True): re-write the dataset with videos"
+            )
         depth_coding(feature, key=name, source=source)
     if feature["dtype"] not in CAMERA_OR_TEXT_DTYPES:
         try:
             np.dtype(feature["dtype"])
         except TypeError:
-            raise DatasetFormatError(f"{source}: feature {name!r} has dtype {feature['dtype']!r}, neither a numeric "
-                                     f"dtype nor one of {CAMERA_OR_TEXT_DTYPES}; fix the feature") from None
+            raise DatasetFormatError(
+                f"{source}: feature {name!r} has dtype {feature['dtype']!r}, neither a numeric "
+                f"dtype nor one of {CAMERA_OR_TEXT_DTYPES}; fix the feature"
+            ) from None
     shape = feature["shape"]
     if not isinstance(shape, (list, tuple)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
-        raise DatasetFormatError(f"{source}: feature {name!r} 'shape' must be a list of positive integers, "
-                                 f"got {shape!r}")
+        isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
+    ):
+        raise DatasetFormatError(
+            f"{source}: feature {name!r} 'shape' must be a list of positive integers, got {shape!r}"
+        )
 
 
 def parse_info(doc: Any, source: str) -> DatasetInfo:
@@ -177,12 +190,21 @@ def parse_info(doc: Any, source: str) -> DatasetInfo:
         check_feature(name, feat, source)
 
     def count(key: str, default: int, *, positive: bool = False) -> int:
-        return int(finite_number(doc.get(key, default), what=f"{source} {key!r}", integer=True, minimum=0,
-                                 positive=positive, error=DatasetFormatError))
+        return int(
+            finite_number(
+                doc.get(key, default),
+                what=f"{source} {key!r}",
+                integer=True,
+                minimum=0,
+                positive=positive,
+                error=DatasetFormatError,
+            )
+        )
 
     def megabytes(key: str, default: float) -> float:
-        return float(finite_number(doc.get(key, default), what=f"{source} {key!r}", positive=True,
-                                   error=DatasetFormatError))
+        return float(
+            finite_number(doc.get(key, default), what=f"{source} {key!r}", positive=True, error=DatasetFormatError)
+        )
 
     data_path = check_relative(doc.get("data_path") or DEFAULT_DATA_PATH, what=f"{source} data_path")
     has_video = any(f.get("dtype") == "video" for f in features.values())

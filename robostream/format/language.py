@@ -28,8 +28,10 @@ ROW_FIELDS = {
     LANGUAGE_PERSISTENT: ("role", "content", "style", "timestamp", "camera", "tool_calls"),
     LANGUAGE_EVENTS: ("role", "content", "style", "camera", "tool_calls"),
 }
-FIX_HINT = ("a language column holds per frame a list of structs with fields {fields}, as lerobot-annotate writes "
-            "it: re-run lerobot-annotate on the dataset, or drop the column and its entry in meta/info.json")
+FIX_HINT = (
+    "a language column holds per frame a list of structs with fields {fields}, as lerobot-annotate writes "
+    "it: re-run lerobot-annotate on the dataset, or drop the column and its entry in meta/info.json"
+)
 # lerobot.datasets.language.SAY_TOOL_SCHEMA: what LeRobotDatasetMetadata.tools gives when info.json declares none.
 SAY_TOOL_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -50,8 +52,14 @@ def language_arrow_type(key: str, json_type: pa.DataType | None = None) -> pa.Li
     row structs, `role` not null, `timestamp` float32, `tool_calls` a list of JSON values (`json_type`, default
     Arrow's JSON extension type where pyarrow has it, else a string, as lerobot falls back)."""
     json_type = json_type or (pa.json_() if hasattr(pa, "json_") else pa.string())
-    types = {"role": pa.string(), "content": pa.string(), "style": pa.string(), "timestamp": pa.float32(),
-             "camera": pa.string(), "tool_calls": pa.list_(json_type)}
+    types = {
+        "role": pa.string(),
+        "content": pa.string(),
+        "style": pa.string(),
+        "timestamp": pa.float32(),
+        "camera": pa.string(),
+        "tool_calls": pa.list_(json_type),
+    }
     return pa.list_(pa.struct([pa.field(f, types[f], nullable=f != "role") for f in ROW_FIELDS[key]]))
 
 
@@ -60,8 +68,10 @@ def language_array(cells: list[list[Mapping[str, Any]]], key: str) -> pa.Array:
     `tool_calls` elements any JSON value). Built from JSON text: pyarrow cannot build JSON values from Python
     objects."""
     fields = ROW_FIELDS[key]
-    rows = [[{f: _json_texts(row.get(f)) if f == "tool_calls" else row.get(f) for f in fields} for row in cell]
-            for cell in cells]
+    rows = [
+        [{f: _json_texts(row.get(f)) if f == "tool_calls" else row.get(f) for f in fields} for row in cell]
+        for cell in cells
+    ]
     return pa.array(rows, type=language_arrow_type(key, pa.string())).cast(language_arrow_type(key))
 
 
@@ -77,9 +87,11 @@ def language_keys(features: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def check_language_feature(name: str, source: str) -> None:
     """lerobot reads dtype "language" only under its two column names (its row schema depends on the name)."""
     if name not in LANGUAGE_COLUMNS:
-        raise DatasetFormatError(f"{source}: feature {name!r} has dtype 'language', which lerobot reads only as "
-                                 f"{list(LANGUAGE_COLUMNS)}; rename the column to one of them or give it another "
-                                 "dtype")
+        raise DatasetFormatError(
+            f"{source}: feature {name!r} has dtype 'language', which lerobot reads only as "
+            f"{list(LANGUAGE_COLUMNS)}; rename the column to one of them or give it another "
+            "dtype"
+        )
 
 
 def check_language_column(array: pa.Array, key: str, where: str) -> None:
@@ -94,18 +106,22 @@ def check_language_column(array: pa.Array, key: str, where: str) -> None:
     present = [kind.value_type.field(i).name for i in range(kind.value_type.num_fields)]
     missing = [f for f in fields if f not in present]
     if missing:
-        raise DatasetFormatError(f"{where}: column {key!r} rows lack field(s) {missing} (they have {present}); "
-                                 f"{hint}")
+        raise DatasetFormatError(f"{where}: column {key!r} rows lack field(s) {missing} (they have {present}); {hint}")
     if array.null_count:
         frame = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetFormatError(f"{where}, frame {frame}: column {key!r} is null, not a list of structs "
-                                 f"({array.null_count} null cell(s)); {hint}")
+        raise DatasetFormatError(
+            f"{where}, frame {frame}: column {key!r} is null, not a list of structs "
+            f"({array.null_count} null cell(s)); {hint}"
+        )
     rows = array.values
     if rows.null_count:
-        owner = np.searchsorted(array.offsets.to_numpy(), np.flatnonzero(rows.is_null().to_numpy(
-            zero_copy_only=False))[0], side="right") - 1
-        raise DatasetFormatError(f"{where}, frame {int(owner)}: column {key!r} holds a null row; "
-                                 f"{hint}")
+        owner = (
+            np.searchsorted(
+                array.offsets.to_numpy(), np.flatnonzero(rows.is_null().to_numpy(zero_copy_only=False))[0], side="right"
+            )
+            - 1
+        )
+        raise DatasetFormatError(f"{where}, frame {int(owner)}: column {key!r} holds a null row; {hint}")
 
 
 def language_cell(cell: pa.ListScalar, key: str) -> list[dict[str, Any]]:

@@ -26,8 +26,13 @@ from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthCoding, DepthUnit, 
 from robostream.format.episodes import EpisodeTable, episode_table, read_episode_part
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
 from robostream.format.language import SAY_TOOL_SCHEMA
-from robostream.format.metadata_snapshot import (MetadataTables, load_tables, revision_token, save_tables,
-                                                 snapshot_identity)
+from robostream.format.metadata_snapshot import (
+    MetadataTables,
+    load_tables,
+    revision_token,
+    save_tables,
+    snapshot_identity,
+)
 from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
 from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
@@ -35,9 +40,9 @@ from robostream.memory import release_freed_memory
 from robostream.storage.cache import DiskCache
 from robostream.storage.derived import DerivedCache
 from robostream.storage.integrity import FileVersion, Validate
-from robostream.storage.retry import RetryPolicy
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
 from robostream.storage.redact import redact_url
+from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import DEFAULT_BLOCK_BUDGET, SharedReading, Storage
 
 INFO_PATH = "meta/info.json"
@@ -101,29 +106,39 @@ class DatasetMetadata:
         one: lerobot's shallow copy lets a caller edit its default schema for every later dataset)."""
         declared = self.info.raw.get("tools")
         if declared and not (isinstance(declared, list) and all(isinstance(tool, dict) for tool in declared)):
-            raise DatasetFormatError(f"{self.describe(INFO_PATH)}: 'tools' must be a list of function "
-                                     f"schemas (objects), got {declared!r}; fix or remove it")
+            raise DatasetFormatError(
+                f"{self.describe(INFO_PATH)}: 'tools' must be a list of function "
+                f"schemas (objects), got {declared!r}; fix or remove it"
+            )
         return copy.deepcopy(declared or [SAY_TOOL_SCHEMA])
 
     def data_file(self, episode_index: int) -> str:
         """Relative path of the data parquet holding an episode."""
         row = self.episodes.row_of(episode_index)
         return render_template(
-            self.info.data_path, what=f"data_path of episode {episode_index}",
-            chunk_index=int(self.episodes.data_chunk[row]), file_index=int(self.episodes.data_file[row]),
-            episode_chunk=int(self.episodes.data_chunk[row]), episode_index=episode_index,
+            self.info.data_path,
+            what=f"data_path of episode {episode_index}",
+            chunk_index=int(self.episodes.data_chunk[row]),
+            file_index=int(self.episodes.data_file[row]),
+            episode_chunk=int(self.episodes.data_chunk[row]),
+            episode_index=episode_index,
         )
 
     def video_file(self, episode_index: int, video_key: str) -> str:
         """Relative path of the mp4 holding one camera of an episode."""
         if self.info.video_path is None:
-            raise DatasetFormatError(f"{self.storage.describe(INFO_PATH)}: video_path is null but {video_key!r} "
-                                     "is a video feature")
+            raise DatasetFormatError(
+                f"{self.storage.describe(INFO_PATH)}: video_path is null but {video_key!r} is a video feature"
+            )
         span = self.episodes.video_span(episode_index, video_key)
         return render_template(
-            self.info.video_path, what=f"video_path of episode {episode_index} camera {video_key!r}",
-            video_key=video_key, chunk_index=span.chunk_index, file_index=span.file_index,
-            episode_chunk=span.chunk_index, episode_index=episode_index,
+            self.info.video_path,
+            what=f"video_path of episode {episode_index} camera {video_key!r}",
+            video_key=video_key,
+            chunk_index=span.chunk_index,
+            file_index=span.file_index,
+            episode_chunk=span.chunk_index,
+            episode_index=episode_index,
         )
 
     def open(self, relative: str, what: str):
@@ -171,15 +186,25 @@ def read_info_text(storage: Storage, meta: MetaFiles) -> str:
         data = meta.read(storage, INFO_PATH)
     except FileNotFoundError as exc:
         if (meta.versions is not None and "meta/episodes.jsonl" in meta.versions) or (
-                meta.versions is None and storage.exists("meta/episodes.jsonl")):
+            meta.versions is None and storage.exists("meta/episodes.jsonl")
+        ):
             raise UnsupportedVersionError(
-                f"{redact_url(storage.url)}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}") from exc
+                f"{redact_url(storage.url)}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}"
+            ) from exc
         # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
-        reason = next((e for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
-                       if e is not None and not isinstance(e, FileNotFoundError)), None)
+        reason = next(
+            (
+                e
+                for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
+                if e is not None and not isinstance(e, FileNotFoundError)
+            ),
+            None,
+        )
         detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
-        raise DatasetFormatError(f"{where}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root "
-                                 "(it should contain meta/info.json)?") from exc
+        raise DatasetFormatError(
+            f"{where}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root "
+            "(it should contain meta/info.json)?"
+        ) from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -201,14 +226,24 @@ def read_tables(storage: Storage, meta: MetaFiles) -> MetadataTables:
     files = episode_files(storage, meta)
     if not files:
         raise DatasetFormatError(f"{storage.describe(EPISODES_DIR)}: no chunk-*/file-*.parquet episode metadata found")
-    parts = [(read_episode_part(io.BytesIO(meta.fetched[f]) if f in meta.fetched else storage.open(f),
-                                storage.describe(f), info.video_keys), storage.describe(f)) for f in files]
+    parts = [
+        (
+            read_episode_part(
+                io.BytesIO(meta.fetched[f]) if f in meta.fetched else storage.open(f),
+                storage.describe(f),
+                info.video_keys,
+            ),
+            storage.describe(f),
+        )
+        for f in files
+    ]
     release_freed_memory()  # the parsed footers of the episode files (large, transient)
     try:
         tasks = read_tasks(io.BytesIO(meta.read(storage, TASKS_PATH)), storage.describe(TASKS_PATH))
     except FileNotFoundError as exc:
-        raise MissingFileError(f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it"
-                               ) from exc
+        raise MissingFileError(
+            f"{storage.describe(TASKS_PATH)}: tasks file not found; a v3.0 dataset needs it"
+        ) from exc
     try:
         stats_text = meta.read(storage, STATS_PATH).decode("utf-8")
     except FileNotFoundError:
@@ -256,12 +291,20 @@ def probe_meta(storage: Storage) -> MetaFiles:
         chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
 
 
-def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = None,
-                  data_files_root: str | Path | None = None, retry: RetryPolicy | None = None,
-                  cache: DiskCache | None = None, read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
-                  derived: DerivedCache | None = None, *, validate: Validate = "size",
-                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, shared_reading: SharedReading | None = None,
-                  depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT) -> DatasetMetadata:
+def load_metadata(
+    root: str | Path,
+    storage_options: dict[str, Any] | None = None,
+    data_files_root: str | Path | None = None,
+    retry: RetryPolicy | None = None,
+    cache: DiskCache | None = None,
+    read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
+    derived: DerivedCache | None = None,
+    *,
+    validate: Validate = "size",
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    shared_reading: SharedReading | None = None,
+    depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
+) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
     cache: keep the remote data and video files whole on local disk.
@@ -282,14 +325,25 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
     # storage.url: a Hub root pinned to the commit its revision named, so data and metadata come from the same one
     data_source = storage.url if data_files_root is None else data_files_root
-    data_storage = Storage(data_source, storage_options, retry, cache, read_buffer_bytes, validate=validate,
-                           max_in_flight=max_in_flight, shared=shared_reading)
+    data_storage = Storage(
+        data_source,
+        storage_options,
+        retry,
+        cache,
+        read_buffer_bytes,
+        validate=validate,
+        max_in_flight=max_in_flight,
+        shared=shared_reading,
+    )
     revision, meta = metadata_revision(storage)
     if derived is None:
         tables = read_tables(storage, meta)
     else:
-        tables = derived.open(snapshot_identity(storage.describe("meta"), revision),
-                              lambda folder: save_tables(read_tables(storage, meta), folder), load_tables)
+        tables = derived.open(
+            snapshot_identity(storage.describe("meta"), revision),
+            lambda folder: save_tables(read_tables(storage, meta), folder),
+            load_tables,
+        )
     info = loads_info(tables.info_text, storage.describe(INFO_PATH))
     episodes = episode_table(tables.episode_parts, info.video_keys, info.fps, info.video_path)
     stats: dict[str, Any] = {}
@@ -297,8 +351,16 @@ def load_metadata(root: str | Path, storage_options: dict[str, Any] | None = Non
         try:
             stats = stats_from_json(json.loads(tables.stats_text), storage.describe(STATS_PATH))
         except json.JSONDecodeError as exc:
-            raise DatasetFormatError(f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: "
-                                     f"{exc.msg}") from exc
-    return DatasetMetadata(storage=storage, data_storage=data_storage, info=info, episodes=episodes,
-                           tasks=tables.tasks, stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
-                           derived=derived, depth_unit=depth_unit)
+            raise DatasetFormatError(
+                f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: {exc.msg}"
+            ) from exc
+    return DatasetMetadata(
+        storage=storage,
+        data_storage=data_storage,
+        info=info,
+        episodes=episodes,
+        tasks=tables.tasks,
+        stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
+        derived=derived,
+        depth_unit=depth_unit,
+    )

@@ -16,6 +16,7 @@ bytes where nothing else names it. What finding the revision costs:
   by its bytes). A build reuses the bytes read here.
 A snapshot whose revision no longer matches is never read: the changed dataset has another key and is read anew.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,10 @@ class MetadataTables:
 def revision_token(versions: Mapping[str, FileVersion], fetched: Mapping[str, bytes]) -> str:
     """A short hash of the metadata files' versions (relative path -> version): a file read whole (`fetched`) is
     named by the sha256 of its bytes, any other by its size and version token."""
-    doc = sorted((path, v.size, f"sha256:{hashlib.sha256(fetched[path]).hexdigest()}" if path in fetched else v.token)
-                 for path, v in versions.items())
+    doc = sorted(
+        (path, v.size, f"sha256:{hashlib.sha256(fetched[path]).hexdigest()}" if path in fetched else v.token)
+        for path, v in versions.items()
+    )
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
 
 
@@ -69,10 +72,19 @@ def save_tables(tables: MetadataTables, folder: Path) -> None:
         with open(folder / f"episodes-{i}.bin", "wb") as out:
             for values in columns.values():
                 out.write(values.tobytes())
-        files.append({"name": name, "rows": rows.pop() if rows else 0,
-                      "columns": [[column, values.dtype.str] for column, values in columns.items()]})
-    doc = {"info": tables.info_text, "stats": tables.stats_text, "tasks": {str(k): v for k, v in tables.tasks.items()},
-           "episode_files": files}
+        files.append(
+            {
+                "name": name,
+                "rows": rows.pop() if rows else 0,
+                "columns": [[column, values.dtype.str] for column, values in columns.items()],
+            }
+        )
+    doc = {
+        "info": tables.info_text,
+        "stats": tables.stats_text,
+        "tasks": {str(k): v for k, v in tables.tasks.items()},
+        "episode_files": files,
+    }
     (folder / "metadata.json").write_text(json.dumps(doc), encoding="utf-8")
 
 
@@ -89,5 +101,9 @@ def load_tables(folder: Path) -> MetadataTables:
         if offset != len(data):
             raise ValueError(f"{folder / f'episodes-{i}.bin'}: {len(data)} bytes, its columns need {offset}")
         parts.append((part, entry["name"]))
-    return MetadataTables(info_text=doc["info"], episode_parts=parts,
-                          tasks={int(k): v for k, v in doc["tasks"].items()}, stats_text=doc["stats"])
+    return MetadataTables(
+        info_text=doc["info"],
+        episode_parts=parts,
+        tasks={int(k): v for k, v in doc["tasks"].items()},
+        stats_text=doc["stats"],
+    )

@@ -22,7 +22,5 @@ def render_template(template: str, *, what: str, **fields: Any) -> str:
     try:
         rendered = template.format(**fields)
     except (KeyError, IndexError, ValueError) as exc:
-        raise DatasetFormatError(
-            f"{what}: cannot fill template {template!r} with {fields}: {exc!r}"
-        ) from exc
+        raise DatasetFormatError(f"{what}: cannot fill template {template!r} with {fields}: {exc!r}") from exc
     return check_relative(rendered, what=f"{what} (rendered from {template!r})")

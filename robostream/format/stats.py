@@ -94,6 +94,8 @@ def stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str
 def stats_from_json(doc: Any, name: str) -> dict[str, dict[str, np.ndarray]]:
     """stats.json ({feature: {stat: number or nested list}}) as arrays; `name` (the file) is named in errors."""
     if not isinstance(doc, dict) or not all(isinstance(s, dict) for s in doc.values()):
-        raise DatasetFormatError(f"{name}: expected an object of features, each an object of stats; re-write it "
-                                 "or delete it (stats are optional)")
+        raise DatasetFormatError(
+            f"{name}: expected an object of features, each an object of stats; re-write it "
+            "or delete it (stats are optional)"
+        )
     return {f: {k: np.asarray(v) for k, v in s.items()} for f, s in doc.items()}

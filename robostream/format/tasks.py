@@ -36,6 +36,10 @@ def write_tasks(path: Path, tasks: dict[int, str]) -> None:
     frame = pd.DataFrame({"task_index": list(tasks.keys())}, index=pd.Index(list(tasks.values()), name="task"))
     table = pa.Table.from_pandas(frame)
     # pandas 3 stores str as large_string; lerobot (pandas 2) writes string: keep the file the same either way
-    table = table.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type)
-                                  for f in table.schema], metadata=table.schema.metadata))
+    table = table.cast(
+        pa.schema(
+            [pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type) for f in table.schema],
+            metadata=table.schema.metadata,
+        )
+    )
     pq.write_table(table, path)

@@ -69,13 +69,22 @@ class V21Layout:
         return input_file(self.root, relative)
 
     def data_file(self, episode_index: int) -> str:
-        return render_template(self.info.get("data_path") or V21_DATA_PATH, what=f"{self.root}/{INFO_PATH} data_path",
-                               episode_chunk=episode_index // self.chunks_size, episode_index=episode_index)
+        return render_template(
+            self.info.get("data_path") or V21_DATA_PATH,
+            what=f"{self.root}/{INFO_PATH} data_path",
+            episode_chunk=episode_index // self.chunks_size,
+            episode_index=episode_index,
+        )
 
     def video_file(self, episode_index: int, video_key: str) -> str:
         template = self.info.get("video_path") or V21_VIDEO_PATH
-        return render_template(template, what=f"{self.root}/{INFO_PATH} video_path", video_key=video_key,
-                               episode_chunk=episode_index // self.chunks_size, episode_index=episode_index)
+        return render_template(
+            template,
+            what=f"{self.root}/{INFO_PATH} video_path",
+            video_key=video_key,
+            episode_chunk=episode_index // self.chunks_size,
+            episode_index=episode_index,
+        )
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,10 @@ class V21Dataset(V21Layout):
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise MissingFileError(f"{path}: missing; a v2.1 dataset needs meta/info.json, episodes.jsonl, tasks.jsonl "
-                               "and episodes_stats.jsonl")
+        raise MissingFileError(
+            f"{path}: missing; a v2.1 dataset needs meta/info.json, episodes.jsonl, tasks.jsonl "
+            "and episodes_stats.jsonl"
+        )
     rows = []
     with path.open("r", encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -153,8 +164,10 @@ def read_v21(root: str | Path) -> V21Dataset:
         seen = set()
         dupes = sorted({i for i in indices if i in seen or seen.add(i)})
         gaps = sorted(set(range(max(indices, default=-1) + 1)) - set(indices))
-        raise DatasetFormatError(f"{episodes_path}: episode indices must be 0..N-1 without gaps or repeats; "
-                                 f"missing {gaps[:10]}, repeated {dupes[:10]}")
+        raise DatasetFormatError(
+            f"{episodes_path}: episode indices must be 0..N-1 without gaps or repeats; "
+            f"missing {gaps[:10]}, repeated {dupes[:10]}"
+        )
     tasks_rows = _read_jsonl(tasks_path)
     tasks: dict[int, str] = {}
     for row in sorted(tasks_rows, key=lambda r: r.get("task_index", -1)):
@@ -166,12 +179,15 @@ def read_v21(root: str | Path) -> V21Dataset:
     for episode in episodes:
         unknown = [t for t in episode.tasks if t not in known]
         if unknown:
-            raise DatasetFormatError(f"{episodes_path}: episode {episode.episode_index} names task(s) {unknown} "
-                                     f"that {tasks_path} does not list")
+            raise DatasetFormatError(
+                f"{episodes_path}: episode {episode.episode_index} names task(s) {unknown} "
+                f"that {tasks_path} does not list"
+            )
     declared = info.get("total_episodes")
     if declared != len(episodes):
-        raise DatasetFormatError(f"{root / INFO_PATH}: total_episodes is {declared!r} but {episodes_path} lists "
-                                 f"{len(episodes)} episodes")
+        raise DatasetFormatError(
+            f"{root / INFO_PATH}: total_episodes is {declared!r} but {episodes_path} lists {len(episodes)} episodes"
+        )
     return V21Dataset(root, info, episodes, tasks)
 
 
@@ -213,8 +229,10 @@ def read_episode_stats(root: str | Path, episodes: int) -> dict[str, dict[str, n
                 keys = found
                 pending = {key: [] for key in keys}
             elif found != keys:
-                raise DatasetFormatError(f"{path}:{number}: episode {episode} has stats {sorted(found)[:6]}..., the "
-                                         f"first episode {sorted(keys)[:6]}...; every episode needs the same stats")
+                raise DatasetFormatError(
+                    f"{path}:{number}: episode {episode} has stats {sorted(found)[:6]}..., the "
+                    f"first episode {sorted(keys)[:6]}...; every episode needs the same stats"
+                )
             for feature, stat in keys:
                 pending[(feature, stat)].append(stats[feature][stat])
             order.append(episode)
@@ -223,8 +241,10 @@ def read_episode_stats(root: str | Path, episodes: int) -> dict[str, dict[str, n
     flush()
     if sorted(order) != list(range(episodes)):
         missing = sorted(set(range(episodes)) - set(order))
-        raise DatasetFormatError(f"{path}: stats for {len(order)} episodes, the dataset has {episodes}; episodes "
-                                 f"without stats: {missing[:10]}")
+        raise DatasetFormatError(
+            f"{path}: stats for {len(order)} episodes, the dataset has {episodes}; episodes "
+            f"without stats: {missing[:10]}"
+        )
     rank = np.argsort(np.asarray(order), kind="stable")
     out: dict[str, dict[str, np.ndarray]] = {}
     for feature, stat in keys or []:

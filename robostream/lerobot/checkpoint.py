@@ -43,8 +43,7 @@ class Position:
     epoch: int = 0
 
 
-def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num_processes: int,
-         **parts: Any) -> Path:
+def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num_processes: int, **parts: Any) -> Path:
     """Write the checkpoint of `position.step` (main process only) and make it `last`.
 
     Args:
@@ -56,8 +55,10 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     """
     final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, position.step)
     if final.is_file() and not final.is_symlink():
-        raise FileExistsError(f"{final}: a file where the checkpoint of step {position.step} goes; robostream never "
-                              "deletes what it did not make: move the file away and resume from the last checkpoint")
+        raise FileExistsError(
+            f"{final}: a file where the checkpoint of step {position.step} goes; robostream never "
+            "deletes what it did not make: move the file away and resume from the last checkpoint"
+        )
     checkpoints = final.parent
     checkpoints.mkdir(parents=True, exist_ok=True)
     last = checkpoints / LAST_CHECKPOINT_LINK
@@ -66,8 +67,9 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     remove_scratch_left(checkpoints, SCRATCH_PREFIX, made_by=SCRATCH_MADE_BY, keep=named)
     scratch = make_scratch(checkpoints, f"{SCRATCH_PREFIX}{final.name}-", made_by=SCRATCH_MADE_BY)
     new = scratch / "checkpoint"
-    save_checkpoint(checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes,
-                    batch_size=cfg.batch_size, **parts)
+    save_checkpoint(
+        checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes, batch_size=cfg.batch_size, **parts
+    )
     (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(data_document(position, data_state)))
     fsync_tree(scratch)
     if os.path.lexists(final):  # a run resumed from an older checkpoint saves a step saved before: move it aside
@@ -98,8 +100,9 @@ def data_document(position: Position, data_state: dict[str, Any] | None) -> dict
     return {**document, CHECKSUM: state_checksum(document)}
 
 
-def load(checkpoint: Path, *, optimizer: Any, scheduler: Any, streaming: bool
-         ) -> tuple[Position, dict[str, Any] | None]:
+def load(
+    checkpoint: Path, *, optimizer: Any, scheduler: Any, streaming: bool
+) -> tuple[Position, dict[str, Any] | None]:
     """Restore optimizer, scheduler and RNG (lerobot's load_training_state); return the position and the data
     state saved with them (None: a map-style run's).
 
@@ -112,8 +115,10 @@ def load(checkpoint: Path, *, optimizer: Any, scheduler: Any, streaming: bool
     _check_mode(document, streaming, checkpoint)
     step, _, _ = load_training_state(checkpoint, optimizer, scheduler)
     if document["step"] != step:
-        raise ValueError(f"{path} is at step {document['step']} but {checkpoint / TRAINING_STATE_DIR} at step {step}:"
-                         " the checkpoint is inconsistent")
+        raise ValueError(
+            f"{path} is at step {document['step']} but {checkpoint / TRAINING_STATE_DIR} at step {step}:"
+            " the checkpoint is inconsistent"
+        )
     return Position(step=step, epoch=document["epoch"]), document["data"]
 
 
@@ -121,21 +126,29 @@ def _read_data_document(path: Path, checkpoint: Path) -> dict[str, Any]:
     """robostream_data.json's content, checked whole: JSON, its keys, its checksum, the data state's epoch (errors
     name the file)."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: {checkpoint} was not written by robostream's training command "
-                                "(or not completely); resume from a checkpoint it wrote, or start a new run")
+        raise FileNotFoundError(
+            f"{path} is missing: {checkpoint} was not written by robostream's training command "
+            "(or not completely); resume from a checkpoint it wrote, or start a new run"
+        )
     try:
         document = json.loads(path.read_bytes())
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
-        raise ValueError(f"{path} is not a JSON document ({exc}): the file is damaged (truncated?); resume from "
-                         "another checkpoint, or start a new run") from exc
+        raise ValueError(
+            f"{path} is not a JSON document ({exc}): the file is damaged (truncated?); resume from "
+            "another checkpoint, or start a new run"
+        ) from exc
     if not isinstance(document, dict) or not {"step", "epoch", "data"} <= document.keys():
-        raise ValueError(f"{path}: expected an object with 'step', 'epoch', 'data' and {CHECKSUM!r}, got "
-                         f"{json.dumps(document)[:80]}: the file is damaged; resume from another checkpoint")
+        raise ValueError(
+            f"{path}: expected an object with 'step', 'epoch', 'data' and {CHECKSUM!r}, got "
+            f"{json.dumps(document)[:80]}: the file is damaged; resume from another checkpoint"
+        )
     check_checksum(document, where=str(path))
     data_epoch = document["data"].get("epoch") if isinstance(document["data"], dict) else document["epoch"]
     if document["epoch"] != data_epoch:  # the one the loader continues must be the one training counts
-        raise ValueError(f"{path}: epoch {document['epoch']!r} but its data state is of epoch {data_epoch!r}: the "
-                         "file was edited; resume from another checkpoint")
+        raise ValueError(
+            f"{path}: epoch {document['epoch']!r} but its data state is of epoch {data_epoch!r}: the "
+            "file was edited; resume from another checkpoint"
+        )
     return document
 
 
@@ -145,6 +158,8 @@ def _check_mode(document: dict[str, Any], streaming: bool, checkpoint: Path) -> 
     saved = document["data"] is not None
     if saved != streaming:
         modes = {True: "streaming (--dataset.streaming=true)", False: "map-style (--dataset.streaming=false)"}
-        raise ValueError(f"{checkpoint} was saved by a {modes[saved]} run, but this run is {modes[streaming]}: "
-                         "its data position does not carry over; resume with the mode it was saved with, or start "
-                         "a new run in another --output_dir")
+        raise ValueError(
+            f"{checkpoint} was saved by a {modes[saved]} run, but this run is {modes[streaming]}: "
+            "its data position does not carry over; resume with the mode it was saved with, or start "
+            "a new run in another --output_dir"
+        )

@@ -91,12 +91,15 @@ class RobostreamTrainConfig(TrainPipelineConfig):
         if self.robostream.mixture is not None:  # saved in train_config.json: a resume may start elsewhere
             self.robostream.mixture = str(Path(self.robostream.mixture).resolve())
         mixture = self.mixture_sources() is not None  # bad mixture flags fail before anything is built
-        for names, needs, where in ((STREAMING_ONLY, self.dataset.streaming, "the streaming dataset: add "
-                                     "--dataset.streaming=true"),
-                                    (MIXTURE_ONLY, mixture, "a mixture of datasets (--dataset.repo_id='[a,b]' or "
-                                     "--robostream.mixture)")):
-            given = [f"--robostream.{name}={getattr(self.robostream, name)}" for name in names
-                     if getattr(self.robostream, name) != getattr(RobostreamOptions(), name)]
+        for names, needs, where in (
+            (STREAMING_ONLY, self.dataset.streaming, "the streaming dataset: add --dataset.streaming=true"),
+            (MIXTURE_ONLY, mixture, "a mixture of datasets (--dataset.repo_id='[a,b]' or --robostream.mixture)"),
+        ):
+            given = [
+                f"--robostream.{name}={getattr(self.robostream, name)}"
+                for name in names
+                if getattr(self.robostream, name) != getattr(RobostreamOptions(), name)
+            ]
             if given and not needs:
                 raise ValueError(f"{', '.join(given)}: read only by {where}; this run would ignore it")
 
@@ -105,35 +108,52 @@ class RobostreamTrainConfig(TrainPipelineConfig):
         options = self.robostream
         if options.mixture is not None:
             if _as_list(self.dataset.repo_id, "--dataset.repo_id") is not None or options.weights is not None:
-                raise ValueError(f"--robostream.mixture={options.mixture} names the sources and their weights: "
-                                 "leave --dataset.repo_id a single name (it names the run) and --robostream.weights "
-                                 "unset")
-            given = [f"--dataset.{name}" for name in ("root", "episodes", "revision")
-                     if getattr(self.dataset, name) is not None]
+                raise ValueError(
+                    f"--robostream.mixture={options.mixture} names the sources and their weights: "
+                    "leave --dataset.repo_id a single name (it names the run) and --robostream.weights "
+                    "unset"
+                )
+            given = [
+                f"--dataset.{name}"
+                for name in ("root", "episodes", "revision")
+                if getattr(self.dataset, name) is not None
+            ]
             if given:
-                raise ValueError(f"--robostream.mixture={options.mixture} gives each source its root, episodes and "
-                                 f"revision: leave {', '.join(given)} unset")
+                raise ValueError(
+                    f"--robostream.mixture={options.mixture} gives each source its root, episodes and "
+                    f"revision: leave {', '.join(given)} unset"
+                )
             return _sources_from_file(Path(options.mixture))
         repo_ids = _as_list(self.dataset.repo_id, "--dataset.repo_id")
         if repo_ids is None:
             if options.weights is not None:
-                raise ValueError(f"--robostream.weights={options.weights} weighs the sources of a mixture, but "
-                                 f"--dataset.repo_id={self.dataset.repo_id!r} names one dataset: give a list, "
-                                 "e.g. --dataset.repo_id='[a,b]' --robostream.weights='[0.7,0.3]'")
+                raise ValueError(
+                    f"--robostream.weights={options.weights} weighs the sources of a mixture, but "
+                    f"--dataset.repo_id={self.dataset.repo_id!r} names one dataset: give a list, "
+                    "e.g. --dataset.repo_id='[a,b]' --robostream.weights='[0.7,0.3]'"
+                )
             return None
         roots = _as_list(self.dataset.root, "--dataset.root") if self.dataset.root is not None else None
         if self.dataset.root is not None and (roots is None or len(roots) != len(repo_ids)):
-            raise ValueError(f"--dataset.root={self.dataset.root!r} must list one root per source of "
-                             f"--dataset.repo_id ({len(repo_ids)} sources)")
+            raise ValueError(
+                f"--dataset.root={self.dataset.root!r} must list one root per source of "
+                f"--dataset.repo_id ({len(repo_ids)} sources)"
+            )
         weights = options.weights if options.weights is not None else [1.0] * len(repo_ids)
         if len(weights) != len(repo_ids):
-            raise ValueError(f"--robostream.weights has {len(weights)} values {weights} but --dataset.repo_id names "
-                             f"{len(repo_ids)} sources {repo_ids}: give one weight per source")
+            raise ValueError(
+                f"--robostream.weights has {len(weights)} values {weights} but --dataset.repo_id names "
+                f"{len(repo_ids)} sources {repo_ids}: give one weight per source"
+            )
         if self.dataset.episodes is not None:
-            raise ValueError("--dataset.episodes selects episodes of one dataset; give each source of a mixture its "
-                             "episodes in a --robostream.mixture file")
-        return [Source(repo_id=repo_id, root=root, revision=self.dataset.revision, **{options.weighting: weight})
-                for repo_id, root, weight in zip(repo_ids, roots or [None] * len(repo_ids), weights)]
+            raise ValueError(
+                "--dataset.episodes selects episodes of one dataset; give each source of a mixture its "
+                "episodes in a --robostream.mixture file"
+            )
+        return [
+            Source(repo_id=repo_id, root=root, revision=self.dataset.revision, **{options.weighting: weight})
+            for repo_id, root, weight in zip(repo_ids, roots or [None] * len(repo_ids), weights)
+        ]
 
     def read_options(self) -> ReadOptions | None:
         """How the data's bytes are read (the disk cache of --robostream.cache_dir), None for the defaults."""
@@ -158,13 +178,16 @@ def _as_list(value: str | None, flag: str) -> list[str] | None:
 
 def _sources_from_file(path: Path) -> list[Source]:
     try:
-        doc: Any = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(
-            path.read_text())
+        doc: Any = (
+            yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
+        )
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ValueError(f"--robostream.mixture={path}: cannot read a JSON/YAML list of sources: {exc}") from exc
     if not isinstance(doc, list) or not doc or not all(isinstance(s, dict) for s in doc):
-        raise ValueError(f"--robostream.mixture={path}: expected a non-empty list of objects like "
-                         '{"repo_id": "lerobot/a", "proportion": 0.7}')
+        raise ValueError(
+            f"--robostream.mixture={path}: expected a non-empty list of objects like "
+            '{"repo_id": "lerobot/a", "proportion": 0.7}'
+        )
     sources = []
     for i, spec in enumerate(doc):
         try:

@@ -56,12 +56,17 @@ class MixtureMetadata:
             for key, spec in reader.meta.features.items():
                 features.setdefault(reader.rename.get(key, key), spec)
         stats = mixture_stats([reader.stats for reader in dataset.sources], dataset.samples_per_source)
-        return cls(features=features, stats=stats, fps=dataset.sources[0].meta.fps,
-                   camera_keys=[k for k, f in features.items() if f["dtype"] in ("video", "image")])
+        return cls(
+            features=features,
+            stats=stats,
+            fps=dataset.sources[0].meta.fps,
+            camera_keys=[k for k, f in features.items() if f["dtype"] in ("video", "image")],
+        )
 
 
-def mixture_stats(per_source: list[dict[str, dict[str, np.ndarray]]], samples: list[int]
-                  ) -> dict[str, dict[str, np.ndarray]]:
+def mixture_stats(
+    per_source: list[dict[str, dict[str, np.ndarray]]], samples: list[int]
+) -> dict[str, dict[str, np.ndarray]]:
     """Each feature's statistics over the sources that have it, weighted by the samples each gives per epoch.
 
     Args:
@@ -88,8 +93,10 @@ def use_imagenet_stats(meta: DatasetMetadata | MixtureMetadata) -> None:
     """lerobot's `--dataset.use_imagenet_stats` (its default): every camera but depth maps normalised with
     ImageNet's mean and std instead of the dataset's (a pretrained backbone expects them); in place."""
     for key in image_keys(meta):
-        meta.stats[key] = {**meta.stats.get(key, {}),
-                           **{name: np.asarray(value, dtype=np.float32) for name, value in IMAGENET_STATS.items()}}
+        meta.stats[key] = {
+            **meta.stats.get(key, {}),
+            **{name: np.asarray(value, dtype=np.float32) for name, value in IMAGENET_STATS.items()},
+        }
 
 
 def check_stats(policy_config: Any, stats: dict[str, dict[str, np.ndarray]], rename_map: dict[str, str]) -> None:
@@ -99,13 +106,21 @@ def check_stats(policy_config: Any, stats: dict[str, dict[str, np.ndarray]], ren
 
     features = {**policy_config.input_features, **policy_config.output_features}
     renamed_from = {new: old for old, new in (rename_map or {}).items()}
-    missing = [k for k, feature in features.items()
-               if policy_config.normalization_mapping.get(getattr(feature.type, "value", feature.type),
-                                                         NormalizationMode.IDENTITY) != NormalizationMode.IDENTITY
-               and k not in stats and renamed_from.get(k) not in stats]
+    missing = [
+        k
+        for k, feature in features.items()
+        if policy_config.normalization_mapping.get(
+            getattr(feature.type, "value", feature.type), NormalizationMode.IDENTITY
+        )
+        != NormalizationMode.IDENTITY
+        and k not in stats
+        and renamed_from.get(k) not in stats
+    ]
     if missing:
-        raise ValueError(f"the dataset's meta/stats.json has no statistics for {missing}, which the policy "
-                         "normalises: compute them (robostream convert writes them) or pick other features")
+        raise ValueError(
+            f"the dataset's meta/stats.json has no statistics for {missing}, which the policy "
+            "normalises: compute them (robostream convert writes them) or pick other features"
+        )
 
 
 @dataclass
@@ -146,8 +161,10 @@ def make_training_data(cfg: RobostreamTrainConfig, *, device: torch.device, poli
         policy_config: the policy's config (its delta indices decide the windows).
     """
     if not cfg.dataset.streaming and cfg.dataset.image_transforms.enable and cfg.robostream.augment_on == "workers":
-        raise ValueError("--robostream.augment_on=workers augments the batches a streaming loader assembles: add "
-                         "--dataset.streaming=true, or use --robostream.augment_on=device")
+        raise ValueError(
+            "--robostream.augment_on=workers augments the batches a streaming loader assembles: add "
+            "--dataset.streaming=true, or use --robostream.augment_on=device"
+        )
     return _streaming(cfg, device, policy_config) if cfg.dataset.streaming else _map_style(cfg, device, policy_config)
 
 
@@ -173,27 +190,49 @@ def own_generator(cfg: RobostreamTrainConfig) -> torch.Generator:
 def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
     options = cfg.robostream
     sources = cfg.mixture_sources()
-    single = {} if sources is not None else dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root,
-                                                 revision=cfg.dataset.revision, episodes=cfg.dataset.episodes)
-    common = dict(seed=cfg.seed or 0, return_uint8=True, tolerance_s=cfg.tolerance_s,
-                  depth_output_unit=cfg.dataset.depth_output_unit,
-                  video_backend=cfg.dataset.video_backend, pool_size=options.pool_size,
-                  decode_ahead=options.decode_ahead,
-                  prefetch_pieces=options.prefetch_pieces, canonical_streams=options.canonical_streams,
-                  uneven=options.uneven, read_options=cfg.read_options())
+    single = (
+        {}
+        if sources is not None
+        else dict(
+            repo_id=cfg.dataset.repo_id,
+            root=cfg.dataset.root,
+            revision=cfg.dataset.revision,
+            episodes=cfg.dataset.episodes,
+        )
+    )
+    common = dict(
+        seed=cfg.seed or 0,
+        return_uint8=True,
+        tolerance_s=cfg.tolerance_s,
+        depth_output_unit=cfg.dataset.depth_output_unit,
+        video_backend=cfg.dataset.video_backend,
+        pool_size=options.pool_size,
+        decode_ahead=options.decode_ahead,
+        prefetch_pieces=options.prefetch_pieces,
+        canonical_streams=options.canonical_streams,
+        uneven=options.uneven,
+        read_options=cfg.read_options(),
+    )
     if sources is not None:
-        common.update(sources=sources, features=options.features, batching=options.batching,
-                      epoch_size=options.epoch_size, sampling_method=options.sampling_method,
-                      # the planned batch of per_stream/stratified; random batches are the loader's alone
-                      batch_size=None if options.batching == "random" else cfg.batch_size)
+        common.update(
+            sources=sources,
+            features=options.features,
+            batching=options.batching,
+            epoch_size=options.epoch_size,
+            sampling_method=options.sampling_method,
+            # the planned batch of per_stream/stratified; random batches are the loader's alone
+            batch_size=None if options.batching == "random" else cfg.batch_size,
+        )
     # The windows depend on the dataset's features and fps: open it once without them to resolve them (metadata
     # only: the node cache makes the second construction cheap), as lerobot resolves them from ds_meta.
     try:
         probe = StreamingLeRobotDataset(**single, **common)
     except ValueError as exc:
         if sources is not None:
-            exc.add_note("on the command line: a --robostream.mixture file gives each source its feature_map "
-                         "(and episodes, revision, weight); --robostream.features=union fills missing keys")
+            exc.add_note(
+                "on the command line: a --robostream.mixture file gives each source its feature_map "
+                "(and episodes, revision, weight); --robostream.features=union fills missing keys"
+            )
         raise
     meta = MixtureMetadata.of(probe) if sources is not None else probe.meta
     if cfg.dataset.use_imagenet_stats:
@@ -202,48 +241,71 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)
     augment = _augment(cfg, image_keys(meta))
     in_workers = augment is not None and options.augment_on == "workers"
-    loader = StreamingDataLoader(dataset, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                 pin_memory=device.type == "cuda",
-                                 batch_transform=augment if in_workers else None,
-                                 prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-                                 multiprocessing_context=cfg.dataloader_multiprocessing_context
-                                 if cfg.num_workers else None,
-                                 generator=own_generator(cfg))
+    loader = StreamingDataLoader(
+        dataset,
+        batch_size=cfg.batch_size,
+        num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        batch_transform=augment if in_workers else None,
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+        multiprocessing_context=cfg.dataloader_multiprocessing_context if cfg.num_workers else None,
+        generator=own_generator(cfg),
+    )
     if cfg.persistent_workers and cfg.num_workers:
-        logging.info("--persistent_workers does not apply to streaming: its workers start with each pass (the "
-                     "pass's epoch and resume position are theirs)")
-    return TrainingData(dataset, loader, meta, delta_timestamps, sampler=None,
-                        device_augment=None if in_workers else augment)
+        logging.info(
+            "--persistent_workers does not apply to streaming: its workers start with each pass (the "
+            "pass's epoch and resume position are theirs)"
+        )
+    return TrainingData(
+        dataset, loader, meta, delta_timestamps, sampler=None, device_augment=None if in_workers else augment
+    )
 
 
 def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
     if cfg.mixture_sources() is not None:
         raise ValueError("a mixture of datasets is read by the streaming dataset: add --dataset.streaming=true")
-    open_args = dict(repo_id=cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision,
-                     episodes=cfg.dataset.episodes, tolerance_s=cfg.tolerance_s, return_uint8=True,
-                     depth_output_unit=cfg.dataset.depth_output_unit,
-                     video_backend=cfg.dataset.video_backend, read_options=cfg.read_options())
+    open_args = dict(
+        repo_id=cfg.dataset.repo_id,
+        root=cfg.dataset.root,
+        revision=cfg.dataset.revision,
+        episodes=cfg.dataset.episodes,
+        tolerance_s=cfg.tolerance_s,
+        return_uint8=True,
+        depth_output_unit=cfg.dataset.depth_output_unit,
+        video_backend=cfg.dataset.video_backend,
+        read_options=cfg.read_options(),
+    )
     meta = LeRobotDataset(**open_args).meta
     if cfg.dataset.use_imagenet_stats:
         use_imagenet_stats(meta)
     delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
     dataset = LeRobotDataset(**open_args, delta_timestamps=delta_timestamps)
     ends = np.cumsum(dataset.lengths)  # our index i is the i-th frame of the selected episodes
-    sampler = EpisodeAwareSampler((ends - dataset.lengths).tolist(), ends.tolist(),
-                                  drop_n_last_frames=getattr(policy_config, "drop_n_last_frames", 0), shuffle=True,
-                                  seed=cfg.seed if cfg.seed is not None else 0)
+    sampler = EpisodeAwareSampler(
+        (ends - dataset.lengths).tolist(),
+        ends.tolist(),
+        drop_n_last_frames=getattr(policy_config, "drop_n_last_frames", 0),
+        shuffle=True,
+        seed=cfg.seed if cfg.seed is not None else 0,
+    )
     # lerobot-train's collate where the dataset has language columns (default_collate fails on their rows; lerobot's
     # drops them from the batch), torch's default elsewhere.
     collate_fn = lerobot_collate_fn if language_keys(meta.info.features) else None
-    loader = torch.utils.data.DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=collate_fn,
-                                         num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
-                                         generator=own_generator(cfg),
-                                         prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-                                         multiprocessing_context=cfg.dataloader_multiprocessing_context
-                                         if cfg.num_workers else None,
-                                         persistent_workers=cfg.persistent_workers and cfg.num_workers > 0)
-    return TrainingData(dataset, loader, meta, delta_timestamps, sampler=sampler,
-                        device_augment=_augment(cfg, image_keys(meta)))
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        collate_fn=collate_fn,
+        num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        generator=own_generator(cfg),
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+        multiprocessing_context=cfg.dataloader_multiprocessing_context if cfg.num_workers else None,
+        persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
+    )
+    return TrainingData(
+        dataset, loader, meta, delta_timestamps, sampler=sampler, device_augment=_augment(cfg, image_keys(meta))
+    )
 
 
 def resume_sampler(data: TrainingData, *, step: int, batch_size: int, num_processes: int) -> dict[str, int]:

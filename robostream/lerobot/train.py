@@ -66,23 +66,34 @@ def make_accelerator(cfg: RobostreamTrainConfig) -> Any:
     if not hasattr(policy, "dtype") and getattr(policy, "use_amp", False):
         dtype = torch.get_autocast_dtype(torch.device(policy.device).type)
         mixed_precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-    return Accelerator(step_scheduler_with_optimizer=False, mixed_precision=mixed_precision,
-                       kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
-                       cpu=policy.device == "cpu")
+    return Accelerator(
+        step_scheduler_with_optimizer=False,
+        mixed_precision=mixed_precision,
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        cpu=policy.device == "cpu",
+    )
 
 
 def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
-    for wanted, why in ((cfg.is_reward_model_training, "reward models are trained by lerobot-train"),
-                        (cfg.env is not None, "--env.* evaluates in simulation during training: evaluate the "
-                                              "checkpoints with lerobot-eval --policy.path=.../pretrained_model"),
-                        (cfg.dataset.eval_split > 0, "--dataset.eval_split holds out episodes for an eval loss: "
-                                                     "not supported here"),
-                        (cfg.sample_weighting is not None, "--sample_weighting is not supported here"),
-                        (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here"),
-                        (cfg.save_checkpoint_to_hub, "--save_checkpoint_to_hub is not supported here: push the "
-                                                     "final policy with --policy.push_to_hub"),
-                        (cfg.dataset.video_backend not in VIDEO_BACKENDS,
-                         f"--dataset.video_backend={cfg.dataset.video_backend!r}: choose one of {VIDEO_BACKENDS}")):
+    for wanted, why in (
+        (cfg.is_reward_model_training, "reward models are trained by lerobot-train"),
+        (
+            cfg.env is not None,
+            "--env.* evaluates in simulation during training: evaluate the "
+            "checkpoints with lerobot-eval --policy.path=.../pretrained_model",
+        ),
+        (cfg.dataset.eval_split > 0, "--dataset.eval_split holds out episodes for an eval loss: not supported here"),
+        (cfg.sample_weighting is not None, "--sample_weighting is not supported here"),
+        (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here"),
+        (
+            cfg.save_checkpoint_to_hub,
+            "--save_checkpoint_to_hub is not supported here: push the final policy with --policy.push_to_hub",
+        ),
+        (
+            cfg.dataset.video_backend not in VIDEO_BACKENDS,
+            f"--dataset.video_backend={cfg.dataset.video_backend!r}: choose one of {VIDEO_BACKENDS}",
+        ),
+    ):
         if wanted:
             raise ValueError(f"robostream's training command: {why}")
 
@@ -91,9 +102,11 @@ def refuse_sharded(accelerator: Any) -> None:
     """Checkpoints are saved from the main process's unwrapped model: sharded models (FSDP, DeepSpeed) would
     need gathering first, which lerobot-train does and this command does not."""
     if accelerator.distributed_type.name in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
-        raise ValueError(f"robostream's training command: accelerate's {accelerator.distributed_type.name} is not "
-                         "supported (sharded models): launch with plain DDP (accelerate launch --multi_gpu) or "
-                         "use lerobot-train")
+        raise ValueError(
+            f"robostream's training command: accelerate's {accelerator.distributed_type.name} is not "
+            "supported (sharded models): launch with plain DDP (accelerate launch --multi_gpu) or "
+            "use lerobot-train"
+        )
 
 
 def is_peft_model(policy: Any) -> bool:
@@ -104,17 +117,20 @@ def is_peft_model(policy: Any) -> bool:
     return isinstance(policy, PeftModel)
 
 
-def resume_map_style(cfg: RobostreamTrainConfig, data: TrainingData, *, step: int, num_processes: int
-                     ) -> dict[str, int]:
+def resume_map_style(
+    cfg: RobostreamTrainConfig, data: TrainingData, *, step: int, num_processes: int
+) -> dict[str, int]:
     """lerobot-train's map-style resume: the sampler positioned by the processes and batch size that wrote the
     checkpoint (recorded there), a warning when the run goes on with others (the order resumes at the right
     epoch and offset, but which rank gets which sample changes)."""
     saved_processes = load_training_num_processes(cfg.checkpoint_path) or num_processes
     saved_batch = load_training_batch_size(cfg.checkpoint_path) or cfg.batch_size
     if (saved_processes, saved_batch) != (num_processes, cfg.batch_size):
-        logging.warning(f"map-style resume: the checkpoint was written by {saved_processes} processes x batch "
-                        f"{saved_batch}, this run has {num_processes} x {cfg.batch_size}: the data order goes on "
-                        "from the right sample, not with the same batches (streaming resumes exactly)")
+        logging.warning(
+            f"map-style resume: the checkpoint was written by {saved_processes} processes x batch "
+            f"{saved_batch}, this run has {num_processes} x {cfg.batch_size}: the data order goes on "
+            "from the right sample, not with the same batches (streaming resumes exactly)"
+        )
     return resume_sampler(data, step=step, batch_size=saved_batch, num_processes=saved_processes)
 
 
@@ -127,22 +143,34 @@ def make_processors(cfg: RobostreamTrainConfig, policy: Any, stats: dict, device
         kwargs["dataset_stats"] = stats
     if pretrained is not None:
         features = {**policy.config.input_features, **policy.config.output_features}
-        pre = {"device_processor": {"device": device.type},
-               "normalizer_processor": {"features": features, "norm_map": policy.config.normalization_mapping},
-               "rename_observations_processor": {"rename_map": cfg.rename_map}}
-        post = {"unnormalizer_processor": {"features": policy.config.output_features,
-                                           "norm_map": policy.config.normalization_mapping}}
+        pre = {
+            "device_processor": {"device": device.type},
+            "normalizer_processor": {"features": features, "norm_map": policy.config.normalization_mapping},
+            "rename_observations_processor": {"rename_map": cfg.rename_map},
+        }
+        post = {
+            "unnormalizer_processor": {
+                "features": policy.config.output_features,
+                "norm_map": policy.config.normalization_mapping,
+            }
+        }
         if not cfg.resume:
             pre["normalizer_processor"]["stats"] = stats
             post["unnormalizer_processor"]["stats"] = stats
         if getattr(cfg.policy, "use_relative_actions", False):
-            pre["relative_actions_processor"] = {"enabled": True,
-                                                 "exclude_joints": getattr(cfg.policy, "relative_exclude_joints", []),
-                                                 "action_names": getattr(cfg.policy, "action_feature_names", None)}
+            pre["relative_actions_processor"] = {
+                "enabled": True,
+                "exclude_joints": getattr(cfg.policy, "relative_exclude_joints", []),
+                "action_names": getattr(cfg.policy, "action_feature_names", None),
+            }
             post["absolute_actions_processor"] = {"enabled": True}
         kwargs.update(preprocessor_overrides=pre, postprocessor_overrides=post)
-    return make_pre_post_processors(policy_cfg=cfg.policy, pretrained_path=pretrained,
-                                     pretrained_revision=getattr(cfg.policy, "pretrained_revision", None), **kwargs)
+    return make_pre_post_processors(
+        policy_cfg=cfg.policy,
+        pretrained_path=pretrained,
+        pretrained_revision=getattr(cfg.policy, "pretrained_revision", None),
+        **kwargs,
+    )
 
 
 def batches(data: TrainingData, position: Position, *, resumed: bool) -> Iterator[dict[str, Any]]:
@@ -171,17 +199,28 @@ def batches(data: TrainingData, position: Position, *, resumed: bool) -> Iterato
 def empty_epoch(data: TrainingData, epoch: int) -> str:
     """Why an epoch gave this process no batch, and what to change."""
     if data.streaming:
-        why = ("--robostream.uneven=drop gives every process as many samples as the one with the fewest: none "
-               "when processes and workers outnumber the epoch's samples")
+        why = (
+            "--robostream.uneven=drop gives every process as many samples as the one with the fewest: none "
+            "when processes and workers outnumber the epoch's samples"
+        )
     else:
-        why = f"lerobot's sampler leaves {len(data.sampler)} of them after dropping each episode's last " \
-              "drop_n_last_frames"
-    return (f"epoch {epoch} gave no batch to train on ({data.num_frames} samples in {data.num_episodes} episodes; "
-            f"{why}): select more episodes or sources, or train on fewer processes or workers")
+        why = (
+            f"lerobot's sampler leaves {len(data.sampler)} of them after dropping each episode's last "
+            "drop_n_last_frames"
+        )
+    return (
+        f"epoch {epoch} gave no batch to train on ({data.num_frames} samples in {data.num_episodes} episodes; "
+        f"{why}): select more episodes or sources, or train on fewer processes or workers"
+    )
 
 
-def to_device(batch: dict[str, Any], camera_keys: list[str], device: torch.device,
-              augment: "BatchImageTransforms | None", epoch: int) -> dict[str, Any]:
+def to_device(
+    batch: dict[str, Any],
+    camera_keys: list[str],
+    device: torch.device,
+    augment: "BatchImageTransforms | None",
+    epoch: int,
+) -> dict[str, Any]:
     """uint8 cameras to float in [0, 1] on the device (lerobot-train's conversion, after the transfer: 4x fewer
     bytes cross), augmented there when `--robostream.augment_on=device`."""
     for key in camera_keys:
@@ -228,13 +267,15 @@ def train(cfg: RobostreamTrainConfig) -> None:
 
     position = Position()
     if cfg.resume:
-        position, data_state = checkpoint.load(cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler,
-                                               streaming=data.streaming)
+        position, data_state = checkpoint.load(
+            cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler, streaming=data.streaming
+        )
         if data.streaming:
             data.loader.load_state_dict(data_state)
         else:
-            position.epoch = resume_map_style(cfg, data, step=position.step,
-                                              num_processes=accelerator.num_processes)["epoch"]
+            position.epoch = resume_map_style(cfg, data, step=position.step, num_processes=accelerator.num_processes)[
+                "epoch"
+            ]
         if main:
             logging.info(f"resumed from {cfg.checkpoint_path} at step {position.step} epoch {position.epoch}")
 
@@ -246,16 +287,23 @@ def train(cfg: RobostreamTrainConfig) -> None:
         data.loader.set_epoch(position.epoch)
     policy.train()
 
-    meters = {"loss": AverageMeter("loss", ":.3f", reduction="mean"), "grad_norm": AverageMeter("grdn", ":.3f"),
-              "lr": AverageMeter("lr", ":0.1e"), "update_s": AverageMeter("updt_s", ":.3f", reduction="max"),
-              "dataloading_s": AverageMeter("data_s", ":.3f", reduction="max")}
-    tracker = MetricsTracker(cfg.batch_size, data.num_frames, data.num_episodes, meters, initial_step=position.step,
-                             accelerator=accelerator)
+    meters = {
+        "loss": AverageMeter("loss", ":.3f", reduction="mean"),
+        "grad_norm": AverageMeter("grdn", ":.3f"),
+        "lr": AverageMeter("lr", ":0.1e"),
+        "update_s": AverageMeter("updt_s", ":.3f", reduction="max"),
+        "dataloading_s": AverageMeter("data_s", ":.3f", reduction="max"),
+    }
+    tracker = MetricsTracker(
+        cfg.batch_size, data.num_frames, data.num_episodes, meters, initial_step=position.step, accelerator=accelerator
+    )
     if main:
-        logging.info(f"{cfg.policy.type}: {sum(p.numel() for p in policy.parameters()):,} parameters, "
-                     f"{data.num_frames} frames in {data.num_episodes} episodes, windows {data.delta_timestamps}, "
-                     f"batch {cfg.batch_size} x {accelerator.num_processes}, from step {position.step}, "
-                     f"{'streaming' if data.streaming else 'map-style'}")
+        logging.info(
+            f"{cfg.policy.type}: {sum(p.numel() for p in policy.parameters()):,} parameters, "
+            f"{data.num_frames} frames in {data.num_episodes} episodes, windows {data.delta_timestamps}, "
+            f"batch {cfg.batch_size} x {accelerator.num_processes}, from step {position.step}, "
+            f"{'streaming' if data.streaming else 'map-style'}"
+        )
     record = open(cfg.robostream.record, "a", buffering=1) if cfg.robostream.record and main else None
     stream = batches(data, position, resumed=cfg.resume)
     started, waited, first = time.perf_counter(), 0.0, position.step
@@ -263,13 +311,19 @@ def train(cfg: RobostreamTrainConfig) -> None:
         fetch = time.perf_counter()
         batch = next(stream)
         picked = {k: batch[k] for k in ("index", "dataset_index") if k in batch} if cfg.robostream.record else None
-        batch = preprocessor(to_device(batch, data.meta.camera_keys, device, data.device_augment,
-                                       position.epoch))
+        batch = preprocessor(to_device(batch, data.meta.camera_keys, device, data.device_augment, position.epoch))
         wait = time.perf_counter() - fetch
         tracker.dataloading_s = wait
         waited += wait
-        tracker, _ = update_policy(tracker, policy, batch, optimizer, cfg.optimizer.grad_clip_norm,
-                                   accelerator=accelerator, lr_scheduler=scheduler)
+        tracker, _ = update_policy(
+            tracker,
+            policy,
+            batch,
+            optimizer,
+            cfg.optimizer.grad_clip_norm,
+            accelerator=accelerator,
+            lr_scheduler=scheduler,
+        )
         position.step += 1
         tracker.step()
         if picked is not None:  # collective: every rank takes part, the main process writes
@@ -285,10 +339,17 @@ def train(cfg: RobostreamTrainConfig) -> None:
             # every rank's loader is at the same step; rank 0's state describes the whole job
             data_state = data.loader.state_dict() if data.streaming else None
             if main:
-                saved = checkpoint.save(cfg=cfg, position=position, data_state=data_state,
-                                        num_processes=accelerator.num_processes,
-                                        policy=accelerator.unwrap_model(policy), optimizer=optimizer,
-                                        scheduler=scheduler, preprocessor=preprocessor, postprocessor=postprocessor)
+                saved = checkpoint.save(
+                    cfg=cfg,
+                    position=position,
+                    data_state=data_state,
+                    num_processes=accelerator.num_processes,
+                    policy=accelerator.unwrap_model(policy),
+                    optimizer=optimizer,
+                    scheduler=scheduler,
+                    preprocessor=preprocessor,
+                    postprocessor=postprocessor,
+                )
                 logging.info(f"checkpoint {saved}")
                 if wandb:
                     wandb.log_policy(saved)
@@ -297,8 +358,10 @@ def train(cfg: RobostreamTrainConfig) -> None:
         record.close()
     seconds, steps = time.perf_counter() - started, position.step - first
     if main:
-        logging.info(f"done: {steps} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):.2f} steps/s), data wait "
-                     f"{1000 * waited / max(steps, 1):.1f} ms per step")
+        logging.info(
+            f"done: {steps} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):.2f} steps/s), data wait "
+            f"{1000 * waited / max(steps, 1):.1f} ms per step"
+        )
         if getattr(cfg.policy, "push_to_hub", False):
             unwrapped = accelerator.unwrap_model(policy)
             unwrapped.push_model_to_hub(cfg, peft_model=unwrapped if cfg.policy.use_peft else None)

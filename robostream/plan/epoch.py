@@ -33,8 +33,18 @@ from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
 from robostream.plan.resume import emitted_by_role, rotation_after, round_robin_counts
 from robostream.plan.schedule import pool_schedule, take
-from robostream.plan.segments import (Segments, owned, positions_after, quotas_for_roles, read_order, recut,
-                                      role_remaining, segments_from_state, segments_to_state, whole_streams)
+from robostream.plan.segments import (
+    Segments,
+    owned,
+    positions_after,
+    quotas_for_roles,
+    read_order,
+    recut,
+    role_remaining,
+    segments_from_state,
+    segments_to_state,
+    whole_streams,
+)
 from robostream.plan.state import check_epoch_state
 
 Uneven = Literal["pad", "drop"]
@@ -123,11 +133,14 @@ def stream_pieces(spec: EpochSpec, lane: int = 0) -> list[list[Piece]]:
         raise ValueError(
             f"partition='files': episodes sharing files form {len(groups)} groups, fewer than the "
             f"{spec.canonical} canonical streams (files of different cameras roll over at different episodes); "
-            f"use partition='contiguous' or fewer canonical streams")
+            f"use partition='contiguous' or fewer canonical streams"
+        )
     order_rank = {int(p): i for i, p in enumerate(order)}  # a stream visits its groups in epoch order
     bins = partition_episodes([int(units.length[g].sum()) for g in groups], spec.canonical)
-    return [[(p, 0, int(units.length[p])) for gi in sorted(b, key=lambda gi: order_rank[groups[gi][0]])
-             for p in groups[gi]] for b in bins]
+    return [
+        [(p, 0, int(units.length[p])) for gi in sorted(b, key=lambda gi: order_rank[groups[gi][0]]) for p in groups[gi]]
+        for b in bins
+    ]
 
 
 def stream_lengths(pieces: Sequence[Sequence[Piece]]) -> list[int]:
@@ -135,8 +148,9 @@ def stream_lengths(pieces: Sequence[Sequence[Piece]]) -> list[int]:
     return [sum(stop - first for _, first, stop in stream) for stream in pieces]
 
 
-def plan_epoch(spec: EpochSpec, world_size: int, num_workers: int, resume: Mapping[str, Any] | None = None,
-               lane: int = 0) -> EpochPlan:
+def plan_epoch(
+    spec: EpochSpec, world_size: int, num_workers: int, resume: Mapping[str, Any] | None = None, lane: int = 0
+) -> EpochPlan:
     """Segments, their positions and every consumer role's quota for the coming pass.
 
     Args:
@@ -161,15 +175,22 @@ def plan_epoch(spec: EpochSpec, world_size: int, num_workers: int, resume: Mappi
         segments, positions = segments_from_state(resume["segments"], natural, layout[0] * layout[1])
         if list(layout) == [world_size, num_workers]:
             # Same layout: every consumer continues exactly where it was, rotated to whose batch comes next.
-            return EpochPlan(spec.units, pieces, natural, segments, positions, list(resume["quota_left"]),
-                             list(resume["repeats_done"]), int(resume["worker_rotation"]))
+            return EpochPlan(
+                spec.units,
+                pieces,
+                natural,
+                segments,
+                positions,
+                list(resume["quota_left"]),
+                list(resume["repeats_done"]),
+                int(resume["worker_rotation"]),
+            )
         segments, positions = recut(segments, positions, consumers)  # another layout takes over what remains
     quotas = quotas_for_roles(role_remaining(segments, positions, consumers), world_size, num_workers, spec.uneven)
     return EpochPlan(spec.units, pieces, natural, segments, positions, quotas, [0] * consumers, 0)
 
 
-def role_picks(plan: EpochPlan, role: int, *, seed: int, epoch: int, shuffle: bool, pool_size: int
-               ) -> Iterator[Pick]:
+def role_picks(plan: EpochPlan, role: int, *, seed: int, epoch: int, shuffle: bool, pool_size: int) -> Iterator[Pick]:
     """Every pick one consumer role yields in the pass, in order: its segments read by level fill (each along its
     stream's pool schedule, plan/schedule.py), then, under uneven="pad", its own samples again from the start
     until its quota is met.
@@ -181,8 +202,10 @@ def role_picks(plan: EpochPlan, role: int, *, seed: int, epoch: int, shuffle: bo
     """
     rows = owned(plan.segments, role)
     if plan.quotas[role] and not len(rows):
-        raise ValueError(f"consumer role {role} owns no samples of this epoch but must yield {plan.quotas[role]} "
-                         "(uneven='pad'): use uneven='drop' or fewer consumers")
+        raise ValueError(
+            f"consumer role {role} owns no samples of this epoch but must yield {plan.quotas[role]} "
+            "(uneven='pad'): use uneven='drop' or fewer consumers"
+        )
 
     def stream_picks(stream: int, start: int, stop: int) -> Iterator[Pick]:
         rng = rng_for(seed, epoch, PURPOSE_POOL, stream) if shuffle else None
@@ -193,8 +216,10 @@ def role_picks(plan: EpochPlan, role: int, *, seed: int, epoch: int, shuffle: bo
 
     def picks(positions: np.ndarray) -> Iterator[Pick]:
         his = plan.segments.hi[rows]
-        streams = [stream_picks(int(plan.segments.stream[r]), int(p), int(h))
-                   for r, p, h in zip(rows.tolist(), positions.tolist(), his.tolist())]
+        streams = [
+            stream_picks(int(plan.segments.stream[r]), int(p), int(h))
+            for r, p, h in zip(rows.tolist(), positions.tolist(), his.tolist())
+        ]
         for i in read_order(positions, his, interleaved=shuffle):
             yield next(streams[i])
 
@@ -218,13 +243,16 @@ def advanced(plan: EpochPlan, emitted: Sequence[int], *, interleaved: bool) -> d
     positions = positions_after(plan.segments, plan.positions, consumers, emitted, interleaved=interleaved)
     left = role_remaining(plan.segments, plan.positions, consumers)
     repeats = [done + max(0, e - n) for done, e, n in zip(plan.repeats_done, emitted, left)]
-    return {"segments": segments_to_state(plan.segments, positions),
-            "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
-            "repeats_done": [int(r) for r in repeats]}
+    return {
+        "segments": segments_to_state(plan.segments, positions),
+        "quota_left": [int(q - e) for q, e in zip(plan.quotas, emitted)],
+        "repeats_done": [int(r) for r in repeats],
+    }
 
 
-def epoch_state(plan: EpochPlan, world_size: int, num_workers: int, batches: int, batch_size: int, *,
-                interleaved: bool) -> dict[str, Any]:
+def epoch_state(
+    plan: EpochPlan, world_size: int, num_workers: int, batches: int, batch_size: int, *, interleaved: bool
+) -> dict[str, Any]:
     """The state of a pass once each rank consumed `batches` batches of `batch_size` (batching="random").
 
     Args:
@@ -239,26 +267,39 @@ def epoch_state(plan: EpochPlan, world_size: int, num_workers: int, batches: int
     """
     emitted = emitted_by_role(batches, plan.quotas, batch_size, world_size, num_workers, plan.rotation)
     remaining = [-(-plan.quotas[(j + plan.rotation) % num_workers] // batch_size) for j in range(num_workers)]
-    return {**advanced(plan, emitted, interleaved=interleaved),
-            "worker_rotation": rotation_after(remaining, batches, plan.rotation)}
+    return {
+        **advanced(plan, emitted, interleaved=interleaved),
+        "worker_rotation": rotation_after(remaining, batches, plan.rotation),
+    }
 
 
-def lane_plans(spec: EpochSpec, sources: int, world_size: int, num_workers: int,
-               resume: Mapping[str, Any] | None) -> list[EpochPlan | None]:
+def lane_plans(
+    spec: EpochSpec, sources: int, world_size: int, num_workers: int, resume: Mapping[str, Any] | None
+) -> list[EpochPlan | None]:
     """Every source planned apart as an epoch of its own (a lane; None: no samples this epoch), fresh or from the
     lanes of a checked state (per_stream or stratified)."""
     lanes: list[EpochPlan | None] = []
     for s in range(sources):
         lane_spec = spec.of_source(s)
-        lane_state = None if resume is None or resume["lanes"][s] is None else {
-            "layout": resume["layout"], "worker_rotation": resume["worker_rotation"], **resume["lanes"][s]}
-        lanes.append(plan_epoch(lane_spec, world_size, num_workers, lane_state, lane=s)
-                     if lane_spec.canonical else None)
+        lane_state = (
+            None
+            if resume is None or resume["lanes"][s] is None
+            else {"layout": resume["layout"], "worker_rotation": resume["worker_rotation"], **resume["lanes"][s]}
+        )
+        lanes.append(
+            plan_epoch(lane_spec, world_size, num_workers, lane_state, lane=s) if lane_spec.canonical else None
+        )
     return lanes
 
 
-def plan_lanes(spec: EpochSpec, sources: int, world_size: int, num_workers: int, batch_size: int,
-               resume: Mapping[str, Any] | None = None) -> LanePlan:
+def plan_lanes(
+    spec: EpochSpec,
+    sources: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int,
+    resume: Mapping[str, Any] | None = None,
+) -> LanePlan:
     """batching="per_stream": each source's plan (a lane) and every worker role's schedule of lanes.
 
     Args:
@@ -279,16 +320,22 @@ def plan_lanes(spec: EpochSpec, sources: int, world_size: int, num_workers: int,
         rotation = int(resume["worker_rotation"])
     else:  # fresh epoch or new layout: each worker's batches per lane from its quotas (the last one short)
         generation = 0 if resume is None else int(resume["schedule"]["generation"]) + 1
-        batches = [[-(-lane.quotas[w] // batch_size) if lane is not None else 0 for lane in lanes]
-                   for w in range(num_workers)]
+        batches = [
+            [-(-lane.quotas[w] // batch_size) if lane is not None else 0 for lane in lanes] for w in range(num_workers)
+        ]
         done, rotation = [0] * num_workers, 0
-    schedules = [lane_schedule(batches[w], seed=spec.seed, epoch=spec.epoch, worker=w, generation=generation,
-                               shuffle=spec.shuffle) for w in range(num_workers)]
+    schedules = [
+        lane_schedule(
+            batches[w], seed=spec.seed, epoch=spec.epoch, worker=w, generation=generation, shuffle=spec.shuffle
+        )
+        for w in range(num_workers)
+    ]
     return LanePlan(lanes, [list(b) for b in batches], list(done), generation, rotation, schedules)
 
 
-def lanes_state(plan: LanePlan, num_workers: int, batches: int, batch_size: int, *, interleaved: bool
-                ) -> dict[str, Any]:
+def lanes_state(
+    plan: LanePlan, num_workers: int, batches: int, batch_size: int, *, interleaved: bool
+) -> dict[str, Any]:
     """The per_stream state once each rank consumed `batches` (whole) batches: each lane's positions and every
     worker role's place in its schedule.
 
@@ -307,16 +354,33 @@ def lanes_state(plan: LanePlan, num_workers: int, batches: int, batch_size: int,
             continue
         emitted = [min(q, int(taken[k % num_workers][s]) * batch_size) for k, q in enumerate(lane.quotas)]
         lanes.append(advanced(lane, emitted, interleaved=interleaved))
-    return {"batching": "per_stream", "lanes": lanes,
-            "schedule": {"generation": plan.generation, "batches": plan.batches,
-                         "done": [d + int(t.sum()) for d, t in zip(plan.done, taken)]},
-            "worker_rotation": rotation_after([len(plan.schedules[(j + plan.rotation) % num_workers])
-                                               - plan.done[(j + plan.rotation) % num_workers]
-                                               for j in range(num_workers)], batches, plan.rotation)}
+    return {
+        "batching": "per_stream",
+        "lanes": lanes,
+        "schedule": {
+            "generation": plan.generation,
+            "batches": plan.batches,
+            "done": [d + int(t.sum()) for d, t in zip(plan.done, taken)],
+        },
+        "worker_rotation": rotation_after(
+            [
+                len(plan.schedules[(j + plan.rotation) % num_workers]) - plan.done[(j + plan.rotation) % num_workers]
+                for j in range(num_workers)
+            ],
+            batches,
+            plan.rotation,
+        ),
+    }
 
 
-def plan_stratified(spec: EpochSpec, sources: int, world_size: int, num_workers: int, batch_size: int,
-                    resume: Mapping[str, Any] | None = None) -> StratifiedPlan:
+def plan_stratified(
+    spec: EpochSpec,
+    sources: int,
+    world_size: int,
+    num_workers: int,
+    batch_size: int,
+    resume: Mapping[str, Any] | None = None,
+) -> StratifiedPlan:
     """batching="stratified": each source's plan (a lane) and, per worker role, how many samples of each source
     every one of its batches holds (plan/mixture.py: stratified_counts of the worker's lane quotas).
 
@@ -341,8 +405,9 @@ def plan_stratified(spec: EpochSpec, sources: int, world_size: int, num_workers:
         quotas = [[lane.quotas[w] if lane is not None else 0 for lane in lanes] for w in range(num_workers)]
         done, rotation = [0] * num_workers, 0
     counts = [stratified_counts(quotas[w], batch_size) for w in range(num_workers)]
-    return StratifiedPlan(lanes, [list(map(int, q)) for q in quotas], list(map(int, done)), generation, rotation,
-                          counts)
+    return StratifiedPlan(
+        lanes, [list(map(int, q)) for q in quotas], list(map(int, done)), generation, rotation, counts
+    )
 
 
 def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, interleaved: bool) -> dict[str, Any]:
@@ -353,15 +418,21 @@ def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, in
     remaining = [len(plan.counts[r]) - plan.done[r] for r in roles]
     taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
     rotation = rotation_after(remaining, batches, plan.rotation)
-    delivered = [plan.counts[w][plan.done[w]: plan.done[w] + taken[w]].sum(axis=0) for w in range(num_workers)]
+    delivered = [plan.counts[w][plan.done[w] : plan.done[w] + taken[w]].sum(axis=0) for w in range(num_workers)]
     lanes = []
     for s, lane in enumerate(plan.lanes):
         emitted = [int(delivered[k % num_workers][s]) for k in range(len(lane.quotas))] if lane is not None else None
         lanes.append(advanced(lane, emitted, interleaved=interleaved) if lane is not None else None)
-    return {"batching": "stratified", "lanes": lanes,
-            "allocation": {"generation": plan.generation, "quotas": plan.quotas,
-                           "done": [d + taken[w] for w, d in enumerate(plan.done)]},
-            "worker_rotation": rotation}
+    return {
+        "batching": "stratified",
+        "lanes": lanes,
+        "allocation": {
+            "generation": plan.generation,
+            "quotas": plan.quotas,
+            "done": [d + taken[w] for w, d in enumerate(plan.done)],
+        },
+        "worker_rotation": rotation,
+    }
 
 
 def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str, Any]:
@@ -373,8 +444,9 @@ def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str,
     """
     resume = {k: state[k] for k in ("layout", "segments", "quota_left", "repeats_done", "worker_rotation")}
     natural = stream_lengths(stream_pieces(spec))
-    check_epoch_state(resume["segments"], natural, state["layout"], resume["quota_left"], resume["repeats_done"],
-                      spec.uneven)
+    check_epoch_state(
+        resume["segments"], natural, state["layout"], resume["quota_left"], resume["repeats_done"], spec.uneven
+    )
     return resume
 
 
@@ -403,6 +475,13 @@ def checked_lanes_resume(state: Mapping[str, Any], spec: EpochSpec, labels: Sequ
         if not isinstance(lane, Mapping) or not {"segments", "quota_left", "repeats_done"} <= set(lane):
             raise ValueError(f"resume state: lane {s} must hold segments, quota_left and repeats_done")
         natural = stream_lengths(stream_pieces(lane_spec, lane=s))
-        check_epoch_state(lane["segments"], natural, state["layout"], lane["quota_left"], lane["repeats_done"],
-                          spec.uneven, where=f"resume state lane {s}")
+        check_epoch_state(
+            lane["segments"],
+            natural,
+            state["layout"],
+            lane["quota_left"],
+            lane["repeats_done"],
+            spec.uneven,
+            where=f"resume state lane {s}",
+        )
     return {k: state[k] for k in ("layout", "worker_rotation", "lanes", progress)}

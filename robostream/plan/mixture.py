@@ -51,8 +51,11 @@ class Weight:
             raise ValueError(f"choose={self.choose!r}: expected a whole number of samples")
 
     def __str__(self) -> str:
-        given = [f"{name}={getattr(self, name)!r}" for name in ("proportion", "repeat", "choose")
-                 if getattr(self, name) is not None]
+        given = [
+            f"{name}={getattr(self, name)!r}"
+            for name in ("proportion", "repeat", "choose")
+            if getattr(self, name) is not None
+        ]
         return given[0] if given else "repeat=1 (no weight)"
 
 
@@ -74,8 +77,10 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
     relative = [w.proportion is not None for w in weights]
     if any(relative) and not all(relative):
         mixed = [i for i, r in enumerate(relative) if not r]
-        raise ValueError(f"sources {mixed} have no proportion while others do: relative weights (proportion) "
-                         "cannot be mixed with absolute ones (repeat, choose) or unweighted sources")
+        raise ValueError(
+            f"sources {mixed} have no proportion while others do: relative weights (proportion) "
+            "cannot be mixed with absolute ones (repeat, choose) or unweighted sources"
+        )
     if epoch_size is not None:
         finite_number(epoch_size, what="epoch_size", minimum=1)
     if epoch_size is not None and int(epoch_size) != epoch_size:
@@ -83,8 +88,10 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
     if not all(relative):
         if epoch_size is not None:
             raise ValueError("epoch_size applies to proportion weights; with repeat/choose the epoch is their sum")
-        counts = [int(w.choose) if w.choose is not None else
-                  int(Fraction(w.repeat if w.repeat is not None else 1) * n) for w, n in zip(weights, sizes)]
+        counts = [
+            int(w.choose) if w.choose is not None else int(Fraction(w.repeat if w.repeat is not None else 1) * n)
+            for w, n in zip(weights, sizes)
+        ]
         if not sum(counts):
             raise ValueError(_no_sample(weights))
         return counts
@@ -101,12 +108,15 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
 
 
 def _no_sample(weights: Sequence[Weight]) -> str:
-    return (f"the weights [{', '.join(map(str, weights))}] give an epoch no sample (proportions must not all be "
-            "0, nor repeat/choose): give at least one source a weight above 0")
+    return (
+        f"the weights [{', '.join(map(str, weights))}] give an epoch no sample (proportions must not all be "
+        "0, nor repeat/choose): give at least one source a weight above 0"
+    )
 
 
-def check_epoch_units(counts: Sequence[int], lengths: Sequence[Sequence[int]], weights: Sequence[Weight],
-                      epoch_size: int | None) -> None:
+def check_epoch_units(
+    counts: Sequence[int], lengths: Sequence[Sequence[int]], weights: Sequence[Weight], epoch_size: int | None
+) -> None:
     """Raise ValueError, naming the weight (or epoch_size) that asks for it, when an epoch's plan would hold more
     than MAX_EPOCH_UNITS units (one per episode per pass) and more than one pass over every source's episodes.
 
@@ -122,11 +132,13 @@ def check_epoch_units(counts: Sequence[int], lengths: Sequence[Sequence[int]], w
         return
     s = max(range(len(units)), key=units.__getitem__)
     asked = f"epoch_size={epoch_size!r} ({weights[s]})" if weights[s].proportion is not None else str(weights[s])
-    raise ValueError(f"source {s}: {asked} asks for {_count(counts[s])} samples per epoch, "
-                     f"{_count(counts[s] // sizes[s])} passes over its {len(lengths[s])} episodes ({sizes[s]} "
-                     f"samples): the epoch's plan would hold {_count(sum(units))} units (one per episode per pass), "
-                     f"more than {MAX_EPOCH_UNITS} (~150 bytes each, planned again in every process at every epoch): "
-                     "lower the weight, or run more, shorter epochs")
+    raise ValueError(
+        f"source {s}: {asked} asks for {_count(counts[s])} samples per epoch, "
+        f"{_count(counts[s] // sizes[s])} passes over its {len(lengths[s])} episodes ({sizes[s]} "
+        f"samples): the epoch's plan would hold {_count(sum(units))} units (one per episode per pass), "
+        f"more than {MAX_EPOCH_UNITS} (~150 bytes each, planned again in every process at every epoch): "
+        "lower the weight, or run more, shorter epochs"
+    )
 
 
 def _count(n: int) -> str:
@@ -184,8 +196,9 @@ class EpochUnits:
         return EpochUnits(self.source[keep], self.episode[keep], self.first[keep], self.length[keep])
 
 
-def epoch_units(lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed: int, epoch: int,
-                sampling_method: SamplingMethod) -> EpochUnits:
+def epoch_units(
+    lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed: int, epoch: int, sampling_method: SamplingMethod
+) -> EpochUnits:
     """The units of one epoch: per source its full passes (every episode whole) and its partial pass.
 
     Args:
@@ -216,8 +229,9 @@ def epoch_units(lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed
     return EpochUnits(*(np.ascontiguousarray(table[:, i]) for i in range(4)))
 
 
-def lane_schedule(batches_per_lane: Sequence[int], *, seed: int, epoch: int, worker: int, generation: int,
-                  shuffle: bool) -> np.ndarray:
+def lane_schedule(
+    batches_per_lane: Sequence[int], *, seed: int, epoch: int, worker: int, generation: int, shuffle: bool
+) -> np.ndarray:
     """Which source each batch of one worker comes from (batching="per_stream").
 
     Worker w of every rank follows the same schedule, so every global batch (one per rank at a step) comes from one
@@ -241,8 +255,9 @@ def lane_schedule(batches_per_lane: Sequence[int], *, seed: int, epoch: int, wor
     return rng_for(seed, epoch, PURPOSE_LANES, (generation << 32) + worker).permutation(lanes)
 
 
-def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], batches: int, rotation: int,
-                       lanes: int) -> list[np.ndarray]:
+def lane_batches_taken(
+    schedules: Sequence[np.ndarray], done: Sequence[int], batches: int, rotation: int, lanes: int
+) -> list[np.ndarray]:
     """Batches of each source every worker role delivered once a rank consumed `batches` more batches.
 
     A DataLoader takes batches from its workers cyclically (worker j plays role (j + rotation) % W) and skips a
@@ -262,7 +277,7 @@ def lane_batches_taken(schedules: Sequence[np.ndarray], done: Sequence[int], bat
     roles = [(j + rotation) % workers for j in range(workers)]
     remaining = [len(schedules[r]) - done[r] for r in roles]
     taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
-    return [np.bincount(schedules[r][done[r]: done[r] + taken[r]], minlength=lanes) for r in range(workers)]
+    return [np.bincount(schedules[r][done[r] : done[r] + taken[r]], minlength=lanes) for r in range(workers)]
 
 
 def stratified_counts(quotas: Sequence[int], batch_size: int) -> np.ndarray:

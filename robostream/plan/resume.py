@@ -57,8 +57,9 @@ def samples_per_worker(batches: int, quotas: Sequence[int], batch_size: int) -> 
     return [min(q, int(b) * batch_size) for q, b in zip(quotas, taken)]
 
 
-def emitted_by_role(batches: int, quotas: Sequence[int], batch_size: int, world_size: int, num_workers: int,
-                    rotation: int) -> list[int]:
+def emitted_by_role(
+    batches: int, quotas: Sequence[int], batch_size: int, world_size: int, num_workers: int, rotation: int
+) -> list[int]:
     """Samples every consumer role (rank * num_workers + worker) emitted once each rank consumed `batches` batches.
 
     Ranks consume in lockstep, so every rank's workers delivered alike; a rank's DataLoader takes batches from its

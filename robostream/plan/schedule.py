@@ -90,11 +90,12 @@ def sample_jitter(seeds: np.ndarray, index: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def pool_schedule(piece_lengths: Sequence[int], pool_size: int, rng: np.random.Generator | None,
-                  chunk: int = CHUNK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def pool_schedule(
+    piece_lengths: Sequence[int], pool_size: int, rng: np.random.Generator | None, chunk: int = CHUNK
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield chunks of (piece id, position within the piece's sample order) covering every sample once.
 
     Shuffled (see the module docstring): pieces dealt to `pool_size` slots, each slot's samples spread evenly over
@@ -108,7 +109,7 @@ def pool_schedule(piece_lengths: Sequence[int], pool_size: int, rng: np.random.G
                 positions = np.arange(start, min(int(length), start + chunk), dtype=np.int64)
                 yield np.full(len(positions), piece, dtype=np.int64), positions
         return
-    seeds = rng.integers(0, 2 ** 64, size=pool_size, dtype=np.uint64)
+    seeds = rng.integers(0, 2**64, size=pool_size, dtype=np.uint64)
     slot_of = deal_pieces(lengths, pool_size)
     order = np.lexsort((np.arange(len(lengths)), slot_of))  # pieces by (slot, list order): the slots' layout
     order = order[slot_of[order] >= 0]
@@ -142,8 +143,9 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slot, lo[slot] + np.arange(len(slot), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
-def take(chunks: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, limit: int | None
-         ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def take(
+    chunks: Iterator[tuple[np.ndarray, np.ndarray]], skip: int, limit: int | None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Drop the first `skip` scheduled samples and stop after `limit` more (None: no limit)."""
     seen = 0
     for pieces, positions in chunks:

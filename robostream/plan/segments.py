@@ -65,8 +65,9 @@ def _positions(segments: Segments, positions: Sequence[int] | np.ndarray) -> np.
         raise ValueError(f"{positions.shape[0] if positions.ndim else 0} positions for {len(segments)} segments")
     if ((positions < segments.lo) | (positions > segments.hi)).any():
         bad = int(np.flatnonzero((positions < segments.lo) | (positions > segments.hi))[0])
-        raise ValueError(f"segment {bad}: position {int(positions[bad])} outside "
-                         f"[{int(segments.lo[bad])}, {int(segments.hi[bad])}]")
+        raise ValueError(
+            f"segment {bad}: position {int(positions[bad])} outside [{int(segments.lo[bad])}, {int(segments.hi[bad])}]"
+        )
     return positions
 
 
@@ -91,8 +92,7 @@ def whole_streams(natural: Sequence[int], consumers: int) -> Segments:
     return recut(whole, whole.lo, consumers)[0]
 
 
-def recut(segments: Segments, positions: Sequence[int] | np.ndarray, consumers: int
-          ) -> tuple[Segments, np.ndarray]:
+def recut(segments: Segments, positions: Sequence[int] | np.ndarray, consumers: int) -> tuple[Segments, np.ndarray]:
     """Divide what remains among `consumers` roles, in contiguous chunks of sizes differing by at most one.
 
     Args:
@@ -158,8 +158,13 @@ def role_remaining(segments: Segments, positions: Sequence[int] | np.ndarray, co
     return left.tolist()
 
 
-def positions_after(segments: Segments, positions: Sequence[int] | np.ndarray, consumers: int,
-                    emitted: Sequence[int], interleaved: bool = True) -> np.ndarray:
+def positions_after(
+    segments: Segments,
+    positions: Sequence[int] | np.ndarray,
+    consumers: int,
+    emitted: Sequence[int],
+    interleaved: bool = True,
+) -> np.ndarray:
     """Positions once every role r has emitted emitted[r] samples since `positions`.
 
     Args:
@@ -175,8 +180,10 @@ def positions_after(segments: Segments, positions: Sequence[int] | np.ndarray, c
     """
     positions = _positions(segments, positions).copy()
     if len(emitted) != consumers or (segments.owner >= consumers).any():
-        raise ValueError(f"positions_after: {len(emitted)} emitted counts, owners up to "
-                         f"{int(segments.owner.max(initial=-1))}, for {consumers} consumers")
+        raise ValueError(
+            f"positions_after: {len(emitted)} emitted counts, owners up to "
+            f"{int(segments.owner.max(initial=-1))}, for {consumers} consumers"
+        )
     for role in range(consumers):
         rows = owned(segments, role)
         if interleaved:
@@ -225,8 +232,9 @@ def read_order(positions: Sequence[int], his: Sequence[int], interleaved: bool =
     return (i for i, (p, h) in enumerate(zip(positions, his)) for _ in range(int(h) - int(p)))
 
 
-def quotas_for_roles(remaining_per_role: Sequence[int], world_size: int, num_workers: int,
-                     uneven: Literal["pad", "drop"]) -> list[int]:
+def quotas_for_roles(
+    remaining_per_role: Sequence[int], world_size: int, num_workers: int, uneven: Literal["pad", "drop"]
+) -> list[int]:
     """Samples each role yields so that every rank yields the same batches.
 
     Ranks must agree on the number of steps; workers of one rank need not. So worker w of every rank gets the same
@@ -247,8 +255,9 @@ def quotas_for_roles(remaining_per_role: Sequence[int], world_size: int, num_wor
     if len(remaining_per_role) != world_size * num_workers:
         raise ValueError(f"{len(remaining_per_role)} remaining counts for {world_size} x {num_workers} roles")
     pick = max if uneven == "pad" else min
-    per_worker = [pick(int(remaining_per_role[r * num_workers + w]) for r in range(world_size))
-                  for w in range(num_workers)]
+    per_worker = [
+        pick(int(remaining_per_role[r * num_workers + w]) for r in range(world_size)) for w in range(num_workers)
+    ]
     return [per_worker[k % num_workers] for k in range(world_size * num_workers)]
 
 
@@ -266,8 +275,9 @@ def segments_to_state(segments: Segments, positions: Sequence[int] | np.ndarray)
     return np.column_stack([segments.table, positions]).tolist()
 
 
-def segments_from_state(rows: Sequence[Sequence[int]], natural: Sequence[int], consumers: int
-                        ) -> tuple[Segments, np.ndarray]:
+def segments_from_state(
+    rows: Sequence[Sequence[int]], natural: Sequence[int], consumers: int
+) -> tuple[Segments, np.ndarray]:
     """Read back `segments_to_state` rows, validated against the epoch's streams and the layout.
 
     Args:
@@ -290,14 +300,18 @@ def segments_from_state(rows: Sequence[Sequence[int]], natural: Sequence[int], c
         if not 0 <= stream < len(natural):
             raise ValueError(f"segment row {i}: stream {stream} is not in [0, {len(natural)})")
         if not 0 <= lo <= position <= hi <= natural[stream] or lo == hi:
-            raise ValueError(f"segment row {i}: needs 0 <= lo < hi <= {natural[stream]} (stream {stream}'s "
-                             f"length) and lo <= position <= hi, got lo={lo}, hi={hi}, position={position}")
+            raise ValueError(
+                f"segment row {i}: needs 0 <= lo < hi <= {natural[stream]} (stream {stream}'s "
+                f"length) and lo <= position <= hi, got lo={lo}, hi={hi}, position={position}"
+            )
         if not 0 <= owner < consumers:
             raise ValueError(f"segment row {i}: owner {owner} is not in [0, {consumers})")
     table = np.array(rows, dtype=np.int64).reshape(-1, 5)
     order = np.lexsort((table[:, 1], table[:, 0]))
     for a, b in zip(order[:-1].tolist(), order[1:].tolist()):
         if table[a, 0] == table[b, 0] and table[a, 2] > table[b, 1]:
-            raise ValueError(f"segment row {b}: [{table[b, 1]}, {table[b, 2]}) of stream {table[b, 0]} overlaps "
-                             f"row {a}'s [{table[a, 1]}, {table[a, 2]})")
+            raise ValueError(
+                f"segment row {b}: [{table[b, 1]}, {table[b, 2]}) of stream {table[b, 0]} overlaps "
+                f"row {a}'s [{table[a, 1]}, {table[a, 2]})"
+            )
     return Segments(table[:, :4]), table[:, 4].copy()

@@ -38,24 +38,40 @@ def state_checksum(state: Mapping[str, Any]) -> str:
 def check_checksum(state: Mapping[str, Any], *, where: str) -> None:
     """Raise ValueError, naming `where`, unless `state` holds the checksum of its own content."""
     if CHECKSUM not in state:
-        raise ValueError(f"{where}: no {CHECKSUM!r} key; every state robostream writes has one, so this one was "
-                         "edited or not written by robostream: use the checkpoint's original state")
+        raise ValueError(
+            f"{where}: no {CHECKSUM!r} key; every state robostream writes has one, so this one was "
+            "edited or not written by robostream: use the checkpoint's original state"
+        )
     if state[CHECKSUM] != state_checksum(state):
-        raise ValueError(f"{where}: checksum {state[CHECKSUM]!r} does not match its content; the state was edited "
-                         "or corrupted after it was saved: use the checkpoint's original state")
+        raise ValueError(
+            f"{where}: checksum {state[CHECKSUM]!r} does not match its content; the state was edited "
+            "or corrupted after it was saved: use the checkpoint's original state"
+        )
 
 
 def _ints(value: Any, length: int, name: str) -> list[int]:
-    if not isinstance(value, list) or len(value) != length or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        raise ValueError(f"resume state: {name} must be a list of {length} non-negative integers (one per consumer "
-                         f"of the saved layout), got {value!r}")
+    if (
+        not isinstance(value, list)
+        or len(value) != length
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
+        raise ValueError(
+            f"resume state: {name} must be a list of {length} non-negative integers (one per consumer "
+            f"of the saved layout), got {value!r}"
+        )
     return value
 
 
-def check_epoch_state(rows: Sequence[Sequence[int]], natural: Sequence[int], layout: Sequence[int],
-                      quota_left: Any, repeats_done: Any, uneven: Literal["pad", "drop"], *,
-                      where: str = "resume state") -> None:
+def check_epoch_state(
+    rows: Sequence[Sequence[int]],
+    natural: Sequence[int],
+    layout: Sequence[int],
+    quota_left: Any,
+    repeats_done: Any,
+    uneven: Literal["pad", "drop"],
+    *,
+    where: str = "resume state",
+) -> None:
     """Raise ValueError, naming the row or role, unless a state's segments and quotas describe one epoch.
 
     Args:
@@ -76,12 +92,16 @@ def check_epoch_state(rows: Sequence[Sequence[int]], natural: Sequence[int], lay
     owed = quotas_for_roles(remaining, world, workers, uneven)
     for role, (left, due) in enumerate(zip(quota_left, owed)):
         if left != due:
-            raise ValueError(f"{where}: quota_left[{role}] is {left}, but its segments leave worker {role % workers} "
-                             f"of every rank {due} samples to yield (uneven={uneven!r}); the state was edited, or "
-                             "saved with another uneven= setting")
+            raise ValueError(
+                f"{where}: quota_left[{role}] is {left}, but its segments leave worker {role % workers} "
+                f"of every rank {due} samples to yield (uneven={uneven!r}); the state was edited, or "
+                "saved with another uneven= setting"
+            )
         if repeats_done[role] and remaining[role]:
-            raise ValueError(f"{where}: repeats_done[{role}] is {repeats_done[role]} while role {role} still has "
-                             f"{remaining[role]} samples of its own; repeats only follow the last one")
+            raise ValueError(
+                f"{where}: repeats_done[{role}] is {repeats_done[role]} while role {role} still has "
+                f"{remaining[role]} samples of its own; repeats only follow the last one"
+            )
 
 
 def _integer(state: Mapping[str, Any], key: str, minimum: int) -> int:
@@ -101,10 +121,14 @@ def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
     if not isinstance(state.get("shuffle"), bool):
         raise ValueError(f"resume state: 'shuffle' must be true or false, got {state.get('shuffle')!r}")
     layout = state.get("layout")
-    if not isinstance(layout, list) or len(layout) != 2 or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in layout):
-        raise ValueError(f"resume state: 'layout' must be [world_size, num_workers] (positive integers), got "
-                         f"{layout!r}")
+    if (
+        not isinstance(layout, list)
+        or len(layout) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in layout)
+    ):
+        raise ValueError(
+            f"resume state: 'layout' must be [world_size, num_workers] (positive integers), got {layout!r}"
+        )
     rotation = _integer(state, "worker_rotation", 0)
     if rotation >= layout[1]:
         raise ValueError(f"resume state: 'worker_rotation' {rotation} is not a worker of the layout {layout}")
@@ -116,10 +140,15 @@ def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
         raise ValueError(f"resume state: missing {missing}; it is damaged or not a StreamingLeRobotDataset state")
     if lanes:
         schedule = state[progress]
-        if not isinstance(state["lanes"], list) or not isinstance(schedule, Mapping) or not all(
-                isinstance(schedule.get(k), list) and len(schedule[k]) == layout[1] for k in per_worker):
-            raise ValueError(f"resume state: 'lanes' must be a list and {progress!r} hold {per_worker[0]!r} and "
-                             f"'done' per worker of the layout {layout}")
+        if (
+            not isinstance(state["lanes"], list)
+            or not isinstance(schedule, Mapping)
+            or not all(isinstance(schedule.get(k), list) and len(schedule[k]) == layout[1] for k in per_worker)
+        ):
+            raise ValueError(
+                f"resume state: 'lanes' must be a list and {progress!r} hold {per_worker[0]!r} and "
+                f"'done' per worker of the layout {layout}"
+            )
         _integer(schedule, "generation", 0)
     elif not isinstance(state["segments"], list):
         raise ValueError("resume state: 'segments' must be a list of rows [stream, lo, hi, owner, position]")

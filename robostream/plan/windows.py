@@ -25,15 +25,18 @@ def window_seconds(delta_timestamps: Mapping[str, Sequence[float]]) -> dict[str,
     return out
 
 
-def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]], fps: float, tolerance_s: float,
-                  features: Sequence[str]) -> dict[str, np.ndarray]:
+def delta_offsets(
+    delta_timestamps: Mapping[str, Sequence[float]], fps: float, tolerance_s: float, features: Sequence[str]
+) -> dict[str, np.ndarray]:
     """Validate deltas (known keys, finite multiples of 1/fps within tolerance) and convert them to frame
     offsets."""
     finite_number(tolerance_s, what="tolerance_s", minimum=0)
     offsets: dict[str, np.ndarray] = {}
     for key, seconds in window_seconds(delta_timestamps).items():
         if key not in features:
-            raise ValueError(f"delta_timestamps key {key!r} is not a feature of the dataset; features: {list(features)}")
+            raise ValueError(
+                f"delta_timestamps key {key!r} is not a feature of the dataset; features: {list(features)}"
+            )
         values = np.asarray(seconds, dtype=np.float64)
         frames = np.rint(values * fps)
         off = np.abs(values - frames / fps)
@@ -42,13 +45,15 @@ def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
             d = float(values[bad[0]])
             raise ValueError(
                 f"delta_timestamps[{key!r}] value {d} is not a multiple of 1/fps = {1 / fps:.6f}s within "
-                f"tolerance_s={tolerance_s} (off by {off[bad[0]]:.6f}s); use multiples of 1/{fps}")
+                f"tolerance_s={tolerance_s} (off by {off[bad[0]]:.6f}s); use multiples of 1/{fps}"
+            )
         offsets[key] = frames.astype(np.int64)
     return offsets
 
 
-def window_indices(index: int | np.ndarray, episode_from: int, episode_to: int, offsets: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def window_indices(
+    index: int | np.ndarray, episode_from: int, episode_to: int, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Indices to read for a window around `index` in episode [from, to), and which are padding.
 
     Works in any index space (global, or frame within the episode with from=0) and broadcasts: an (N, 1) array of

@@ -37,8 +37,17 @@ from typing import Any, BinaryIO, Protocol
 from robostream.storage.cache_folder import owned_folder
 from robostream.storage.integrity import Digest, mismatch_error
 
-UNITS = {"b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-         "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_size(value: int | str) -> int:
@@ -83,8 +92,10 @@ def described(name: str, source: object) -> str:
     with the copy's path and what to do if the server's file is sound (the copy may hold bytes it sent wrong)."""
     if not isinstance(source, CachedPath):
         return name
-    return (f"{name} (read from its copy in the node's disk cache, {source}: if the server's file is sound, delete "
-            "that copy and run again)")
+    return (
+        f"{name} (read from its copy in the node's disk cache, {source}: if the server's file is sound, delete "
+        "that copy and run again)"
+    )
 
 
 def _hash_file(path: Path, expected: Digest, size: int) -> str:
@@ -120,8 +131,15 @@ class DiskCache:
         fcntl.flock(handle, fcntl.LOCK_SH)
         return handle
 
-    def fetch(self, key: str, size: int, download: Callable[[Writable], None], *, version: str = "",
-              expected: Digest | None = None) -> CachedPath:
+    def fetch(
+        self,
+        key: str,
+        size: int,
+        download: Callable[[Writable], None],
+        *,
+        version: str = "",
+        expected: Digest | None = None,
+    ) -> CachedPath:
         """The cached local copy of `key` (e.g. a URL) at `version` (e.g. its ETag; "" if unknown), `size` bytes,
         downloading it with `download(out)`, which writes the content to `out`.
 
@@ -129,8 +147,10 @@ class DiskCache:
         raised (naming `key` and both hashes). None: sizes only.
         """
         if size > self.limit:
-            raise ValueError(f"{key}: {size} bytes do not fit cache_limit={self.limit} bytes; raise cache_limit "
-                             "above the largest data or video file, or turn the disk cache off")
+            raise ValueError(
+                f"{key}: {size} bytes do not fit cache_limit={self.limit} bytes; raise cache_limit "
+                "above the largest data or video file, or turn the disk cache off"
+            )
         target = self._object(key, version)
         target.parent.mkdir(parents=True, exist_ok=True)
         with self._locked():
@@ -193,8 +213,11 @@ class DiskCache:
         return sum(p.stat().st_size for p in self._objects())
 
     def _objects(self) -> list[Path]:
-        return [p for p in (self.directory / "objects").glob("*/*") if not p.name.endswith((".pin", ".verified"))
-                and not p.name.startswith(".partial-")]
+        return [
+            p
+            for p in (self.directory / "objects").glob("*/*")
+            if not p.name.endswith((".pin", ".verified")) and not p.name.startswith(".partial-")
+        ]
 
     def _evict(self, incoming: int, keep: Path) -> None:
         """Remove least recently used, unpinned files until `incoming` more bytes fit (lock held by the caller)."""

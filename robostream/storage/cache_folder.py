@@ -30,9 +30,11 @@ def owned_folder(directory: str | Path, what: str) -> Path:
         _make(directory, what, mode=0o700)
         info = os.lstat(directory)
         if not stat.S_ISDIR(info.st_mode) or not _private(info):
-            raise CacheError(f"{directory}: this user's {what} folder in a shared cache folder belongs to uid "
-                             f"{info.st_uid} with mode {stat.filemode(info.st_mode)}, so another user could have "
-                             f"written its entries; remove it (it is made again, 0700), or {CHOOSE_ANOTHER}")
+            raise CacheError(
+                f"{directory}: this user's {what} folder in a shared cache folder belongs to uid "
+                f"{info.st_uid} with mode {stat.filemode(info.st_mode)}, so another user could have "
+                f"written its entries; remove it (it is made again, 0700), or {CHOOSE_ANOTHER}"
+            )
     if not os.access(directory, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
         raise CacheError(f"{directory}: the {what} folder is not writable by this user; {CHOOSE_ANOTHER}")
     return directory

@@ -90,8 +90,11 @@ class DerivedCache:
             self._check(folder)
             return load(folder)
         except DAMAGED as exc:
-            warnings.warn(f"{folder}: the derived-data cache entry is damaged ({type(exc).__name__}: {exc}); "
-                          "rebuilding it", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{folder}: the derived-data cache entry is damaged ({type(exc).__name__}: {exc}); rebuilding it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             self._checked.discard(folder)
             aside = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".broken-{folder.name}-"))
             try:
@@ -112,8 +115,10 @@ class DerivedCache:
         found = _digests(folder)
         if found != listed:
             wrong = sorted(name for name in listed.keys() | found.keys() if listed.get(name) != found.get(name))
-            raise DamagedEntry(f"{folder}: {', '.join(wrong)}: not the file(s) its {COMPLETE} lists (added, "
-                               "removed or changed since it was built)")
+            raise DamagedEntry(
+                f"{folder}: {', '.join(wrong)}: not the file(s) its {COMPLETE} lists (added, "
+                "removed or changed since it was built)"
+            )
         self._checked.add(folder)
 
 

@@ -43,8 +43,16 @@ REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 1 << 20  # a body is read this much at a time, so a bound is kept within a chunk
 
 
-async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], *, home: str,
-                       limit: BodyLimit | None = None, stop_off_origin: bool = False) -> Answer:
+async def http_request(
+    fs: Any,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    *,
+    home: str,
+    limit: BodyLimit | None = None,
+    stop_off_origin: bool = False,
+) -> Answer:
     """One HTTP request with the filesystem's session and request options, redirects followed here.
 
     home: the URL the user named (a dataset root, the Hub endpoint): only its origin ever gets the credentials,
@@ -60,20 +68,24 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
     options = dict(fs.kwargs)
     home_url = URL(home)
     home_auth = aiohttp.BasicAuth.from_url(home_url)  # a user and password written in the URL the user named
-    own_headers = {**({"Authorization": home_auth.encode()} if home_auth else {}),
-                   **(options.pop("headers", None) or {})}
+    own_headers = {
+        **({"Authorization": home_auth.encode()} if home_auth else {}),
+        **(options.pop("headers", None) or {}),
+    }
     session = await fs.set_session()
     target = URL(fs.encode_url(url)).with_user(None)
     for _ in range(MAX_REDIRECTS + 1):
         at_home = target.origin() == home_url.origin()
         sent = {**own_headers, **headers} if at_home else dict(headers)
-        async with session.request(method, target, headers=sent, allow_redirects=False,
-                                   **(options if at_home else {})) as response:
+        async with session.request(
+            method, target, headers=sent, allow_redirects=False, **(options if at_home else {})
+        ) as response:
             if response.status in REDIRECTS and "Location" in response.headers:
                 target = target.join(URL(response.headers["Location"]))
                 if target.scheme not in ("http", "https"):
-                    raise ValueError(f"{redact_url(url)}: redirected to {redact_url(str(target))}, which is not an "
-                                     "http(s) URL")
+                    raise ValueError(
+                        f"{redact_url(url)}: redirected to {redact_url(str(target))}, which is not an http(s) URL"
+                    )
                 if stop_off_origin and target.origin() != home_url.origin():
                     return Answer(response.status, None, None, b"", None, str(target))
                 continue
@@ -84,8 +96,13 @@ async def http_request(fs: Any, method: str, url: str, headers: dict[str, str], 
                 raise FileNotFoundError(redact_url(url))
             response.raise_for_status()
             body = b"" if limit is None else await _body(response, redact_url(url), limit)
-            return Answer(*answer, body, response.headers.get("Content-Length"), str(target),
-                          response.headers.get("Last-Modified"))
+            return Answer(
+                *answer,
+                body,
+                response.headers.get("Content-Length"),
+                str(target),
+                response.headers.get("Last-Modified"),
+            )
     raise ValueError(f"{redact_url(url)}: more than {MAX_REDIRECTS} redirects")
 
 
@@ -93,14 +110,16 @@ async def _body(response: aiohttp.ClientResponse, name: str, limit: BodyLimit) -
     """The answer's body, read a chunk at a time and refused as soon as it announces or holds more than `limit`."""
     announced = response.content_length
     if announced is not None and announced > limit.size:
-        raise TooLargeError(f"{name}: the server announces {announced} bytes (Content-Length), more than "
-                            f"{limit.why}; nothing was read")
+        raise TooLargeError(
+            f"{name}: the server announces {announced} bytes (Content-Length), more than {limit.why}; nothing was read"
+        )
     body = bytearray()
     async for chunk in response.content.iter_chunked(CHUNK):
         body += chunk
         if len(body) > limit.size:
-            raise TooLargeError(f"{name}: the server sent more than {limit.why}; stopped reading after "
-                                f"{len(body)} bytes")
+            raise TooLargeError(
+                f"{name}: the server sent more than {limit.why}; stopped reading after {len(body)} bytes"
+            )
     return bytes(body)
 
 
@@ -108,9 +127,12 @@ async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | No
     """GET bytes [start, end), keeping status and headers (fsspec's cat_file drops them); a body longer than the
     range is refused unread (a server that ignores Range would send the whole file)."""
     headers = {"Range": f"bytes={start}-{end - 1}", **({"If-Match": if_match} if if_match else {})}
-    limit = BodyLimit(end - start, f"the {end - start} bytes of the range {start}-{end - 1} asked for: the server "
-                                   "ignored the byte range; ranged reads need a server that supports HTTP Range "
-                                   "requests")
+    limit = BodyLimit(
+        end - start,
+        f"the {end - start} bytes of the range {start}-{end - 1} asked for: the server "
+        "ignored the byte range; ranged reads need a server that supports HTTP Range "
+        "requests",
+    )
     return await http_request(fs, "GET", url, headers, home=home, limit=limit)
 
 
@@ -125,6 +147,7 @@ def http_stat(fs: Any, url: str, *, home: str) -> FileVersion:
 
 def http_get(fs: Any, url: str, limit: BodyLimit, *, home: str) -> bytes:
     """A whole file's bytes (GET, no range), at most `limit`."""
-    answer = fsspec.asyn.sync(fs.loop, http_request, fs, "GET", url, {"Accept-Encoding": "identity"}, home=home,
-                              limit=limit)
+    answer = fsspec.asyn.sync(
+        fs.loop, http_request, fs, "GET", url, {"Accept-Encoding": "identity"}, home=home, limit=limit
+    )
     return answer.body

@@ -33,8 +33,9 @@ class HubRanges:
 
         self._hub = hub
         # The Hub's headers (the token) are this filesystem's own: sent to the endpoint's origin only (http_request).
-        self._http = fsspec.filesystem("http", skip_instance_cache=True, headers=build_hf_headers(token=hub.token),
-                                       **http_options)
+        self._http = fsspec.filesystem(
+            "http", skip_instance_cache=True, headers=build_hf_headers(token=hub.token), **http_options
+        )
         self._urls: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -45,8 +46,9 @@ class HubRanges:
         if url is None:
             url = self._resolve(path)
         try:
-            answer = fsspec.asyn.sync(self._http.loop, http_range, self._http, url, start, end, None,
-                                      home=self._hub.endpoint)
+            answer = fsspec.asyn.sync(
+                self._http.loop, http_range, self._http, url, start, end, None, home=self._hub.endpoint
+            )
         except aiohttp.ClientResponseError as exc:
             if exc.status not in EXPIRED:
                 raise
@@ -77,11 +79,24 @@ class HubRanges:
         from huggingface_hub import hf_hub_url
 
         resolved = self._hub.resolve_path(path)
-        return hf_hub_url(resolved.repo_id, resolved.path_in_repo, repo_type=resolved.repo_type,
-                          revision=resolved.revision, endpoint=self._hub.endpoint)
+        return hf_hub_url(
+            resolved.repo_id,
+            resolved.path_in_repo,
+            repo_type=resolved.repo_type,
+            revision=resolved.revision,
+            endpoint=self._hub.endpoint,
+        )
 
     def _request(self, method: str, url: str, limit: BodyLimit | None) -> Answer:
         """One request, the token for the endpoint's origin only; a redirect off it is returned, not followed."""
-        return fsspec.asyn.sync(self._http.loop, http_request, self._http, method, url,
-                                {"Accept-Encoding": "identity"}, home=self._hub.endpoint, limit=limit,
-                                stop_off_origin=True)
+        return fsspec.asyn.sync(
+            self._http.loop,
+            http_request,
+            self._http,
+            method,
+            url,
+            {"Accept-Encoding": "identity"},
+            home=self._hub.endpoint,
+            limit=limit,
+            stop_off_origin=True,
+        )

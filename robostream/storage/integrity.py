@@ -36,8 +36,10 @@ def check_validate(validate: str, cached: bool = True) -> None:
     if validate not in VALIDATE_CHOICES:
         raise ValueError(f"validate={validate!r}: expected one of {VALIDATE_CHOICES}")
     if validate == "full" and not cached:
-        raise ValueError("validate='full' hashes whole files as they enter the disk cache: pass cache_dir= and "
-                         "cache_limit= too (range reads cannot be compared with the hash of a whole file)")
+        raise ValueError(
+            "validate='full' hashes whole files as they enter the disk cache: pass cache_dir= and "
+            "cache_limit= too (range reads cannot be compared with the hash of a whole file)"
+        )
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,22 @@ def digest_from_info(protocol: str, info: dict[str, Any]) -> Digest | None:
 
 
 def mismatch_error(name: str, expected: Digest, got: str, attempts: int) -> ChecksumMismatchError:
-    hint = (" An S3 ETag is the MD5 of the content only for single-part uploads without SSE-KMS/SSE-C encryption:"
-            " for encrypted buckets use validate='size'.") if expected.algorithm == "md5" else ""
+    hint = (
+        (
+            " An S3 ETag is the MD5 of the content only for single-part uploads without SSE-KMS/SSE-C encryption:"
+            " for encrypted buckets use validate='size'."
+        )
+        if expected.algorithm == "md5"
+        else ""
+    )
     return ChecksumMismatchError(
         f"{name}: content does not match its published {expected.algorithm} after {attempts} download(s) "
         f"(expected {expected.hexdigest}, got {got}); the cached copy was deleted. The bytes were corrupted on the "
         f"way (a proxy, the network, the server) or the listing is wrong: re-run; if it persists, report it to the "
-        f"dataset's host.{hint}", expected=expected.hexdigest, got=got)
+        f"dataset's host.{hint}",
+        expected=expected.hexdigest,
+        got=got,
+    )
 
 
 def changed_error(name: str, version: FileVersion, now: str) -> FileChangedError:
@@ -139,11 +150,20 @@ def changed_error(name: str, version: FileVersion, now: str) -> FileChangedError
     return FileChangedError(
         f"{name}: changed on the server during the epoch (first read: {first}; now: {now}); reading on would mix "
         "bytes of two versions of the file. Pin the data to one version (a Hub commit: revision=<sha> or "
-        "hf://...@<sha>; objects that are never overwritten) or re-run once the upload has finished")
+        "hf://...@<sha>; objects that are never overwritten) or re-run once the upload has finished"
+    )
 
 
-def check_range_answer(name: str, version: FileVersion, start: int, end: int, status: int | None,
-                       content_range: str | None, etag: str | None, nbytes: int) -> None:
+def check_range_answer(
+    name: str,
+    version: FileVersion,
+    start: int,
+    end: int,
+    status: int | None,
+    content_range: str | None,
+    etag: str | None,
+    nbytes: int,
+) -> None:
     """Raise unless an answer to a request for bytes [start, end) of `version` is exactly those bytes.
 
     status: the HTTP status (None: the client does not say, e.g. the Hub's filesystem); content_range, etag: the
@@ -159,20 +179,29 @@ def check_range_answer(name: str, version: FileVersion, start: int, end: int, st
     if etag and version.etag and not same_etag(etag, version.etag):
         raise changed_error(name, version, f"ETag {etag}")
     if status == 416:
-        raise changed_error(name, version, f"416 Range Not Satisfiable for bytes {start}-{end - 1}, inside the "
-                                           f"{version.size} bytes first seen")
+        raise changed_error(
+            name,
+            version,
+            f"416 Range Not Satisfiable for bytes {start}-{end - 1}, inside the {version.size} bytes first seen",
+        )
     if status == 206:
         if match is None or match.group(1) is None:
-            raise ValueError(f"the server answered bytes {start}-{end - 1} with 206 but Content-Range "
-                             f"{content_range!r}; without it the bytes cannot be placed in the file")
+            raise ValueError(
+                f"the server answered bytes {start}-{end - 1} with 206 but Content-Range "
+                f"{content_range!r}; without it the bytes cannot be placed in the file"
+            )
         got = int(match.group(1)), int(match.group(2)) + 1
         if got != (start, end):
-            raise ValueError(f"asked for bytes {start}-{end - 1}, the server sent bytes {got[0]}-{got[1] - 1} "
-                             f"(Content-Range {content_range!r}); a server or proxy that answers the wrong range "
-                             "would give wrong frames: fix or bypass it")
+            raise ValueError(
+                f"asked for bytes {start}-{end - 1}, the server sent bytes {got[0]}-{got[1] - 1} "
+                f"(Content-Range {content_range!r}); a server or proxy that answers the wrong range "
+                "would give wrong frames: fix or bypass it"
+            )
     whole = status == 200 and start == 0 and end == version.size  # a server may answer a full range with 200
     if (status == 200 and not whole) or nbytes > end - start:
-        raise ValueError(f"the server ignored the byte range and sent {nbytes} bytes; ranged reads need a server "
-                         "that supports HTTP Range requests")
+        raise ValueError(
+            f"the server ignored the byte range and sent {nbytes} bytes; ranged reads need a server "
+            "that supports HTTP Range requests"
+        )
     if nbytes < end - start:  # a short body must never pass as the file's content
         raise ConnectionError(f"short read: {nbytes} of {end - start} bytes")

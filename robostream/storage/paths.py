@@ -51,6 +51,8 @@ def local_path(root: str | Path, relative: str, *, what: str) -> Path:
         return full
     if any(full.parent == blobs for blobs in _link_targets(root_path)[1:]):
         return full
-    raise UnsafePathError(f"{what}: {relative!r} resolves to {full}, outside the dataset root {root_path} (a "
-                          "symlink leads out of the dataset); copy the file into the dataset, or open the dataset "
-                          "where its files really are")
+    raise UnsafePathError(
+        f"{what}: {relative!r} resolves to {full}, outside the dataset root {root_path} (a "
+        "symlink leads out of the dataset); copy the file into the dataset, or open the dataset "
+        "where its files really are"
+    )

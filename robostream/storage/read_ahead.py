@@ -63,8 +63,9 @@ class _Task:
 class ReadAhead:
     """One process's fetches ahead of the readers of one storage (threads do not survive a fork)."""
 
-    def __init__(self, blocks: BlockCache, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 request_bytes: int = REQUEST_BYTES) -> None:
+    def __init__(
+        self, blocks: BlockCache, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, request_bytes: int = REQUEST_BYTES
+    ) -> None:
         self.blocks = blocks
         self.max_in_flight = max(1, max_in_flight)
         self.request_bytes = request_bytes
@@ -131,9 +132,13 @@ class ReadAhead:
 
     def stats(self) -> dict[str, float]:
         with self._cond:
-            return {"read_ahead_requests": self.requests, "read_ahead_failures": self.failures,
-                    "read_ahead_in_flight_peak": self.in_flight_peak, "request_ms": 1e3 * self.request_s,
-                    "take_mb_s": self.take_rate / 1e6}
+            return {
+                "read_ahead_requests": self.requests,
+                "read_ahead_failures": self.failures,
+                "read_ahead_in_flight_peak": self.in_flight_peak,
+                "request_ms": 1e3 * self.request_s,
+                "take_mb_s": self.take_rate / 1e6,
+            }
 
     # -- threads ---------------------------------------------------------------------------------------------
     def _wake(self) -> None:
@@ -215,7 +220,7 @@ class ReadAhead:
                 self.request_s = took if not self.request_s else (1 - EWMA) * self.request_s + EWMA * took
             for key, index in zip(keys, run):
                 offset = (index - run[0]) * size
-                self.blocks.fulfil(key, data[offset: offset + size], ahead=not task.claimed)
+                self.blocks.fulfil(key, data[offset : offset + size], ahead=not task.claimed)
 
 
 class _Idle(Exception):
@@ -231,4 +236,3 @@ def _runs(indices: Sequence[int], most: int) -> list[list[int]]:
         else:
             runs.append([index])
     return runs
-

@@ -38,7 +38,7 @@ class RetryPolicy:
     timeout_s: float = 30.0
 
     def delay(self, attempt: int, retry_after_s: float | None, rng: random.Random) -> float:
-        backoff = rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** attempt))
+        backoff = rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
         return max(backoff, min(retry_after_s or 0.0, self.max_delay_s * 4))
 
 
@@ -75,8 +75,20 @@ def is_transient(exc: BaseException) -> bool:
         return True
     name = type(exc).__name__
     # "Checksum": botocore's check of a whole-object answer against the checksum S3 stored (a corrupted transfer)
-    return any(word in name for word in ("Timeout", "Connection", "Disconnected", "Payload", "IncompleteRead",
-                                          "ChunkedEncoding", "ProtocolError", "EndpointConnection", "Checksum"))
+    return any(
+        word in name
+        for word in (
+            "Timeout",
+            "Connection",
+            "Disconnected",
+            "Payload",
+            "IncompleteRead",
+            "ChunkedEncoding",
+            "ProtocolError",
+            "EndpointConnection",
+            "Checksum",
+        )
+    )
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -90,12 +102,18 @@ def describe_error(exc: BaseException, policy: RetryPolicy) -> str:
     text = redact_url(str(exc))
     if is_timeout(exc):
         return f"{type(exc).__name__}: timed out (RetryPolicy.timeout_s={policy.timeout_s} s per request)" + (
-            f" ({text})" if text else "")
+            f" ({text})" if text else ""
+        )
     return f"{type(exc).__name__}: {text}"
 
 
-def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng: random.Random | None = None,
-                      sleep: Callable[[float], None] = time.sleep) -> T:
+def call_with_retries(
+    read: Callable[[], T],
+    what: str,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """Run `read`, retrying transient failures; `what` names the URL and byte range for the final error (redacted
     there: the success path does no work for it)."""
     rng = rng or random.Random()
@@ -108,13 +126,18 @@ def call_with_retries(read: Callable[[], T], what: str, policy: RetryPolicy, rng
             if not is_transient(exc):
                 if isinstance(exc, FileNotFoundError):
                     raise FileNotFoundError(f"{redact_url(what)}: not found ({redact_url(str(exc))})") from exc
-                raise RemoteReadError(f"{redact_url(what)}: failed and is not retryable: "
-                                      f"{describe_error(exc, policy)}") from exc
+                raise RemoteReadError(
+                    f"{redact_url(what)}: failed and is not retryable: {describe_error(exc, policy)}"
+                ) from exc
             if attempt + 1 == policy.max_attempts:
-                remedy = "RetryPolicy.timeout_s (a slow link or a large answer)" if is_timeout(exc) \
+                remedy = (
+                    "RetryPolicy.timeout_s (a slow link or a large answer)"
+                    if is_timeout(exc)
                     else "RetryPolicy.max_attempts"
+                )
                 raise RemoteReadError(
                     f"{redact_url(what)}: still failing after {policy.max_attempts} attempts (last error "
-                    f"{describe_error(exc, policy)}); check the server or raise {remedy}") from exc
+                    f"{describe_error(exc, policy)}); check the server or raise {remedy}"
+                ) from exc
             sleep(policy.delay(attempt, retry_after(exc), rng))
     raise AssertionError("unreachable")

@@ -31,9 +31,7 @@ import fsspec.asyn
 
 from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError, RobostreamError, TooLargeError
 from robostream.process_local import ProcessLocal
-from robostream.storage.paths import check_relative, local_path
 from robostream.storage.blocks import BlockCache
-from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT, ReadAhead
 from robostream.storage.cache import CachedPath, DiskCache, Writable
 from robostream.storage.http import Answer, BodyLimit, http_get, http_range, http_stat
 from robostream.storage.hub_ranges import HubRanges
@@ -47,6 +45,8 @@ from robostream.storage.integrity import (
     mismatch_error,
     strong_etag,
 )
+from robostream.storage.paths import check_relative, local_path
+from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT, ReadAhead
 from robostream.storage.redact import redact_url
 from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
 
@@ -72,9 +72,14 @@ def _default_options(protocol: str, policy: RetryPolicy, max_in_flight: int) -> 
     if protocol in ("s3", "s3a"):
         # botocore's "max_attempts" counts retries; "total_max_attempts" counts the first try too.
         # botocore's pool (10 connections by default) would cap the read-ahead's requests in flight.
-        return {"config_kwargs": {"connect_timeout": policy.timeout_s, "read_timeout": policy.timeout_s,
-                                  "retries": {"total_max_attempts": 1, "mode": "standard"},
-                                  "max_pool_connections": max_in_flight + 8}}  # + the readers' own
+        return {
+            "config_kwargs": {
+                "connect_timeout": policy.timeout_s,
+                "read_timeout": policy.timeout_s,
+                "retries": {"total_max_attempts": 1, "mode": "standard"},
+                "max_pool_connections": max_in_flight + 8,
+            }
+        }  # + the readers' own
     return {}
 
 
@@ -82,8 +87,9 @@ def _require_s3fs(root: str) -> None:
     try:
         importlib.import_module("s3fs")
     except ImportError as exc:
-        raise RobostreamError(f"{redact_url(root)}: reading s3:// needs s3fs, an optional dependency: "
-                              "pip install 'robostream[s3]'") from exc
+        raise RobostreamError(
+            f"{redact_url(root)}: reading s3:// needs s3fs, an optional dependency: pip install 'robostream[s3]'"
+        ) from exc
 
 
 # aiohttp sends a session's own headers, cookies and auth with every request, to any host a redirect names.
@@ -94,10 +100,12 @@ def _refuse_session_credentials(root: str, options: dict[str, Any]) -> None:
     """Over HTTP, credentials go in storage_options["headers"] (or the URL), which reach the root's origin only."""
     found = sorted(set(SESSION_CREDENTIALS) & set(options.get("client_kwargs") or {}))
     if found:
-        raise ValueError(f"{redact_url(root)}: storage_options['client_kwargs'] {found} would be sent to every host "
-                         "a redirect names (aiohttp's session sends its own with every request); put credentials in "
-                         "storage_options['headers'] or in the URL (http://user:password@host/...), which go to the "
-                         "root's origin only")
+        raise ValueError(
+            f"{redact_url(root)}: storage_options['client_kwargs'] {found} would be sent to every host "
+            "a redirect names (aiohttp's session sends its own with every request); put credentials in "
+            "storage_options['headers'] or in the URL (http://user:password@host/...), which go to the "
+            "root's origin only"
+        )
 
 
 def _merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -129,14 +137,19 @@ def pin_hub_root(root: str, options: dict[str, Any], policy: RetryPolicy) -> str
         return root
     api = HfApi(endpoint=options.get("endpoint"), token=options.get("token"))
     try:
-        sha = call_with_retries(lambda: api.repo_info(parsed.id, repo_type=parsed.type, revision=parsed.revision).sha,
-                                f"{root} (resolving revision {parsed.revision or 'main'!r} to a commit)", policy)
+        sha = call_with_retries(
+            lambda: api.repo_info(parsed.id, repo_type=parsed.type, revision=parsed.revision).sha,
+            f"{root} (resolving revision {parsed.revision or 'main'!r} to a commit)",
+            policy,
+        )
     except RemoteReadError as exc:
         cause = exc.__cause__
         if isinstance(cause, (RepositoryNotFoundError, RevisionNotFoundError)):
             reason = str(cause).strip().splitlines()[0]
-            raise MissingFileError(f"{root}: {type(cause).__name__}: {reason}; check the repository id and the "
-                                   "revision (a private or gated repository needs a token)") from cause
+            raise MissingFileError(
+                f"{root}: {type(cause).__name__}: {reason}; check the repository id and the "
+                "revision (a private or gated repository needs a token)"
+            ) from cause
         raise
     path = f"/{parsed.path_in_repo}" if parsed.path_in_repo else ""
     return f"hf://{constants.REPO_TYPES_URL_PREFIXES.get(parsed.type, '')}{parsed.id}@{sha}{path}"
@@ -225,10 +238,18 @@ class SharedReading:
 class Storage:
     """A dataset root on some filesystem; every path handed to it is relative and checked for safety."""
 
-    def __init__(self, root: str | Path, storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None, cache: DiskCache | None = None,
-                 block_budget: int = DEFAULT_BLOCK_BUDGET, *, validate: Validate = "size",
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, shared: SharedReading | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        cache: DiskCache | None = None,
+        block_budget: int = DEFAULT_BLOCK_BUDGET,
+        *,
+        validate: Validate = "size",
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        shared: SharedReading | None = None,
+    ) -> None:
         """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read.
         block_budget: bytes of fetched blocks kept in memory per process, those fetched ahead included.
         max_in_flight: read-ahead requests under way at once per process (storage/read_ahead.py).
@@ -256,15 +277,23 @@ class Storage:
             root = pin_hub_root(root, dict(storage_options or {}), self.retry)
         self.hub_repository = protocol == "hf" and not root.startswith("hf://buckets/")
         self.url = root
-        self._options = {} if self.is_local else _merge(_default_options(protocol, self.retry, max_in_flight),
-                                                         dict(storage_options or {}))
+        self._options = (
+            {}
+            if self.is_local
+            else _merge(_default_options(protocol, self.retry, max_in_flight), dict(storage_options or {}))
+        )
         # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
         # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
         self._process = ProcessLocal(_ProcessState)
         reading = partial(_Reading, block_budget, max_in_flight)
-        self._reading = ProcessLocal(reading) if shared is None or self.is_local else shared.group(
-            f"{protocol}|{json.dumps(self._options, sort_keys=True, default=repr)}|{block_budget}|{max_in_flight}",
-            reading)
+        self._reading = (
+            ProcessLocal(reading)
+            if shared is None or self.is_local
+            else shared.group(
+                f"{protocol}|{json.dumps(self._options, sort_keys=True, default=repr)}|{block_budget}|{max_in_flight}",
+                reading,
+            )
+        )
         if self.is_local:
             # Absolute and in the filesystem's own spelling, so listed paths can be made relative again.
             self.root = self.fs._strip_protocol(os.path.abspath(Path(root.removeprefix("file://")).expanduser()))
@@ -306,9 +335,16 @@ class Storage:
         """This process's reads of this storage so far (bytes and requests its own; the rest, of the blocks and
         read-ahead, shared with the storages it shares them with)."""
         counter, reading = self._process.get().counter, self._reading.get()
-        return StorageStats(counter.bytes, counter.requests, reading.blocks.wait_s, reading.blocks.peak_bytes,
-                            reading.read_ahead.in_flight_peak, reading.blocks.evicted_unread,
-                            reading.read_ahead.failures, reading.blocks.reader_fetches)
+        return StorageStats(
+            counter.bytes,
+            counter.requests,
+            reading.blocks.wait_s,
+            reading.blocks.peak_bytes,
+            reading.read_ahead.in_flight_peak,
+            reading.blocks.evicted_unread,
+            reading.read_ahead.failures,
+            reading.blocks.reader_fetches,
+        )
 
     @property
     def read_ahead(self) -> ReadAhead:
@@ -356,8 +392,11 @@ class Storage:
         if self.is_local:
             return _local_version(os.stat(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
-        read = (lambda: http_stat(self.fs, path, home=self.url)) if self.protocol in ("http", "https") \
+        read = (
+            (lambda: http_stat(self.fs, path, home=self.url))
+            if self.protocol in ("http", "https")
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
+        )
         version = call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
         # The version a reader of this file opens (see open): a probe followed by an open asks the server once.
         self._process.get().versions.setdefault(path, version)
@@ -381,14 +420,18 @@ class Storage:
         one first seen is a FileChangedError. (S3 and Hub buckets: their clients read the body whole, so the bound
         holds before the read only where a listing gave the size.)"""
         path, name = self._path(relative, what), self.describe(relative)
-        bound = BodyLimit(limit, f"the {limit} bytes a file read whole may hold (real datasets' metadata files are "
-                                 "far smaller: check the URL and the server)")
+        bound = BodyLimit(
+            limit,
+            f"the {limit} bytes a file read whole may hold (real datasets' metadata files are "
+            "far smaller: check the URL and the server)",
+        )
         seen = None if self.is_local else self._process.get().versions.get(path)
         if seen is not None:
             if seen.size > limit:
                 raise TooLargeError(f"{name}: {seen.size} bytes, more than {bound.why}; nothing was read")
-            bound = BodyLimit(seen.size, f"the {seen.size} bytes first seen (the file changed since, or the server "
-                                         "misbehaves)")
+            bound = BodyLimit(
+                seen.size, f"the {seen.size} bytes first seen (the file changed since, or the server misbehaves)"
+            )
         if self.is_local:
             read = partial(_read_at_most, path, bound.size + 1)
         elif self.protocol in ("http", "https"):
@@ -409,9 +452,10 @@ class Storage:
     def glob(self, pattern: str) -> list[str]:
         """Relative paths matching a glob under the root (filesystems that can list)."""
         base = self.root.rstrip("/") + "/"
-        found = call_with_retries(lambda: self.fs.glob(base + pattern), f"{self.describe(pattern)} (listing)",
-                                  self.retry)
-        return sorted(str(p)[len(base):] if str(p).startswith(base) else str(p) for p in found)
+        found = call_with_retries(
+            lambda: self.fs.glob(base + pattern), f"{self.describe(pattern)} (listing)", self.retry
+        )
+        return sorted(str(p)[len(base) :] if str(p).startswith(base) else str(p) for p in found)
 
     def can_list(self) -> bool:
         return self.protocol not in ("http", "https")
@@ -442,13 +486,17 @@ class Storage:
                     found[relative] = _local_version(os.stat(path))
             return found
         try:
-            listing = call_with_retries(lambda: self.fs.find(base, detail=True), f"{self.describe(folder)} (listing)",
-                                        self.retry)
+            listing = call_with_retries(
+                lambda: self.fs.find(base, detail=True), f"{self.describe(folder)} (listing)", self.retry
+            )
         except FileNotFoundError:
             return {}
         prefix = self.root.rstrip("/") + "/"
-        found = {str(path)[len(prefix):]: _info_version(self.protocol, info) for path, info in listing.items()
-                 if info.get("type", "file") == "file" and str(path).startswith(prefix)}
+        found = {
+            str(path)[len(prefix) :]: _info_version(self.protocol, info)
+            for path, info in listing.items()
+            if info.get("type", "file") == "file" and str(path).startswith(prefix)
+        }
         versions = self._process.get().versions
         for relative, version in found.items():
             versions.setdefault(f"{self.root}/{relative}", version)
@@ -479,14 +527,19 @@ class Storage:
         """The disk cache's copy of a file; with validate="full" one whose hash mismatched is fetched once more."""
         assert self.cache is not None
         expected = version.digest if self.validate == "full" else None
-        fetch = partial(self.cache.fetch, reader.name, version.size, reader.download, version=version.token,
-                        expected=expected)
+        fetch = partial(
+            self.cache.fetch, reader.name, version.size, reader.download, version=version.token, expected=expected
+        )
         try:
             return fetch()
         except ChecksumMismatchError as exc:
             self.blocks.discard(reader.key)  # the bad bytes may be held in memory too
-            warnings.warn(f"{reader.name}: downloaded bytes do not match the published hash (expected "
-                          f"{exc.expected}, got {exc.got}); fetching the file once more", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{reader.name}: downloaded bytes do not match the published hash (expected "
+                f"{exc.expected}, got {exc.got}); fetching the file once more",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         try:
             return fetch()
         except ChecksumMismatchError as exc:
@@ -526,8 +579,9 @@ class RangedReader(io.RawIOBase):
     """A read-only, seekable view of one version of a remote file that fetches aligned blocks on demand, through
     the storage's shared BlockCache (so blocks fetched ahead serve the decoders)."""
 
-    def __init__(self, storage: Storage, path: str, name: str, version: FileVersion,
-                 block_size: int = BLOCK_SIZE) -> None:
+    def __init__(
+        self, storage: Storage, path: str, name: str, version: FileVersion, block_size: int = BLOCK_SIZE
+    ) -> None:
         super().__init__()
         self._storage, self._path, self.name, self._version = storage, path, name, version
         self._size = version.size
@@ -561,8 +615,9 @@ class RangedReader(io.RawIOBase):
     def _answer(self, start: int, end: int) -> Answer:
         fs, protocol = self._storage.fs, self._storage.protocol
         if protocol in ("http", "https"):
-            return fsspec.asyn.sync(fs.loop, http_range, fs, self._path, start, end, strong_etag(self._version.etag),
-                                    home=self._storage.url)
+            return fsspec.asyn.sync(
+                fs.loop, http_range, fs, self._path, start, end, strong_etag(self._version.etag), home=self._storage.url
+            )
         if protocol in ("s3", "s3a"):
             return fsspec.asyn.sync(fs.loop, _s3_range, fs, self._path, start, end, strong_etag(self._version.etag))
         if self._storage.hub_repository:  # straight from where the Hub serves the bytes (buckets: HfFileSystem)
@@ -579,12 +634,14 @@ class RangedReader(io.RawIOBase):
     def fetch_range(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of this version of the file, checked (status, Content-Range, ETag, length),
         retried under the storage's policy, and counted."""
+
         def once() -> bytes:
             answer = self._answer(start, end)
             if answer.status == 412:
                 raise changed_error(self.name, self._version, "412 Precondition Failed for If-Match")
-            check_range_answer(self.name, self._version, start, end, answer.status, answer.content_range,
-                               answer.etag, len(answer.body))
+            check_range_answer(
+                self.name, self._version, start, end, answer.status, answer.content_range, answer.etag, len(answer.body)
+            )
             return answer.body
 
         try:
@@ -617,7 +674,7 @@ class RangedReader(io.RawIOBase):
         while self._pos < end:
             index, offset = divmod(self._pos, self._block_size)
             block = self._block(index)
-            chunk = block[offset: offset + (end - self._pos)]
+            chunk = block[offset : offset + (end - self._pos)]
             parts.append(chunk)
             self._pos += len(chunk)
         return b"".join(parts)

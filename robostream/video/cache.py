@@ -46,16 +46,16 @@ class VideoDecoderCache:
     open decoders (and file descriptors) are bounded by the live pieces, not by the sources a process has seen.
     """
 
-    def __init__(self, max_size: int = 32,
-                 opener: Callable[[str, str | None, str], VideoDecoder] = open_video_decoder) -> None:
+    def __init__(
+        self, max_size: int = 32, opener: Callable[[str, str | None, str], VideoDecoder] = open_video_decoder
+    ) -> None:
         if max_size < 1:
             raise ValueError(f"VideoDecoderCache max_size must be >= 1, got {max_size}")
         self.max_size = max_size
         self._opener = opener
         self._state = ProcessLocal(_State)
 
-    def _entry(self, path: str, backend: str | None, device: str,
-               opener: Callable[[], VideoDecoder] | None) -> _Entry:
+    def _entry(self, path: str, backend: str | None, device: str, opener: Callable[[], VideoDecoder] | None) -> _Entry:
         key = (str(path), backend, device)
         state = self._state.get()
         with state.lock:
@@ -83,8 +83,14 @@ class VideoDecoderCache:
             state.evicted_seeks += evicted.decoder.seeks
 
     @contextmanager
-    def use(self, path: str, backend: str | None = None, device: str = "cpu", *,
-            opener: Callable[[], VideoDecoder] | None = None) -> Iterator[VideoDecoder]:
+    def use(
+        self,
+        path: str,
+        backend: str | None = None,
+        device: str = "cpu",
+        *,
+        opener: Callable[[], VideoDecoder] | None = None,
+    ) -> Iterator[VideoDecoder]:
         """Borrow the decoder of `path`, opening it on a miss (with `opener` when given, else the cache's);
         decoding is exclusive while borrowed."""
         entry = self._entry(path, backend, device, opener)

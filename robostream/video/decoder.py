@@ -153,7 +153,9 @@ class TorchCodecVideoDecoder:
         try:
             batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
         except (RuntimeError, IndexError, ValueError) as exc:
-            raise VideoDecodeError(f"{self.path}: decoding frames near {shown[:4].tolist()}... s failed: {exc}") from exc
+            raise VideoDecodeError(
+                f"{self.path}: decoding frames near {shown[:4].tolist()}... s failed: {exc}"
+            ) from exc
         return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
 
 
@@ -190,8 +192,12 @@ def frame_mappings(index: PacketIndex) -> str:
     key[index.keyframes] = 1
     order = np.argsort(index.pts, kind="stable")
     # Formatted, not json.dumps of dicts: 2.5x faster (11 ms for 18k frames), and the rows are plain integers.
-    rows = map('{{"pts":{},"duration":{},"key_frame":{}}}'.format,
-               index.pts[order].tolist(), index.duration[order].tolist(), key[order].tolist())
+    rows = map(
+        '{{"pts":{},"duration":{},"key_frame":{}}}'.format,
+        index.pts[order].tolist(),
+        index.duration[order].tolist(),
+        key[order].tolist(),
+    )
     return '{"frames":[' + ",".join(rows) + "]}"
 
 
@@ -200,8 +206,9 @@ class PyAVVideoDecoder:
 
     plane "rgb" gives uint8 RGB frames; "gray12" the int16 codes of a one-plane 12-bit gray stream (depth maps)."""
 
-    def __init__(self, source: str | BinaryIO, reseek_after_s: float = 1.0, name: str | None = None, *,
-                 plane: Plane = "rgb") -> None:
+    def __init__(
+        self, source: str | BinaryIO, reseek_after_s: float = 1.0, name: str | None = None, *, plane: Plane = "rgb"
+    ) -> None:
         import av
 
         self.path = name or str(source)
@@ -217,7 +224,8 @@ class PyAVVideoDecoder:
             raise VideoDecodeError(
                 f"{path}: the feature is marked as a depth map (is_depth_map) but the video is not a gray12 stream: "
                 f"its pixel format is {self._stream.codec_context.pix_fmt!r}, not one of {GRAY12_FORMATS}. Re-encode "
-                f"it with lerobot's depth encoder (HEVC gray12le, lossless) or drop the feature's is_depth_map marker.")
+                f"it with lerobot's depth encoder (HEVC gray12le, lossless) or drop the feature's is_depth_map marker."
+            )
         self._stack = _stack_gray12 if plane == "gray12" else _stack_rgb
         # Depth maps are read at random frames, from every other keyframe: frame threads would decode frames ahead
         # that each seek throws away (random frames 1.8x slower at 256x256, sequential decoding no faster). Slice
@@ -284,7 +292,11 @@ class PyAVVideoDecoder:
 
     def _decode_nearest(self, target_s: float):
         half = 0.5 / self.fps
-        if self._frames is None or target_s < self._last_time - half or target_s - self._last_time > self._reseek_after_s:
+        if (
+            self._frames is None
+            or target_s < self._last_time - half
+            or target_s - self._last_time > self._reseek_after_s
+        ):
             self.seeks += 1  # one jump, however many seeks it takes to land before it
             self._seek_to_or_before(target_s)
         previous = None
@@ -334,8 +346,14 @@ def _stack_gray12(frames: list) -> torch.Tensor:
     return torch.from_numpy(codes.view(np.int16)).unsqueeze(1)
 
 
-def open_video_decoder(source: str | Path | BinaryIO, backend: str | None = None, device: str = "cpu",
-                       name: str | None = None, *, plane: Plane = "rgb") -> VideoDecoder:
+def open_video_decoder(
+    source: str | Path | BinaryIO,
+    backend: str | None = None,
+    device: str = "cpu",
+    name: str | None = None,
+    *,
+    plane: Plane = "rgb",
+) -> VideoDecoder:
     """Open a video (a path, or a seekable binary file object such as a ranged remote reader) with the named
     backend (default: torchcodec when available) on `device` ("cpu" or "cuda"); `name` is used in errors.
 
@@ -362,7 +380,8 @@ def open_video_decoder(source: str | Path | BinaryIO, backend: str | None = None
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(
                 f"video_decode_device={device!r}: this torch build has no CUDA device available "
-                f"(torch {torch.__version__}); use 'cpu' or install CUDA builds of torch and torchcodec")
+                f"(torch {torch.__version__}); use 'cpu' or install CUDA builds of torch and torchcodec"
+            )
     if backend == "torchcodec":
         if not torchcodec_available():
             raise VideoDecodeError("torchcodec is not importable (missing FFmpeg libraries?); use video_backend='pyav'")

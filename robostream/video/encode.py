@@ -33,12 +33,22 @@ def encoder_name(codec: str) -> str:
     """Map a short codec name (av1, h264, hevc) or an FFmpeg encoder name to the encoder PyAV should open."""
     name = CODECS.get(codec, codec)
     if name not in av.codecs_available:
-        raise ValueError(f"video codec {codec!r}: encoder {name!r} is not in this PyAV build; use one of {sorted(CODECS)}")
+        raise ValueError(
+            f"video codec {codec!r}: encoder {name!r} is not in this PyAV build; use one of {sorted(CODECS)}"
+        )
     return name
 
 
-def encode_video(frames: Iterable[np.ndarray], path: Path, fps: int, codec: str = "av1", gop: int = 2,
-                 crf: int = 30, pix_fmt: str = "yuv420p", preset: str | int | None = None) -> int:
+def encode_video(
+    frames: Iterable[np.ndarray],
+    path: Path,
+    fps: int,
+    codec: str = "av1",
+    gop: int = 2,
+    crf: int = 30,
+    pix_fmt: str = "yuv420p",
+    preset: str | int | None = None,
+) -> int:
     """Encode uint8 RGB frames (H, W, 3) to `path`; returns the number of frames written.
 
     `gop` is the keyframe interval (lerobot's default is 2, so any frame is at most one frame from a keyframe).
@@ -84,8 +94,14 @@ def encode_depth_video(codes: Iterable[np.ndarray], path: Path, *, fps: int, gop
     return _encode_frames(codes, path, add_stream, frame_format=DEPTH_PIX_FMT, check=_check_depth_codes)
 
 
-def _encode_frames(frames: Iterable[np.ndarray], path: Path, add_stream: Callable[[Any, np.ndarray], Any], *,
-                   frame_format: str, check: Callable[[np.ndarray, Path, int], None] | None = None) -> int:
+def _encode_frames(
+    frames: Iterable[np.ndarray],
+    path: Path,
+    add_stream: Callable[[Any, np.ndarray], Any],
+    *,
+    frame_format: str,
+    check: Callable[[np.ndarray, Path, int], None] | None = None,
+) -> int:
     """Encode `frames` (each checked by `check`, given the path and its number) to a faststart mp4 at `path`, frame
     k at pts k, through the stream `add_stream` makes from the container and the first frame; returns the number of
     frames written."""
@@ -114,8 +130,9 @@ def _check_depth_codes(frame: np.ndarray, path: Path, index: int) -> None:
     if frame.ndim != 2 or frame.dtype != np.uint16:
         raise ValueError(f"{path}: depth frame {index} is {frame.dtype} {frame.shape}; expected uint16 (H, W) codes")
     if frame.size and int(frame.max()) >= GRAY12_LEVELS:
-        raise ValueError(f"{path}: depth frame {index} holds code {int(frame.max())}, above the 12-bit "
-                         f"{GRAY12_LEVELS - 1}")
+        raise ValueError(
+            f"{path}: depth frame {index} holds code {int(frame.max())}, above the 12-bit {GRAY12_LEVELS - 1}"
+        )
 
 
 def count_frames(path: Path) -> int:

@@ -48,8 +48,12 @@ class FramePool:
             size = frame.untyped_storage().nbytes()
             if self._bytes + size > self.max_bytes:
                 return
-            if (frame.device.type == "cpu" and frame.storage_offset() == 0 and frame.is_contiguous()
-                    and size == frame.numel() * frame.element_size()):
+            if (
+                frame.device.type == "cpu"
+                and frame.storage_offset() == 0
+                and frame.is_contiguous()
+                and size == frame.numel() * frame.element_size()
+            ):
                 self._free.setdefault((tuple(frame.shape), frame.dtype), []).append(frame)
                 self._bytes += size
 

@@ -21,8 +21,9 @@ def frame_indices(timestamps_s: Sequence[float], fps: float, num_frames: int) ->
     return np.clip(indices, 0, max(num_frames - 1, 0))
 
 
-def check_tolerance(requested_s: np.ndarray, decoded_s: np.ndarray, tolerance_s: float, path: str,
-                    context: str = "") -> None:
+def check_tolerance(
+    requested_s: np.ndarray, decoded_s: np.ndarray, tolerance_s: float, path: str, context: str = ""
+) -> None:
     """Raise FrameToleranceError naming the first requested time with no frame within tolerance."""
     error = np.abs(np.asarray(requested_s, dtype=np.float64) - decoded_s)
     bad = np.nonzero(~(error < tolerance_s))[0]
@@ -32,11 +33,13 @@ def check_tolerance(requested_s: np.ndarray, decoded_s: np.ndarray, tolerance_s:
             f"{path}{context}: no frame within tolerance_s={tolerance_s} of t={requested_s[i]:.6f}s "
             f"(nearest decoded frame at {decoded_s[i]:.6f}s, off by {error[i]:.6f}s; {len(bad)} of {len(error)} "
             f"requested times affected). The video may be shorter than its metadata says or have a different "
-            f"frame rate; pass a larger tolerance_s only if you know the timestamps are approximate.")
+            f"frame rate; pass a larger tolerance_s only if you know the timestamps are approximate."
+        )
 
 
-def decode_unique(decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float, context: str = ""
-                  ) -> tuple[torch.Tensor, np.ndarray]:
+def decode_unique(
+    decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float, context: str = ""
+) -> tuple[torch.Tensor, np.ndarray]:
     """Each distinct frame once, in file order, and per timestamp the position of its frame among them:
     the frame for timestamps_s[i] is frames[inverse[i]] (as the decoder gives them: uint8 (N, C, H, W), possibly
     a channels-last view, or a gray12 plane's int16 (N, 1, H, W))."""

@@ -156,7 +156,7 @@ def parse_packet_index(moov: bytes) -> PacketIndex | None:
                 continue
             mdia = _child(moov, trak, trak_end, b"mdia")
             hdlr = _child(moov, *mdia, b"hdlr")
-            if moov[hdlr[0] + 8: hdlr[0] + 12] == b"vide":
+            if moov[hdlr[0] + 8 : hdlr[0] + 12] == b"vide":
                 return _track_index(moov, (trak, trak_end), mdia, movie_scale)
         return None
     except (_Malformed, ValueError):  # ValueError: numpy reading past a truncated box
@@ -170,8 +170,11 @@ def _track_index(moov: bytes, trak: tuple[int, int], mdia: tuple[int, int], movi
     count = len(sizes)
     if count == 0:
         raise _Malformed("no samples")
-    chunk_offsets = (_table(moov, _child(moov, *stbl, b"stco"), ">u4") if _has(moov, stbl, b"stco")
-                     else _table(moov, _child(moov, *stbl, b"co64"), ">u8")).astype(np.int64)
+    chunk_offsets = (
+        _table(moov, _child(moov, *stbl, b"stco"), ">u4")
+        if _has(moov, stbl, b"stco")
+        else _table(moov, _child(moov, *stbl, b"co64"), ">u8")
+    ).astype(np.int64)
     to_chunk = _table(moov, _child(moov, *stbl, b"stsc"), ">u4", width=3).astype(np.int64)
     runs = np.diff(np.append(to_chunk[:, 0], len(chunk_offsets) + 1))  # chunks each stsc entry covers
     if len(to_chunk) == 0 or to_chunk[0, 0] != 1 or np.any(runs < 0):
@@ -190,15 +193,24 @@ def _track_index(moov: bytes, trak: tuple[int, int], mdia: tuple[int, int], movi
         raise _Malformed("fewer durations than samples")
     decoded = np.concatenate([[0], np.cumsum(deltas[: count - 1])]) + _edit_shift(moov, trak, track_scale, movie_scale)
     offsets, dts_shift = _composition_offsets(moov, stbl, count)
-    keyframes = (_table(moov, _child(moov, *stbl, b"stss"), ">u4").astype(np.int64) - 1
-                 if _has(moov, stbl, b"stss") else np.arange(count))
+    keyframes = (
+        _table(moov, _child(moov, *stbl, b"stss"), ">u4").astype(np.int64) - 1
+        if _has(moov, stbl, b"stss")
+        else np.arange(count)
+    )
     if len(keyframes) and (keyframes[0] < 0 or keyframes[-1] >= count or np.any(np.diff(keyframes) <= 0)):
         raise _Malformed("stss")
     # FFmpeg's mov muxer starts decode times below zero by the reordering delay (the first frame shows at 0), and
     # the demuxer moves them further down when composition offsets are negative, so that none follows its pts.
-    return PacketIndex(pos=pos, reach=np.maximum.accumulate(pos + sizes), dts=decoded - dts_shift,
-                       pts=decoded + offsets, duration=deltas[:count].copy(), keyframes=keyframes,
-                       timescale=track_scale)
+    return PacketIndex(
+        pos=pos,
+        reach=np.maximum.accumulate(pos + sizes),
+        dts=decoded - dts_shift,
+        pts=decoded + offsets,
+        duration=deltas[:count].copy(),
+        keyframes=keyframes,
+        timescale=track_scale,
+    )
 
 
 def _composition_offsets(moov: bytes, stbl: tuple[int, int], count: int) -> tuple[np.ndarray, int]:
@@ -223,9 +235,12 @@ def _edit_shift(moov: bytes, trak: tuple[int, int], track_scale: int, movie_scal
     if not _has(moov, trak, b"edts") or not _has(moov, _child(moov, *trak, b"edts"), b"elst"):
         return 0
     start, end = _child(moov, *_child(moov, *trak, b"edts"), b"elst")
-    version, count = moov[start], int.from_bytes(moov[start + 4: start + 8], "big")
-    entry = np.dtype([("duration", ">u8"), ("media_time", ">i8"), ("rate", ">i4")] if version == 1
-                     else [("duration", ">u4"), ("media_time", ">i4"), ("rate", ">i4")])
+    version, count = moov[start], int.from_bytes(moov[start + 4 : start + 8], "big")
+    entry = np.dtype(
+        [("duration", ">u8"), ("media_time", ">i8"), ("rate", ">i4")]
+        if version == 1
+        else [("duration", ">u4"), ("media_time", ">i4"), ("rate", ">i4")]
+    )
     edits = np.frombuffer(moov, dtype=entry, count=count, offset=start + 8)
     empty = edits["media_time"] == -1
     media = edits[~empty]
@@ -239,12 +254,12 @@ def _edit_shift(moov: bytes, trak: tuple[int, int], track_scale: int, movie_scal
 def _sample_sizes(moov: bytes, stbl: tuple[int, int]) -> np.ndarray:
     if _has(moov, stbl, b"stsz"):
         start, _ = _child(moov, *stbl, b"stsz")
-        size, count = (int.from_bytes(moov[start + i: start + i + 4], "big") for i in (4, 8))
+        size, count = (int.from_bytes(moov[start + i : start + i + 4], "big") for i in (4, 8))
         if size:
             return np.full(count, size, dtype=np.int64)
         return np.frombuffer(moov, dtype=">u4", count=count, offset=start + 12).astype(np.int64)
     start, _ = _child(moov, *stbl, b"stz2")
-    bits, count = moov[start + 7], int.from_bytes(moov[start + 8: start + 12], "big")
+    bits, count = moov[start + 7], int.from_bytes(moov[start + 8 : start + 12], "big")
     if bits == 4:
         packed = np.frombuffer(moov, dtype=np.uint8, count=(count + 1) // 2, offset=start + 12)
         return np.stack([packed >> 4, packed & 15], axis=1).reshape(-1)[:count].astype(np.int64)
@@ -256,7 +271,7 @@ def _sample_sizes(moov: bytes, stbl: tuple[int, int]) -> np.ndarray:
 def _table(moov: bytes, box: tuple[int, int], dtype: str, *, width: int = 1) -> np.ndarray:
     """A full box's entry count and the entries after it, as an array of `width` columns (1: flat)."""
     start, _ = box
-    count = int.from_bytes(moov[start + 4: start + 8], "big")
+    count = int.from_bytes(moov[start + 4 : start + 8], "big")
     values = np.frombuffer(moov, dtype=dtype, count=count * width, offset=start + 8)
     return values if width == 1 else values.reshape(count, width)
 
@@ -265,7 +280,7 @@ def _timescale(moov: bytes, box: tuple[int, int]) -> int:
     """The timescale of an mvhd or mdhd box (after version 1's 64-bit dates, or version 0's 32-bit ones)."""
     start, _ = box
     at = start + (20 if moov[start] == 1 else 12)
-    scale = int.from_bytes(moov[at: at + 4], "big")
+    scale = int.from_bytes(moov[at : at + 4], "big")
     if scale == 0:
         raise _Malformed("timescale 0")
     return scale
@@ -275,9 +290,9 @@ def _children(data: bytes, start: int, end: int) -> list[tuple[bytes, int, int]]
     """The boxes in data[start:end]: (type, where the payload starts, where the box ends)."""
     boxes = []
     while start + 8 <= end:
-        length, kind, header = int.from_bytes(data[start: start + 4], "big"), data[start + 4: start + 8], 8
+        length, kind, header = int.from_bytes(data[start : start + 4], "big"), data[start + 4 : start + 8], 8
         if length == 1:
-            length, header = int.from_bytes(data[start + 8: start + 16], "big"), 16
+            length, header = int.from_bytes(data[start + 8 : start + 16], "big"), 16
         elif length == 0:
             length = end - start
         if length < header or start + length > end:

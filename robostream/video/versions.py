@@ -34,9 +34,14 @@ def mismatch(torch_version: str, torchcodec_version: str) -> str | None:
     if wanted is None or have is None or f"{have[0]}.{have[1]}" == wanted:
         return None
     have_minor = f"{have[0]}.{have[1]}"
-    pair = (f"torchcodec 0.{have[1]}" if have[0] == 2 and have[1] >= 10 else
-            "the torchcodec release its compatibility table names")
-    return (f"torch {torch_version} with torchcodec {torchcodec_version}: torchcodec {torchcodec_version} is built "
-            f"for torch {wanted}. Install a matching pair, e.g. torch {wanted}.* with torchcodec "
-            f"{torchcodec_version.split('+')[0]}, or keep torch {have_minor} and install {pair} "
-            "(https://github.com/pytorch/torchcodec#installing-torchcodec); or pass video_backend='pyav'")
+    pair = (
+        f"torchcodec 0.{have[1]}"
+        if have[0] == 2 and have[1] >= 10
+        else "the torchcodec release its compatibility table names"
+    )
+    return (
+        f"torch {torch_version} with torchcodec {torchcodec_version}: torchcodec {torchcodec_version} is built "
+        f"for torch {wanted}. Install a matching pair, e.g. torch {wanted}.* with torchcodec "
+        f"{torchcodec_version.split('+')[0]}, or keep torch {have_minor} and install {pair} "
+        "(https://github.com/pytorch/torchcodec#installing-torchcodec); or pass video_backend='pyav'"
+    )

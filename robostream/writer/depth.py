@@ -33,8 +33,12 @@ DEPTH_BLOCKS: tuple[DepthBlock, ...] = ("info", "video_info")
 
 def depth_feature(*, height: int, width: int) -> dict[str, Any]:
     """A depth camera's feature as a lerobot user declares it (lerobot's hw_to_dataset_features for (H, W, 1))."""
-    return {"dtype": "video", "shape": [height, width, 1], "names": ["height", "width", "channels"],
-            "info": {"is_depth_map": True}}
+    return {
+        "dtype": "video",
+        "shape": [height, width, 1],
+        "names": ["height", "width", "channels"],
+        "info": {"is_depth_map": True},
+    }
 
 
 def depth_keys(features: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -55,12 +59,25 @@ def depth_info(*, height: int, width: int, fps: int) -> dict[str, Any]:
     """The v3.0 info block lerobot 0.6.1 writes for a depth camera recorded in metres, in its key order."""
     coding = LEROBOT_DEPTH_CODING
     return {
-        "is_depth_map": True, "depth_unit": coding.recorded_unit, "video.height": height, "video.width": width,
-        "video.codec": DEPTH_CODEC, "video.pix_fmt": DEPTH_PIX_FMT, "video.fps": fps, "video.channels": 1,
-        "has_audio": False, "video.g": DEPTH_GOP, "video.crf": DEPTH_CRF, "video.preset": None,
-        "video.fast_decode": 0, "video.video_backend": "pyav",
-        "video.extra_options": {"x265-params": DEPTH_X265_PARAMS}, "video.depth_min": coding.depth_min,
-        "video.depth_max": coding.depth_max, "video.shift": coding.shift, "video.use_log": coding.use_log,
+        "is_depth_map": True,
+        "depth_unit": coding.recorded_unit,
+        "video.height": height,
+        "video.width": width,
+        "video.codec": DEPTH_CODEC,
+        "video.pix_fmt": DEPTH_PIX_FMT,
+        "video.fps": fps,
+        "video.channels": 1,
+        "has_audio": False,
+        "video.g": DEPTH_GOP,
+        "video.crf": DEPTH_CRF,
+        "video.preset": None,
+        "video.fast_decode": 0,
+        "video.video_backend": "pyav",
+        "video.extra_options": {"x265-params": DEPTH_X265_PARAMS},
+        "video.depth_min": coding.depth_min,
+        "video.depth_max": coding.depth_max,
+        "video.shift": coding.shift,
+        "video.use_log": coding.use_log,
     }
 
 
@@ -69,9 +86,17 @@ def legacy_depth_info(*, height: int, width: int, fps: int) -> dict[str, Any]:
     quantisation parameters (no `depth_unit`: it did not exist)."""
     coding = LEROBOT_DEPTH_CODING
     return {
-        "video.height": height, "video.width": width, "video.codec": DEPTH_CODEC, "video.pix_fmt": DEPTH_PIX_FMT,
-        "video.is_depth_map": True, "video.fps": fps, "video.channels": 1, "has_audio": False,
-        "video.depth_min": coding.depth_min, "video.depth_max": coding.depth_max, "video.shift": coding.shift,
+        "video.height": height,
+        "video.width": width,
+        "video.codec": DEPTH_CODEC,
+        "video.pix_fmt": DEPTH_PIX_FMT,
+        "video.is_depth_map": True,
+        "video.fps": fps,
+        "video.channels": 1,
+        "has_audio": False,
+        "video.depth_min": coding.depth_min,
+        "video.depth_max": coding.depth_max,
+        "video.shift": coding.shift,
         "video.use_log": coding.use_log,
     }
 
@@ -84,6 +109,8 @@ def depth_codes(frames_m: np.ndarray, *, where: str, shape: tuple[int, int]) -> 
     """
     frames_m = np.asarray(frames_m)
     if not np.issubdtype(frames_m.dtype, np.floating) or frames_m.shape[1:] != (*shape, 1):
-        raise ValueError(f"{where}: expected float depths in metres (T, {shape[0]}, {shape[1]}, 1), "
-                         f"got {frames_m.dtype} {frames_m.shape}")
+        raise ValueError(
+            f"{where}: expected float depths in metres (T, {shape[0]}, {shape[1]}, 1), "
+            f"got {frames_m.dtype} {frames_m.shape}"
+        )
     return codes_from_depths(frames_m[..., 0], LEROBOT_DEPTH_CODING)

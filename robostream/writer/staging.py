@@ -24,8 +24,9 @@ class StagedWriter:
     """Base of the writers: `root`, `fps`, the features with the default index columns, a fresh staging folder
     beside `root`; `with Writer(...) as w:` finalizes on success and aborts (leaving `root` as it was) on error."""
 
-    def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
-                 overwrite: bool) -> None:
+    def __init__(
+        self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *, overwrite: bool
+    ) -> None:
         self.root = Path(root)
         if self.root.exists() and not overwrite:
             raise FileExistsError(f"{self.root}: already exists; pass overwrite=True to replace it")

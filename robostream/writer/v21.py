@@ -58,9 +58,20 @@ class V21Writer(StagedWriter):
     block `writer.depth.legacy_depth_info` under `depth_block`: "info", or "video_info" (the older key, in place
     of `info`)."""
 
-    def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
-                 robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
-                 chunks_size: int = 1000, depth_block: DepthBlock = "info", overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        fps: int,
+        features: Mapping[str, Mapping[str, Any]],
+        *,
+        robot_type: str | None = None,
+        codec: str = "av1",
+        gop: int = 2,
+        crf: int = 30,
+        chunks_size: int = 1000,
+        depth_block: DepthBlock = "info",
+        overwrite: bool = False,
+    ) -> None:
         if depth_block not in DEPTH_BLOCKS:
             raise ValueError(f"depth_block={depth_block!r}: choose one of {DEPTH_BLOCKS}")
         depth = depth_keys(features)  # checked before the staging folder is made
@@ -71,22 +82,29 @@ class V21Writer(StagedWriter):
         (self.stage / "meta").mkdir(parents=True)
         columns = [(k, f) for k, f in self.features.items() if f["dtype"] != "video"]
         hf_features = {"info": {"features": {k: _hf_feature(f) for k, f in columns}}}
-        self._schema = pa.schema([(k, arrow_type(f)) for k, f in columns],
-                                 metadata={b"huggingface": json.dumps(hf_features).encode()})
+        self._schema = pa.schema(
+            [(k, arrow_type(f)) for k, f in columns], metadata={b"huggingface": json.dumps(hf_features).encode()}
+        )
         self._tasks: dict[str, int] = {}
         self._episodes = 0
         self._frames = 0
-        self._meta = {name: (self.stage / name).open("w", encoding="utf-8")
-                      for name in (EPISODES_JSONL, EPISODES_STATS_JSONL)}
+        self._meta = {
+            name: (self.stage / name).open("w", encoding="utf-8") for name in (EPISODES_JSONL, EPISODES_STATS_JSONL)
+        }
 
     def _path(self, template: str, **fields: Any) -> Path:
         path = self.stage / template.format(episode_chunk=fields["episode_index"] // self.chunks_size, **fields)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def add_episode(self, frames: Mapping[str, np.ndarray], task: str | Sequence[str], *,
-                    video_files: Mapping[str, str | Path],
-                    video_stats: Mapping[str, Mapping[str, np.ndarray]]) -> int:
+    def add_episode(
+        self,
+        frames: Mapping[str, np.ndarray],
+        task: str | Sequence[str],
+        *,
+        video_files: Mapping[str, str | Path],
+        video_stats: Mapping[str, Mapping[str, np.ndarray]],
+    ) -> int:
         episode = self._episodes
         user_keys = [k for k, f in self.features.items() if f["dtype"] != "video" and k not in DEFAULT_FEATURES]
         length = len(frames[user_keys[0]])
@@ -94,8 +112,9 @@ class V21Writer(StagedWriter):
         if len(tasks) != length or any(len(frames[k]) != length for k in user_keys):
             raise ValueError(f"episode {episode}: every feature and the task list need {length} rows")
         task_index = np.array([self._tasks.setdefault(t, len(self._tasks)) for t in tasks], dtype=np.int64)
-        columns = episode_columns(frames, fps=self.fps, episode=episode, first_index=self._frames,
-                                  task_index=task_index)
+        columns = episode_columns(
+            frames, fps=self.fps, episode=episode, first_index=self._frames, task_index=task_index
+        )
         stats: dict[str, dict[str, np.ndarray]] = {}
         arrays = []
         for name in self._schema.names:
@@ -112,12 +131,15 @@ class V21Writer(StagedWriter):
         for key in self.video_keys:
             shutil.copyfile(video_files[key], self._path(V21_VIDEO_PATH, video_key=key, episode_index=episode))
             stats[key] = {k: np.asarray(v) for k, v in video_stats[key].items() if k in V21_STATS}
-        pq.write_table(pa.Table.from_arrays(arrays, schema=self._schema),
-                       self._path(V21_DATA_PATH, episode_index=episode))
-        self._meta[EPISODES_JSONL].write(json.dumps(
-            {"episode_index": episode, "tasks": list(dict.fromkeys(tasks)), "length": length}) + "\n")
-        self._meta[EPISODES_STATS_JSONL].write(json.dumps(
-            {"episode_index": episode, "stats": stats_to_json(stats)}) + "\n")
+        pq.write_table(
+            pa.Table.from_arrays(arrays, schema=self._schema), self._path(V21_DATA_PATH, episode_index=episode)
+        )
+        self._meta[EPISODES_JSONL].write(
+            json.dumps({"episode_index": episode, "tasks": list(dict.fromkeys(tasks)), "length": length}) + "\n"
+        )
+        self._meta[EPISODES_STATS_JSONL].write(
+            json.dumps({"episode_index": episode, "stats": stats_to_json(stats)}) + "\n"
+        )
         self._episodes += 1
         self._frames += length
         return episode
@@ -139,17 +161,30 @@ class V21Writer(StagedWriter):
             elif feature["dtype"] == "video":
                 h, w, c = feature["shape"]
                 feature["info"] = {
-                    "video.height": h, "video.width": w, "video.codec": self.codec, "video.pix_fmt": "yuv420p",
-                    "video.is_depth_map": False, "video.fps": self.fps, "video.channels": c, "has_audio": False,
+                    "video.height": h,
+                    "video.width": w,
+                    "video.codec": self.codec,
+                    "video.pix_fmt": "yuv420p",
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": c,
+                    "has_audio": False,
                 }
             features[name] = feature
         info = {
-            "codebase_version": V21, "robot_type": self.robot_type, "total_episodes": self._episodes,
-            "total_frames": self._frames, "total_tasks": len(self._tasks),
+            "codebase_version": V21,
+            "robot_type": self.robot_type,
+            "total_episodes": self._episodes,
+            "total_frames": self._frames,
+            "total_tasks": len(self._tasks),
             "total_videos": self._episodes * len(self.video_keys),
-            "total_chunks": -(-self._episodes // self.chunks_size), "chunks_size": self.chunks_size,
-            "fps": self.fps, "splits": {"train": f"0:{self._episodes}"}, "data_path": V21_DATA_PATH,
-            "video_path": V21_VIDEO_PATH if self.video_keys else None, "features": features,
+            "total_chunks": -(-self._episodes // self.chunks_size),
+            "chunks_size": self.chunks_size,
+            "fps": self.fps,
+            "splits": {"train": f"0:{self._episodes}"},
+            "data_path": V21_DATA_PATH,
+            "video_path": V21_VIDEO_PATH if self.video_keys else None,
+            "features": features,
         }
         (self.stage / INFO_PATH).write_text(json.dumps(info, indent=4))
         self.move_into_place()
@@ -159,4 +194,3 @@ class V21Writer(StagedWriter):
         for handle in self._meta.values():
             handle.close()
         self.remove_stage()
-

@@ -78,17 +78,20 @@ def column_array(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
     return flat
 
 
-def episode_columns(frames: Mapping[str, Any], *, fps: float, episode: int, first_index: int,
-                    task_index: np.ndarray) -> dict[str, Any]:
+def episode_columns(
+    frames: Mapping[str, Any], *, fps: float, episode: int, first_index: int, task_index: np.ndarray
+) -> dict[str, Any]:
     """An episode's columns: the user's frames plus those every data file has (timestamp, frame_index,
     episode_index, the dataset-wide index starting at `first_index`, task_index), one row per task index."""
     length = len(task_index)
-    return {**frames,
-            "timestamp": (np.arange(length) / fps).astype(np.float32),
-            "frame_index": np.arange(length, dtype=np.int64),
-            "episode_index": np.full(length, episode, dtype=np.int64),
-            "index": np.arange(first_index, first_index + length, dtype=np.int64),
-            "task_index": task_index}
+    return {
+        **frames,
+        "timestamp": (np.arange(length) / fps).astype(np.float32),
+        "frame_index": np.arange(length, dtype=np.int64),
+        "episode_index": np.full(length, episode, dtype=np.int64),
+        "index": np.arange(first_index, first_index + length, dtype=np.int64),
+        "task_index": task_index,
+    }
 
 
 def png_column(frames: np.ndarray) -> pa.Array:
@@ -135,11 +138,23 @@ class DatasetWriter(StagedWriter):
     lerobot 0.6.1's depth encoder and info block. Use as a context manager, or call `finalize()`.
     """
 
-    def __init__(self, root: str | Path, fps: int, features: Mapping[str, Mapping[str, Any]], *,
-                 robot_type: str | None = None, codec: str = "av1", gop: int = 2, crf: int = 30,
-                 preset: str | int | None = None, data_files_size_in_mb: float = 100, video_files_size_in_mb: float = 200,
-                 chunks_size: int = 1000, tools: Sequence[Mapping[str, Any]] | None = None,
-                 overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        fps: int,
+        features: Mapping[str, Mapping[str, Any]],
+        *,
+        robot_type: str | None = None,
+        codec: str = "av1",
+        gop: int = 2,
+        crf: int = 30,
+        preset: str | int | None = None,
+        data_files_size_in_mb: float = 100,
+        video_files_size_in_mb: float = 200,
+        chunks_size: int = 1000,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        overwrite: bool = False,
+    ) -> None:
         """`tools`: info.json's "tools" (function schemas, as lerobot-annotate declares with language columns)."""
         depth = depth_keys(features)  # checked before the staging folder is made
         super().__init__(root, fps, features, overwrite=overwrite)
@@ -156,8 +171,13 @@ class DatasetWriter(StagedWriter):
         self.tools = [dict(tool) for tool in tools] if tools else None
         self.stage.mkdir(parents=True)
         self._episode_tmp = Path(tempfile.mkdtemp(prefix="episodes-", dir=self.stage))
-        self._schema = pa.schema([(k, language_arrow_type(k) if f["dtype"] == LANGUAGE_DTYPE else arrow_type(f))
-                                  for k, f in self.features.items() if f["dtype"] != "video"])
+        self._schema = pa.schema(
+            [
+                (k, language_arrow_type(k) if f["dtype"] == LANGUAGE_DTYPE else arrow_type(f))
+                for k, f in self.features.items()
+                if f["dtype"] != "video"
+            ]
+        )
         self._data = _RollingFile(chunks_size)
         self._data_writer: pq.ParquetWriter | None = None
         self._cameras = {k: _CameraState(_RollingFile(chunks_size)) for k in self.video_keys}
@@ -168,10 +188,14 @@ class DatasetWriter(StagedWriter):
         self._finalized = False
 
     # -- episodes --------------------------------------------------------------------------------------------
-    def add_episode(self, frames: Mapping[str, np.ndarray], task: str | Sequence[str],
-                    videos: Mapping[str, np.ndarray] | None = None,
-                    video_files: Mapping[str, str | Path] | None = None,
-                    video_stats: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> int:
+    def add_episode(
+        self,
+        frames: Mapping[str, np.ndarray],
+        task: str | Sequence[str],
+        videos: Mapping[str, np.ndarray] | None = None,
+        video_files: Mapping[str, str | Path] | None = None,
+        video_stats: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    ) -> int:
         """Append one episode and return its episode_index.
 
         frames: per feature an array of T rows (images as uint8 (T, H, W, C); a language column: per frame a list
@@ -186,7 +210,8 @@ class DatasetWriter(StagedWriter):
         episode_index = len(self._episode_rows)
         user_keys = [k for k, f in self.features.items() if f["dtype"] != "video" and k not in DEFAULT_FEATURES]
         missing = [k for k in user_keys if k not in frames] + [
-            k for k in self.video_keys if k not in videos and k not in video_files]
+            k for k in self.video_keys if k not in videos and k not in video_files
+        ]
         if missing:
             raise ValueError(f"episode {episode_index}: missing feature(s) {missing}")
         length = len(frames[user_keys[0]]) if user_keys else len(next(iter(videos.values())))
@@ -197,11 +222,14 @@ class DatasetWriter(StagedWriter):
             raise ValueError(f"episode {episode_index}: {len(tasks)} task strings for {length} frames")
         for key in user_keys + list(videos):
             if len(frames.get(key, videos.get(key))) != length:
-                raise ValueError(f"episode {episode_index}: feature {key!r} has {len(frames.get(key, videos.get(key)))}"
-                                 f" rows, expected {length}")
+                raise ValueError(
+                    f"episode {episode_index}: feature {key!r} has {len(frames.get(key, videos.get(key)))}"
+                    f" rows, expected {length}"
+                )
         task_indices = np.array([self._tasks.setdefault(t, len(self._tasks)) for t in tasks], dtype=np.int64)
-        columns = episode_columns(frames, fps=self.fps, episode=episode_index, first_index=self._frames,
-                                  task_index=task_indices)
+        columns = episode_columns(
+            frames, fps=self.fps, episode=episode_index, first_index=self._frames, task_index=task_indices
+        )
         row: dict[str, Any] = {
             "episode_index": episode_index,
             "tasks": list(dict.fromkeys(tasks)),
@@ -212,8 +240,17 @@ class DatasetWriter(StagedWriter):
         stats: dict[str, dict[str, np.ndarray]] = {}
         row.update(self._write_data(columns, stats))
         for key in self.video_keys:
-            row.update(self._append_video(key, episode_index, length, videos.get(key), video_files.get(key), stats,
-                                          (video_stats or {}).get(key)))
+            row.update(
+                self._append_video(
+                    key,
+                    episode_index,
+                    length,
+                    videos.get(key),
+                    video_files.get(key),
+                    stats,
+                    (video_stats or {}).get(key),
+                )
+            )
         self._frames += length
         self._episode_rows.append(row)
         self._episode_stats.append(stats)
@@ -237,8 +274,9 @@ class DatasetWriter(StagedWriter):
             self._close_data_file()
             self._data.advance()
         if self._data_writer is None:
-            path = self._stage_path(DEFAULT_DATA_PATH, chunk_index=self._data.chunk_index,
-                                    file_index=self._data.file_index)
+            path = self._stage_path(
+                DEFAULT_DATA_PATH, chunk_index=self._data.chunk_index, file_index=self._data.file_index
+            )
             self._data_writer = pq.ParquetWriter(path, self._schema)
             self._data_path = path
         self._data_writer.write_table(table)  # one row group per episode, as lerobot records them
@@ -250,8 +288,16 @@ class DatasetWriter(StagedWriter):
             self._data_writer.close()
             self._data_writer = None
 
-    def _append_video(self, key: str, episode_index: int, length: int, frames: np.ndarray | None,
-                      encoded: Path | None, stats: dict, given_stats: Mapping[str, np.ndarray] | None) -> dict:
+    def _append_video(
+        self,
+        key: str,
+        episode_index: int,
+        length: int,
+        frames: np.ndarray | None,
+        encoded: Path | None,
+        stats: dict,
+        given_stats: Mapping[str, np.ndarray] | None,
+    ) -> dict:
         camera = self._cameras[key]
         episode_mp4 = self._episode_tmp / f"{key}-{episode_index:06d}.mp4"
         if encoded is not None:
@@ -286,8 +332,10 @@ class DatasetWriter(StagedWriter):
             stats = frame_stats(np.asarray(frames)[::stride, ::4, ::4])
         else:
             if frames.shape[1:] != (h, w, c) or frames.dtype != np.uint8:
-                raise ValueError(f"episode {episode_index} camera {key!r}: expected uint8 frames (T, {h}, {w}, {c}), "
-                                 f"got {frames.dtype} {frames.shape}")
+                raise ValueError(
+                    f"episode {episode_index} camera {key!r}: expected uint8 frames (T, {h}, {w}, {c}), "
+                    f"got {frames.dtype} {frames.shape}"
+                )
             encode_video(frames, path, self.fps, self.codec, self.gop, self.crf, preset=self.preset)
             stats = image_stats(frames[::stride, ::4, ::4])
         stats["count"] = np.array([length], dtype=np.int64)
@@ -297,8 +345,9 @@ class DatasetWriter(StagedWriter):
         camera = self._cameras[key]
         if not camera.pending:
             return
-        target = self._stage_path(DEFAULT_VIDEO_PATH, video_key=key, chunk_index=camera.file.chunk_index,
-                                  file_index=camera.file.file_index)
+        target = self._stage_path(
+            DEFAULT_VIDEO_PATH, video_key=key, chunk_index=camera.file.chunk_index, file_index=camera.file.file_index
+        )
         concat_videos(camera.pending, target, self.fps)
         for path in camera.pending:
             path.unlink()
@@ -354,22 +403,36 @@ class DatasetWriter(StagedWriter):
                 h, w, c = feat["shape"]
                 feat.setdefault("names", ["height", "width", "channels"])
                 feat["info"] = {
-                    "video.height": h, "video.width": w, "video.codec": self.codec, "video.pix_fmt": "yuv420p",
-                    "video.is_depth_map": False, "video.fps": self.fps, "video.channels": c, "has_audio": False,
-                    "video.g": self.gop, "video.crf": self.crf,
+                    "video.height": h,
+                    "video.width": w,
+                    "video.codec": self.codec,
+                    "video.pix_fmt": "yuv420p",
+                    "video.is_depth_map": False,
+                    "video.fps": self.fps,
+                    "video.channels": c,
+                    "has_audio": False,
+                    "video.g": self.gop,
+                    "video.crf": self.crf,
                 }
             features[name] = feat
         return DatasetInfo(
-            codebase_version=CODEBASE_VERSION, fps=self.fps, features=features,
-            total_episodes=len(self._episode_rows), total_frames=self._frames, total_tasks=len(self._tasks),
-            chunks_size=self.chunks_size, data_files_size_in_mb=self.data_files_size_in_mb,
-            video_files_size_in_mb=self.video_files_size_in_mb, data_path=DEFAULT_DATA_PATH,
-            video_path=DEFAULT_VIDEO_PATH if self.video_keys else None, robot_type=self.robot_type,
-            splits={"train": f"0:{len(self._episode_rows)}"}, raw={"tools": self.tools} if self.tools else {},
+            codebase_version=CODEBASE_VERSION,
+            fps=self.fps,
+            features=features,
+            total_episodes=len(self._episode_rows),
+            total_frames=self._frames,
+            total_tasks=len(self._tasks),
+            chunks_size=self.chunks_size,
+            data_files_size_in_mb=self.data_files_size_in_mb,
+            video_files_size_in_mb=self.video_files_size_in_mb,
+            data_path=DEFAULT_DATA_PATH,
+            video_path=DEFAULT_VIDEO_PATH if self.video_keys else None,
+            robot_type=self.robot_type,
+            splits={"train": f"0:{len(self._episode_rows)}"},
+            raw={"tools": self.tools} if self.tools else {},
         )
 
     def abort(self) -> None:
         """Discard everything written so far; `root` is left as it was."""
         self._close_data_file()
         self.remove_stage()
-

@@ -33,18 +33,27 @@ CHAIN_TOL = 1e-5  # several ops, the differences carried through
 AFFINE_MAX_MOVED = 1e-3  # fraction of pixels whose nearest-neighbour pick may differ
 UINT8_MAX_OFF = 1e-3  # fraction of uint8 pixels that may be 1 off (float differences crossing a rounding edge)
 
-FACTOR_FNS = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast, "saturation": F.adjust_saturation,
-              "hue": F.adjust_hue, "sharpness": F.adjust_sharpness}
+FACTOR_FNS = {
+    "brightness": F.adjust_brightness,
+    "contrast": F.adjust_contrast,
+    "saturation": F.adjust_saturation,
+    "hue": F.adjust_hue,
+    "sharpness": F.adjust_sharpness,
+}
 ALPHA = 1e-3
 
 
-def config(*tfs: tuple[str, str, dict], max_num: int = 3, random_order: bool = False,
-           enable: bool = True) -> ImageTransformsConfig:
+def config(
+    *tfs: tuple[str, str, dict], max_num: int = 3, random_order: bool = False, enable: bool = True
+) -> ImageTransformsConfig:
     if not tfs:
         return ImageTransformsConfig(enable=enable, max_num_transforms=max_num, random_order=random_order)
-    return ImageTransformsConfig(enable=enable, max_num_transforms=max_num, random_order=random_order,
-                                 tfs={name: ImageTransformConfig(type=type_, kwargs=kwargs)
-                                      for name, type_, kwargs in tfs})
+    return ImageTransformsConfig(
+        enable=enable,
+        max_num_transforms=max_num,
+        random_order=random_order,
+        tfs={name: ImageTransformConfig(type=type_, kwargs=kwargs) for name, type_, kwargs in tfs},
+    )
 
 
 def frames(index: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -54,8 +63,14 @@ def frames(index: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tens
     return (x * 255).round().to(torch.uint8) if dtype == torch.uint8 else x
 
 
-def make_batch(indices: list[int], *, window: int = 0, dtype: torch.dtype = torch.float32,
-               dataset_index: list[int] | None = None, cameras: tuple[str, ...] = ("cam",)) -> dict:
+def make_batch(
+    indices: list[int],
+    *,
+    window: int = 0,
+    dtype: torch.dtype = torch.float32,
+    dataset_index: list[int] | None = None,
+    cameras: tuple[str, ...] = ("cam",),
+) -> dict:
     shape = ((window,) if window else ()) + (3, 24, 32)
     batch: dict = {"index": torch.tensor(indices), "action": torch.randn(len(indices), 4)}
     for c, key in enumerate(cameras):
@@ -70,8 +85,15 @@ def reference(images: torch.Tensor, plan: Plan) -> torch.Tensor:
     x = images
     for op in plan.ops:
         if isinstance(op, AffineOp):
-            x = F.affine(x, angle=op.angle, translate=list(op.translate), scale=op.scale, shear=list(op.shear),
-                         interpolation=InterpolationMode.NEAREST, fill=0)
+            x = F.affine(
+                x,
+                angle=op.angle,
+                translate=list(op.translate),
+                scale=op.scale,
+                shear=list(op.shear),
+                interpolation=InterpolationMode.NEAREST,
+                fill=0,
+            )
         else:
             x = FACTOR_FNS[op.kind](x, op.factor)
     return x
@@ -84,10 +106,14 @@ CASES = {
     "hue": (config(("h", "ColorJitter", {"hue": 0.5})), HUE_TOL),
     "sharpness": (config(("sh", "SharpnessJitter", {"sharpness": (0.0, 3.0)})), BLEND_TOL),
     "affine": (config(("a", "RandomAffine", {"degrees": 30, "translate": (0.2, 0.1)})), 0.0),
-    "affine_scale_shear": (config(("a", "RandomAffine", {"degrees": (-10, 10), "scale": (0.5, 1.5),
-                                                         "shear": (-5, 5, -3, 3)})), 0.0),
-    "color_jitter_4": (config(("cj", "ColorJitter", {"brightness": 0.3, "contrast": 0.3, "saturation": 0.5,
-                                                      "hue": 0.1})), CHAIN_TOL),
+    "affine_scale_shear": (
+        config(("a", "RandomAffine", {"degrees": (-10, 10), "scale": (0.5, 1.5), "shear": (-5, 5, -3, 3)})),
+        0.0,
+    ),
+    "color_jitter_4": (
+        config(("cj", "ColorJitter", {"brightness": 0.3, "contrast": 0.3, "saturation": 0.5, "hue": 0.1})),
+        CHAIN_TOL,
+    ),
     "default": (config(), CHAIN_TOL),
     "default_random_order_all": (config(max_num=6, random_order=True), CHAIN_TOL),
 }
@@ -246,10 +272,16 @@ def weighted(cfg: ImageTransformsConfig, weights: list[float]) -> ImageTransform
     return cfg
 
 
-@pytest.mark.parametrize("cfg", [config(), config(random_order=True),
-                                 weighted(config(max_num=2), [1.0, 2.0, 4.0, 0.5, 0.0, 3.0]),
-                                 weighted(config(random_order=True), [1.0, 2.0, 4.0, 0.5, 1.0, 3.0])],
-                         ids=["uniform", "uniform_random_order", "weighted", "weighted_random_order"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        config(),
+        config(random_order=True),
+        weighted(config(max_num=2), [1.0, 2.0, 4.0, 0.5, 0.0, 3.0]),
+        weighted(config(random_order=True), [1.0, 2.0, 4.0, 0.5, 1.0, 3.0]),
+    ],
+    ids=["uniform", "uniform_random_order", "weighted", "weighted_random_order"],
+)
 def test_subset_frequencies_match_lerobot(cfg: ImageTransformsConfig) -> None:
     theirs = lerobot_subsets(cfg)
     ours = [plan.transforms for plan in our_plans(cfg)]
@@ -265,9 +297,14 @@ def test_subset_frequencies_match_lerobot(cfg: ImageTransformsConfig) -> None:
 def test_parameters_uniform_on_lerobot_ranges() -> None:
     cfg = config()
     lerobot_tfs = ImageTransforms(cfg).transforms
-    ranges = {"brightness": lerobot_tfs["brightness"].brightness, "contrast": lerobot_tfs["contrast"].contrast,
-              "saturation": lerobot_tfs["saturation"].saturation, "hue": lerobot_tfs["hue"].hue,
-              "sharpness": lerobot_tfs["sharpness"].sharpness, "angle": lerobot_tfs["affine"].degrees}
+    ranges = {
+        "brightness": lerobot_tfs["brightness"].brightness,
+        "contrast": lerobot_tfs["contrast"].contrast,
+        "saturation": lerobot_tfs["saturation"].saturation,
+        "hue": lerobot_tfs["hue"].hue,
+        "sharpness": lerobot_tfs["sharpness"].sharpness,
+        "angle": lerobot_tfs["affine"].degrees,
+    }
     height, width = 96, 128
     drawn: dict[str, list[float]] = {name: [] for name in ranges}
     translations: dict[str, Counter] = {"tx": Counter(), "ty": Counter()}
@@ -284,8 +321,10 @@ def test_parameters_uniform_on_lerobot_ranges() -> None:
         statistic, critical = ks_uniform(drawn[name], lo, hi)
         assert len(drawn[name]) > N_DRAWS // 3 and statistic < critical, name
     # round(uniform(-m, m)) with m = translate fraction * size: P(k) = |[k - 1/2, k + 1/2] & [-m, m]| / 2m
-    for axis, fraction, size in (("tx", lerobot_tfs["affine"].translate[0], width),
-                                 ("ty", lerobot_tfs["affine"].translate[1], height)):
+    for axis, fraction, size in (
+        ("tx", lerobot_tfs["affine"].translate[0], width),
+        ("ty", lerobot_tfs["affine"].translate[1], height),
+    ):
         m = fraction * size
         pmf = {k: (min(k + 0.5, m) - max(k - 0.5, -m)) / (2 * m) for k in range(-math.ceil(m), math.ceil(m) + 1)}
         assert chi_square_fit_p(translations[axis], {k: p for k, p in pmf.items() if p > 0}) > ALPHA, axis
@@ -300,24 +339,28 @@ def test_color_jitter_order_is_a_uniform_permutation() -> None:
 
 # --- configs refused -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("tfs", "max_num", "match"), [
-    ((("noise", "GaussianNoise", {}),), 3, r"'noise' \(type 'GaussianNoise'\).*supported: ColorJitter"),
-    ((("b", "ColorJitter", {"brightness": (1.2, 0.8)}),), 3, "brightness"),
-    ((("h", "ColorJitter", {"hue": 0.7}),), 3, "hue"),
-    ((("c", "ColorJitter", {"contrast": -0.1}),), 3, "contrast"),
-    ((("c", "ColorJitter", {"gamma": 0.1}),), 3, "'gamma'"),
-    ((("s", "SharpnessJitter", {}),), 3, "'sharpness'"),
-    ((("s", "SharpnessJitter", {"sharpness": (2.0, 1.0)}),), 3, "sharpness"),
-    ((("a", "RandomAffine", {"translate": (0.1, 0.1)}),), 3, "'degrees'"),
-    ((("a", "RandomAffine", {"degrees": 5, "translate": (1.5, 0.1)}),), 3, "translate"),
-    ((("a", "RandomAffine", {"degrees": 5, "scale": (0.0, 1.0)}),), 3, "scale"),
-    ((("a", "RandomAffine", {"degrees": 5, "shear": (1, 2, 3)}),), 3, "shear"),
-    ((("a", "RandomAffine", {"degrees": 5, "interpolation": InterpolationMode.BILINEAR}),), 3, "interpolation"),
-    ((("a", "RandomAffine", {"degrees": 5, "fill": 1}),), 3, "fill"),
-    ((("a", "RandomAffine", {"degrees": 5, "center": (0, 0)}),), 3, "center"),
-    ((("i", "Identity", {"p": 1}),), 3, "'p'"),
-    ((), 0, "max_num_transforms"),
-])
+
+@pytest.mark.parametrize(
+    ("tfs", "max_num", "match"),
+    [
+        ((("noise", "GaussianNoise", {}),), 3, r"'noise' \(type 'GaussianNoise'\).*supported: ColorJitter"),
+        ((("b", "ColorJitter", {"brightness": (1.2, 0.8)}),), 3, "brightness"),
+        ((("h", "ColorJitter", {"hue": 0.7}),), 3, "hue"),
+        ((("c", "ColorJitter", {"contrast": -0.1}),), 3, "contrast"),
+        ((("c", "ColorJitter", {"gamma": 0.1}),), 3, "'gamma'"),
+        ((("s", "SharpnessJitter", {}),), 3, "'sharpness'"),
+        ((("s", "SharpnessJitter", {"sharpness": (2.0, 1.0)}),), 3, "sharpness"),
+        ((("a", "RandomAffine", {"translate": (0.1, 0.1)}),), 3, "'degrees'"),
+        ((("a", "RandomAffine", {"degrees": 5, "translate": (1.5, 0.1)}),), 3, "translate"),
+        ((("a", "RandomAffine", {"degrees": 5, "scale": (0.0, 1.0)}),), 3, "scale"),
+        ((("a", "RandomAffine", {"degrees": 5, "shear": (1, 2, 3)}),), 3, "shear"),
+        ((("a", "RandomAffine", {"degrees": 5, "interpolation": InterpolationMode.BILINEAR}),), 3, "interpolation"),
+        ((("a", "RandomAffine", {"degrees": 5, "fill": 1}),), 3, "fill"),
+        ((("a", "RandomAffine", {"degrees": 5, "center": (0, 0)}),), 3, "center"),
+        ((("i", "Identity", {"p": 1}),), 3, "'p'"),
+        ((), 0, "max_num_transforms"),
+    ],
+)
 def test_bad_configs_refused(tfs: tuple, max_num: int, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         BatchImageTransforms(config(*tfs, max_num=max_num), seed=0, camera_keys=["cam"])

@@ -15,16 +15,41 @@ ARGS = ["--batch_size", "4", "--num_workers", "1", "--num_batches", "3", "--spli
 @pytest.fixture(scope="module")
 def bench_out(av1_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    assert main(["bench", "--root", str(av1_root), "--mode", "single", "sarm", "--loader", "stream", "map", *ARGS,
-                 "--reference", "decode", "--reference_frames", "60", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--root",
+                str(av1_root),
+                "--mode",
+                "single",
+                "sarm",
+                "--loader",
+                "stream",
+                "map",
+                *ARGS,
+                "--reference",
+                "decode",
+                "--reference_frames",
+                "60",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def test_every_run_writes_its_figures(bench_out):
     names = sorted(p.name for p in bench_out.glob("*.json"))
-    assert names == ["local_map_sarm_b4_w1_cpu.json", "local_map_single_b4_w1_cpu.json",
-                     "local_stream_sarm_b4_w1_cpu.json", "local_stream_single_b4_w1_cpu.json",
-                     "reference_decode.json"]
+    assert names == [
+        "local_map_sarm_b4_w1_cpu.json",
+        "local_map_single_b4_w1_cpu.json",
+        "local_stream_sarm_b4_w1_cpu.json",
+        "local_stream_single_b4_w1_cpu.json",
+        "reference_decode.json",
+    ]
     for name in names[:-1]:
         result = json.loads((bench_out / name).read_text())
         m, config = result["metrics"], result["config"]
@@ -50,8 +75,12 @@ def test_every_run_writes_its_figures(bench_out):
 def test_csv_holds_one_row_per_run(bench_out):
     with open(bench_out / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert sorted((r["loader"], r["mode"]) for r in rows) == [("map", "sarm"), ("map", "single"),
-                                                              ("stream", "sarm"), ("stream", "single")]
+    assert sorted((r["loader"], r["mode"]) for r in rows) == [
+        ("map", "sarm"),
+        ("map", "single"),
+        ("stream", "sarm"),
+        ("stream", "single"),
+    ]
     assert all(float(r["frames_per_s"]) > 0 and "video_decoder_cache.hit_rate" in r for r in rows)
 
 
@@ -66,24 +95,66 @@ def test_report_renders_table_and_plots(bench_out, capsys):
 def test_bad_arguments_fail_clearly(av1_root, tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path)]) == 2
     assert "needs a dataset" in capsys.readouterr().err
-    assert main(["bench", str(av1_root), "--peer", "lerobot", "--loader", "stream", "--mode", "single",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "bench",
+                str(av1_root),
+                "--peer",
+                "lerobot",
+                "--loader",
+                "stream",
+                "--mode",
+                "single",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "--peer_python" in capsys.readouterr().err
-    assert main(["bench", str(av1_root), "--delta_timestamps", '{"observation.images.cam0": [0.013]}',
-                 *ARGS, "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "bench",
+                str(av1_root),
+                "--delta_timestamps",
+                '{"observation.images.cam0": [0.013]}',
+                *ARGS,
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "0.013" in capsys.readouterr().err  # not a multiple of 1/fps
     assert main(["bench-report", str(tmp_path / "empty")]) == 2
     assert "no benchmark result files" in capsys.readouterr().err
 
 
 def test_torchrun_gathers_both_ranks(av1_root, tmp_path):
-    proc = run_torchrun(["--nproc_per_node", "2", "-m", "robostream.bench", str(av1_root), "--mode", "single",
-                         "--loader", "stream", "map", *ARGS, "--out", str(tmp_path)], timeout=300)
+    proc = run_torchrun(
+        [
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "robostream.bench",
+            str(av1_root),
+            "--mode",
+            "single",
+            "--loader",
+            "stream",
+            "map",
+            *ARGS,
+            "--out",
+            str(tmp_path),
+        ],
+        timeout=300,
+    )
     fail_unless_ranks(proc, len(list(tmp_path.glob("*_rank*.json"))), 4, "result files (2 loaders x 2 ranks)")
     for loader in ("stream", "map"):
         job = json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu.json").read_text())
-        ranks = [json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu_rank{r}.json").read_text())
-                 for r in (0, 1)]
+        ranks = [json.loads((tmp_path / f"local_{loader}_single_b4_w1_cpu_rank{r}.json").read_text()) for r in (0, 1)]
         assert job["world_size"] == 2 and [r["rank"] for r in job["per_rank"]] == [0, 1]
         assert job["metrics"]["samples"] == sum(r["metrics"]["samples"] for r in ranks) == 24
         assert job["metrics"]["frames_per_s"] == pytest.approx(sum(r["metrics"]["frames_per_s"] for r in ranks))
@@ -96,21 +167,64 @@ def test_a_mixture_is_benchmarked_with_per_source_counts(av1_root, tmp_path, cap
     from robostream.format.metadata import load_metadata
 
     lengths = load_metadata(av1_root).episodes.length
-    sources = [{"root": str(av1_root), "episodes": [0, 1, 2]}, {"root": str(av1_root), "episodes": [3, 4, 5, 6],
-                                                                 "repeat": 2}]
+    sources = [
+        {"root": str(av1_root), "episodes": [0, 1, 2]},
+        {"root": str(av1_root), "episodes": [3, 4, 5, 6], "repeat": 2},
+    ]
     spec = tmp_path / "sources.json"
     spec.write_text(json.dumps(sources))
-    assert main(["bench", "--sources", f"@{spec}", "--mode", "single", "--batch_size", "4", "--num_workers", "1",
-                 "--num_batches", "1000", "--split_samples", "8", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--sources",
+                f"@{spec}",
+                "--mode",
+                "single",
+                "--batch_size",
+                "4",
+                "--num_workers",
+                "1",
+                "--num_batches",
+                "1000",
+                "--split_samples",
+                "8",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     result = json.loads((tmp_path / "out" / "local_mix2_stream_single_b4_w1_cpu.json").read_text())
     assert result["metrics"]["samples_per_source"] == [int(lengths[:3].sum()), 2 * int(lengths[3:].sum())]
     assert result["info"]["sources"] == 2 and 0 < result["info"]["construction_s"] < 60
     report = capsys.readouterr().err
     assert "samples per source" in report and "construction" in report and "MiB per source" in report
     for batching, tag in (("per_stream", "perstream"), ("stratified", "stratified")):
-        assert main(["bench", "--sources", f"@{spec}", "--batching", batching, "--mode", "single", "--batch_size",
-                     "4", "--num_workers", "1", "--num_batches", "1000", "--split_samples", "8",
-                     "--out", str(tmp_path / "out")]) == 0
+        assert (
+            main(
+                [
+                    "bench",
+                    "--sources",
+                    f"@{spec}",
+                    "--batching",
+                    batching,
+                    "--mode",
+                    "single",
+                    "--batch_size",
+                    "4",
+                    "--num_workers",
+                    "1",
+                    "--num_batches",
+                    "1000",
+                    "--split_samples",
+                    "8",
+                    "--out",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
         lanes = json.loads((tmp_path / "out" / f"local_mix2_{tag}_stream_single_b4_w1_cpu.json").read_text())
         assert lanes["metrics"]["samples_per_source"] == result["metrics"]["samples_per_source"]
     assert main(["bench", str(av1_root), "--batching", "per_stream", "--out", str(tmp_path / "x")]) == 2
@@ -123,8 +237,27 @@ def test_the_slow_store_serves_the_dataset_and_reports_requests_in_flight(av1_ro
     """--store_*: the local dataset is read through the slow store on 127.0.0.1 (latency, a cap on requests in
     flight); every run records what it asked of the store, and the table says it."""
     out = tmp_path / "out"
-    assert main(["bench", str(av1_root), "--mode", "single", "--loader", "stream", "map", "--store_latency_ms", "5",
-                 "--store_max_in_flight", "3", *ARGS, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(av1_root),
+                "--mode",
+                "single",
+                "--loader",
+                "stream",
+                "map",
+                "--store_latency_ms",
+                "5",
+                "--store_max_in_flight",
+                "3",
+                *ARGS,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     for loader in ("stream", "map"):
         result = json.loads((out / f"slow5ms_{loader}_single_b4_w1_cpu.json").read_text())
         assert result["config"]["root"].startswith("http://127.0.0.1:")
@@ -146,8 +279,26 @@ def test_the_slow_store_speaks_the_hub_api(av1_root, tmp_path, capsys):
     """--store_api hub: the dataset is a repo of the loopback Hub emulator (latency on every request) and the
     readers take it as a Hub dataset (huggingface_hub pointed at 127.0.0.1), requests overlapping."""
     out = tmp_path / "out"
-    assert main(["bench", str(av1_root), "--mode", "single", "--loader", "stream", "--store_api", "hub",
-                 "--store_latency_ms", "20", *ARGS, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(av1_root),
+                "--mode",
+                "single",
+                "--loader",
+                "stream",
+                "--store_api",
+                "hub",
+                "--store_latency_ms",
+                "20",
+                *ARGS,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / "hub20ms_stream_single_b4_w1_cpu.json").read_text())
     assert result["config"]["root"] is None and result["config"]["repo_id"] == f"bench/{av1_root.name}"
     store = result["metrics"]["store"]
@@ -161,8 +312,26 @@ def test_the_slow_store_speaks_the_hub_api(av1_root, tmp_path, capsys):
 def test_the_slow_store_speaks_s3(av1_root, tmp_path, capsys):
     """--store_api s3: the dataset is a bucket of the slow store's S3 dialect (s3://, an endpoint on 127.0.0.1)."""
     out = tmp_path / "out"
-    assert main(["bench", str(av1_root), "--mode", "single", "--loader", "map", "--store_api", "s3",
-                 "--store_latency_ms", "20", *ARGS, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(av1_root),
+                "--mode",
+                "single",
+                "--loader",
+                "map",
+                "--store_api",
+                "s3",
+                "--store_latency_ms",
+                "20",
+                *ARGS,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / "s320ms_map_single_b4_w1_cpu.json").read_text())
     assert result["config"]["root"] == f"s3://{av1_root.name}"
     assert result["config"]["storage_options"]["client_kwargs"]["endpoint_url"].startswith("http://127.0.0.1:")

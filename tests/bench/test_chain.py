@@ -14,8 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from robostream.bench.chain import (MatrixError, SubmitError, dry_run_lines, load_matrix, main, parse_job_id,
-                                    plan, submit, with_dependency)
+from robostream.bench.chain import (
+    MatrixError,
+    SubmitError,
+    dry_run_lines,
+    load_matrix,
+    main,
+    parse_job_id,
+    plan,
+    submit,
+    with_dependency,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = "benchmarks/slurm/bench_1node.sbatch"
@@ -32,18 +41,38 @@ def matrix(**scenario) -> dict:
 def test_cartesian_product_order_nodes_first_last_key_fastest():
     jobs = plan(matrix(nodes=[1, 2], env={"MODE": ["single", "sarm"], "LOADER": ["stream", "map"]}))
     assert [(j.argv[3], j.env["MODE"], j.env["LOADER"]) for j in jobs] == [
-        (f"--nodes={n}", mode, loader) for n in (1, 2) for mode in ("single", "sarm") for loader in ("stream", "map")]
+        (f"--nodes={n}", mode, loader) for n in (1, 2) for mode in ("single", "sarm") for loader in ("stream", "map")
+    ]
     assert jobs[0].label == "rs nodes=1 MODE=single LOADER=stream"
 
 
 def test_scenarios_keep_file_order_and_defaults_apply_to_every_job():
-    jobs = plan({"defaults": {"sbatch_args": ["--partition=gpu"], "env": {"ROOT": "s3://b/ds", "BATCH_SIZE": 32}},
-                 "scenario": [{"name": "b", "script": "two.sbatch", "nodes": 2, "sbatch_args": ["--time=5"],
-                               "env": {"BATCH_SIZE": 8}},
-                              {"name": "a", "script": SCRIPT, "nodes": 1, "env": {"MODE": ["single", "sarm"]}}]})
+    jobs = plan(
+        {
+            "defaults": {"sbatch_args": ["--partition=gpu"], "env": {"ROOT": "s3://b/ds", "BATCH_SIZE": 32}},
+            "scenario": [
+                {
+                    "name": "b",
+                    "script": "two.sbatch",
+                    "nodes": 2,
+                    "sbatch_args": ["--time=5"],
+                    "env": {"BATCH_SIZE": 8},
+                },
+                {"name": "a", "script": SCRIPT, "nodes": 1, "env": {"MODE": ["single", "sarm"]}},
+            ],
+        }
+    )
     assert [j.label for j in jobs] == ["b nodes=2", "a nodes=1 MODE=single", "a nodes=1 MODE=sarm"]
-    assert jobs[0].argv == ("sbatch", "--parsable", "--job-name=rs-b-2n", "--nodes=2", "--export=ALL",
-                            "--partition=gpu", "--time=5", "two.sbatch")
+    assert jobs[0].argv == (
+        "sbatch",
+        "--parsable",
+        "--job-name=rs-b-2n",
+        "--nodes=2",
+        "--export=ALL",
+        "--partition=gpu",
+        "--time=5",
+        "two.sbatch",
+    )
     assert jobs[0].env == {"ROOT": "s3://b/ds", "BATCH_SIZE": "8"}  # the scenario overrides the default
     assert jobs[2].env == {"ROOT": "s3://b/ds", "BATCH_SIZE": "32", "MODE": "sarm"}
     assert jobs[2].argv[2] == "--job-name=rs-a-1n-sarm" and jobs[2].argv[-1] == SCRIPT
@@ -67,21 +96,24 @@ def test_dependency_chaining_and_job_id_parsing():
         parse_job_id("Submitted batch job 1234")
 
 
-@pytest.mark.parametrize("bad, key", [
-    ({"scenario": []}, r"\[\[scenario\]\]"),
-    ({"scenarios": [{}]}, "scenarios"),
-    (matrix(script=None), r"scenario\[0\] \('rs'\)\.script"),
-    (matrix(nodes=0), r"\.nodes"),
-    (matrix(nodes=[]), r"\.nodes"),
-    (matrix(nodes=True), r"\.nodes"),
-    (matrix(env={"MODE": []}), r"\.env\.MODE"),
-    (matrix(env={"MODE": {"a": 1}}), r"\.env\.MODE"),
-    (matrix(env={"BAD-NAME": "x"}), r"\.env\.BAD-NAME"),
-    (matrix(envs={"MODE": "single"}), "envs"),
-    (matrix(sbatch_args="--time=5"), r"\.sbatch_args"),
-    ({"defaults": {"env": {"MODE": ["single", "sarm"]}}, **matrix()}, r"defaults\.env"),
-    ({"defaults": {"nodes": 2}, **matrix()}, r"defaults.*nodes"),
-])
+@pytest.mark.parametrize(
+    "bad, key",
+    [
+        ({"scenario": []}, r"\[\[scenario\]\]"),
+        ({"scenarios": [{}]}, "scenarios"),
+        (matrix(script=None), r"scenario\[0\] \('rs'\)\.script"),
+        (matrix(nodes=0), r"\.nodes"),
+        (matrix(nodes=[]), r"\.nodes"),
+        (matrix(nodes=True), r"\.nodes"),
+        (matrix(env={"MODE": []}), r"\.env\.MODE"),
+        (matrix(env={"MODE": {"a": 1}}), r"\.env\.MODE"),
+        (matrix(env={"BAD-NAME": "x"}), r"\.env\.BAD-NAME"),
+        (matrix(envs={"MODE": "single"}), "envs"),
+        (matrix(sbatch_args="--time=5"), r"\.sbatch_args"),
+        ({"defaults": {"env": {"MODE": ["single", "sarm"]}}, **matrix()}, r"defaults\.env"),
+        ({"defaults": {"nodes": 2}, **matrix()}, r"defaults.*nodes"),
+    ],
+)
 def test_bad_matrix_names_the_key(bad, key):
     with pytest.raises(MatrixError, match=key):
         plan(bad)

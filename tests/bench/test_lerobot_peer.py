@@ -43,16 +43,33 @@ def peer_python(lerobot_python: str, hf_home: Path) -> str:
     return lerobot_python
 
 
-def _params(root: Path, delta: dict[str, list[float]] | None, num_workers: int,
-            episodes: list[int] | None) -> dict[str, Any]:
-    return {"root": str(root), "delta_timestamps": delta, "batch_size": BATCH_SIZE, "num_workers": num_workers,
-            "prefetch_factor": 2, "seed": 0, "episodes": episodes, "video_backend": None, "pin_memory": False,
-            "tolerance_s": 1e-4}
+def _params(
+    root: Path, delta: dict[str, list[float]] | None, num_workers: int, episodes: list[int] | None
+) -> dict[str, Any]:
+    return {
+        "root": str(root),
+        "delta_timestamps": delta,
+        "batch_size": BATCH_SIZE,
+        "num_workers": num_workers,
+        "prefetch_factor": 2,
+        "seed": 0,
+        "episodes": episodes,
+        "video_backend": None,
+        "pin_memory": False,
+        "tolerance_s": 1e-4,
+    }
 
 
 def _probe_trace(python: str, hf_home: Path, tmp: Path, params: dict[str, Any]) -> dict[str, Any]:
-    spec = {"factory": f"{PEER}:build", "params": params, "num_batches": NUM_BATCHES,
-            "warmup_batches": WARMUP_BATCHES, "duration_s": None, "device": "cpu", "split_samples": SPLIT_SAMPLES}
+    spec = {
+        "factory": f"{PEER}:build",
+        "params": params,
+        "num_batches": NUM_BATCHES,
+        "warmup_batches": WARMUP_BATCHES,
+        "duration_s": None,
+        "device": "cpu",
+        "split_samples": SPLIT_SAMPLES,
+    }
     (tmp / "spec.json").write_text(json.dumps(spec))
     run(python, hf_home, [str(PROBE), str(tmp / "spec.json"), str(tmp / "trace.json")])
     return json.loads((tmp / "trace.json").read_text())
@@ -79,16 +96,16 @@ def _check_trace(trace: dict[str, Any], episodes: set[int], frames_per_sample: i
     assert info["peer"] == "lerobot" and info["uint8"] is True and info["lerobot_version"]
 
 
-def test_single_frame_with_spawned_workers(peer_python: str, hf_home: Path, av1_root: Path,
-                                           tmp_path: Path) -> None:
+def test_single_frame_with_spawned_workers(peer_python: str, hf_home: Path, av1_root: Path, tmp_path: Path) -> None:
     """Current frame of every camera, two spawned workers (lerobot-train's multiprocessing context)."""
     trace = _probe_trace(peer_python, hf_home, tmp_path, _params(av1_root, None, 2, None))
     _check_trace(trace, set(range(AV1_CONFIG.episodes)), frames_per_sample=len(CAMERAS))
     assert trace["info"]["multiprocessing_context"] == "spawn"
 
 
-def test_window_in_process_on_selected_episodes(peer_python: str, hf_home: Path, av1_root: Path,
-                                                tmp_path: Path) -> None:
+def test_window_in_process_on_selected_episodes(
+    peer_python: str, hf_home: Path, av1_root: Path, tmp_path: Path
+) -> None:
     """A 3-frame window per camera and on the state, no workers, a subset of episodes."""
     trace = _probe_trace(peer_python, hf_home, tmp_path, _params(av1_root, WINDOW_DELTA, 0, WINDOW_EPISODES))
     _check_trace(trace, set(WINDOW_EPISODES), frames_per_sample=len(CAMERAS) * len(WINDOW))
@@ -109,8 +126,7 @@ print(json.dumps(out))
 """
 
 
-def test_ranks_take_alternate_batches_of_one_permutation(peer_python: str, hf_home: Path,
-                                                         av1_root: Path) -> None:
+def test_ranks_take_alternate_batches_of_one_permutation(peer_python: str, hf_home: Path, av1_root: Path) -> None:
     """WORLD_SIZE > 1: like accelerate's batch sharding, rank r gets batches r, r + W, ... of the same order."""
     params = json.dumps(_params(av1_root, None, 0, None))
     out = json.loads(run(peer_python, hf_home, ["-c", BATCHES_SCRIPT, str(PEER), params]).splitlines()[-1])
@@ -130,13 +146,39 @@ def test_the_streaming_peer_reads_the_hub_store(peer_python: str, tmp_path: Path
     from robostream.cli import main
     from robostream.synth import SynthConfig, generate
 
-    root = generate(tmp_path / "ds", SynthConfig(episodes=4, cameras=1, height=64, width=64, episode_length=30,
-                                                 seed=2))
+    root = generate(tmp_path / "ds", SynthConfig(episodes=4, cameras=1, height=64, width=64, episode_length=30, seed=2))
     out = tmp_path / "out"
-    assert main(["bench", str(root), "--mode", "single", "--loader", "stream", "--peer", "lerobot-stream",
-                 "--peer_python", peer_python, "--store_api", "hub", "--store_latency_ms", "5",
-                 "--batch_size", str(BATCH_SIZE), "--num_workers", "1", "--num_batches", str(NUM_BATCHES),
-                 "--split_samples", "0", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(root),
+                "--mode",
+                "single",
+                "--loader",
+                "stream",
+                "--peer",
+                "lerobot-stream",
+                "--peer_python",
+                peer_python,
+                "--store_api",
+                "hub",
+                "--store_latency_ms",
+                "5",
+                "--batch_size",
+                str(BATCH_SIZE),
+                "--num_workers",
+                "1",
+                "--num_batches",
+                str(NUM_BATCHES),
+                "--split_samples",
+                "0",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     for loader in ("stream", "lerobot-stream"):
         result = json.loads((out / f"hub5ms_{loader}_single_b{BATCH_SIZE}_w1_cpu.json").read_text())
         assert result["metrics"]["samples"] == NUM_BATCHES * BATCH_SIZE

@@ -16,11 +16,21 @@ from robostream.bench.metrics import (
 def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample=3):
     n = len(arrivals)
     episodes = episodes or [[0, 1, 2, 3]] * n
-    return {"records": [{"arrival_s": a, "wait_s": (waits or [0.0] * n)[i], "episodes": episodes[i],
-                         "sample_s": (sample_s or [[0.01] * len(episodes[i])] * n)[i]}
-                        for i, a in enumerate(arrivals)],
-            "frames_per_sample": frames_per_sample, "peak_rss_bytes": 3 * 2 ** 20, "baseline_rss_bytes": 2 ** 20,
-            "peak_pss_bytes": 2 * 2 ** 20}
+    return {
+        "records": [
+            {
+                "arrival_s": a,
+                "wait_s": (waits or [0.0] * n)[i],
+                "episodes": episodes[i],
+                "sample_s": (sample_s or [[0.01] * len(episodes[i])] * n)[i],
+            }
+            for i, a in enumerate(arrivals)
+        ],
+        "frames_per_sample": frames_per_sample,
+        "peak_rss_bytes": 3 * 2**20,
+        "baseline_rss_bytes": 2**20,
+        "peak_pss_bytes": 2 * 2**20,
+    }
 
 
 def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
@@ -55,8 +65,15 @@ def test_decoded_per_delivered_cache_and_split():
     trace["split"] = {"samples": 10, "seconds": 1.0, "decode_s": 0.6, "fetch_s": 0.4, "samples_per_s": 10.0}
     m = summarize(trace, warmup_batches=1)
     assert m["decoded_per_delivered"] == 0.25 and m["decoded_frames_per_s"] == pytest.approx(m["frames_per_s"] / 4)
-    assert m["video_decoder_cache"] == {"hits": 5, "misses": 5, "evictions": 1, "size": 4, "decoder_calls": 8,
-                                        "seeks": 6, "hit_rate": 0.5}
+    assert m["video_decoder_cache"] == {
+        "hits": 5,
+        "misses": 5,
+        "evictions": 1,
+        "size": 4,
+        "decoder_calls": 8,
+        "seeks": 6,
+        "hit_rate": 0.5,
+    }
     # per 100 frames delivered over the whole run (2 batches x 4 samples x 3 frames)
     assert m["decoder_calls_per_100_frames"] == pytest.approx(800 / 24)
     assert m["seeks_per_100_frames"] == pytest.approx(600 / 24)

@@ -37,10 +37,22 @@ def main(argv=None):
 
     root = os.path.abspath(args.root)
     start = time.perf_counter()
-    convert_dataset(repo_id="local/ds", root=root, push_to_hub=False, data_file_size_in_mb=args.data_mb,
-                    video_file_size_in_mb=args.video_mb)
-    print(json.dumps({"root": root, "seconds": time.perf_counter() - start,
-                      "lerobot_version": getattr(lerobot, "__version__", None)}))
+    convert_dataset(
+        repo_id="local/ds",
+        root=root,
+        push_to_hub=False,
+        data_file_size_in_mb=args.data_mb,
+        video_file_size_in_mb=args.video_mb,
+    )
+    print(
+        json.dumps(
+            {
+                "root": root,
+                "seconds": time.perf_counter() - start,
+                "lerobot_version": getattr(lerobot, "__version__", None),
+            }
+        )
+    )
     return 0
 
 

@@ -63,7 +63,7 @@ def rgb_frame(h, w, ep, fr, cam):
     img = np.random.default_rng(ep * 1000 + fr * 10 + cam).integers(0, 64, (h, w, 3), dtype=np.uint8)
     img[..., 0] += ((xx * 5 + fr * 9 + cam * 60) % 192).astype(np.uint8)
     img[..., 1] += ((yy * 7 + ep * 40) % 192).astype(np.uint8)
-    img[..., 2] += ((100 + 50 * cam + 11 * fr + 3 * ep) % 192)
+    img[..., 2] += (100 + 50 * cam + 11 * fr + 3 * ep) % 192
     return img
 
 
@@ -94,19 +94,38 @@ def write(root, size):
     features = {
         "observation.state": {"dtype": "float32", "shape": (2,), "names": ["a", "b"]},
         "action": {"dtype": "float32", "shape": (2,), "names": ["a", "b"]},
-        **{cam: {"dtype": "video", "shape": (ch, cw, 3), "names": ["height", "width", "channels"]}
-           for cam, (ch, cw) in sizes.items()},
-        DEPTH: {"dtype": "video", "shape": (h, w, 1), "names": ["height", "width", "channels"],
-                "info": {"is_depth_map": True}},
+        **{
+            cam: {"dtype": "video", "shape": (ch, cw, 3), "names": ["height", "width", "channels"]}
+            for cam, (ch, cw) in sizes.items()
+        },
+        DEPTH: {
+            "dtype": "video",
+            "shape": (h, w, 1),
+            "names": ["height", "width", "channels"],
+            "info": {"is_depth_map": True},
+        },
         "note": {"dtype": "string", "shape": (1,), "names": None},
     }
-    ds = LeRobotDataset.create(repo_id="local/depth", fps=FPS, root=root, features=features, use_videos=True,
-                               robot_type="synthetic", video_files_size_in_mb=0.025, data_files_size_in_mb=0.004)
+    ds = LeRobotDataset.create(
+        repo_id="local/depth",
+        fps=FPS,
+        root=root,
+        features=features,
+        use_videos=True,
+        robot_type="synthetic",
+        video_files_size_in_mb=0.025,
+        data_files_size_in_mb=0.004,
+    )
     for ep, n in enumerate(LENGTHS):
         for fr in range(n):
             state = np.array([ep * 100 + fr, fr / 10], dtype=np.float32)
-            frame = {"observation.state": state, "action": state + np.float32(0.5), "note": f"e{ep}-f{fr}",
-                     "task": f"task {ep % 2}", DEPTH: depth_frame(h, w, ep, fr)}
+            frame = {
+                "observation.state": state,
+                "action": state + np.float32(0.5),
+                "note": f"e{ep}-f{fr}",
+                "task": f"task {ep % 2}",
+                DEPTH: depth_frame(h, w, ep, fr),
+            }
             for cam_id, (cam, (ch, cw)) in enumerate(sizes.items()):
                 frame[cam] = rgb_frame(ch, cw, ep, fr, cam_id)
             ds.add_frame(frame)
@@ -128,8 +147,13 @@ def dump(root, prefix, annotated):
     import torch
 
     arrays, strings, language, dtypes = {}, {}, {}, {}
-    configs = {"mm": ("mm", False, {}), "m": ("m", False, {}), "mm_window": ("mm", True, {}),
-               "m_window": ("m", True, {}), "uint8": ("mm", False, {"return_uint8": True})}
+    configs = {
+        "mm": ("mm", False, {}),
+        "m": ("m", False, {}),
+        "mm_window": ("mm", True, {}),
+        "m_window": ("m", True, {}),
+        "uint8": ("mm", False, {"return_uint8": True}),
+    }
     backend = None
     for name, (unit, window, kw) in configs.items():
         ds = open_dataset(root, unit, window, **kw)
@@ -145,8 +169,7 @@ def dump(root, prefix, annotated):
             for key, value in sample.items():
                 if isinstance(value, torch.Tensor):
                     dtypes[name][key] = str(value.dtype)
-                    keep = (name == "mm" or key in (DEPTH, f"{DEPTH}_is_pad")
-                            or (name == "uint8" and key in RGB))
+                    keep = name == "mm" or key in (DEPTH, f"{DEPTH}_is_pad") or (name == "uint8" and key in RGB)
                     if keep:
                         arrays[f"{name}/{index}/{key}"] = value.numpy()
                 elif name == "mm" and isinstance(value, str):
@@ -154,8 +177,16 @@ def dump(root, prefix, annotated):
                 elif name == "mm" and key.startswith("language_"):
                     language.setdefault(index, {})[key] = value
     np.savez(f"{prefix}.npz", **arrays)
-    meta = {"video_backend": backend, "len": len(ds), "window": WINDOW, "depth_key": DEPTH, "rgb_keys": list(RGB),
-            "strings": strings, "language": language if annotated else {}, "dtypes": dtypes}
+    meta = {
+        "video_backend": backend,
+        "len": len(ds),
+        "window": WINDOW,
+        "depth_key": DEPTH,
+        "rgb_keys": list(RGB),
+        "strings": strings,
+        "language": language if annotated else {},
+        "dtypes": dtypes,
+    }
     Path(f"{prefix}.json").write_text(json.dumps(meta))
     print(json.dumps({"len": len(ds), "video_backend": backend, "arrays": len(arrays), "dtypes": dtypes["mm"]}))
 
@@ -168,10 +199,12 @@ def collate(root, out):
     results = {}
     for unit, window in (("mm", False), ("m", True)):
         theirs = open_dataset(root, unit, window)
-        ours = RobostreamDataset(root=root, depth_output_unit=unit,
-                                 delta_timestamps={DEPTH: WINDOW} if window else None)
+        ours = RobostreamDataset(
+            root=root, depth_output_unit=unit, delta_timestamps={DEPTH: WINDOW} if window else None
+        )
         results[f"{unit}{'_window' if window else ''}"] = collate_compare(
-            [theirs[i] for i in COLLATE_POSITIONS], [ours[i] for i in COLLATE_POSITIONS])
+            [theirs[i] for i in COLLATE_POSITIONS], [ours[i] for i in COLLATE_POSITIONS]
+        )
     Path(out).write_text(json.dumps(results))
     print(json.dumps(results))
 

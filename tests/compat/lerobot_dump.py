@@ -106,16 +106,19 @@ def main(argv=None):
     if args.spec_json:
         specs = json.loads(args.spec_json)
     else:
-        specs = [{
-            "name": "main",
-            "delta": json.loads(args.delta_json) if args.delta_json else None,
-            "episodes": [int(x) for x in args.episodes.split(",")] if args.episodes else None,
-            "indices": [int(x) for x in args.indices.split(",")] if args.indices else None,
-        }]
+        specs = [
+            {
+                "name": "main",
+                "delta": json.loads(args.delta_json) if args.delta_json else None,
+                "episodes": [int(x) for x in args.episodes.split(",")] if args.episodes else None,
+                "indices": [int(x) for x in args.indices.split(",")] if args.indices else None,
+            }
+        ]
     arrays, meta = {}, {}
     for spec in specs:
-        meta[spec.get("name", "main")] = dump_one(args.root, spec, args.tolerance, args.video_backend,
-                                                  args.return_uint8, arrays)
+        meta[spec.get("name", "main")] = dump_one(
+            args.root, spec, args.tolerance, args.video_backend, args.return_uint8, arrays
+        )
     arrays["__meta__"] = np.array(json.dumps(meta))
     np.savez(args.out, **arrays)
     print(json.dumps(meta, indent=1))

@@ -47,12 +47,27 @@ def staged_rows(timestamps, camera):
             speech,
         ],
         "vqa": [
-            {"role": "user", "content": "where is the cube?", "style": "vqa", "camera": camera,
-             "timestamp": timestamps[2 * n // 3]},
-            {"role": "assistant", "content": '{"x": 3, "y": 0.5}', "style": "vqa", "camera": camera,
-             "timestamp": timestamps[2 * n // 3]},
-            {"role": "assistant", "content": "[[1, 2], [3, 4]]", "style": "trace", "camera": camera,
-             "timestamp": timestamps[n - 1]},
+            {
+                "role": "user",
+                "content": "where is the cube?",
+                "style": "vqa",
+                "camera": camera,
+                "timestamp": timestamps[2 * n // 3],
+            },
+            {
+                "role": "assistant",
+                "content": '{"x": 3, "y": 0.5}',
+                "style": "vqa",
+                "camera": camera,
+                "timestamp": timestamps[2 * n // 3],
+            },
+            {
+                "role": "assistant",
+                "content": "[[1, 2], [3, 4]]",
+                "style": "trace",
+                "camera": camera,
+                "timestamp": timestamps[n - 1],
+            },
         ],
     }
 
@@ -81,8 +96,8 @@ def collate_compare(lerobot_samples, robostream_samples):
 
     ours, theirs = lerobot_collate_fn(robostream_samples), lerobot_collate_fn(lerobot_samples)
     equal = sorted(ours) == sorted(theirs) and all(
-        torch.equal(ours[k], theirs[k]) if isinstance(theirs[k], torch.Tensor) else ours[k] == theirs[k]
-        for k in theirs)
+        torch.equal(ours[k], theirs[k]) if isinstance(theirs[k], torch.Tensor) else ours[k] == theirs[k] for k in theirs
+    )
     return {"keys": list(theirs), "robostream_keys": list(ours), "equal": equal}
 
 
@@ -103,8 +118,10 @@ def main(argv=None):
         annotate(root, Path(args.out).with_suffix(".staging"))
     dataset = LeRobotDataset("local/test", root=root)
     samples = [dataset[i] for i in range(len(dataset))]
-    out = {"tools": dataset.meta.tools,
-           "samples": {int(s["index"]): {k: s[k] for k in LANGUAGE_COLUMNS} for s in samples}}
+    out = {
+        "tools": dataset.meta.tools,
+        "samples": {int(s["index"]): {k: s[k] for k in LANGUAGE_COLUMNS} for s in samples},
+    }
     if args.robostream:
         from robostream.datasets.map_style import LeRobotDataset as RobostreamDataset
 

@@ -26,7 +26,6 @@ import sys
 
 from lerobot_offline import setup_offline_env
 
-
 FPS = 10
 LENGTHS = [20, 33, 25, 40, 28, 36, 22, 31]
 TASKS = ["pick up the red cube", "place the cube in the bin"]

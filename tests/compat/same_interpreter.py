@@ -40,19 +40,33 @@ def main(argv=None):
             continue
         for key, value in a.items():
             other = b[key]
-            same = (isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor)
-                    and value.dtype == other.dtype and value.shape == other.shape and torch.equal(value, other)) \
-                or (not isinstance(value, torch.Tensor) and value == other)
+            same = (
+                isinstance(value, torch.Tensor)
+                and isinstance(other, torch.Tensor)
+                and value.dtype == other.dtype
+                and value.shape == other.shape
+                and torch.equal(value, other)
+            ) or (not isinstance(value, torch.Tensor) and value == other)
             if not same:
                 mismatches.append(f"{position}: {key}")
-    print(json.dumps({"positions": len(theirs), "mismatches": mismatches[:20], "lerobot": lerobot.__version__,
-                      "robostream": robostream.__version__, "torch": torch.__version__,
-                      "torchcodec": torchcodec.__version__}))
+    print(
+        json.dumps(
+            {
+                "positions": len(theirs),
+                "mismatches": mismatches[:20],
+                "lerobot": lerobot.__version__,
+                "robostream": robostream.__version__,
+                "torch": torch.__version__,
+                "torchcodec": torchcodec.__version__,
+            }
+        )
+    )
 
 
 def _metadata_mismatches(theirs, ours) -> list[str]:
-    out = [f"meta.{name}" for name in ("features", "fps", "camera_keys")
-           if getattr(theirs, name) != getattr(ours, name)]
+    out = [
+        f"meta.{name}" for name in ("features", "fps", "camera_keys") if getattr(theirs, name) != getattr(ours, name)
+    ]
     if set(theirs.stats) != set(ours.stats):
         out.append(f"meta.stats keys {sorted(set(theirs.stats) ^ set(ours.stats))} differ")
     for key in set(theirs.stats) & set(ours.stats):

@@ -37,8 +37,19 @@ from tests.compat.test_lerobot_compat import (
 
 # 10 episodes of ~20 frames, 3 cameras: per episode ~6 KB of parquet and 6-10, 13-22, 25-39 KB of mp4 per camera,
 # so every file holds several episodes and the cameras roll over at different episodes.
-VIDEO_CONFIG = SynthConfig(episodes=10, cameras=3, height=64, width=96, fps=20, episode_length=20, state_dim=6,
-                           codec="av1", gop=2, seed=21, codebase_version="v2.1")
+VIDEO_CONFIG = SynthConfig(
+    episodes=10,
+    cameras=3,
+    height=64,
+    width=96,
+    fps=20,
+    episode_length=20,
+    state_dim=6,
+    codec="av1",
+    gop=2,
+    seed=21,
+    codebase_version="v2.1",
+)
 VIDEO_LIMITS = (0.015, 0.07)  # (data MB, video MB)
 IMAGE_LIMITS = (0.09, 0.07)  # the image dataset has 22-42 KB of PNGs per episode: 2 data files
 IMAGE_SHAPE = (32, 48, 3)
@@ -51,15 +62,20 @@ def _image_v21(root: Path) -> Path:
     from robostream.writer.v21 import V21Writer
 
     rng = np.random.default_rng(7)
-    features = {"observation.image": {"dtype": "image", "shape": list(IMAGE_SHAPE),
-                                      "names": ["height", "width", "channels"]},
-                "observation.state": {"dtype": "float32", "shape": [3], "names": None}}
+    features = {
+        "observation.image": {"dtype": "image", "shape": list(IMAGE_SHAPE), "names": ["height", "width", "channels"]},
+        "observation.state": {"dtype": "float32", "shape": [3], "names": None},
+    }
     with V21Writer(root, 10, features) as writer:
         for episode, length in enumerate((5, 7, 4, 8, 6, 5)):
             images = rng.integers(0, 255, size=(length, *IMAGE_SHAPE), dtype=np.uint8)
             task = ["look"] * (length // 2) + ["grasp"] * (length - length // 2) if episode == 3 else "look"
-            writer.add_episode({"observation.image": images, "observation.state": rng.random((length, 3))},
-                               task=task, video_files={}, video_stats={})
+            writer.add_episode(
+                {"observation.image": images, "observation.state": rng.random((length, 3))},
+                task=task,
+                video_files={},
+                video_stats={},
+            )
     return root
 
 
@@ -67,13 +83,20 @@ def _convert_both(python: str, hf_home: Path, source: Path, tmp: Path, limits: t
     """lerobot's in-place conversion of a copy of `source`, and robostream's with each of WORKERS (`out=`)."""
     data_mb, video_mb = limits
     lerobot_root = Path(shutil.copytree(source, tmp / "lerobot" / "ds"))
-    _run_lerobot(python, hf_home, "lerobot_convert.py", str(lerobot_root), "--data-mb", str(data_mb),
-                 "--video-mb", str(video_mb))
+    _run_lerobot(
+        python, hf_home, "lerobot_convert.py", str(lerobot_root), "--data-mb", str(data_mb), "--video-mb", str(video_mb)
+    )
     ours = {}
     for workers in WORKERS:
         ours[workers] = tmp / f"ours_w{workers}"
-        convert(source, out=ours[workers], workers=workers, data_file_size_in_mb=data_mb,
-                video_file_size_in_mb=video_mb, log=lambda line: None)
+        convert(
+            source,
+            out=ours[workers],
+            workers=workers,
+            data_file_size_in_mb=data_mb,
+            video_file_size_in_mb=video_mb,
+            log=lambda line: None,
+        )
     return {"source": source, "lerobot": lerobot_root, "ours": ours}
 
 
@@ -118,8 +141,9 @@ def test_output_is_lerobots(converted: dict, workers: int) -> None:
 def _lerobot_samples(lerobot_python: str, hf_home: Path, converted: dict, delta: dict, episodes: list[int]) -> dict:
     """lerobot's samples of lerobot's conversion; robostream then reads its own 2-worker conversion."""
     root = converted["lerobot"]
-    side = _dump(lerobot_python, hf_home, root, root.parent / "dump.npz", _specs(_episode_lengths(root), delta,
-                                                                                 episodes))
+    side = _dump(
+        lerobot_python, hf_home, root, root.parent / "dump.npz", _specs(_episode_lengths(root), delta, episodes)
+    )
     return {**side, "root": converted["ours"][2]}
 
 
@@ -143,14 +167,26 @@ def test_converted_dataset_loads_like_lerobots(request: pytest.FixtureRequest, k
 
 # A depth camera (lerobot's HEVC 12-bit stream) beside an RGB one, its legacy block under `info` or `video_info`:
 # ~12-18 KB per depth episode, so some files join two episodes.
-DEPTH_CONFIG = SynthConfig(episodes=4, cameras=1, height=48, width=64, fps=10, episode_length=10, state_dim=2,
-                           codec="h264", depth=1, seed=5, codebase_version="v2.1")
+DEPTH_CONFIG = SynthConfig(
+    episodes=4,
+    cameras=1,
+    height=48,
+    width=64,
+    fps=10,
+    episode_length=10,
+    state_dim=2,
+    codec="h264",
+    depth=1,
+    seed=5,
+    codebase_version="v2.1",
+)
 DEPTH_LIMITS = (0.01, 0.03)
 
 
 @pytest.fixture(scope="module", params=["info", "video_info"])
-def depth_converted(request: pytest.FixtureRequest, lerobot_python: str, hf_home: Path,
-                    tmp_path_factory: pytest.TempPathFactory) -> dict:
+def depth_converted(
+    request: pytest.FixtureRequest, lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict:
     tmp = tmp_path_factory.mktemp(f"convert_depth_{request.param}")
     source = generate(tmp / "v21", SynthConfig(**{**DEPTH_CONFIG.__dict__, "depth_block": request.param}))
     return _convert_both(lerobot_python, hf_home, source, tmp, DEPTH_LIMITS)

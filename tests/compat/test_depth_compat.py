@@ -44,17 +44,37 @@ def reference(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.TempP
     tmp = tmp_path_factory.mktemp("lerobot_depth")
     root = tmp / "ds"
     # one lerobot process (its import is most of the time): write, annotate, dump, then collate robostream's samples
-    run(lerobot_python, hf_home, [str(HERE / "lerobot_depth.py"), str(root), "--write", "--annotate",
-                                  "--dump", str(tmp / "reference"), "--collate", str(tmp / "collate.json"),
-                                  "--hf-home", str(hf_home)], PYTHONPATH=f"{HERE}:{HERE.parents[1]}")
+    run(
+        lerobot_python,
+        hf_home,
+        [
+            str(HERE / "lerobot_depth.py"),
+            str(root),
+            "--write",
+            "--annotate",
+            "--dump",
+            str(tmp / "reference"),
+            "--collate",
+            str(tmp / "collate.json"),
+            "--hf-home",
+            str(hf_home),
+        ],
+        PYTHONPATH=f"{HERE}:{HERE.parents[1]}",
+    )
     with np.load(tmp / "reference.npz") as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads((tmp / "reference.json").read_text())
     assert meta["window"] == WINDOW and meta["depth_key"] == DEPTH and tuple(meta["rgb_keys"]) == RGB
-    return {"root": root, "arrays": arrays, "len": meta["len"], "backend": meta["video_backend"],
-            "dtypes": meta["dtypes"], "strings": {int(i): v for i, v in meta["strings"].items()},
-            "language": {int(i): v for i, v in meta["language"].items()},
-            "collate": json.loads((tmp / "collate.json").read_text())}
+    return {
+        "root": root,
+        "arrays": arrays,
+        "len": meta["len"],
+        "backend": meta["video_backend"],
+        "dtypes": meta["dtypes"],
+        "strings": {int(i): v for i, v in meta["strings"].items()},
+        "language": {int(i): v for i, v in meta["language"].items()},
+        "collate": json.loads((tmp / "collate.json").read_text()),
+    }
 
 
 def exact_rgb(reference: dict) -> bool:
@@ -73,9 +93,11 @@ def differences(got: torch.Tensor, want: torch.Tensor) -> str:
         return f"dtype/shape {got.dtype} {tuple(got.shape)} vs lerobot's {want.dtype} {tuple(want.shape)}"
     diff = (got.double() - want.double()).abs()
     where = tuple(int(i) for i in torch.nonzero(diff)[0]) if bool((diff > 0).any()) else None
-    return (f"{int((diff > 0).sum())}/{diff.numel()} elements differ, max |d| {float(diff.max()):.6g}; first at "
-            f"{where}: robostream {got[where].item() if where else None!r} vs lerobot "
-            f"{want[where].item() if where else None!r}")
+    return (
+        f"{int((diff > 0).sum())}/{diff.numel()} elements differ, max |d| {float(diff.max()):.6g}; first at "
+        f"{where}: robostream {got[where].item() if where else None!r} vs lerobot "
+        f"{want[where].item() if where else None!r}"
+    )
 
 
 def lerobot_keys(reference: dict, config: str) -> set[str]:
@@ -85,23 +107,26 @@ def lerobot_keys(reference: dict, config: str) -> set[str]:
     return set(reference["dtypes"][config]) | set(strings) | set(language)
 
 
-def assert_like_lerobot(sample: dict, reference: dict, *, unit: str = "mm", window: bool = False,
-                        uint8: bool = False, where: str = "") -> None:
+def assert_like_lerobot(
+    sample: dict, reference: dict, *, unit: str = "mm", window: bool = False, uint8: bool = False, where: str = ""
+) -> None:
     """Every key lerobot returns, equal: the depth camera of lerobot's configuration (unit, window, uint8), the rest
     from its "mm" dump (nothing else depends on the depth unit or the depth window), RGB from its uint8 dump with
     return_uint8."""
     index = int(sample["index"])
-    config = ("uint8" if uint8 else f"{unit}_window" if window else unit)
+    config = "uint8" if uint8 else f"{unit}_window" if window else unit
     at = f"{where} [{config} index {index}]"
     missing = lerobot_keys(reference, config) - set(sample)
     assert not missing, f"{at}: keys lerobot returns that robostream lacks: {sorted(missing)}"
     depth, want = sample[DEPTH], expected(reference, config, index, DEPTH)
-    assert isinstance(depth, torch.Tensor) and depth.dtype == torch.float32, f"{at} {DEPTH}: {type(depth)} " \
-        f"{getattr(depth, 'dtype', None)}"
+    assert isinstance(depth, torch.Tensor) and depth.dtype == torch.float32, (
+        f"{at} {DEPTH}: {type(depth)} {getattr(depth, 'dtype', None)}"
+    )
     assert torch.equal(depth, want), f"{at} {DEPTH}: {differences(depth, want)}"
     if window:
-        assert torch.equal(sample[IS_PAD], expected(reference, config, index, IS_PAD)), \
+        assert torch.equal(sample[IS_PAD], expected(reference, config, index, IS_PAD)), (
             f"{at} {IS_PAD}: {sample[IS_PAD]} vs {expected(reference, config, index, IS_PAD)}"
+        )
     for key, value in reference["strings"][index].items():
         assert sample[key] == value, f"{at} {key}: {sample[key]!r} vs lerobot's {value!r}"
     for key, value in reference["language"].get(index, {}).items():
@@ -111,12 +136,14 @@ def assert_like_lerobot(sample: dict, reference: dict, *, unit: str = "mm", wind
             continue
         got = sample[key]
         want = expected(reference, "uint8" if uint8 and key in RGB else "mm", index, key)
-        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape, \
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape, (
             f"{at} {key}: {differences(got, want) if isinstance(got, torch.Tensor) else type(got)}"
+        )
         if key in RGB and not exact_rgb(reference):
             scale = 255 if uint8 else 1
-            assert float((got.double() - want.double()).abs().max()) <= NON_TORCHCODEC_ATOL * scale, \
+            assert float((got.double() - want.double()).abs().max()) <= NON_TORCHCODEC_ATOL * scale, (
                 f"{at} {key}: {differences(got, want)}"
+            )
         else:
             assert torch.equal(got, want), f"{at} {key}: {differences(got, want)}"
 
@@ -156,8 +183,9 @@ def test_the_lerobot_dataset_exercises_depth(reference):
 @pytest.mark.parametrize("window", [False, True], ids=["frame", "window"])
 @pytest.mark.parametrize("unit", UNITS)
 def test_depth_map_style_samples_equal_lerobots(reference, unit, window):
-    dataset = LeRobotDataset(root=reference["root"], depth_output_unit=unit,
-                             delta_timestamps={DEPTH: WINDOW} if window else None)
+    dataset = LeRobotDataset(
+        root=reference["root"], depth_output_unit=unit, delta_timestamps={DEPTH: WINDOW} if window else None
+    )
     assert len(dataset) == reference["len"]
     config = f"{unit}_window" if window else unit
     for position in np.random.default_rng(len(config)).permutation(len(dataset)).tolist():  # seeks, not a scan
@@ -181,19 +209,22 @@ def test_depth_stats_are_rescaled_like_lerobots(reference, unit):
     want: dict[str, dict[str, np.ndarray]] = {}
     for name, value in reference["arrays"].items():
         if name.startswith(prefix):
-            key, stat = name[len(prefix):].rsplit("/", 1)
+            key, stat = name[len(prefix) :].rsplit("/", 1)
             want.setdefault(key, {})[stat] = value
     assert float(want[DEPTH]["max"].max()) == {"mm": 50000.0, "m": 50.0}[unit]
-    for which, dataset in (("map-style", LeRobotDataset(root=reference["root"], depth_output_unit=unit)),
-                           ("streaming", StreamingLeRobotDataset(root=reference["root"], depth_output_unit=unit))):
+    for which, dataset in (
+        ("map-style", LeRobotDataset(root=reference["root"], depth_output_unit=unit)),
+        ("streaming", StreamingLeRobotDataset(root=reference["root"], depth_output_unit=unit)),
+    ):
         got = dataset.meta.stats
         assert sorted(got) == sorted(want), which
         for key, stats in want.items():
             assert sorted(got[key]) == sorted(stats), (which, key)
             for stat, value in stats.items():
                 mine = np.asarray(got[key][stat])
-                assert mine.shape == value.shape and np.array_equal(mine, value), \
+                assert mine.shape == value.shape and np.array_equal(mine, value), (
                     f"{which} stats[{key!r}][{stat!r}]: {mine.ravel()[:4]} vs lerobot's {value.ravel()[:4]}"
+                )
 
 
 def test_depth_return_uint8_gives_uint8_rgb_and_float32_depth(reference):
@@ -208,8 +239,12 @@ def test_depth_return_uint8_gives_uint8_rgb_and_float32_depth(reference):
 @pytest.mark.parametrize("window", [False, True], ids=["frame", "window"])
 @pytest.mark.parametrize("unit", UNITS)
 def test_depth_streaming_samples_equal_lerobots(reference, unit, window):
-    dataset = StreamingLeRobotDataset(root=reference["root"], depth_output_unit=unit, shuffle=False,
-                                      delta_timestamps={DEPTH: WINDOW} if window else None)
+    dataset = StreamingLeRobotDataset(
+        root=reference["root"],
+        depth_output_unit=unit,
+        shuffle=False,
+        delta_timestamps={DEPTH: WINDOW} if window else None,
+    )
     seen = list(dataset)
     assert sorted(int(s["index"]) for s in seen) == list(range(reference["len"]))
     for sample in seen:
@@ -221,8 +256,13 @@ def test_depth_loader_batches_hold_lerobots_values(reference, workers):
     """Whole batches: depth (B, 1, H, W) or (B, T, 1, H, W) float32 rows equal lerobot's samples; uint8 RGB;
     strings as lists."""
     for unit, window in (("m", False), ("mm", True)):
-        dataset = StreamingLeRobotDataset(root=reference["root"], depth_output_unit=unit, return_uint8=True, seed=3,
-                                          delta_timestamps={DEPTH: WINDOW} if window else None)
+        dataset = StreamingLeRobotDataset(
+            root=reference["root"],
+            depth_output_unit=unit,
+            return_uint8=True,
+            seed=3,
+            delta_timestamps={DEPTH: WINDOW} if window else None,
+        )
         batches = list(StreamingDataLoader(dataset, batch_size=8, num_workers=workers))
         indices = [int(i) for b in batches for i in b["index"]]
         assert sorted(indices) == list(range(reference["len"]))
@@ -230,8 +270,9 @@ def test_depth_loader_batches_hold_lerobots_values(reference, workers):
         for batch in batches:
             rows = [int(i) for i in batch["index"]]
             want = torch.stack([expected(reference, config, i, DEPTH) for i in rows])
-            assert batch[DEPTH].dtype == torch.float32 and torch.equal(batch[DEPTH], want), \
+            assert batch[DEPTH].dtype == torch.float32 and torch.equal(batch[DEPTH], want), (
                 f"workers={workers} {config} rows {rows}: {differences(batch[DEPTH], want)}"
+            )
             if window:
                 assert torch.equal(batch[IS_PAD], torch.stack([expected(reference, config, i, IS_PAD) for i in rows]))
             assert list(batch["note"]) == [reference["strings"][i]["note"] for i in rows]
@@ -246,8 +287,9 @@ def test_depth_loader_batches_hold_lerobots_values(reference, workers):
 
 
 def test_depth_two_source_mixture_equals_lerobots(reference):
-    mixture = StreamingLeRobotDataset(sources=[Source(root=reference["root"]), Source(root=reference["root"])],
-                                      depth_output_unit="m", seed=1)
+    mixture = StreamingLeRobotDataset(
+        sources=[Source(root=reference["root"]), Source(root=reference["root"])], depth_output_unit="m", seed=1
+    )
     seen = list(mixture)
     assert sorted(int(s["dataset_index"]) for s in seen) == [0] * reference["len"] + [1] * reference["len"]
     for sample in seen:
@@ -261,8 +303,9 @@ def test_depth_over_a_slow_store_equals_lerobots(reference, monkeypatch):
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     with RangeHTTPServer(reference["root"], latency_s=0.01, max_in_flight=3) as store:
-        streamed = list(StreamingLeRobotDataset(root=store.url, seed=2, depth_output_unit="mm",
-                                                delta_timestamps={DEPTH: WINDOW}))
+        streamed = list(
+            StreamingLeRobotDataset(root=store.url, seed=2, depth_output_unit="mm", delta_timestamps={DEPTH: WINDOW})
+        )
         mapped = LeRobotDataset(root=store.url, depth_output_unit="m")
         for position in (0, 9, 20, len(mapped) - 1):
             assert_like_lerobot(mapped[position], reference, unit="m", where="map-style over HTTP")

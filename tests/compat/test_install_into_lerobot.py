@@ -12,17 +12,34 @@ from pathlib import Path
 
 REPO = Path(__file__).parents[2]
 # What lerobot 0.6.1 pins or bounds and robostream also needs: none may move.
-KEPT = ("torch", "torchcodec", "fsspec", "numpy", "pyarrow", "av", "datasets", "huggingface-hub",
-        "opencv-python-headless", "pillow", "pandas")
+KEPT = (
+    "torch",
+    "torchcodec",
+    "fsspec",
+    "numpy",
+    "pyarrow",
+    "av",
+    "datasets",
+    "huggingface-hub",
+    "opencv-python-headless",
+    "pillow",
+    "pandas",
+)
 
 
 def test_pip_install_into_the_lerobot_environment_moves_none_of_its_pins(lerobot_python, tmp_path):
     report = tmp_path / "report.json"
-    proc = subprocess.run([lerobot_python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
-                           str(REPO)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [lerobot_python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    installs = {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
-                for item in json.loads(report.read_text())["install"]}
+    installs = {
+        item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
     moved = {name: version for name, version in installs.items() if name in KEPT}
     assert not moved, f"installing robostream would change lerobot's environment: {moved}"
     assert "robostream" in installs

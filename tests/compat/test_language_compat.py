@@ -29,15 +29,42 @@ LANGUAGE = ("language_persistent", "language_events")
 def annotated(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("lerobot_language")
     root = tmp / "ds"
-    _run_lerobot(lerobot_python, hf_home, "lerobot_make_dataset.py", str(root), "--episodes", "4", "--cameras", "1",
-                 "--size", "32x32", "--data-mb", "0.004")
+    _run_lerobot(
+        lerobot_python,
+        hf_home,
+        "lerobot_make_dataset.py",
+        str(root),
+        "--episodes",
+        "4",
+        "--cameras",
+        "1",
+        "--size",
+        "32x32",
+        "--data-mb",
+        "0.004",
+    )
     out = tmp / "language.json"
-    run(lerobot_python, hf_home, [str(HERE / "lerobot_language.py"), str(root), str(out), "--annotate",
-                                  "--robostream", "--hf-home", str(hf_home)],
-        PYTHONPATH=f"{HERE}:{HERE.parents[1]}")
+    run(
+        lerobot_python,
+        hf_home,
+        [
+            str(HERE / "lerobot_language.py"),
+            str(root),
+            str(out),
+            "--annotate",
+            "--robostream",
+            "--hf-home",
+            str(hf_home),
+        ],
+        PYTHONPATH=f"{HERE}:{HERE.parents[1]}",
+    )
     reference = json.loads(out.read_text())
-    return {"root": root, "tools": reference["tools"], "collate": reference["collate"],
-            "samples": {int(i): values for i, values in reference["samples"].items()}}
+    return {
+        "root": root,
+        "tools": reference["tools"],
+        "collate": reference["collate"],
+        "samples": {int(i): values for i, values in reference["samples"].items()},
+    }
 
 
 def assert_like_lerobot(sample: dict, reference: dict) -> None:
@@ -104,8 +131,11 @@ def test_language_synth_dataset_reads_in_lerobot_identically(lerobot_python: str
     """`robostream synth --language` writes lerobot's struct schema (JSON tool calls): lerobot reads the same rows."""
     from robostream.synth import SynthConfig, generate
 
-    root = generate(tmp_path / "ds", SynthConfig(episodes=3, cameras=1, height=48, width=64, episode_length=12,
-                                                 state_dim=2, language=True), jobs=1)
+    root = generate(
+        tmp_path / "ds",
+        SynthConfig(episodes=3, cameras=1, height=48, width=64, episode_length=12, state_dim=2, language=True),
+        jobs=1,
+    )
     out = tmp_path / "language.json"
     run(lerobot_python, hf_home, [str(HERE / "lerobot_language.py"), str(root), str(out), "--hf-home", str(hf_home)])
     reference = json.loads(out.read_text())

@@ -98,8 +98,20 @@ def lerobot_written(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest
     per camera spread over chunk-000.. chunk-00N, then dumped by lerobot."""
     tmp = tmp_path_factory.mktemp("lerobot_written")
     root = tmp / "ds"
-    _run_lerobot(lerobot_python, hf_home, "lerobot_make_dataset.py", str(root), "--episodes", "5",
-                 "--data-mb", "0.004", "--video-mb", "0.02", "--chunks-size", "2")
+    _run_lerobot(
+        lerobot_python,
+        hf_home,
+        "lerobot_make_dataset.py",
+        str(root),
+        "--episodes",
+        "5",
+        "--data-mb",
+        "0.004",
+        "--video-mb",
+        "0.02",
+        "--chunks-size",
+        "2",
+    )
     lengths = _episode_lengths(root)
     return _dump(lerobot_python, hf_home, root, tmp / "dump.npz", _specs(lengths, LEROBOT_DELTA, [3, 1]))
 
@@ -110,8 +122,16 @@ def robostream_written(lerobot_python: str, hf_home: Path, tmp_path_factory: pyt
     from robostream.synth import SynthConfig, generate
 
     tmp = tmp_path_factory.mktemp("robostream_written")
-    config = SynthConfig(episodes=5, cameras=2, height=64, width=64, episode_length=24, state_dim=6,
-                         data_file_mb=0.008, video_file_mb=0.03)
+    config = SynthConfig(
+        episodes=5,
+        cameras=2,
+        height=64,
+        width=64,
+        episode_length=24,
+        state_dim=6,
+        data_file_mb=0.008,
+        video_file_mb=0.03,
+    )
     root = generate(tmp / "ds", config)
     lengths = _episode_lengths(root)
     # episode 4 switches task half-way (per-frame tasks); its middle position is among the dumped ones.
@@ -166,8 +186,10 @@ def _compare(side: dict, name: str) -> list[str]:
                 if np.array_equal(val_np, ref):
                     continue
                 diff = np.abs(val_np.astype(np.float64) - ref.astype(np.float64))
-                msg = (f"{where}: video frames differ, max abs diff {diff.max():.6g}, "
-                       f"mean {diff.mean():.3g}, {np.count_nonzero(diff)}/{diff.size} elements")
+                msg = (
+                    f"{where}: video frames differ, max abs diff {diff.max():.6g}, "
+                    f"mean {diff.mean():.3g}, {np.count_nonzero(diff)}/{diff.size} elements"
+                )
                 if exact_video or diff.max() > NON_TORCHCODEC_ATOL:
                     problems.append(msg + (" (both torchcodec)" if exact_video else ""))
             elif not torch.equal(val, torch.from_numpy(ref)):
@@ -177,8 +199,10 @@ def _compare(side: dict, name: str) -> list[str]:
 
 def _report(problems: list[str], side: dict, name: str) -> str:
     spec = side["specs"][name]
-    head = f"{len(problems)} discrepancies vs lerobot {side['meta'][name]['lerobot_version']} " \
-           f"(root={side['root']}, delta={spec['delta']}, episodes={spec['episodes']}):"
+    head = (
+        f"{len(problems)} discrepancies vs lerobot {side['meta'][name]['lerobot_version']} "
+        f"(root={side['root']}, delta={spec['delta']}, episodes={spec['episodes']}):"
+    )
     return "\n".join([head, *problems[:60], *(["..."] if len(problems) > 60 else [])])
 
 
@@ -212,8 +236,18 @@ def test_same_interpreter_same_samples(lerobot_python: str, hf_home: Path, robos
     LeRobotDataset give identical samples at every position, windows included, and the same metadata where lerobot's
     policy factory reads its `ds_meta` (features, fps, camera keys, stats)."""
     repo = str(HERE.parents[1])
-    out = run(lerobot_python, hf_home, [str(HERE / "same_interpreter.py"), str(robostream_written["root"]),
-                                        "--delta-json", json.dumps(SYNTH_DELTA), "--hf-home", str(hf_home)],
-              PYTHONPATH=f"{HERE}:{repo}")
+    out = run(
+        lerobot_python,
+        hf_home,
+        [
+            str(HERE / "same_interpreter.py"),
+            str(robostream_written["root"]),
+            "--delta-json",
+            json.dumps(SYNTH_DELTA),
+            "--hf-home",
+            str(hf_home),
+        ],
+        PYTHONPATH=f"{HERE}:{repo}",
+    )
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["positions"] > 100 and summary["mismatches"] == [], summary

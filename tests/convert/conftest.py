@@ -25,8 +25,12 @@ def v21_h264_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def reference(v21_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted one-worker conversion of v21_root."""
     out = tmp_path_factory.mktemp("reference") / "v30"
-    convert(v21_root, out=out, workers=1, data_file_size_in_mb=DATA_MB, video_file_size_in_mb=VIDEO_MB,
-            log=lambda line: None)
+    convert(
+        v21_root,
+        out=out,
+        workers=1,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        log=lambda line: None,
+    )
     return out
-
-

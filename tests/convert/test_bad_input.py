@@ -17,8 +17,9 @@ from tests.helpers import DATA_MB, VIDEO_MB, convert_args, copy_tree, run_cli, t
 
 
 def attempt(root: Path, out: Path):
-    return convert(root, out=out, workers=1, data_file_size_in_mb=DATA_MB, video_file_size_in_mb=VIDEO_MB,
-                   log=lambda line: None)
+    return convert(
+        root, out=out, workers=1, data_file_size_in_mb=DATA_MB, video_file_size_in_mb=VIDEO_MB, log=lambda line: None
+    )
 
 
 def damaged(v21_root: Path, tmp_path: Path, damage) -> tuple[Path, dict[str, bytes]]:
@@ -27,25 +28,52 @@ def damaged(v21_root: Path, tmp_path: Path, damage) -> tuple[Path, dict[str, byt
     return root, tree_listing(root)
 
 
-@pytest.mark.parametrize("what, damage, expected", [
-    ("missing mp4", lambda r: (r / "videos/chunk-000/observation.images.cam1/episode_000004.mp4").unlink(),
-     "videos/chunk-000/observation.images.cam1/episode_000004.mp4: missing (episode 4)"),
-    ("missing parquet", lambda r: (r / "data/chunk-000/episode_000002.parquet").unlink(),
-     "data/chunk-000/episode_000002.parquet: missing (episode 2)"),
-    ("stray file", lambda r: (r / "data/chunk-000/episode_000002 (copy).parquet").write_bytes(b"x"),
-     "episode_000002 (copy).parquet: stray file"),
-    ("row count", lambda r: (r / "meta/episodes.jsonl").write_text(
-        (r / "meta/episodes.jsonl").read_text().replace('"length": ', '"length": 1', 1)),
-     "rows, but meta/episodes.jsonl says episode 0 has 1"),
-    ("gapped episodes", lambda r: (r / "meta/episodes.jsonl").write_text(
-        "".join(line for line in (r / "meta/episodes.jsonl").read_text().splitlines(keepends=True)
-                if '"episode_index": 3,' not in line)), "missing [3]"),
-    ("truncated mp4", lambda r: (r / "videos/chunk-000/observation.images.cam0/episode_000001.mp4").write_bytes(
-        (r / "videos/chunk-000/observation.images.cam0/episode_000001.mp4").read_bytes()[:100]),
-     "episode_000001.mp4: has no video stream"),
-])
-def test_bad_dataset_is_refused_before_writing_naming_the_file(what, damage, expected, v21_root: Path,
-                                                               tmp_path: Path):
+@pytest.mark.parametrize(
+    "what, damage, expected",
+    [
+        (
+            "missing mp4",
+            lambda r: (r / "videos/chunk-000/observation.images.cam1/episode_000004.mp4").unlink(),
+            "videos/chunk-000/observation.images.cam1/episode_000004.mp4: missing (episode 4)",
+        ),
+        (
+            "missing parquet",
+            lambda r: (r / "data/chunk-000/episode_000002.parquet").unlink(),
+            "data/chunk-000/episode_000002.parquet: missing (episode 2)",
+        ),
+        (
+            "stray file",
+            lambda r: (r / "data/chunk-000/episode_000002 (copy).parquet").write_bytes(b"x"),
+            "episode_000002 (copy).parquet: stray file",
+        ),
+        (
+            "row count",
+            lambda r: (r / "meta/episodes.jsonl").write_text(
+                (r / "meta/episodes.jsonl").read_text().replace('"length": ', '"length": 1', 1)
+            ),
+            "rows, but meta/episodes.jsonl says episode 0 has 1",
+        ),
+        (
+            "gapped episodes",
+            lambda r: (r / "meta/episodes.jsonl").write_text(
+                "".join(
+                    line
+                    for line in (r / "meta/episodes.jsonl").read_text().splitlines(keepends=True)
+                    if '"episode_index": 3,' not in line
+                )
+            ),
+            "missing [3]",
+        ),
+        (
+            "truncated mp4",
+            lambda r: (r / "videos/chunk-000/observation.images.cam0/episode_000001.mp4").write_bytes(
+                (r / "videos/chunk-000/observation.images.cam0/episode_000001.mp4").read_bytes()[:100]
+            ),
+            "episode_000001.mp4: has no video stream",
+        ),
+    ],
+)
+def test_bad_dataset_is_refused_before_writing_naming_the_file(what, damage, expected, v21_root: Path, tmp_path: Path):
     root, before = damaged(v21_root, tmp_path, damage)
     with pytest.raises(DatasetFormatError) as info:
         attempt(root, tmp_path / "out")
@@ -94,8 +122,9 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
 
 
-def test_full_disk_fails_naming_the_file_leaves_the_input_and_a_rerun_finishes(v21_root: Path, reference: Path,
-                                                                                 tmp_path: Path):
+def test_full_disk_fails_naming_the_file_leaves_the_input_and_a_rerun_finishes(
+    v21_root: Path, reference: Path, tmp_path: Path
+):
     root = copy_tree(v21_root, tmp_path / "ds")
     before = tree_listing(root)
     assert max(p.stat().st_size for p in reference.rglob("*.mp4")) > FILE_LIMIT  # some output cannot be written
@@ -118,9 +147,16 @@ def test_in_place_with_an_old_copy_already_there_is_refused_before_any_work(v21_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ds_old"]
 
 
-@pytest.mark.parametrize("victim", ["data/chunk-000/episode_000002.parquet",
-                                    "videos/chunk-000/observation.images.cam0/episode_000001.mp4",
-                                    "meta/episodes.jsonl", "meta/tasks.jsonl", "videos"])
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "data/chunk-000/episode_000002.parquet",
+        "videos/chunk-000/observation.images.cam0/episode_000001.mp4",
+        "meta/episodes.jsonl",
+        "meta/tasks.jsonl",
+        "videos",
+    ],
+)
 def test_symlinks_out_of_the_dataset_are_refused_never_copied(v21_root: Path, tmp_path: Path, victim: str):
     """The converter follows the readers' one safe-path rule (issue 21: it used to open /etc/passwd through a
     link and copy it into the output)."""
@@ -143,24 +179,39 @@ def test_a_video_at_another_frame_rate_or_size_is_refused_before_writing(v21_roo
     with av.open(str(victim)) as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     encode_video(frames, victim, fps=40, codec="av1", gop=2)
-    with pytest.raises(DatasetFormatError, match=r"episode_000003.mp4: runs at 40 fps, but meta/info.json says the "
-                                                 "dataset's fps is 20"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"episode_000003.mp4: runs at 40 fps, but meta/info.json says the "
+        "dataset's fps is 20",
+    ):
         attempt(root, tmp_path / "out")
     info = json.loads((root / "meta/info.json").read_text())
     info["features"]["observation.images.cam1"]["shape"] = [32, 32, 3]
     (root / "meta/info.json").write_text(json.dumps(info))
-    with pytest.raises(DatasetFormatError, match=r"frames of 64x64 \(height x width\), but meta/info.json declares "
-                                                 "32x32"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"frames of 64x64 \(height x width\), but meta/info.json declares "
+        "32x32",
+    ):
         attempt(root, tmp_path / "out")
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda info: info.update(fps=float("nan")), "'fps': expected a finite number, got nan"),
-    (lambda info: info["features"].update({"observation.images.c\nam": info["features"]["observation.images.cam0"]}),
-     "control characters"),
-    (lambda info: info["features"].update({"observation/cam": info["features"]["observation.images.cam0"]}),
-     "camera key 'observation/cam' contains '/'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda info: info.update(fps=float("nan")), "'fps': expected a finite number, got nan"),
+        (
+            lambda info: info["features"].update(
+                {"observation.images.c\nam": info["features"]["observation.images.cam0"]}
+            ),
+            "control characters",
+        ),
+        (
+            lambda info: info["features"].update({"observation/cam": info["features"]["observation.images.cam0"]}),
+            "camera key 'observation/cam' contains '/'",
+        ),
+    ],
+)
 def test_bad_info_json_values_are_refused_naming_the_key(v21_root: Path, tmp_path: Path, edit, message):
     root = copy_tree(v21_root, tmp_path / "ds")
     info = json.loads((root / "meta/info.json").read_text())
@@ -171,18 +222,20 @@ def test_bad_info_json_values_are_refused_naming_the_key(v21_root: Path, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
 
 
-@pytest.mark.parametrize("argument, value, message", [
-    ("data_file_size_in_mb", 0, "data_file_size_in_mb: must be > 0"),
-    ("data_file_size_in_mb", -5, "data_file_size_in_mb: must be > 0"),
-    ("data_file_size_in_mb", float("nan"), "data_file_size_in_mb: expected a finite number, got nan"),
-    ("video_file_size_in_mb", float("inf"), "video_file_size_in_mb: expected a finite number, got inf"),
-    ("workers", 0, "workers: must be >= 1, got 0"),
-    ("max_attempts", 0, "max_attempts: must be >= 1, got 0"),
-    ("lease_s", float("nan"), "lease_s: expected a finite number"),
-    ("executor", "spark", "executor='spark': expected one of"),
-])
-def test_bad_arguments_are_refused_before_anything_is_written(v21_root: Path, tmp_path: Path, argument, value,
-                                                             message):
+@pytest.mark.parametrize(
+    "argument, value, message",
+    [
+        ("data_file_size_in_mb", 0, "data_file_size_in_mb: must be > 0"),
+        ("data_file_size_in_mb", -5, "data_file_size_in_mb: must be > 0"),
+        ("data_file_size_in_mb", float("nan"), "data_file_size_in_mb: expected a finite number, got nan"),
+        ("video_file_size_in_mb", float("inf"), "video_file_size_in_mb: expected a finite number, got inf"),
+        ("workers", 0, "workers: must be >= 1, got 0"),
+        ("max_attempts", 0, "max_attempts: must be >= 1, got 0"),
+        ("lease_s", float("nan"), "lease_s: expected a finite number"),
+        ("executor", "spark", "executor='spark': expected one of"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_written(v21_root: Path, tmp_path: Path, argument, value, message):
     with pytest.raises(ValueError, match=message):
         convert(v21_root, out=tmp_path / "out", log=lambda line: None, **{argument: value})
     assert list(tmp_path.iterdir()) == []

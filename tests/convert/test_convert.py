@@ -34,11 +34,18 @@ def test_reference_has_several_files_per_camera_rolling_over_at_different_episod
 
 
 def test_two_workers_write_what_one_worker_writes(v21_root: Path, reference: Path, tmp_path: Path):
-    summary = convert(v21_root, out=tmp_path / "out", workers=2, data_file_size_in_mb=DATA_MB,
-                      video_file_size_in_mb=VIDEO_MB, log=quiet)
+    summary = convert(
+        v21_root,
+        out=tmp_path / "out",
+        workers=2,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        log=quiet,
+    )
     assert compare_datasets(tmp_path / "out", reference) == []
     assert summary["files"] == len(list((tmp_path / "out").rglob("*.mp4"))) + len(
-        list((tmp_path / "out/data").rglob("*.parquet")))
+        list((tmp_path / "out/data").rglob("*.parquet"))
+    )
     assert summary["bytes_written"] > 0 and summary["files_resumed"] == 0
     assert not (tmp_path / ".out.robostream-convert").exists()  # the work dir is gone
 
@@ -54,8 +61,9 @@ def test_samples_of_the_converted_dataset_equal_the_v21_rows_and_frames(v21_root
         for frame in (0, episode.length // 2, episode.length - 1):
             sample = dataset[int(offsets[episode.episode_index] + frame)]
             assert int(sample["episode_index"]) == episode.episode_index and int(sample["frame_index"]) == frame
-            np.testing.assert_array_equal(sample["observation.state"].numpy(),
-                                          np.asarray(rows["observation.state"][frame], dtype=np.float32))
+            np.testing.assert_array_equal(
+                sample["observation.state"].numpy(), np.asarray(rows["observation.state"][frame], dtype=np.float32)
+            )
             assert sample["task"] == source.tasks[rows["task_index"][frame]]
             for camera in (0, 1):
                 frame_chw = sample[f"observation.images.cam{camera}"].numpy()
@@ -65,9 +73,21 @@ def test_samples_of_the_converted_dataset_equal_the_v21_rows_and_frames(v21_root
 def test_metadata_is_lerobots(v21_root: Path, reference: Path):
     info = json.loads((reference / "meta/info.json").read_text())
     v21 = json.loads((v21_root / "meta/info.json").read_text())
-    assert list(info) == ["codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
-                          "chunks_size", "data_files_size_in_mb", "video_files_size_in_mb", "data_path",
-                          "video_path", "robot_type", "splits"]
+    assert list(info) == [
+        "codebase_version",
+        "fps",
+        "features",
+        "total_episodes",
+        "total_frames",
+        "total_tasks",
+        "chunks_size",
+        "data_files_size_in_mb",
+        "video_files_size_in_mb",
+        "data_path",
+        "video_path",
+        "robot_type",
+        "splits",
+    ]
     assert info["codebase_version"] == "v3.0" and "total_videos" not in info and "total_chunks" not in info
     assert (info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (DATA_MB, VIDEO_MB)
     assert all(f.get("fps") == 20 for f in info["features"].values() if f["dtype"] != "video")
@@ -75,11 +95,17 @@ def test_metadata_is_lerobots(v21_root: Path, reference: Path):
     assert info["total_frames"] == v21["total_frames"] and info["splits"] == v21["splits"]
     table = pq.read_table(reference / "meta/episodes/chunk-000/file-000.parquet")
     names = table.column_names
-    assert names[:5] == ["episode_index", "data/chunk_index", "data/file_index", "dataset_from_index",
-                         "dataset_to_index"]
+    assert names[:5] == [
+        "episode_index",
+        "data/chunk_index",
+        "data/file_index",
+        "dataset_from_index",
+        "dataset_to_index",
+    ]
     assert names[-2:] == ["meta/episodes/chunk_index", "meta/episodes/file_index"]
     assert str(table.schema.field("stats/observation.images.cam0/mean").type) == (
-        "list<element: list<element: list<element: double>>>")
+        "list<element: list<element: list<element: double>>>"
+    )
     # to_timestamp of one episode is from_timestamp of the next inside a file; 0.0 starts each file
     d = table.to_pydict()
     key = "videos/observation.images.cam0"
@@ -102,13 +128,18 @@ def test_in_place_keeps_the_input_as_root_old(v21_root: Path, reference: Path, t
 
 
 @pytest.mark.parametrize("backend", ["torchcodec", "pyav"])
-def test_h264_with_b_frames_converts_verifies_and_reads_every_frame(backend: str, v21_h264_root: Path,
-                                                                      tmp_path: Path):
+def test_h264_with_b_frames_converts_verifies_and_reads_every_frame(backend: str, v21_h264_root: Path, tmp_path: Path):
     """B-frames (negative DTS). The concatenated files' frame times drift off the k/fps grid (each episode's stream
     duration is a few ticks shorter than frames/fps; lerobot's converter writes the same files), so index -> time
     by fps goes wrong in later episodes; the reader falls back to the frames' own pts and returns every frame."""
-    convert(v21_h264_root, out=tmp_path / "out", workers=2, data_file_size_in_mb=DATA_MB,
-            video_file_size_in_mb=0.02, log=quiet)  # one file per camera: the drift adds up over its episodes
+    convert(
+        v21_h264_root,
+        out=tmp_path / "out",
+        workers=2,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=0.02,
+        log=quiet,
+    )  # one file per camera: the drift adds up over its episodes
     assert verify(tmp_path / "out")["problems"] == []
     table = pq.read_table(tmp_path / "out/meta/episodes/chunk-000/file-000.parquet").to_pydict()
     starts = [t for c in (0, 1) for t in table[f"videos/observation.images.cam{c}/from_timestamp"]]
@@ -121,21 +152,29 @@ def test_h264_with_b_frames_converts_verifies_and_reads_every_frame(backend: str
             for camera in (0, 1):
                 assert read_marker(sample[f"observation.images.cam{camera}"].numpy()) == (episode, frame, camera)
     if not off_grid:  # older PyAV/x264 (e.g. lerobot 0.6.1's PyAV 15) writes these episodes on the grid
-        pytest.skip(f"PyAV {av.__version__}'s H.264 episodes stay on the k/fps grid: every frame was read right, "
-                    "but the off-grid case this test is for could not be built here")
+        pytest.skip(
+            f"PyAV {av.__version__}'s H.264 episodes stay on the k/fps grid: every frame was read right, "
+            "but the off-grid case this test is for could not be built here"
+        )
 
 
 def test_image_dataset_without_videos(tmp_path: Path):
     from robostream.writer.v21 import V21Writer
 
     rng = np.random.default_rng(0)
-    features = {"observation.image": {"dtype": "image", "shape": [32, 48, 3], "names": ["height", "width", "channels"]},
-                "observation.state": {"dtype": "float32", "shape": [3], "names": None}}
+    features = {
+        "observation.image": {"dtype": "image", "shape": [32, 48, 3], "names": ["height", "width", "channels"]},
+        "observation.state": {"dtype": "float32", "shape": [3], "names": None},
+    }
     with V21Writer(tmp_path / "img", 10, features) as writer:
         for length in (5, 7, 4):
             images = rng.integers(0, 255, size=(length, 32, 48, 3), dtype=np.uint8)
-            writer.add_episode({"observation.image": images, "observation.state": rng.random((length, 3))},
-                               task="look", video_files={}, video_stats={})
+            writer.add_episode(
+                {"observation.image": images, "observation.state": rng.random((length, 3))},
+                task="look",
+                video_files={},
+                video_stats={},
+            )
     convert(tmp_path / "img", out=tmp_path / "out", workers=2, data_file_size_in_mb=0.01, log=quiet)
     info = json.loads((tmp_path / "out/meta/info.json").read_text())
     assert info["video_path"] is None and not (tmp_path / "out/videos").exists()
@@ -148,8 +187,15 @@ def test_image_dataset_without_videos(tmp_path: Path):
 @pytest.mark.parametrize("executor", ["datatrove-local"])
 def test_datatrove_executor_writes_the_same(executor: str, v21_root: Path, reference: Path, tmp_path: Path):
     pytest.importorskip("datatrove", reason="datatrove is a test dependency (pip install -e .[test])")
-    convert(v21_root, out=tmp_path / "out", workers=2, executor=executor, data_file_size_in_mb=DATA_MB,
-            video_file_size_in_mb=VIDEO_MB, log=quiet)
+    convert(
+        v21_root,
+        out=tmp_path / "out",
+        workers=2,
+        executor=executor,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        log=quiet,
+    )
     assert compare_datasets(tmp_path / "out", reference) == []
 
 
@@ -161,8 +207,12 @@ def test_more_than_999_chunks_keep_episode_order(tmp_path: Path):
     features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None}}
     with V21Writer(tmp_path / "many", 10, features, chunks_size=1) as writer:
         for episode in range(1002):
-            writer.add_episode({"observation.state": np.full((1, 2), episode, dtype=np.float32)}, task="t",
-                               video_files={}, video_stats={})
+            writer.add_episode(
+                {"observation.state": np.full((1, 2), episode, dtype=np.float32)},
+                task="t",
+                video_files={},
+                video_stats={},
+            )
     assert (tmp_path / "many/data/chunk-1001/episode_001001.parquet").is_file()
     convert(tmp_path / "many", out=tmp_path / "out", workers=2, data_file_size_in_mb=0.01, log=quiet)
     rows = pq.read_table(sorted((tmp_path / "out/data").rglob("*.parquet"))[0], columns=["episode_index"])
@@ -175,12 +225,19 @@ def test_more_than_999_chunks_keep_episode_order(tmp_path: Path):
 
 
 def test_an_episodes_table_above_lerobots_limit_is_split_into_files_readers_load(
-        v21_root: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    v21_root: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from robostream.convert import finalize
 
     monkeypatch.setattr(finalize, "EPISODES_TABLE_REFUSED_BYTES", 2000)  # a few episodes per file
-    convert(v21_root, out=tmp_path / "out", workers=2, data_file_size_in_mb=DATA_MB, video_file_size_in_mb=VIDEO_MB,
-            log=quiet)
+    convert(
+        v21_root,
+        out=tmp_path / "out",
+        workers=2,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        log=quiet,
+    )
     files = sorted((tmp_path / "out/meta/episodes").rglob("*.parquet"))
     assert len(files) >= 2
     for index, path in enumerate(files):
@@ -206,8 +263,15 @@ def test_ray_executor_writes_the_same(v21_root: Path, reference: Path, tmp_path:
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # its socket paths must stay under 108 bytes
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=ray_dir)
     try:
-        convert(v21_root, out=tmp_path / "out", workers=2, executor="ray", data_file_size_in_mb=DATA_MB,
-                video_file_size_in_mb=VIDEO_MB, log=quiet)
+        convert(
+            v21_root,
+            out=tmp_path / "out",
+            workers=2,
+            executor="ray",
+            data_file_size_in_mb=DATA_MB,
+            video_file_size_in_mb=VIDEO_MB,
+            log=quiet,
+        )
     finally:
         ray.shutdown()
         shutil.rmtree(ray_dir, ignore_errors=True)
@@ -218,8 +282,10 @@ def _depth_mp4(path: Path, episode: int, length: int) -> np.ndarray:
     """Lossless 12-bit HEVC (gray12le), lerobot's depth-camera encoding; returns the frames written."""
     import av
 
-    frames = ((np.arange(48 * 64, dtype=np.uint16).reshape(48, 64) * 7 + episode * 1000)[None]
-              + 37 * np.arange(length, dtype=np.uint16)[:, None, None]) % 4096
+    frames = (
+        (np.arange(48 * 64, dtype=np.uint16).reshape(48, 64) * 7 + episode * 1000)[None]
+        + 37 * np.arange(length, dtype=np.uint16)[:, None, None]
+    ) % 4096
     with av.open(str(path), "w") as out:
         stream = out.add_stream("libx265", rate=10)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "gray12le"
@@ -237,25 +303,32 @@ def test_depth_camera_12_bit_hevc_is_copied_losslessly(tmp_path: Path):
 
     from robostream.writer.v21 import V21Writer
 
-    features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
-                "observation.images.depth": {"dtype": "video", "shape": [48, 64, 1],
-                                             "names": ["height", "width", "channels"]}}
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [2], "names": None},
+        "observation.images.depth": {"dtype": "video", "shape": [48, 64, 1], "names": ["height", "width", "channels"]},
+    }
     written = []
     with V21Writer(tmp_path / "depth", 10, features, codec="hevc") as writer:
         for episode, length in enumerate((6, 9, 5, 7)):
             mp4 = tmp_path / f"ep{episode}.mp4"
             written.append(_depth_mp4(mp4, episode, length))
             stats = {k: np.full((1, 1, 1), 0.5) for k in ("min", "max", "mean", "std")}
-            writer.add_episode({"observation.state": np.zeros((length, 2), np.float32)}, task="depth",
-                               video_files={"observation.images.depth": mp4},
-                               video_stats={"observation.images.depth": {**stats, "count": np.array([length])}})
+            writer.add_episode(
+                {"observation.state": np.zeros((length, 2), np.float32)},
+                task="depth",
+                video_files={"observation.images.depth": mp4},
+                video_stats={"observation.images.depth": {**stats, "count": np.array([length])}},
+            )
     convert(tmp_path / "depth", out=tmp_path / "out", workers=2, video_file_size_in_mb=0.004, log=quiet)
     assert verify(tmp_path / "out")["problems"] == []
     table = pq.read_table(tmp_path / "out/meta/episodes/chunk-000/file-000.parquet").to_pydict()
     key = "videos/observation.images.depth"
     assert len(set(table[f"{key}/file_index"])) >= 2
     for episode, frames in enumerate(written):
-        path = tmp_path / f"out/videos/observation.images.depth/chunk-000/file-{table[f'{key}/file_index'][episode]:03d}.mp4"
+        path = (
+            tmp_path
+            / f"out/videos/observation.images.depth/chunk-000/file-{table[f'{key}/file_index'][episode]:03d}.mp4"
+        )
         with av.open(str(path)) as container:
             decoded = {round(float(f.pts * f.time_base), 3): f.to_ndarray() for f in container.decode(video=0)}
         start = table[f"{key}/from_timestamp"][episode]

@@ -19,16 +19,37 @@ from robostream.writer.depth import LEROBOT_DEPTH_CODING
 from tests.writer.test_synth_depth import decode_codes
 
 H, W, FPS = 48, 64, 10
-DEPTH_V21 = SynthConfig(episodes=4, cameras=1, height=H, width=W, fps=FPS, episode_length=10, state_dim=2,
-                        codec="h264", depth=1, codebase_version="v2.1")
+DEPTH_V21 = SynthConfig(
+    episodes=4,
+    cameras=1,
+    height=H,
+    width=W,
+    fps=FPS,
+    episode_length=10,
+    state_dim=2,
+    codec="h264",
+    depth=1,
+    codebase_version="v2.1",
+)
 VIDEO_MB = 0.03  # a depth episode is ~12-18 KB: 2 episodes per output file, several files
 
 
 def legacy_block() -> dict:
     """A v2.x depth camera's block: the v2.1 video keys with the marker true, then the quantisation."""
-    return {"video.height": H, "video.width": W, "video.codec": "hevc", "video.pix_fmt": "gray12le",
-            "video.is_depth_map": True, "video.fps": FPS, "video.channels": 1, "has_audio": False,
-            "video.depth_min": 0.01, "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}
+    return {
+        "video.height": H,
+        "video.width": W,
+        "video.codec": "hevc",
+        "video.pix_fmt": "gray12le",
+        "video.is_depth_map": True,
+        "video.fps": FPS,
+        "video.channels": 1,
+        "has_audio": False,
+        "video.depth_min": 0.01,
+        "video.depth_max": 10.0,
+        "video.shift": 3.5,
+        "video.use_log": True,
+    }
 
 
 @pytest.fixture(scope="module", params=["info", "video_info"])
@@ -36,8 +57,14 @@ def converted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     tmp = tmp_path_factory.mktemp(f"depth_{request.param}")
     config = SynthConfig(**{**DEPTH_V21.__dict__, "depth_block": request.param})
     source = generate(tmp / "v21", config, jobs=2)
-    convert(source, out=tmp / "v30", workers=1, data_file_size_in_mb=0.01, video_file_size_in_mb=VIDEO_MB,
-            log=lambda line: None)
+    convert(
+        source,
+        out=tmp / "v30",
+        workers=1,
+        data_file_size_in_mb=0.01,
+        video_file_size_in_mb=VIDEO_MB,
+        log=lambda line: None,
+    )
     return {"block": request.param, "config": config, "source": source, "out": tmp / "v30"}
 
 
@@ -47,8 +74,12 @@ def _feature(root: Path) -> dict:
 
 def test_v21_depth_camera_carries_the_legacy_block(converted: dict):
     feature = _feature(converted["source"])
-    assert feature == {"dtype": "video", "shape": [H, W, 1], "names": ["height", "width", "channels"],
-                       converted["block"]: legacy_block()}
+    assert feature == {
+        "dtype": "video",
+        "shape": [H, W, 1],
+        "names": ["height", "width", "channels"],
+        converted["block"]: legacy_block(),
+    }
 
 
 def test_converted_depth_feature_is_the_input_feature(converted: dict):
@@ -63,8 +94,13 @@ def test_converted_depth_videos_decode_to_the_same_codes(converted: dict):
     assert 1 < len(set(files)) < len(files), "expected several files, some joining several episodes"
     for file_index in sorted(set(files)):
         _, codes, _ = decode_codes(out / f"videos/{key}/chunk-000/file-{file_index:03d}.mp4")
-        want = np.concatenate([codes_from_depths(render_depth(e, 0, lengths[e], H, W)[..., 0], LEROBOT_DEPTH_CODING)
-                               for e, f in enumerate(files) if f == file_index])
+        want = np.concatenate(
+            [
+                codes_from_depths(render_depth(e, 0, lengths[e], H, W)[..., 0], LEROBOT_DEPTH_CODING)
+                for e, f in enumerate(files)
+                if f == file_index
+            ]
+        )
         np.testing.assert_array_equal(codes, want)
     stats = json.loads((out / "meta/stats.json").read_text())[key]
     assert stats["min"] == [[[0.0]]] and stats["max"] == [[[12.0]]]

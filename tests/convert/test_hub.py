@@ -16,17 +16,25 @@ REPO = "local/ds21"
 
 
 def hub_env(server: HubServer, home: Path, **extra: str) -> dict[str, str]:
-    return {"HF_ENDPOINT": server.endpoint, "HF_HOME": str(home), "HF_LEROBOT_HOME": str(home / "lerobot"),
-            "HF_TOKEN": "hf_fake_local_token", "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-            "HF_HUB_OFFLINE": "0", **extra}
+    return {
+        "HF_ENDPOINT": server.endpoint,
+        "HF_HOME": str(home),
+        "HF_LEROBOT_HOME": str(home / "lerobot"),
+        "HF_TOKEN": "hf_fake_local_token",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_OFFLINE": "0",
+        **extra,
+    }
 
 
 def sizes_args() -> list[str]:
     return ["--data-file-size-in-mb", str(DATA_MB), "--video-file-size-in-mb", str(VIDEO_MB), "--workers", "2"]
 
 
-def test_convert_repo_id_downloads_converts_and_pushes_one_commit_then_the_tag(v21_root: Path, reference: Path,
-                                                                              tmp_path: Path):
+def test_convert_repo_id_downloads_converts_and_pushes_one_commit_then_the_tag(
+    v21_root: Path, reference: Path, tmp_path: Path
+):
     with HubServer({REPO: v21_root}, tags=("v2.1",)) as server:
         repo = server.repos[REPO]
         before = repo.sha
@@ -39,11 +47,13 @@ def test_convert_repo_id_downloads_converts_and_pushes_one_commit_then_the_tag(v
         head = repo.branches["main"]
         assert head != before and repo.tags["v3.0"] == head and repo.tags["v2.1"] == before
         pushed = repo.commits[head]
-        assert sorted(pushed.files) == sorted(p.relative_to(reference).as_posix()
-                                              for p in reference.rglob("*") if p.is_file())
+        assert sorted(pushed.files) == sorted(
+            p.relative_to(reference).as_posix() for p in reference.rglob("*") if p.is_file()
+        )
         assert all(pushed.data(name) == (local / name).read_bytes() for name in pushed.files)
-        assert sorted(repo.commits[before].files) == sorted(p.relative_to(v21_root).as_posix()
-                                                            for p in v21_root.rglob("*") if p.is_file())
+        assert sorted(repo.commits[before].files) == sorted(
+            p.relative_to(v21_root).as_posix() for p in v21_root.rglob("*") if p.is_file()
+        )
 
         # pushing again (e.g. after a crash between commit and tag) moves the tag to the new head
         again = run_cli("convert", REPO, *sizes_args(), env=hub_env(server, tmp_path / "home"))
@@ -61,8 +71,15 @@ def test_no_push_mutates_nothing_and_a_local_root_runs_offline(v21_root: Path, r
     local = tmp_path / "home/lerobot" / REPO
     assert compare_datasets(local, reference) == []
     # with the data already local and the server gone: fully offline
-    offline = run_cli("convert", str(local) + "_old", "--out", str(tmp_path / "again"), "--no-push", *sizes_args(),
-                      env={"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"})
+    offline = run_cli(
+        "convert",
+        str(local) + "_old",
+        "--out",
+        str(tmp_path / "again"),
+        "--no-push",
+        *sizes_args(),
+        env={"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"},
+    )
     assert offline.returncode == 0, offline.stderr[-3000:]
     assert compare_datasets(tmp_path / "again", reference) == []
 
@@ -74,8 +91,9 @@ def test_a_missing_v21_revision_is_a_clear_error(v21_root: Path, tmp_path: Path)
     assert "no revision 'v2.1' on the Hub" in result.stderr
 
 
-def test_push_in_chunks_retries_a_moved_branch_and_tags_the_last_commit(v21_root: Path, reference: Path,
-                                                                         tmp_path: Path, monkeypatch):
+def test_push_in_chunks_retries_a_moved_branch_and_tags_the_last_commit(
+    v21_root: Path, reference: Path, tmp_path: Path, monkeypatch
+):
     """push_v30 in this process: several commits (max_operations), the first made against a stale head (the
     branch moved after it was read: the server answers 412 and the commit is redone on the new head)."""
     from huggingface_hub import HfApi, constants
@@ -104,14 +122,23 @@ def test_push_in_chunks_retries_a_moved_branch_and_tags_the_last_commit(v21_root
     assert repo.tags["v3.0"] == repo.branches["main"]
     assert any(r[1].endswith("/commit/main") and r[2] == 412 for r in server.log())  # the refused stale commit
     pushed = repo.commits[repo.branches["main"]]
-    assert sorted(pushed.files) == sorted(p.relative_to(reference).as_posix() for p in reference.rglob("*")
-                                          if p.is_file())
+    assert sorted(pushed.files) == sorted(
+        p.relative_to(reference).as_posix() for p in reference.rglob("*") if p.is_file()
+    )
 
 
 def test_repo_id_pushes_a_local_folders_conversion(v21_root: Path, reference: Path, tmp_path: Path):
     with HubServer({REPO: v21_root}, tags=("v2.1",)) as server:
-        result = run_cli("convert", str(v21_root), "--out", str(tmp_path / "out"), "--repo-id", REPO, *sizes_args(),
-                         env=hub_env(server, tmp_path / "home"))
+        result = run_cli(
+            "convert",
+            str(v21_root),
+            "--out",
+            str(tmp_path / "out"),
+            "--repo-id",
+            REPO,
+            *sizes_args(),
+            env=hub_env(server, tmp_path / "home"),
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         repo = server.repos[REPO]
         pushed = repo.commits[repo.tags["v3.0"]]

@@ -69,7 +69,8 @@ def _dataset(path: Path, version: str) -> Path:
 
 @pytest.mark.parametrize("crash_after_first_rename", [False, True])
 def test_swap_without_rename_exchange_keeps_a_dataset_reachable_and_completes(
-        crash_after_first_rename: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    crash_after_first_rename: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setattr(finalize, "exchange", lambda a, b: False)  # e.g. a filesystem without RENAME_EXCHANGE
     root, stage = _dataset(tmp_path / "ds", "v2.1"), _dataset(tmp_path / "work/staging", "v3.0")
     journal = tmp_path / "work/swap.json"

@@ -20,10 +20,12 @@ def kill_env(tmp_path: Path, spec: str) -> dict[str, str]:
     return {ENV_VAR: spec, MARK_VAR: str(tmp_path / "killed")}
 
 
-@pytest.mark.parametrize("point", ["planned", "task-written", "task-published", "task-done", "metadata-written",
-                                   "swap-half"])
-def test_kill_9_of_the_run_then_rerun_finishes_with_identical_output(point: str, v21_root: Path, reference: Path,
-                                                                     tmp_path: Path):
+@pytest.mark.parametrize(
+    "point", ["planned", "task-written", "task-published", "task-done", "metadata-written", "swap-half"]
+)
+def test_kill_9_of_the_run_then_rerun_finishes_with_identical_output(
+    point: str, v21_root: Path, reference: Path, tmp_path: Path
+):
     root = copy_tree(v21_root, tmp_path / "ds")
     before = tree_listing(root)
     args = convert_args(root, "--workers", "2")
@@ -49,15 +51,19 @@ def test_kill_9_of_the_run_then_rerun_finishes_with_identical_output(point: str,
 
 def test_a_killed_worker_is_replaced_and_the_run_finishes(v21_root: Path, reference: Path, tmp_path: Path):
     out = tmp_path / "out"
-    result = run_cli("convert", *convert_args(v21_root, "--workers", "2", "--out", str(out)),
-                     env=kill_env(tmp_path, "task-written:process"))
+    result = run_cli(
+        "convert",
+        *convert_args(v21_root, "--workers", "2", "--out", str(out)),
+        env=kill_env(tmp_path, "task-written:process"),
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "killed").exists()
     assert compare_datasets(out, reference) == []
 
 
 def test_a_file_that_keeps_failing_fails_the_run_naming_it_and_a_rerun_after_the_fix_finishes(
-        v21_root: Path, reference: Path, tmp_path: Path):
+    v21_root: Path, reference: Path, tmp_path: Path
+):
     root = copy_tree(v21_root, tmp_path / "ds")
     args = convert_args(root, "--workers", "2", "--out", str(tmp_path / "out"))
     assert run_cli("convert", *args, "--dry-run").returncode == 0  # planned: sizes recorded
@@ -83,10 +89,19 @@ def test_two_commands_sharing_the_work_dir_convert_together(v21_root: Path, refe
 
     from tests.helpers import REPO
 
-    args = [sys.executable, "-m", "robostream.cli", "convert",
-            *convert_args(v21_root, "--workers", "1", "--out", str(tmp_path / "out"))]
-    runs = [subprocess.Popen(args, cwd=REPO, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for _ in range(2)]
+    args = [
+        sys.executable,
+        "-m",
+        "robostream.cli",
+        "convert",
+        *convert_args(v21_root, "--workers", "1", "--out", str(tmp_path / "out")),
+    ]
+    runs = [
+        subprocess.Popen(
+            args, cwd=REPO, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outputs = [run.communicate(timeout=240) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
     summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]

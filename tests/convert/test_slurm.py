@@ -38,13 +38,15 @@ exec "$@"
 
 
 def _jobs(calls: Path) -> list[tuple[list[str], str]]:
-    return [((calls / d / "args").read_text().split("\n")[:-1], (calls / d / "script.sh").read_text())
-            for d in sorted(os.listdir(calls), key=int)]
+    return [
+        ((calls / d / "args").read_text().split("\n")[:-1], (calls / d / "script.sh").read_text())
+        for d in sorted(os.listdir(calls), key=int)
+    ]
 
 
-def test_slurm_job_array_then_finalize_job_write_what_the_local_pool_writes(v21_root: Path, reference: Path,
-                                                                               tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch):
+def test_slurm_job_array_then_finalize_job_write_what_the_local_pool_writes(
+    v21_root: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     calls.mkdir()
@@ -56,9 +58,16 @@ def test_slurm_job_array_then_finalize_job_write_what_the_local_pool_writes(v21_
     path = f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}"
     monkeypatch.setenv("PATH", path)
     out = tmp_path / "out"
-    summary = convert(v21_root, out=out, workers=2, executor="slurm", data_file_size_in_mb=DATA_MB,
-                      video_file_size_in_mb=VIDEO_MB, engine=EngineOptions(partition="cpu", time="01:00:00"),
-                      log=lambda line: None)
+    summary = convert(
+        v21_root,
+        out=out,
+        workers=2,
+        executor="slurm",
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        engine=EngineOptions(partition="cpu", time="01:00:00"),
+        log=lambda line: None,
+    )
     assert summary["submitted"] and not out.exists()  # submitted, nothing converted by the submitting process
     jobs = _jobs(calls)
     files_job = next(s for a, s in jobs if "--job-name=robostream-convert" in s)
@@ -67,12 +76,25 @@ def test_slurm_job_array_then_finalize_job_write_what_the_local_pool_writes(v21_
     assert any(arg.startswith("--dependency=afterok:") for arg in finalize_args)
 
     env = {**os.environ, "PATH": path, "RUN_OFFSET": "0", "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": "1000"}
-    array = [subprocess.Popen(["bash", "-c", files_job], env={**env, "SLURM_ARRAY_TASK_ID": str(i)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    array = [
+        subprocess.Popen(
+            ["bash", "-c", files_job],
+            env={**env, "SLURM_ARRAY_TASK_ID": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     for task in array:
         output, _ = task.communicate(timeout=240)
         assert task.returncode == 0, output[-3000:]
-    done = subprocess.run(["bash", "-c", finalize_job], env={**env, "SLURM_ARRAY_TASK_ID": "0"},
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        ["bash", "-c", finalize_job],
+        env={**env, "SLURM_ARRAY_TASK_ID": "0"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert compare_datasets(out, reference) == []

@@ -22,7 +22,9 @@ def _edit_episodes(root: Path, column: str, episode: int, delta: float) -> None:
     table = pq.read_table(root / EPISODES)
     values = table.column(column).to_pylist()
     values[episode] += delta
-    table = table.set_column(table.column_names.index(column), column, pa.array(values, table.schema.field(column).type))
+    table = table.set_column(
+        table.column_names.index(column), column, pa.array(values, table.schema.field(column).type)
+    )
     pq.write_table(table, root / EPISODES)
 
 
@@ -58,16 +60,28 @@ def _rewrite_data(root: Path, edit) -> Path:
     return path
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: t.drop_columns(["action"]), "lacks column(s) ['action'] that meta/info.json declares"),
-    (lambda t: t.drop_columns(["frame_index"]), "lacks column(s) ['frame_index']"),
-    (lambda t: t.set_column(t.column_names.index("observation.state"), "observation.state",
-                            pa.array([[0.0] * 2] * t.num_rows, pa.list_(pa.float32(), 2))),
-     "column 'observation.state' holds [2] per frame, but meta/info.json declares shape [4]"),
-    (lambda t: t.set_column(t.column_names.index("timestamp"), "timestamp",
-                            pa.array([float("nan")] * t.num_rows, pa.float32())), "has timestamp nan"),
-    (lambda t: t.filter(pc.not_equal(t.column("episode_index"), t.column("episode_index")[0])), "has 0 rows"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.drop_columns(["action"]), "lacks column(s) ['action'] that meta/info.json declares"),
+        (lambda t: t.drop_columns(["frame_index"]), "lacks column(s) ['frame_index']"),
+        (
+            lambda t: t.set_column(
+                t.column_names.index("observation.state"),
+                "observation.state",
+                pa.array([[0.0] * 2] * t.num_rows, pa.list_(pa.float32(), 2)),
+            ),
+            "column 'observation.state' holds [2] per frame, but meta/info.json declares shape [4]",
+        ),
+        (
+            lambda t: t.set_column(
+                t.column_names.index("timestamp"), "timestamp", pa.array([float("nan")] * t.num_rows, pa.float32())
+            ),
+            "has timestamp nan",
+        ),
+        (lambda t: t.filter(pc.not_equal(t.column("episode_index"), t.column("episode_index")[0])), "has 0 rows"),
+    ],
+)
 def test_what_the_readers_refuse_fails_verify(reference: Path, tmp_path: Path, edit, message):
     root = Path(shutil.copytree(reference, tmp_path / "ds"))
     path = _rewrite_data(root, edit)
@@ -95,5 +109,8 @@ def test_a_span_shifted_a_frame_at_both_ends_fails_verify(reference: Path, tmp_p
         _edit_episodes(root, f"videos/{key}/{end}", episode, 1 / meta.fps)
     problems = verify(root)["problems"]
     assert len(problems) == 1, problems
-    assert (f"camera '{key}': in {meta.video_file(episode, key)} the video spans of episode {episode} " in problems[0]
-            and f"and episode {episode + 1} " in problems[0] and "overlap" in problems[0]), problems
+    assert (
+        f"camera '{key}': in {meta.video_file(episode, key)} the video spans of episode {episode} " in problems[0]
+        and f"and episode {episode + 1} " in problems[0]
+        and "overlap" in problems[0]
+    ), problems

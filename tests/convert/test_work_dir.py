@@ -19,27 +19,40 @@ from tests.helpers import DATA_MB, VIDEO_MB, convert_args, copy_tree, run_cli, t
 
 
 def attempt(root: Path, *, out: Path | None, work_dir: Path | None):
-    return convert(root, out=out, work_dir=work_dir, workers=1, data_file_size_in_mb=DATA_MB,
-                   video_file_size_in_mb=VIDEO_MB, log=lambda line: None)
+    return convert(
+        root,
+        out=out,
+        work_dir=work_dir,
+        workers=1,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        log=lambda line: None,
+    )
 
 
 def test_a_work_dir_holding_user_files_is_refused_and_left_intact(v21_root: Path, tmp_path: Path):
     mine = tmp_path / "my-files"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work")
-    with pytest.raises(RobostreamError, match=r"my-files: exists and holds files that are not a robostream "
-                                              "conversion's"):
+    with pytest.raises(
+        RobostreamError,
+        match=r"my-files: exists and holds files that are not a robostream "
+        "conversion's",
+    ):
         attempt(v21_root, out=tmp_path / "out", work_dir=mine)
     assert tree_listing(mine) == {"thesis.tex": b"years of work"}
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("where, relation", [
-    (lambda ds, out: ds, "is the input"),
-    (lambda ds, out: ds / "meta", "lies inside the input"),
-    (lambda ds, out: ds.parent, "contains the input"),
-    (lambda ds, out: out.parent, "contains"),
-])
+@pytest.mark.parametrize(
+    "where, relation",
+    [
+        (lambda ds, out: ds, "is the input"),
+        (lambda ds, out: ds / "meta", "lies inside the input"),
+        (lambda ds, out: ds.parent, "contains the input"),
+        (lambda ds, out: out.parent, "contains"),
+    ],
+)
 def test_a_work_dir_overlapping_the_input_or_output_is_refused(v21_root: Path, tmp_path: Path, where, relation):
     ds = copy_tree(v21_root, tmp_path / "area" / "ds")
     out = tmp_path / "area" / "converted" / "v30"
@@ -57,8 +70,7 @@ def test_in_place_work_dir_inside_the_input_is_refused(v21_root: Path, tmp_path:
     assert tree_listing(ds) == before
 
 
-def test_a_created_work_dir_is_removed_an_adopted_empty_one_is_kept(v21_root: Path, reference: Path,
-                                                                    tmp_path: Path):
+def test_a_created_work_dir_is_removed_an_adopted_empty_one_is_kept(v21_root: Path, reference: Path, tmp_path: Path):
     created = tmp_path / "new-work"
     attempt(v21_root, out=tmp_path / "a", work_dir=created)
     assert not created.exists() and compare_datasets(tmp_path / "a", reference) == []
@@ -80,16 +92,25 @@ def test_a_refused_input_leaves_no_work_dir(v21_root: Path, tmp_path: Path):
 def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Path):
     """A dry run plans into the work dir (marked); the real run takes it over and finishes."""
     work = tmp_path / "work"
-    convert(v21_root, out=tmp_path / "out", work_dir=work, workers=1, data_file_size_in_mb=DATA_MB,
-            video_file_size_in_mb=VIDEO_MB, dry_run=True, log=lambda line: None)
+    convert(
+        v21_root,
+        out=tmp_path / "out",
+        work_dir=work,
+        workers=1,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        dry_run=True,
+        log=lambda line: None,
+    )
     assert (work / MARKER).is_file() and (work / "plan.json").is_file()
     attempt(v21_root, out=tmp_path / "out", work_dir=work)
     assert not work.exists() and compare_datasets(tmp_path / "out", reference) == []
 
 
 @pytest.mark.parametrize("adopted", [False, True], ids=["created", "adopted"])
-def test_files_added_to_a_work_dir_left_by_a_kill_survive_the_resumed_run(v21_root: Path, reference: Path,
-                                                                          tmp_path: Path, adopted: bool):
+def test_files_added_to_a_work_dir_left_by_a_kill_survive_the_resumed_run(
+    v21_root: Path, reference: Path, tmp_path: Path, adopted: bool
+):
     """A conversion SIGKILLed after its first file, the user's notes dropped into the work dir it left, the same
     command again: the conversion finishes, removes what it made and keeps the folder with the user's files (a
     warning names them); a later rerun finds the finished conversion and does nothing."""

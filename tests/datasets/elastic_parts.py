@@ -12,7 +12,18 @@ def torchrun_part(root, out: Path, ranks: int, workers: int, batches: int, state
     """`ranks` processes x `workers` DataLoader workers read `batches` batches (-1: to the end) of `root` (a folder,
     or a mixture's .json spec), from `state_file` ("-": a fresh epoch); one result dict per rank."""
     out.mkdir(parents=True)
-    proc = run_torchrun(["--nproc_per_node", str(ranks), str(ELASTIC), str(root), str(out), str(workers),
-                         str(batches), str(state_file)], timeout=420)
+    proc = run_torchrun(
+        [
+            "--nproc_per_node",
+            str(ranks),
+            str(ELASTIC),
+            str(root),
+            str(out),
+            str(workers),
+            str(batches),
+            str(state_file),
+        ],
+        timeout=420,
+    )
     fail_unless_ranks(proc, len(list(out.glob("rank-*.json"))), ranks, "their results")
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]

@@ -9,8 +9,13 @@ import pytest
 
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.streaming import StreamingLeRobotDataset
-from robostream.errors import (DatasetFormatError, FrameToleranceError, MissingFileError, UnsafePathError,
-                               UnsupportedVersionError)
+from robostream.errors import (
+    DatasetFormatError,
+    FrameToleranceError,
+    MissingFileError,
+    UnsafePathError,
+    UnsupportedVersionError,
+)
 from robostream.format.metadata import load_metadata
 from tests.helpers import copy_tree
 
@@ -71,7 +76,9 @@ def test_timestamp_outside_tolerance_names_file_and_time(broken):
     shifted = pa.array([v + 0.02 for v in table.column(column).to_pylist()], type=pa.float64())
     pq.write_table(table.set_column(table.column_names.index(column), column, shifted), path)
     dataset = LeRobotDataset(root=broken)
-    with pytest.raises(FrameToleranceError, match=r"\.mp4 \(episode 0, camera .*\): no frame within tolerance_s=0.0001"):
+    with pytest.raises(
+        FrameToleranceError, match=r"\.mp4 \(episode 0, camera .*\): no frame within tolerance_s=0.0001"
+    ):
         dataset[0]
 
 
@@ -101,8 +108,10 @@ def test_missing_rows_fail_when_the_episode_is_read(broken):
     pq.write_table(table.slice(0, table.num_rows - 1), data)
     victim = _episodes_of(data)[-1]
     lo, hi = _first_position(meta, victim), int(meta.episodes.to_index[meta.episodes.row_of(victim)])
-    message = rf"file-000.parquet: episode {victim} has {hi - lo - 1} rows with index {lo}..{hi - 2}, but the " \
-              rf"episode table says index \[{lo}, {hi}\)"
+    message = (
+        rf"file-000.parquet: episode {victim} has {hi - lo - 1} rows with index {lo}..{hi - 2}, but the "
+        rf"episode table says index \[{lo}, {hi}\)"
+    )
     dataset = LeRobotDataset(root=broken)
     assert int(dataset[0]["index"]) == 0
     with pytest.raises(DatasetFormatError, match=message):

@@ -28,11 +28,14 @@ def test_weights_that_give_no_sample_are_refused_naming_them(av1_root, batching,
         _mixture(av1_root, [weight, weight], batching)
 
 
-@pytest.mark.parametrize("weights, epoch_size, named", [
-    ([{"repeat": 1e308}, {}], None, r"source 0: repeat=1e\+308 asks for ~10\^309 samples per epoch"),
-    ([{}, {"choose": 10 ** 18}], None, r"source 1: choose=1000000000000000000 asks for ~10\^18 samples"),
-    ([{"proportion": 1}, {"proportion": 1}], 10 ** 18, r"source 1: epoch_size=1000000000000000000 \(proportion=1\)"),
-])
+@pytest.mark.parametrize(
+    "weights, epoch_size, named",
+    [
+        ([{"repeat": 1e308}, {}], None, r"source 0: repeat=1e\+308 asks for ~10\^309 samples per epoch"),
+        ([{}, {"choose": 10**18}], None, r"source 1: choose=1000000000000000000 asks for ~10\^18 samples"),
+        ([{"proportion": 1}, {"proportion": 1}], 10**18, r"source 1: epoch_size=1000000000000000000 \(proportion=1\)"),
+    ],
+)
 def test_an_epoch_beyond_what_a_plan_holds_is_refused_naming_the_argument(av1_root, weights, epoch_size, named):
     with pytest.raises(ValueError, match=f"{named}.* more than {MAX_EPOCH_UNITS} "):
         _mixture(av1_root, weights, epoch_size=epoch_size)

@@ -13,8 +13,11 @@ from torch.utils.data import default_collate
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.writer.v30 import DatasetWriter
 
-WINDOWS = {"observation.images.cam0": [-0.1, 0.0, 0.05], "action": [0.0, 0.05, 0.1, 0.15],
-           "observation.state": [-0.05, 0.0]}
+WINDOWS = {
+    "observation.images.cam0": [-0.1, 0.0, 0.05],
+    "action": [0.0, 0.05, 0.1, 0.15],
+    "observation.state": [-0.05, 0.0],
+}
 
 
 def assert_same_batches(fast: list, reference: list) -> None:
@@ -36,11 +39,15 @@ def both_paths(dataset: StreamingLeRobotDataset, **loader_kwargs) -> tuple[list,
     return fast, reference
 
 
-@pytest.mark.parametrize("options", [
-    dict(return_uint8=True),
-    dict(return_uint8=False, delta_timestamps=WINDOWS),
-    dict(return_uint8=True, delta_timestamps=WINDOWS, episodes=[1, 4, 6], shuffle=False),
-], ids=["uint8-single", "float-windows", "uint8-windows-subset-ordered"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(return_uint8=True),
+        dict(return_uint8=False, delta_timestamps=WINDOWS),
+        dict(return_uint8=True, delta_timestamps=WINDOWS, episodes=[1, 4, 6], shuffle=False),
+    ],
+    ids=["uint8-single", "float-windows", "uint8-windows-subset-ordered"],
+)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_equal_torch_collate_of_the_samples(av1_root, options, workers):
     dataset = StreamingLeRobotDataset(root=av1_root, **options)
@@ -101,19 +108,24 @@ def test_per_sample_paths_stay_available(av1_root):
 def mixed_root(tmp_path_factory) -> Path:
     """A camera as video, another as parquet PNG images, and a string column."""
     rng = np.random.default_rng(7)
-    features = {"observation.images.front": {"dtype": "video", "shape": [48, 64, 3], "names": None},
-                "observation.images.wrist": {"dtype": "image", "shape": [24, 32, 3], "names": None},
-                "observation.state": {"dtype": "float32", "shape": [3], "names": None},
-                "language": {"dtype": "string", "shape": [1], "names": None}}
+    features = {
+        "observation.images.front": {"dtype": "video", "shape": [48, 64, 3], "names": None},
+        "observation.images.wrist": {"dtype": "image", "shape": [24, 32, 3], "names": None},
+        "observation.state": {"dtype": "float32", "shape": [3], "names": None},
+        "language": {"dtype": "string", "shape": [1], "names": None},
+    }
     root = tmp_path_factory.mktemp("mixed") / "ds"
     with DatasetWriter(root, 10, features, codec="av1", gop=2) as writer:
         for length in (9, 6, 11):
             writer.add_episode(
-                {"observation.images.wrist": rng.integers(0, 255, (length, 24, 32, 3), dtype=np.uint8),
-                 "observation.state": rng.random((length, 3), dtype=np.float32),
-                 "language": np.array([f"step {i}" for i in range(length)])},
-                task="stack", videos={"observation.images.front": rng.integers(0, 255, (length, 48, 64, 3),
-                                                                             dtype=np.uint8)})
+                {
+                    "observation.images.wrist": rng.integers(0, 255, (length, 24, 32, 3), dtype=np.uint8),
+                    "observation.state": rng.random((length, 3), dtype=np.float32),
+                    "language": np.array([f"step {i}" for i in range(length)]),
+                },
+                task="stack",
+                videos={"observation.images.front": rng.integers(0, 255, (length, 48, 64, 3), dtype=np.uint8)},
+            )
     return root
 
 

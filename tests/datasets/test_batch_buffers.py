@@ -20,8 +20,9 @@ def _loader(root, buffers, workers=2, **kwargs):
 def test_pooled_batches_equal_torch_collate(av1_root):
     # The fixture's frames are small: pool every tensor key. 8 slots: more than a worker ever has in flight.
     buffers = BatchBuffers(slots=8, min_bytes=1)
-    pooled = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()}
-              for b in _loader(av1_root, buffers)]
+    pooled = [
+        {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in _loader(av1_root, buffers)
+    ]
     plain = list(_loader(av1_root, False))
     assert len(pooled) == len(plain) > 10
     for a, b in zip(pooled, plain):
@@ -104,8 +105,9 @@ def test_allocate_while_the_main_process_releases_slots():
     releaser = context.Process(target=_release_forever, args=(buffers._free, stop), daemon=True)
     releaser.start()
     try:
-        slots = next(iter(torch.utils.data.DataLoader(_AllocatingDataset(buffers, 5000), num_workers=1,
-                                                      batch_size=None)))
+        slots = next(
+            iter(torch.utils.data.DataLoader(_AllocatingDataset(buffers, 5000), num_workers=1, batch_size=None))
+        )
     finally:
         stop.set()
         releaser.join()

@@ -85,19 +85,22 @@ def test_streaming_windows_pad_and_keep_depth_float_with_uint8_rgb(depth_root):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_loader_batches_equal_the_collate_of_samples(depth_root, workers):
-    dataset = StreamingLeRobotDataset(root=depth_root, return_uint8=True, seed=1,
-                                      delta_timestamps={DEPTH: [-0.05, 0.0]})
+    dataset = StreamingLeRobotDataset(
+        root=depth_root, return_uint8=True, seed=1, delta_timestamps={DEPTH: [-0.05, 0.0]}
+    )
     fast, reference = both_paths(dataset, batch_size=8, num_workers=workers)
     assert_same_batches(fast, reference)
     assert all(batch[DEPTH].dtype == torch.float32 for batch in fast)
 
 
 def test_a_union_mixture_fills_depth_with_float_zeros_where_a_source_has_none(depth_root, av1_root):
-    dataset = StreamingLeRobotDataset(sources=[Source(root=depth_root), Source(root=av1_root)], features="union",
-                                      return_uint8=True, seed=2)
+    dataset = StreamingLeRobotDataset(
+        sources=[Source(root=depth_root), Source(root=av1_root)], features="union", return_uint8=True, seed=2
+    )
     batches = list(StreamingDataLoader(dataset, batch_size=16, num_workers=0))
-    reference = list(StreamingDataLoader(dataset, batch_size=16, num_workers=0,
-                                         collate_fn=torch.utils.data.default_collate))
+    reference = list(
+        StreamingDataLoader(dataset, batch_size=16, num_workers=0, collate_fn=torch.utils.data.default_collate)
+    )
     assert_same_batches(batches, reference)
     for batch in batches:
         assert batch[DEPTH].dtype == torch.float32

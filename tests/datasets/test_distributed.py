@@ -9,8 +9,8 @@ from torch.utils.data import DataLoader
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.format.metadata import load_metadata
-from tests.helpers import dataset_indices, fail_unless_ranks, run_torchrun
 from tests.datasets.elastic_parts import torchrun_part
+from tests.helpers import dataset_indices, fail_unless_ranks, run_torchrun
 
 SCRIPT = Path(__file__).with_name("torchrun_epoch.py")
 
@@ -30,8 +30,9 @@ def episodes(av1_root):
 @pytest.fixture(scope="module")
 def torchrun_results(av1_root, episodes, tmp_path_factory):
     out = tmp_path_factory.mktemp("torchrun")
-    proc = run_torchrun(["--nproc_per_node", "2", str(SCRIPT), str(av1_root), str(out), json.dumps(episodes)],
-                        timeout=420)
+    proc = run_torchrun(
+        ["--nproc_per_node", "2", str(SCRIPT), str(av1_root), str(out), json.dumps(episodes)], timeout=420
+    )
     fail_unless_ranks(proc, len(list(out.glob("rank-*.json"))), 2, "their results")
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
 
@@ -48,8 +49,9 @@ def test_two_ranks_split_the_epoch_disjointly_with_equal_counts(torchrun_results
 def test_resume_from_two_ranks_on_one_rank_with_three_workers(torchrun_results, av1_root, episodes):
     r0, r1 = torchrun_results
     assert r0["state"] == r1["state"]
-    dataset = StreamingLeRobotDataset(root=av1_root, episodes=episodes, seed=4, uneven="drop", return_uint8=True,
-                                      rank=0, world_size=1)
+    dataset = StreamingLeRobotDataset(
+        root=av1_root, episodes=episodes, seed=4, uneven="drop", return_uint8=True, rank=0, world_size=1
+    )
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=3)
     loader.load_state_dict(r0["state"])
     rest = [i for batch in loader for i in batch["index"].tolist()]
@@ -68,8 +70,9 @@ def test_env_rank_and_world_size_are_honoured(av1_root, monkeypatch):
     assert len(counts[0]) == len(counts[1]) and not set(counts[0]) & set(counts[1])
 
 
-@pytest.mark.parametrize("before,after", [((2, 2), (3, 1)), ((2, 2), (5, 1)), ((2, 6), (1, 7))],
-                         ids=["4to3", "4to5", "12to7"])
+@pytest.mark.parametrize(
+    "before,after", [((2, 2), (3, 1)), ((2, 2), (5, 1)), ((2, 6), (1, 7))], ids=["4to3", "4to5", "12to7"]
+)
 def test_elastic_resume_on_any_layout_under_torchrun(av1_root, tmp_path, before, after):
     """(ranks, workers) before -> after, each part a real torchrun job: the new layout (whose consumer count need
     not divide the canonical count) continues the epoch with no sample skipped or read twice, every rank taking

@@ -36,16 +36,19 @@ def _edit_info(root, edit):
     path.write_text(json.dumps(doc))  # NaN and Infinity are written as JSON's (Python's) NaN / Infinity
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("fps", math.nan, "'fps': expected a finite number, got nan"),
-    ("fps", math.inf, "'fps': expected a finite number, got inf"),
-    ("fps", "20", "'fps': expected a number, got '20'"),
-    ("fps", True, "'fps': expected a number, got True"),
-    ("fps", 0, "'fps': must be > 0"),
-    ("total_frames", "lots", "'total_frames': expected an integer, got 'lots'"),
-    ("chunks_size", 0, "'chunks_size': must be > 0"),
-    ("data_files_size_in_mb", math.nan, "'data_files_size_in_mb': expected a finite number"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("fps", math.nan, "'fps': expected a finite number, got nan"),
+        ("fps", math.inf, "'fps': expected a finite number, got inf"),
+        ("fps", "20", "'fps': expected a number, got '20'"),
+        ("fps", True, "'fps': expected a number, got True"),
+        ("fps", 0, "'fps': must be > 0"),
+        ("total_frames", "lots", "'total_frames': expected an integer, got 'lots'"),
+        ("chunks_size", 0, "'chunks_size': must be > 0"),
+        ("data_files_size_in_mb", math.nan, "'data_files_size_in_mb': expected a finite number"),
+    ],
+)
 def test_non_finite_or_mistyped_info_numbers_are_refused_by_key(broken, key, value, message):
     _edit_info(broken, lambda doc: doc.update({key: value}))
     with pytest.raises(DatasetFormatError, match="meta/info.json") as err:
@@ -57,18 +60,22 @@ def test_non_finite_or_mistyped_info_numbers_are_refused_by_key(broken, key, val
 def test_control_characters_in_a_feature_key_are_refused(broken, bad_key):
     def rename(doc):
         doc["features"][bad_key] = doc["features"].pop("observation.state")
+
     _edit_info(broken, rename)
     with pytest.raises(DatasetFormatError, match="control characters"):
         LeRobotDataset(root=broken)
 
 
-@pytest.mark.parametrize(("window", "message"), [
-    ([0.0, math.nan], r"delta_timestamps\['action'\]\[1\]: expected a finite number, got nan"),
-    ([-math.inf, 0.0], r"delta_timestamps\['action'\]\[0\]: expected a finite number, got -inf"),
-    ([None, 0.0], r"delta_timestamps\['action'\]\[0\]: expected a number, got None"),
-    (0.05, r"delta_timestamps\['action'\] must be a non-empty list of seconds, got 0.05"),
-    ("0.05", r"delta_timestamps\['action'\] must be a non-empty list of seconds"),
-])
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        ([0.0, math.nan], r"delta_timestamps\['action'\]\[1\]: expected a finite number, got nan"),
+        ([-math.inf, 0.0], r"delta_timestamps\['action'\]\[0\]: expected a finite number, got -inf"),
+        ([None, 0.0], r"delta_timestamps\['action'\]\[0\]: expected a number, got None"),
+        (0.05, r"delta_timestamps\['action'\] must be a non-empty list of seconds, got 0.05"),
+        ("0.05", r"delta_timestamps\['action'\] must be a non-empty list of seconds"),
+    ],
+)
 def test_delta_timestamps_must_be_finite_seconds(av1_root, window, message):
     for make in (LeRobotDataset, StreamingLeRobotDataset):
         with pytest.raises(ValueError, match=message):
@@ -109,8 +116,9 @@ def test_stored_dtypes_are_cast_to_the_declared_ones_like_lerobot(av1_root, brok
 
 
 def test_a_fractional_index_is_an_error_not_a_truncation(broken):
-    _rewrite_data(broken, lambda t: t.set_column(t.column_names.index("index"), "index",
-                                                 pa.array(np.arange(t.num_rows) + 0.5)))
+    _rewrite_data(
+        broken, lambda t: t.set_column(t.column_names.index("index"), "index", pa.array(np.arange(t.num_rows) + 0.5))
+    )
     with pytest.raises(DatasetFormatError, match=r"file-000.parquet: column 'index' could not be read as int64"):
         LeRobotDataset(root=broken)[0]
 
@@ -118,8 +126,10 @@ def test_a_fractional_index_is_an_error_not_a_truncation(broken):
 def test_a_state_narrower_than_declared_is_an_error_naming_the_column(broken):
     """A 6-d stored state declared as 12-d: lerobot fails; so do both readers, naming the file and column."""
     _edit_info(broken, lambda doc: doc["features"]["observation.state"].update(shape=[12]))
-    message = r"file-000.parquet: column 'observation.state' holds \[6\] per frame, but meta/info.json declares " \
-              r"shape \[12\]"
+    message = (
+        r"file-000.parquet: column 'observation.state' holds \[6\] per frame, but meta/info.json declares "
+        r"shape \[12\]"
+    )
     with pytest.raises(DatasetFormatError, match=message):
         LeRobotDataset(root=broken)[0]
     with pytest.raises(DatasetFormatError, match=message):
@@ -137,10 +147,16 @@ def _edit_episodes(root, column, edit):
 def test_an_episode_span_a_frame_off_is_refused_at_construction(broken):
     """from_timestamp one frame late: each sample would be its neighbour frame, inside the tolerance."""
     key = load_metadata(broken).video_keys[0]
-    _edit_episodes(broken, f"videos/{key}/from_timestamp",
-                   lambda c: pa.array([v + (1 / 20 if i == 2 else 0) for i, v in enumerate(c.to_pylist())]))
-    with pytest.raises(DatasetFormatError, match=rf"episode 2 camera '{key}': video span .* lasts .* but its "
-                                                 r"\d+ frames at 20 fps last"):
+    _edit_episodes(
+        broken,
+        f"videos/{key}/from_timestamp",
+        lambda c: pa.array([v + (1 / 20 if i == 2 else 0) for i, v in enumerate(c.to_pylist())]),
+    )
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"episode 2 camera '{key}': video span .* lasts .* but its "
+        r"\d+ frames at 20 fps last",
+    ):
         LeRobotDataset(root=broken)
 
 
@@ -154,11 +170,17 @@ def test_a_span_shifted_a_frame_at_both_ends_is_refused_at_construction(broken, 
     key = meta.video_keys[0]
     assert meta.video_file(1, key) == meta.video_file(2, key)  # the fixture's cam0 holds episodes 0-2 in one file
     for end in ("from_timestamp", "to_timestamp"):
-        _edit_episodes(broken, f"videos/{key}/{end}",
-                       lambda c: pa.array([v + (1 / 20 if i == 1 else 0) for i, v in enumerate(c.to_pylist())]))
-    with pytest.raises(DatasetFormatError, match=rf"camera '{key}': in {meta.video_file(1, key)} the video spans of "
-                                                 r"episode 1 \[1\.55, 3\.0\) s and episode 2 \[2\.95, 4\.15\) s "
-                                                 "overlap"):
+        _edit_episodes(
+            broken,
+            f"videos/{key}/{end}",
+            lambda c: pa.array([v + (1 / 20 if i == 1 else 0) for i, v in enumerate(c.to_pylist())]),
+        )
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"camera '{key}': in {meta.video_file(1, key)} the video spans of "
+        r"episode 1 \[1\.55, 3\.0\) s and episode 2 \[2\.95, 4\.15\) s "
+        "overlap",
+    ):
         reader(root=broken, episodes=episodes)
 
 
@@ -179,15 +201,24 @@ def test_a_span_shifted_past_the_end_of_its_file_is_refused_when_the_file_is_ope
     one silently and fail only on the last. Opening the file now refuses it, whichever of its episodes is read
     first, naming camera, file, episode and both times."""
     meta = load_metadata(broken)
-    key, relative, episodes = next((k, f, e) for k in meta.video_keys for f, e in _files_of(meta, k).items()
-                                   if (len(e) > 1) == (which == "the last of several"))
+    key, relative, episodes = next(
+        (k, f, e)
+        for k in meta.video_keys
+        for f, e in _files_of(meta, k).items()
+        if (len(e) > 1) == (which == "the last of several")
+    )
     shifted, read = episodes[-1], episodes[0]
     for end in ("from_timestamp", "to_timestamp"):
-        _edit_episodes(broken, f"videos/{key}/{end}",
-                       lambda c: pa.array([v + (1 / 20 if i == shifted else 0) for i, v in enumerate(c.to_pylist())]))
+        _edit_episodes(
+            broken,
+            f"videos/{key}/{end}",
+            lambda c: pa.array([v + (1 / 20 if i == shifted else 0) for i, v in enumerate(c.to_pylist())]),
+        )
     ends_at = meta.episodes.video_span(shifted, key).to_timestamp
-    message = (rf"{relative}: camera '{key}': the video span of episode {shifted} ends at {ends_at + 1 / 20:.6f} s "
-               rf"but the video stream ends at {ends_at:.6f} s")
+    message = (
+        rf"{relative}: camera '{key}': the video span of episode {shifted} ends at {ends_at + 1 / 20:.6f} s "
+        rf"but the video stream ends at {ends_at:.6f} s"
+    )
     dataset = reader(root=broken, episodes=[read], video_backend=backend)  # construction reads no video
     with pytest.raises(VideoDecodeError, match=message):
         dataset[0] if reader is LeRobotDataset else next(iter(dataset))
@@ -195,8 +226,11 @@ def test_a_span_shifted_past_the_end_of_its_file_is_refused_when_the_file_is_ope
 
 def test_a_string_locating_column_names_the_column(broken):
     _edit_episodes(broken, "data/file_index", lambda c: pa.array([str(v) for v in c.to_pylist()]))
-    with pytest.raises(DatasetFormatError, match=r"episode metadata column 'data/file_index' holds string, expected "
-                                                 "integers"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"episode metadata column 'data/file_index' holds string, expected "
+        "integers",
+    ):
         LeRobotDataset(root=broken)
 
 
@@ -210,8 +244,11 @@ def test_a_video_at_another_frame_rate_is_refused_when_opened(broken):
     encode_video(frames, victim.with_suffix(".tmp.mp4"), fps=40, codec="h264", gop=2)
     shutil.move(victim.with_suffix(".tmp.mp4"), victim)
     dataset = LeRobotDataset(root=broken)
-    with pytest.raises(VideoDecodeError, match=rf"{victim.name}: the video stream runs at 40 fps but meta/info.json "
-                                               "says the dataset's fps is 20"):
+    with pytest.raises(
+        VideoDecodeError,
+        match=rf"{victim.name}: the video stream runs at 40 fps but meta/info.json "
+        "says the dataset's fps is 20",
+    ):
         dataset[0]
 
 
@@ -242,14 +279,23 @@ def test_a_hub_cache_snapshot_reads_like_the_dataset(av1_root, tmp_path):
             assert torch.equal(got[position][key], value) if torch.is_tensor(value) else got[position][key] == value
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (lambda t: t.set_column(t.column_names.index("timestamp"), "timestamp",
-                            pa.array([math.nan] * t.num_rows, pa.float32())),
-     r"file-000.parquet: episode 0 frame 0 has timestamp nan, outside the episode's"),
-    (lambda t: t.set_column(t.column_names.index("action"), "action", pa.array([None] * t.num_rows,
-                                                                                t.column("action").type)),
-     r"file-000.parquet: column 'action' could not be read as float32 \[6\] .*: \d+ null row"),
-])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda t: t.set_column(
+                t.column_names.index("timestamp"), "timestamp", pa.array([math.nan] * t.num_rows, pa.float32())
+            ),
+            r"file-000.parquet: episode 0 frame 0 has timestamp nan, outside the episode's",
+        ),
+        (
+            lambda t: t.set_column(
+                t.column_names.index("action"), "action", pa.array([None] * t.num_rows, t.column("action").type)
+            ),
+            r"file-000.parquet: column 'action' could not be read as float32 \[6\] .*: \d+ null row",
+        ),
+    ],
+)
 def test_unusable_data_values_name_the_file_and_column(broken, damage, message):
     _rewrite_data(broken, damage)
     with pytest.raises(DatasetFormatError, match=message):
@@ -258,10 +304,13 @@ def test_unusable_data_values_name_the_file_and_column(broken, damage, message):
         next(iter(StreamingLeRobotDataset(root=broken, shuffle=False)))
 
 
-@pytest.mark.parametrize(("name", "content", "message"), [
-    ("info.json", b"\xff\xfe\x00", "info.json: not UTF-8 text"),
-    ("stats.json", b"[1, 2]", "stats.json: expected an object of features"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("info.json", b"\xff\xfe\x00", "info.json: not UTF-8 text"),
+        ("stats.json", b"[1, 2]", "stats.json: expected an object of features"),
+    ],
+)
 def test_undecodable_metadata_files_are_named(broken, name, content, message):
     (broken / "meta" / name).write_bytes(content)
     with pytest.raises(DatasetFormatError, match=message):
@@ -281,12 +330,15 @@ def test_map_style_positions_must_be_integers(av1_root, position):
         LeRobotDataset(root=av1_root)[position]
 
 
-@pytest.mark.parametrize(("weights", "message"), [
-    ({"proportion": math.nan}, "proportion: expected a finite number, got nan"),
-    ({"proportion": math.inf}, "proportion: expected a finite number, got inf"),
-    ({"repeat": math.nan}, "repeat: expected a finite number"),
-    ({"repeat": -1}, "repeat: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"proportion": math.nan}, "proportion: expected a finite number, got nan"),
+        ({"proportion": math.inf}, "proportion: expected a finite number, got inf"),
+        ({"repeat": math.nan}, "repeat: expected a finite number"),
+        ({"repeat": -1}, "repeat: must be >= 0"),
+    ],
+)
 def test_mixture_weights_must_be_finite(av1_root, weights, message):
     from robostream import Source
 
@@ -294,14 +346,21 @@ def test_mixture_weights_must_be_finite(av1_root, weights, message):
         StreamingLeRobotDataset(sources=[Source(root=av1_root, **weights), Source(root=av1_root, **weights)])
 
 
-@pytest.mark.parametrize("damage", [
-    lambda folder: (folder / "columns.bin").write_bytes((folder / "columns.bin").read_bytes()[:-7])
-    if (folder / "columns.bin").is_file() else None,
-    lambda folder: (folder / "columns.json").write_text("{") if (folder / "columns.json").is_file() else None,
-    lambda folder: (folder / "episodes-0.bin").write_bytes(b"cut") if (folder / "episodes-0.bin").is_file()
-    else None,  # the metadata snapshot (format/metadata_snapshot.py)
-    lambda folder: (folder / "metadata.json").write_text("{") if (folder / "metadata.json").is_file() else None,
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda folder: (
+            (folder / "columns.bin").write_bytes((folder / "columns.bin").read_bytes()[:-7])
+            if (folder / "columns.bin").is_file()
+            else None
+        ),
+        lambda folder: (folder / "columns.json").write_text("{") if (folder / "columns.json").is_file() else None,
+        lambda folder: (
+            (folder / "episodes-0.bin").write_bytes(b"cut") if (folder / "episodes-0.bin").is_file() else None
+        ),  # the metadata snapshot (format/metadata_snapshot.py)
+        lambda folder: (folder / "metadata.json").write_text("{") if (folder / "metadata.json").is_file() else None,
+    ],
+)
 def test_a_damaged_node_cache_entry_is_rebuilt_not_fatal(av1_root, tmp_path, damage):
     """A derived-cache entry truncated or edited on disk used to fail every later start."""
     from robostream import ReadOptions

@@ -19,8 +19,13 @@ import torch
 from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.datasets.collate import collate_samples
 from robostream.errors import DatasetFormatError
-from robostream.format.language import (LANGUAGE_EVENTS, LANGUAGE_PERSISTENT, ROW_FIELDS, SAY_TOOL_SCHEMA,
-                                        language_arrow_type)
+from robostream.format.language import (
+    LANGUAGE_EVENTS,
+    LANGUAGE_PERSISTENT,
+    ROW_FIELDS,
+    SAY_TOOL_SCHEMA,
+    language_arrow_type,
+)
 from robostream.synth import camera_key, episode_language, generate
 from tests.datasets.test_batch_assembly import assert_same_batches
 from tests.helpers import AV1_CONFIG
@@ -38,8 +43,10 @@ def language_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def expected_cells(episode: int, length: int) -> dict[str, list[list[dict]]]:
     """What lerobot returns for the rows synth wrote: every field of lerobot's row schema, in its order."""
     written = episode_language(episode, length, CONFIG.fps, camera_key(0))
-    return {key: [[{f: row.get(f) for f in ROW_FIELDS[key]} for row in cell] for cell in cells]
-            for key, cells in written.items()}
+    return {
+        key: [[{f: row.get(f) for f in ROW_FIELDS[key]} for row in cell] for cell in cells]
+        for key, cells in written.items()
+    }
 
 
 def test_samples_carry_their_frames_rows_map_style_and_streaming(language_root):
@@ -119,8 +126,9 @@ def test_mixture_strict_needs_the_same_language_keys(language_root, av1_root):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_mixture_union_gives_empty_rows_and_a_pad_flag_where_a_source_has_none(language_root, av1_root, workers):
-    kwargs = dict(sources=[Source(root=language_root), Source(root=av1_root)], features="union", seed=2,
-                  return_uint8=True)
+    kwargs = dict(
+        sources=[Source(root=language_root), Source(root=av1_root)], features="union", seed=2, return_uint8=True
+    )
     samples = list(StreamingLeRobotDataset(**kwargs))
     plain = {int(s["index"]): s for s in LeRobotDataset(root=language_root)}
     for sample in samples:
@@ -130,8 +138,11 @@ def test_mixture_union_gives_empty_rows_and_a_pad_flag_where_a_source_has_none(l
             assert sample[key] == ([] if lacking else plain[int(sample["index"])][key])
     assert samples[0][LANGUAGE_EVENTS] is not samples[1][LANGUAGE_EVENTS]  # fresh lists, never one shared
     fast = list(StreamingDataLoader(StreamingLeRobotDataset(**kwargs), batch_size=6, num_workers=workers))
-    reference = list(StreamingDataLoader(StreamingLeRobotDataset(**kwargs), batch_size=6, num_workers=workers,
-                                         collate_fn=collate_samples))
+    reference = list(
+        StreamingDataLoader(
+            StreamingLeRobotDataset(**kwargs), batch_size=6, num_workers=workers, collate_fn=collate_samples
+        )
+    )
     assert_same_batches(fast, reference)
     assert any(batch[LANGUAGE_EVENTS_PAD].any() and not batch[LANGUAGE_EVENTS_PAD].all() for batch in fast)
 

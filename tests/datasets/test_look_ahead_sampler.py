@@ -20,8 +20,9 @@ def test_the_batches_are_torchs_and_each_names_its_workers_next_ones(drop_last, 
         return RandomSampler(range(70), generator=torch.Generator().manual_seed(5))
 
     expected = list(BatchSampler(sampler(), batch_size=8, drop_last=drop_last))
-    batches = list(LookAheadBatchSampler(sampler(), batch_size=8, drop_last=drop_last, look_ahead=look_ahead,
-                                         depth=depth))
+    batches = list(
+        LookAheadBatchSampler(sampler(), batch_size=8, drop_last=drop_last, look_ahead=look_ahead, depth=depth)
+    )
     assert [list(b) for b in batches] == expected
     assert len(LookAheadBatchSampler(sampler(), batch_size=8, drop_last=drop_last)) == len(expected)
     for i, batch in enumerate(batches):

@@ -91,13 +91,13 @@ def test_episode_subset_keeps_global_indices(av1_root):
 def test_dataloader_worker_processes_and_transforms(av1_root, backend):
     dataset = LeRobotDataset(root=av1_root, image_transforms=lambda x: x.flip(-1), video_backend=backend)
     dataset[0]  # the parent opens decoders first: workers must not reuse them across the fork
-    loader = DataLoader(dataset, batch_size=8, shuffle=True, num_workers=2,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(dataset, batch_size=8, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(0))
     seen = []
     for batch in loader:
         assert batch["observation.images.cam0"].shape[1:] == (3, 64, 64)
-        for frame, episode, frame_index in zip(batch["observation.images.cam0"], batch["episode_index"],
-                                               batch["frame_index"]):
+        for frame, episode, frame_index in zip(
+            batch["observation.images.cam0"], batch["episode_index"], batch["frame_index"]
+        ):
             assert _marker(frame.flip(-1)) == (int(episode), int(frame_index), 0)
         seen.extend(batch["index"].tolist())
         assert len(batch["task"]) == len(batch["index"])
@@ -113,9 +113,13 @@ def test_decoder_cache_stats_reflect_reads(av1_root):
     assert stats["misses"] <= 4 and stats["size"] == stats["misses"]
 
 
-@pytest.mark.parametrize("options", [dict(return_uint8=True),
-                                     dict(delta_timestamps={"observation.images.cam0": [-0.1, 0.0, 0.05],
-                                                            "action": [0.0, 0.05]})])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(return_uint8=True),
+        dict(delta_timestamps={"observation.images.cam0": [-0.1, 0.0, 0.05], "action": [0.0, 0.05]}),
+    ],
+)
 def test_a_batch_of_indices_equals_the_samples_one_by_one(av1_root, options):
     """__getitems__ (what torch's DataLoader calls per batch) decodes a batch's frames together, same samples."""
     dataset = LeRobotDataset(root=av1_root, **options)

@@ -27,8 +27,11 @@ CONFIGS = {
     "other": SynthConfig(episodes=3, cameras=3, fps=20, episode_length=10, state_dim=4, seed=4, **SMALL),
 }
 # "other" under names of its own where it differs (its third camera; 4-d state and action)
-RENAME = {"observation.images.cam2": "observation.images.extra", "observation.state": "observation.state4",
-          "action": "action4"}
+RENAME = {
+    "observation.images.cam2": "observation.images.extra",
+    "observation.state": "observation.state4",
+    "action": "action4",
+}
 WINDOWS = {"observation.state": [-0.1, 0.0], "observation.images.cam0": [-0.1, 0.0]}
 
 
@@ -52,11 +55,15 @@ def _equal(a, b) -> bool:
     return all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
 
 
-@pytest.mark.parametrize("weights,epoch_size,expected", [
-    ([{"proportion": 0.5}, {"proportion": 0.3}, {"proportion": 0.2}], 301, [151, 90, 60]),
-    ([{"choose": 130}, {"choose": 20}, {"choose": 96}], None, [130, 20, 96]),
-    ([{"repeat": 2.5}, {}, {"repeat": 0.5}], None, [267, 84, 47]),
-], ids=["proportion", "choose", "repeat"])
+@pytest.mark.parametrize(
+    "weights,epoch_size,expected",
+    [
+        ([{"proportion": 0.5}, {"proportion": 0.3}, {"proportion": 0.2}], 301, [151, 90, 60]),
+        ([{"choose": 130}, {"choose": 20}, {"choose": 96}], None, [130, 20, 96]),
+        ([{"repeat": 2.5}, {}, {"repeat": 0.5}], None, [267, 84, 47]),
+    ],
+    ids=["proportion", "choose", "repeat"],
+)
 def test_exact_counts_full_passes_and_no_repeat_inside_the_partial_pass(roots, weights, epoch_size, expected):
     sources = [Source(root=roots[k], **w) for k, w in zip("abc", weights)]
     dataset = StreamingLeRobotDataset(sources=sources, epoch_size=epoch_size, seed=3)
@@ -111,12 +118,16 @@ def test_order_is_a_function_of_seed_and_epoch_and_sampling_balanced_or_fixed(ro
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_loader_batches_are_the_collate_of_the_samples(roots, workers):
-    sources = [Source(root=roots["a"], choose=30), Source(root=roots["b"], choose=25),
-               Source(root=roots["other"], feature_map=RENAME)]
+    sources = [
+        Source(root=roots["a"], choose=30),
+        Source(root=roots["b"], choose=25),
+        Source(root=roots["other"], feature_map=RENAME),
+    ]
     kwargs = dict(sources=sources, features="union", delta_timestamps=WINDOWS, seed=5, pool_size=2)
     samples = list(StreamingLeRobotDataset(**kwargs, canonical_streams=12))
-    loader = StreamingDataLoader(StreamingLeRobotDataset(**kwargs, canonical_streams=12), batch_size=7,
-                                 num_workers=workers)
+    loader = StreamingDataLoader(
+        StreamingLeRobotDataset(**kwargs, canonical_streams=12), batch_size=7, num_workers=workers
+    )
     batches = list(loader)
     # worker w yields its role's samples: rebuild the per-sample batches in the loader's order
     per_role = []
@@ -124,11 +135,28 @@ def test_loader_batches_are_the_collate_of_the_samples(roots, workers):
         ds = StreamingLeRobotDataset(**kwargs, canonical_streams=12)
         plan = ds.epoch_plan(1, max(1, workers))
         from robostream.datasets.epoch_iterator import EpochIterator
-        it = EpochIterator(plan, role=role, worker=0, sources=ds.sources, schema=ds.schema, mixture_batches=None,
-                           counters=ds.counters, seed=ds.seed, epoch=0, shuffle=True, pool_size=2, prefetch_pieces=0)
+
+        it = EpochIterator(
+            plan,
+            role=role,
+            worker=0,
+            sources=ds.sources,
+            schema=ds.schema,
+            mixture_batches=None,
+            counters=ds.counters,
+            seed=ds.seed,
+            epoch=0,
+            shuffle=True,
+            pool_size=2,
+            prefetch_pieces=0,
+        )
         mine = list(it)
-        per_role.append([default_collate(mine[i:i + 7]) | {"task": [s["task"] for s in mine[i:i + 7]]}
-                         for i in range(0, len(mine), 7)])
+        per_role.append(
+            [
+                default_collate(mine[i : i + 7]) | {"task": [s["task"] for s in mine[i : i + 7]]}
+                for i in range(0, len(mine), 7)
+            ]
+        )
     expected = [b for group in itertools.zip_longest(*per_role) for b in group if b is not None]
     assert len(batches) == len(expected)
     assert sum(len(b["index"]) for b in batches) == len(samples) == 30 + 25 + 27
@@ -143,11 +171,17 @@ def test_loader_batches_are_the_collate_of_the_samples(roots, workers):
 
 def test_strict_features_name_the_key_and_the_sources(roots):
     renamed = {"observation.state": "observation.state4", "action": "action4"}
-    with pytest.raises(ValueError, match=r"is in source \S*other but not in source \S*a \(it lacks \[.*"
-                                         r"'observation.images.cam2'\]\).*features='union'"):
+    with pytest.raises(
+        ValueError,
+        match=r"is in source \S*other but not in source \S*a \(it lacks \[.*"
+        r"'observation.images.cam2'\]\).*features='union'",
+    ):
         StreamingLeRobotDataset(sources=[Source(root=roots["a"]), Source(root=roots["other"], feature_map=renamed)])
-    with pytest.raises(ValueError, match=r"feature 'observation.state' is a column of dtype float32 and shape \[6\]"
-                                         r" in source .*a.* but .* shape \[4\] in source .*other"):
+    with pytest.raises(
+        ValueError,
+        match=r"feature 'observation.state' is a column of dtype float32 and shape \[6\]"
+        r" in source .*a.* but .* shape \[4\] in source .*other",
+    ):
         StreamingLeRobotDataset(sources=[Source(root=roots["a"]), Source(root=roots["other"])], features="union")
     with pytest.raises(ValueError, match="feature_map renames \\['nope'\\]"):
         StreamingLeRobotDataset(sources=[Source(root=roots["a"], feature_map={"nope": "x"})])
@@ -185,8 +219,11 @@ def _ids(batches):
 
 
 def test_exact_resume_and_a_changed_mixture_refused(roots):
-    sources = [Source(root=roots["a"], proportion=2), Source(root=roots["b"], proportion=1),
-               Source(root=roots["c"], proportion=1)]
+    sources = [
+        Source(root=roots["a"], proportion=2),
+        Source(root=roots["b"], proportion=1),
+        Source(root=roots["c"], proportion=1),
+    ]
     whole = _ids(_loader(sources, epoch_size=150))
     first = _loader(sources, epoch_size=150)
     head = _ids(itertools.islice(first, 9))
@@ -212,13 +249,17 @@ def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part(roots, t
     uninterrupted run (a source upsampled 1.5x: its repeats included), up to one padding sample per consumer (per
     source with per_stream and stratified). per_stream: at every step both ranks' batches come from one and the
     same source; stratified: every batch draws on every source."""
-    sources = [{"root": str(roots["a"]), "repeat": 1.5}, {"root": str(roots["b"]), "choose": 40},
-               {"root": str(roots["c"])}]
+    sources = [
+        {"root": str(roots["a"]), "repeat": 1.5},
+        {"root": str(roots["b"]), "choose": 40},
+        {"root": str(roots["c"])},
+    ]
     spec = tmp_path / "mixture.json"
     spec.write_text(json.dumps({"sources": sources, "batching": batching}))
     lanes = {"batching": batching, "batch_size": 3} if batching != "random" else {}
-    uninterrupted = StreamingLeRobotDataset(sources=[Source(**s) for s in sources], seed=7, pool_size=2,
-                                            return_uint8=True, **lanes)
+    uninterrupted = StreamingLeRobotDataset(
+        sources=[Source(**s) for s in sources], seed=7, pool_size=2, return_uint8=True, **lanes
+    )
     expected = collections.Counter(_key(s) for s in uninterrupted)
     head = torchrun_part(spec, tmp_path / "head", 2, 2, batches=5, state_file="-")
     assert all(r["state"] == head[0]["state"] for r in head)
@@ -236,12 +277,16 @@ def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part(roots, t
 
 
 def test_per_stream_batches_hold_one_source_and_resume_exactly(roots):
-    sources = [Source(root=roots["a"], choose=50), Source(root=roots["b"]),
-               Source(root=roots["other"], repeat=2)]  # other differs in cameras and state size: allowed here
+    sources = [
+        Source(root=roots["a"], choose=50),
+        Source(root=roots["b"]),
+        Source(root=roots["other"], repeat=2),
+    ]  # other differs in cameras and state size: allowed here
 
     def loader(workers=2):
-        dataset = StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, seed=3,
-                                          return_uint8=True, delta_timestamps=WINDOWS)
+        dataset = StreamingLeRobotDataset(
+            sources=sources, batching="per_stream", batch_size=8, seed=3, return_uint8=True, delta_timestamps=WINDOWS
+        )
         return StreamingDataLoader(dataset, batch_size=8, num_workers=workers)
 
     whole = list(loader())
@@ -269,8 +314,9 @@ def test_stratified_batches_hold_each_sources_share_and_resume_exactly(roots):
     sources = [Source(root=roots["a"], choose=48), Source(root=roots["b"]), Source(root=roots["c"], repeat=2)]
 
     def loader(workers=2):
-        dataset = StreamingLeRobotDataset(sources=sources, batching="stratified", batch_size=8, seed=3,
-                                          return_uint8=True, delta_timestamps=WINDOWS)
+        dataset = StreamingLeRobotDataset(
+            sources=sources, batching="stratified", batch_size=8, seed=3, return_uint8=True, delta_timestamps=WINDOWS
+        )
         return StreamingDataLoader(dataset, batch_size=8, num_workers=workers)
 
     whole = list(loader())

@@ -28,8 +28,9 @@ class FakeDecode:
     def __call__(self, rows: EpisodeRows, frames_by_key):
         assert rows is self.rows, "the reader must hand its episode's rows to the decoder"
         self.calls.append({key: frames.tolist() for key, frames in frames_by_key.items()})
-        return {key: torch.stack([frame_tensor(key, f) for f in frames.tolist()])
-                for key, frames in frames_by_key.items()}
+        return {
+            key: torch.stack([frame_tensor(key, f) for f in frames.tolist()]) for key, frames in frames_by_key.items()
+        }
 
     def decoded(self) -> list[tuple[str, int]]:
         return [(key, f) for call in self.calls for key, frames in call.items() for f in frames]
@@ -98,7 +99,7 @@ def test_frames_are_released_after_their_last_use_and_resident_counts_what_is_he
     for position in range(len(order)):
         reader.window_frames(position, released)
         for key, held in reader.frames.items():
-            later = set(needed[key][position + 1:].reshape(-1).tolist())
+            later = set(needed[key][position + 1 :].reshape(-1).tolist())
             assert set(held) <= later, f"{key} holds frames no later sample needs after position {position}"
         assert reader.resident == sum(len(held) for held in reader.frames.values())
         assert reader.resident == len(decode.decoded()) - len(released)
@@ -150,8 +151,13 @@ def test_a_call_asks_only_for_the_cameras_that_miss_frames():
     reader, decode, _ = make_reader(range(5), 5, {"cam_a": [0], "cam_b": [0, 3]}, decode_ahead=1)
     for position in range(5):
         reader.window_frames(position)
-    assert decode.calls == [{"cam_a": [0], "cam_b": [0, 3]}, {"cam_a": [1], "cam_b": [1, 4]},
-                            {"cam_a": [2], "cam_b": [2]}, {"cam_a": [3]}, {"cam_a": [4]}]
+    assert decode.calls == [
+        {"cam_a": [0], "cam_b": [0, 3]},
+        {"cam_a": [1], "cam_b": [1, 4]},
+        {"cam_a": [2], "cam_b": [2]},
+        {"cam_a": [3]},
+        {"cam_a": [4]},
+    ]
 
 
 @pytest.mark.parametrize("ahead", [0, -2])
@@ -175,8 +181,7 @@ def test_missing_and_add_fill_the_reader_outside_window_frames():
     assert reader.missing(0) == {} and reader.missing(1) == {}
     for position in (0, 1):
         out = reader.window_frames(position)
-        assert {k: [tag(f)[1] for f in v] for k, v in out.items()} == {k: needed[k][position].tolist()
-                                                                       for k in WINDOWS}
+        assert {k: [tag(f)[1] for f in v] for k, v in out.items()} == {k: needed[k][position].tolist() for k in WINDOWS}
     assert decode.calls == []
     # samples 2 and 3 (frames 6 and 8): cam_a [3, 5, 6] and [5, 7, 8] less 3, still held for frame 3's window;
     # cam_b [6, 8] and [8, 10] less 6

@@ -32,8 +32,9 @@ def test_every_state_the_dataset_writes_validates(av1_root, uneven, world, worke
     for batch_size in (1, 4):
         total = -(-max(writer.epoch_plan(world, workers).quotas) // batch_size) * workers
         for batches in range(0, total + 1, max(1, total // 7)):
-            state = json.loads(json.dumps(writer.state_dict(batches=batches, batch_size=batch_size,
-                                                            num_workers=workers)))
+            state = json.loads(
+                json.dumps(writer.state_dict(batches=batches, batch_size=batch_size, num_workers=workers))
+            )
             reader.load_state_dict(state)
 
 
@@ -71,16 +72,19 @@ def _after_some_batches(root):
     return dataset.state_dict(batches=3, batch_size=2, num_workers=2)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s.update(quota_left=[10 ** 15] * 4), r"quota_left\[0\] is 1000000000000000, but its segments leave"),
-    (lambda s: s.update(quota_left=[0] * 4), r"quota_left\[0\] is 0, but its segments leave worker 0"),
-    (lambda s: s.update(repeats_done=[5, 0, 0, 0]), r"repeats_done\[0\] is 5 while role 0 still has"),
-    (lambda s: s.pop("layout"), r"'layout' must be \[world_size, num_workers\]"),
-    (lambda s: s.pop("segments"), r"missing \['segments'\]"),
-    (lambda s: s.update(epoch="1"), r"'epoch' must be an integer >= 0, got '1'"),
-    (lambda s: s.update(worker_rotation=5), r"'worker_rotation' 5 is not a worker of the layout \[2, 2\]"),
-    (lambda s: s.update(quota_left=[1.5, 0, 0, 0]), "quota_left must be a list of 4 non-negative integers"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s.update(quota_left=[10**15] * 4), r"quota_left\[0\] is 1000000000000000, but its segments leave"),
+        (lambda s: s.update(quota_left=[0] * 4), r"quota_left\[0\] is 0, but its segments leave worker 0"),
+        (lambda s: s.update(repeats_done=[5, 0, 0, 0]), r"repeats_done\[0\] is 5 while role 0 still has"),
+        (lambda s: s.pop("layout"), r"'layout' must be \[world_size, num_workers\]"),
+        (lambda s: s.pop("segments"), r"missing \['segments'\]"),
+        (lambda s: s.update(epoch="1"), r"'epoch' must be an integer >= 0, got '1'"),
+        (lambda s: s.update(worker_rotation=5), r"'worker_rotation' 5 is not a worker of the layout \[2, 2\]"),
+        (lambda s: s.update(quota_left=[1.5, 0, 0, 0]), "quota_left must be a list of 4 non-negative integers"),
+    ],
+)
 def test_edited_or_damaged_states_fail_naming_the_key_row_or_role(av1_root, edit, message):
     state = json.loads(json.dumps(_after_some_batches(av1_root)))
     edited = json.loads(json.dumps(state))
@@ -131,11 +135,17 @@ def test_episodes_must_be_integers(av1_root, episodes):
         _dataset(av1_root, episodes=episodes)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"seed": float("nan")}, "seed: expected an integer"), ({"seed": -1}, "seed: must be >= 0"),
-    ({"pool_size": 0}, "pool_size: must be >= 1"), ({"pool_size": float("nan")}, "pool_size: expected an integer"),
-    ({"decode_ahead": -1}, "decode_ahead: must be >= 1"), ({"canonical_streams": 0}, "canonical_streams: must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"seed": float("nan")}, "seed: expected an integer"),
+        ({"seed": -1}, "seed: must be >= 0"),
+        ({"pool_size": 0}, "pool_size: must be >= 1"),
+        ({"pool_size": float("nan")}, "pool_size: expected an integer"),
+        ({"decode_ahead": -1}, "decode_ahead: must be >= 1"),
+        ({"canonical_streams": 0}, "canonical_streams: must be"),
+    ],
+)
 def test_streaming_arguments_are_checked_by_name(av1_root, kwargs, message):
     with pytest.raises(ValueError, match=message):
         StreamingLeRobotDataset(root=av1_root, **kwargs)
@@ -158,6 +168,7 @@ def _lanes(root, batching):
 def test_a_state_without_its_checksum_is_refused(av1_root, batching):
     """Deleting the checksum switched the check off (issue 32): a quota edited with it skipped samples silently (11
     and 3 on one dataset, 8 and 7 in stratified and per_stream lanes)."""
+
     def make():
         return _dataset(av1_root, rank=0, world_size=2) if batching == "one dataset" else _lanes(av1_root, batching)
 
@@ -169,11 +180,14 @@ def test_a_state_without_its_checksum_is_refused(av1_root, batching):
     fresh.load_state_dict(state)
 
 
-@pytest.mark.parametrize("state, message", [
-    (None, r"expected a state_dict\(\) \(a mapping\), got NoneType None"),
-    ([1, 2], r"expected a state_dict\(\) \(a mapping\), got list \[1, 2\]"),
-    ({"version": 1, "stream_offsets": [0]}, "resume state version 1; this robostream reads version 2"),
-])
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        (None, r"expected a state_dict\(\) \(a mapping\), got NoneType None"),
+        ([1, 2], r"expected a state_dict\(\) \(a mapping\), got list \[1, 2\]"),
+        ({"version": 1, "stream_offsets": [0]}, "resume state version 1; this robostream reads version 2"),
+    ],
+)
 def test_what_is_not_a_state_is_named(av1_root, state, message):
     """`"data": null` in a checkpoint used to give "resume state version None"; version 1 was never released."""
     with pytest.raises(ValueError, match=message):

@@ -22,9 +22,11 @@ def _rewrite(root, **write_options):
 @pytest.fixture(scope="module", params=["several_groups_per_episode", "several_episodes_per_group", "no_stats"])
 def relaid(request, av1_root, tmp_path_factory):
     root = copy_tree(av1_root, tmp_path_factory.mktemp(request.param) / "ds")
-    options = {"several_groups_per_episode": {"row_group_size": 5},
-               "several_episodes_per_group": {"row_group_size": 1000},
-               "no_stats": {"row_group_size": 7, "write_statistics": False}}[request.param]
+    options = {
+        "several_groups_per_episode": {"row_group_size": 5},
+        "several_episodes_per_group": {"row_group_size": 1000},
+        "no_stats": {"row_group_size": 7, "write_statistics": False},
+    }[request.param]
     return request.param, _rewrite(root, **options)
 
 
@@ -32,11 +34,14 @@ def test_layout_is_what_the_test_claims(relaid):
     name, root = relaid
     meta = load_metadata(root)
     parquet = pq.ParquetFile(meta.local(meta.data_file(0), "t"))
-    episodes_per_group = [len(set(parquet.read_row_group(g, columns=["episode_index"]).column(0).to_pylist()))
-                          for g in range(parquet.metadata.num_row_groups)]
+    episodes_per_group = [
+        len(set(parquet.read_row_group(g, columns=["episode_index"]).column(0).to_pylist()))
+        for g in range(parquet.metadata.num_row_groups)
+    ]
     if name == "several_groups_per_episode":
-        assert parquet.metadata.num_row_groups > 2 * len(set(parquet.read(columns=["episode_index"]).column(0)
-                                                               .to_pylist()))
+        assert parquet.metadata.num_row_groups > 2 * len(
+            set(parquet.read(columns=["episode_index"]).column(0).to_pylist())
+        )
     elif name == "several_episodes_per_group":
         assert max(episodes_per_group) > 1
     else:

@@ -24,8 +24,11 @@ def test_streaming_samples_equal_map_style_samples(av1_root, deltas):
     meta = load_metadata(av1_root)
     if deltas:
         fps = meta.fps
-        deltas = {meta.video_keys[0]: [-10 / fps, -5 / fps, 0.0], meta.video_keys[1]: [0.0, 1 / fps],
-                  "action": [k / fps for k in range(-3, 120)]}
+        deltas = {
+            meta.video_keys[0]: [-10 / fps, -5 / fps, 0.0],
+            meta.video_keys[1]: [0.0, 1 / fps],
+            "action": [k / fps for k in range(-3, 120)],
+        }
     stream = StreamingLeRobotDataset(root=av1_root, delta_timestamps=deltas, return_uint8=True, seed=7)
     reference = LeRobotDataset(root=av1_root, delta_timestamps=deltas, return_uint8=True)
     seen = []
@@ -128,8 +131,10 @@ def test_resume_in_process_without_workers(av1_root):
     assert head + _ids(resumed) == full
 
 
-@pytest.mark.parametrize("before,after", [((2, 2), (1, 2)), ((1, 2), (1, 3)), ((2, 2), (1, 3)), ((2, 2), (1, 5)),
-                                          ((3, 4), (1, 7)), ((1, 3), (1, 2))])
+@pytest.mark.parametrize(
+    "before,after",
+    [((2, 2), (1, 2)), ((1, 2), (1, 3)), ((2, 2), (1, 3)), ((2, 2), (1, 5)), ((3, 4), (1, 7)), ((1, 3), (1, 2))],
+)
 def test_elastic_resume_repeats_and_skips_nothing(av1_root, before, after):
     """(world, workers) before -> after: what ran before plus what runs after is the epoch, each sample once."""
     (world, workers), (new_world, new_workers) = before, after
@@ -156,7 +161,7 @@ def test_bad_resume_states_are_refused(av1_root):
     with pytest.raises(ValueError, match="version"):
         dataset.load_state_dict(dict(state, version=99))
     rows = state["segments"]
-    edited = dict(state, segments=[rows[0], [rows[1][0], 0, 10 ** 6, 0, 0]] + rows[2:])
+    edited = dict(state, segments=[rows[0], [rows[1][0], 0, 10**6, 0, 0]] + rows[2:])
     with pytest.raises(ValueError, match="checksum .* does not match its content; the state was edited"):
         dataset.load_state_dict(edited)
 
@@ -165,7 +170,7 @@ def test_bad_resume_states_are_refused(av1_root):
         return body | {"checksum": state_checksum(body)}
 
     with pytest.raises(ValueError, match=r"segment row 1: needs 0 <= lo < hi"):
-        dataset.load_state_dict(signed(segments=[rows[0], [rows[1][0], 0, 10 ** 6, 0, 0]] + rows[2:]))
+        dataset.load_state_dict(signed(segments=[rows[0], [rows[1][0], 0, 10**6, 0, 0]] + rows[2:]))
     with pytest.raises(ValueError, match=r"segment row 3: owner 7 is not in \[0, 1\)"):
         dataset.load_state_dict(signed(segments=rows[:3] + [rows[3][:3] + [7, rows[3][4]]] + rows[4:]))
     with pytest.raises(ValueError, match="quota_left must be a list of 1 non-negative integers"):
@@ -175,8 +180,9 @@ def test_bad_resume_states_are_refused(av1_root):
 @pytest.fixture(scope="module")
 def long_episodes(tmp_path_factory):
     """Episodes of ~200 frames at 20 fps like the sample dataset, one small camera (sarm spans 7 s)."""
-    config = SynthConfig(episodes=6, cameras=1, height=48, width=64, fps=20, episode_length=200, state_dim=4,
-                         video_file_mb=0.2, seed=9)
+    config = SynthConfig(
+        episodes=6, cameras=1, height=48, width=64, fps=20, episode_length=200, state_dim=4, video_file_mb=0.2, seed=9
+    )
     return generate(tmp_path_factory.mktemp("long") / "ds", config)
 
 
@@ -185,8 +191,9 @@ def test_each_frame_is_decoded_about_once(long_episodes, mode, limit):
     from robostream.bench.modes import mode_delta_timestamps
 
     deltas = mode_delta_timestamps(mode, ["observation.images.cam0"], state_key=None)
-    dataset = StreamingLeRobotDataset(root=long_episodes, delta_timestamps=deltas, return_uint8=True,
-                                      canonical_streams=2)
+    dataset = StreamingLeRobotDataset(
+        root=long_episodes, delta_timestamps=deltas, return_uint8=True, canonical_streams=2
+    )
     count = sum(1 for _ in dataset)
     stats = dataset.frame_counts()
     window = len(deltas["observation.images.cam0"]) if deltas else 1

@@ -35,16 +35,20 @@ def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
         loader.load_state_dict(json.loads(Path(state).read_text()))
     ids, steps, batch_sources = [], 0, []
     for batch in itertools.islice(loader, None if int(batches) < 0 else int(batches)):
-        ids += (batch["index"].tolist() if "dataset_index" not in batch else
-                list(zip(batch["dataset_index"].tolist(), batch["index"].tolist())))
+        ids += (
+            batch["index"].tolist()
+            if "dataset_index" not in batch
+            else list(zip(batch["dataset_index"].tolist(), batch["index"].tolist()))
+        )
         if "dataset_index" in batch:
             batch_sources.append(sorted(set(batch["dataset_index"].tolist())))
         step = torch.tensor([1])
         dist.all_reduce(step)
         assert int(step) == world
         steps += 1
-    Path(out, f"rank-{rank}.json").write_text(json.dumps({"ids": ids, "steps": steps, "batch_sources": batch_sources,
-                                                          "state": loader.state_dict()}))
+    Path(out, f"rank-{rank}.json").write_text(
+        json.dumps({"ids": ids, "steps": steps, "batch_sources": batch_sources, "state": loader.state_dict()})
+    )
     dist.destroy_process_group()
 
 

@@ -19,8 +19,9 @@ def main(root: str, out: str, episodes: str) -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     Path(out, f"started-{rank}").write_text(str(world))
-    dataset = StreamingLeRobotDataset(root=root, episodes=json.loads(episodes), seed=4, uneven="drop",
-                                      return_uint8=True)  # rank and world size come from torch.distributed
+    dataset = StreamingLeRobotDataset(
+        root=root, episodes=json.loads(episodes), seed=4, uneven="drop", return_uint8=True
+    )  # rank and world size come from torch.distributed
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=2)
     epoch_ids, steps = [], 0
     for batch in loader:
@@ -36,8 +37,11 @@ def main(root: str, out: str, episodes: str) -> None:
         if i == 2:
             break
     state = loader.state_dict()
-    Path(out, f"rank-{rank}.json").write_text(json.dumps(
-        {"rank": rank, "world": world, "steps": steps, "epoch0": epoch_ids, "epoch1_head": head, "state": state}))
+    Path(out, f"rank-{rank}.json").write_text(
+        json.dumps(
+            {"rank": rank, "world": world, "steps": steps, "epoch0": epoch_ids, "epoch1_head": head, "state": state}
+        )
+    )
     dist.destroy_process_group()
 
 

@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 
 
-def wait_for(condition: Callable[[], Any], what: str, proc: subprocess.Popen, timeout_s: float,
-             stop: Callable[[subprocess.Popen], None] = subprocess.Popen.kill) -> Any:
+def wait_for(
+    condition: Callable[[], Any],
+    what: str,
+    proc: subprocess.Popen,
+    timeout_s: float,
+    stop: Callable[[subprocess.Popen], None] = subprocess.Popen.kill,
+) -> Any:
     """Poll `condition()` until it returns something truthy; fail if `proc` ends first or time runs out (then
     `stop(proc)` ends it, e.g. with its whole session)."""
     deadline = time.monotonic() + timeout_s

@@ -129,15 +129,47 @@ def slurm(tmp_path: Path) -> dict:
     write_exe(tmp_path / "bin" / "scontrol", FAKE_SCONTROL)
     write_exe(tmp_path / "venv" / "bin" / "python", FAKE_PYTHON.format(python=sys.executable))
     # Nothing from an outer SLURM job or distributed run, no network for the real runs.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_")) and k not in (
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE",
-        "ROOT", "OUTPUT_DIR", "TRAIN_ARGS", "VENV", "STOP_TIMEOUT")}
-    env.update(PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", FAKE_LOG=str(log),
-               SLURM_JOB_ID=JOB_ID, SLURM_JOB_NAME="rs-train", SLURM_JOB_NODELIST="node-a,node-b", SLURM_NNODES="2",
-               SLURM_CPUS_ON_NODE="4", SLURM_GPUS_ON_NODE="2", ROOT="/data/ds", OUTPUT_DIR=str(tmp_path / "out"),
-               VENV=str(tmp_path / "venv"), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1", HF_HOME=str(tmp_path),
-               PYTHONPATH=str(REPO))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "TORCHELASTIC_"))
+        and k
+        not in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "NPROC_PER_NODE",
+            "ROOT",
+            "OUTPUT_DIR",
+            "TRAIN_ARGS",
+            "VENV",
+            "STOP_TIMEOUT",
+        )
+    }
+    env.update(
+        PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        FAKE_LOG=str(log),
+        SLURM_JOB_ID=JOB_ID,
+        SLURM_JOB_NAME="rs-train",
+        SLURM_JOB_NODELIST="node-a,node-b",
+        SLURM_NNODES="2",
+        SLURM_CPUS_ON_NODE="4",
+        SLURM_GPUS_ON_NODE="2",
+        ROOT="/data/ds",
+        OUTPUT_DIR=str(tmp_path / "out"),
+        VENV=str(tmp_path / "venv"),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        DO_NOT_TRACK="1",
+        HF_HOME=str(tmp_path),
+        PYTHONPATH=str(REPO),
+    )
     return {"env": env, "log": log, "out": tmp_path / "out", "tmp": tmp_path}
 
 
@@ -163,8 +195,15 @@ def finish(proc: subprocess.Popen, timeout_s: float = RUN_TIMEOUT_S) -> tuple[st
 
 def start_job(env: dict[str, str]) -> subprocess.Popen:
     """The batch script in a session of its own, so that everything it started can be ended with it."""
-    return subprocess.Popen(["bash", str(SBATCH)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        ["bash", str(SBATCH)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def end_session(proc: subprocess.Popen) -> None:
@@ -221,8 +260,11 @@ def test_sbatch_asks_for_requeue_a_warning_signal_and_one_task_per_node():
     assert {"--requeue", "--ntasks-per-node=1", "--open-mode=append"} <= set(options), options
     (signal_option,) = [o for o in options if o.startswith("--signal=")]
     assert signal_option.startswith("--signal=B:USR1@"), "the warning must go to the batch shell (B:), as USR1"
-    default_stop_timeout = int(next(line for line in SBATCH.read_text().splitlines()
-                                    if line.startswith("STOP_TIMEOUT=")).split(":-")[1].rstrip("}"))
+    default_stop_timeout = int(
+        next(line for line in SBATCH.read_text().splitlines() if line.startswith("STOP_TIMEOUT="))
+        .split(":-")[1]
+        .rstrip("}")
+    )
     assert int(signal_option.rsplit("@", 1)[1]) > default_stop_timeout, "the requeue must come before the end"
     assert any(o.startswith("--time=") for o in options) and any(o.startswith("--nodes=") for o in options)
 
@@ -234,18 +276,48 @@ def test_one_torchrun_per_node_meeting_on_the_first_host(slurm):
     env = dict(slurm["env"], TRAIN_ARGS="--steps 10  --batch_size 2")
     job = run_job(env)
     assert job.returncode == 0, job.stderr
-    assert srun_calls(slurm["log"]) == [[
-        "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--cpus-per-task=4",
-        "--cpu-bind=none", "bash", "examples/slurm/train_node.sh", "--root", "/data/ds", "--output_dir",
-        str(slurm["out"]), "--steps", "10", "--batch_size", "2"]]
+    assert srun_calls(slurm["log"]) == [
+        [
+            "--nodes=2",
+            "--ntasks=2",
+            "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1",
+            "--cpus-per-task=4",
+            "--cpu-bind=none",
+            "bash",
+            "examples/slurm/train_node.sh",
+            "--root",
+            "/data/ds",
+            "--output_dir",
+            str(slurm["out"]),
+            "--steps",
+            "10",
+            "--batch_size",
+            "2",
+        ]
+    ]
     calls = python_calls(slurm["log"])
     assert sorted(calls) == [0, 1]
     for node, call in calls.items():
         assert call["argv"] == [
-            "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=2",
-            f"--rdzv_id={JOB_ID}", "--rdzv_backend=c10d", f"--rdzv_endpoint=node-a:{20000 + int(JOB_ID) % 20000}",
-            "examples/train_streaming.py", "--root", "/data/ds", "--output_dir", str(slurm["out"]),
-            "--steps", "10", "--batch_size", "2"]
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            f"--node_rank={node}",
+            "--nproc_per_node=2",
+            f"--rdzv_id={JOB_ID}",
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint=node-a:{20000 + int(JOB_ID) % 20000}",
+            "examples/train_streaming.py",
+            "--root",
+            "/data/ds",
+            "--output_dir",
+            str(slurm["out"]),
+            "--steps",
+            "10",
+            "--batch_size",
+            "2",
+        ]
         assert call["usr1_ignored"], "torchrun must ignore USR1 (its default action would end it)"
     assert (slurm["log"] / "scontrol.log").read_text() == "show hostnames node-a,node-b\n"  # no requeue
     assert "starting from step 0" in job.stdout
@@ -259,16 +331,19 @@ def test_settings_override_the_defaults(slurm):
     assert {"--nnodes=1", "--nproc_per_node=3", "--rdzv_endpoint=gpu7:31337"} <= set(call["argv"])
 
 
-@pytest.mark.parametrize("layout, resume_from", [
-    ([], None),
-    ([(".tmp-checkpoint-5", True)], None),  # a save that never committed
-    ([("checkpoint-5", False)], None),  # no trainer_state.json: not complete
-    ([("checkpoint-x", True)], None),
-    ([("checkpoint-5", True)], "checkpoint-5"),
-    ([("checkpoint-9", True), ("checkpoint-12", True), ("checkpoint-40", False)], "checkpoint-12"),
-    ([("checkpoint-09", True)], "checkpoint-09"),  # decimal, as train_streaming.py reads it: not octal
-    ([("checkpoint-9", True), ("checkpoint-010", True)], "checkpoint-010"),
-])
+@pytest.mark.parametrize(
+    "layout, resume_from",
+    [
+        ([], None),
+        ([(".tmp-checkpoint-5", True)], None),  # a save that never committed
+        ([("checkpoint-5", False)], None),  # no trainer_state.json: not complete
+        ([("checkpoint-x", True)], None),
+        ([("checkpoint-5", True)], "checkpoint-5"),
+        ([("checkpoint-9", True), ("checkpoint-12", True), ("checkpoint-40", False)], "checkpoint-12"),
+        ([("checkpoint-09", True)], "checkpoint-09"),  # decimal, as train_streaming.py reads it: not octal
+        ([("checkpoint-9", True), ("checkpoint-010", True)], "checkpoint-010"),
+    ],
+)
 def test_resume_only_when_a_complete_checkpoint_exists(slurm, layout, resume_from):
     for name, complete in layout:
         checkpoint(slurm["out"], name, complete)
@@ -280,10 +355,13 @@ def test_resume_only_when_a_complete_checkpoint_exists(slurm, layout, resume_fro
     assert expected in job.stdout, job.stdout
 
 
-@pytest.mark.parametrize("unset, message", [
-    ("ROOT", "set ROOT to the dataset folder or URL"),
-    ("SLURM_JOB_ID", "not in a SLURM job: submit this script with sbatch"),
-])
+@pytest.mark.parametrize(
+    "unset, message",
+    [
+        ("ROOT", "set ROOT to the dataset folder or URL"),
+        ("SLURM_JOB_ID", "not in a SLURM job: submit this script with sbatch"),
+    ],
+)
 def test_missing_settings_fail_clearly(slurm, unset, message):
     env = dict(slurm["env"])
     del env[unset]
@@ -300,10 +378,24 @@ def test_a_missing_venv_fails_clearly(slurm):
 def test_node_script_passes_usr1_to_workers_in_their_own_sessions(slurm):
     """Where SLURM signals only each task's leader (or its process group), train_node.sh must still reach the
     workers, which torchrun starts in sessions of their own; torchrun itself ignores USR1."""
-    env = dict(slurm["env"], FAKE_MODE="worker", PYTHON=str(slurm["tmp"] / "venv" / "bin" / "python"), NNODES="1",
-               NPROC_PER_NODE="1", RDZV_ENDPOINT="node-a:1234", SLURM_NODEID="0")
-    proc = subprocess.Popen(["bash", str(NODE_SCRIPT), "--root", "/data/ds"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = dict(
+        slurm["env"],
+        FAKE_MODE="worker",
+        PYTHON=str(slurm["tmp"] / "venv" / "bin" / "python"),
+        NNODES="1",
+        NPROC_PER_NODE="1",
+        RDZV_ENDPOINT="node-a:1234",
+        SLURM_NODEID="0",
+    )
+    proc = subprocess.Popen(
+        ["bash", str(NODE_SCRIPT), "--root", "/data/ds"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: (slurm["log"] / "worker.ready").exists(), "the worker was ready", proc)
         os.kill(proc.pid, signal.SIGUSR1)  # the node script alone
@@ -357,15 +449,24 @@ def test_warning_checkpoints_requeues_and_the_restart_resumes(slurm, av1_root):
         pytest.skip(f"the tests do not run in a virtual environment ({sys.executable}): no VENV for the job")
     tmp, out = slurm["tmp"], slurm["out"]
     common = "--batch_size 4 --num_workers 1 --save_every 100000 --log_every 8 --seed 1 --pool_size 2"
-    base = dict(slurm["env"], VENV=str(venv), ROOT=str(av1_root), SLURM_JOB_NODELIST="localhost,localhost",
-                NPROC_PER_NODE="1", MASTER_PORT=str(free_port()),
-                ACCELERATE_USE_CPU="true")  # without a GPU, Accelerate joins torchrun's ranks only when told to
+    base = dict(
+        slurm["env"],
+        VENV=str(venv),
+        ROOT=str(av1_root),
+        SLURM_JOB_NODELIST="localhost,localhost",
+        NPROC_PER_NODE="1",
+        MASTER_PORT=str(free_port()),
+        ACCELERATE_USE_CPU="true",
+    )  # without a GPU, Accelerate joins torchrun's ranks only when told to
     first = tmp / "first.jsonl"
     proc = start_job(dict(base, TRAIN_ARGS=f"{common} --steps 100000 --record_samples {first}"))
     try:
         # Both ranks are training (their signal handlers installed) once each has recorded a step.
-        wait_for(lambda: sorted(r for r, lines in read_records(first).items() if lines) == [0, 1],
-                 "both ranks recorded a step", proc)
+        wait_for(
+            lambda: sorted(r for r, lines in read_records(first).items() if lines) == [0, 1],
+            "both ranks recorded a step",
+            proc,
+        )
         os.kill(proc.pid, signal.SIGUSR1)  # what --signal=B:USR1@... does
         stdout, stderr = finish(proc)
     finally:
@@ -382,14 +483,18 @@ def test_warning_checkpoints_requeues_and_the_restart_resumes(slurm, av1_root):
 
     # The requeued job: same id, same settings (more steps would never end here, so 3 more).
     second = tmp / "second.jsonl"
-    job = run_job(dict(base, SLURM_RESTART_COUNT="1",
-                       TRAIN_ARGS=f"{common} --steps {step + 3} --record_samples {second}"))
+    job = run_job(
+        dict(base, SLURM_RESTART_COUNT="1", TRAIN_ARGS=f"{common} --steps {step + 3} --record_samples {second}")
+    )
     assert job.returncode == 0, f"{job.stdout[-3000:]}\n{job.stderr[-3000:]}"
-    assert f"run 1: 2 node(s) x 1 process(es), rendezvous localhost:{base['MASTER_PORT']}, resuming from " \
-           f"{out / f'checkpoint-{step}'}" in job.stdout
+    assert (
+        f"run 1: 2 node(s) x 1 process(es), rendezvous localhost:{base['MASTER_PORT']}, resuming from "
+        f"{out / f'checkpoint-{step}'}" in job.stdout
+    )
     assert f"resumed from {out / f'checkpoint-{step}'} at step {step}" in job.stdout, job.stdout[-3000:]
     resumed = read_records(second)
     assert {rank: [r["step"] for r in lines] for rank, lines in resumed.items()} == {
-        rank: [step + 1, step + 2, step + 3] for rank in (0, 1)}
+        rank: [step + 1, step + 2, step + 3] for rank in (0, 1)
+    }
     assert (out / f"checkpoint-{step + 3}" / "trainer_state.json").is_file()
     assert (slurm["log"] / "requeue.log").read_text().count("requeue") == 1, "a finished run must not requeue"

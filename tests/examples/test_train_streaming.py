@@ -30,18 +30,43 @@ from tests.helpers import read_records, torchrun_unavailable, tree_listing  # no
 REPO = Path(__file__).parents[2]
 SCRIPT = REPO / "examples" / "train_streaming.py"
 STEPS, SAVE_EVERY, KILL_AT = 24, 8, 16
-COMMON = ["--batch_size", "4", "--num_workers", "1", "--steps", str(STEPS), "--save_every", str(SAVE_EVERY),
-          "--log_every", "8", "--seed", "1", "--pool_size", "2"]
+COMMON = [
+    "--batch_size",
+    "4",
+    "--num_workers",
+    "1",
+    "--steps",
+    str(STEPS),
+    "--save_every",
+    str(SAVE_EVERY),
+    "--log_every",
+    "8",
+    "--seed",
+    "1",
+    "--pool_size",
+    "2",
+]
 LAUNCH_TIMEOUT_S = 240
 
 
 def offline_env(home: Path) -> dict[str, str]:
     """No network, no telemetry, no user Accelerate config, one torch thread per process, nothing inherited from
     an outer distributed job."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1", HF_HOME=str(home), PYTHONPATH=str(REPO))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        DO_NOT_TRACK="1",
+        HF_HOME=str(home),
+        PYTHONPATH=str(REPO),
+    )
     return env
 
 
@@ -52,9 +77,25 @@ def launch_command(args: list[str]) -> list[str]:
     reason = torchrun_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    return [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
-            "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", "0", str(SCRIPT), *args]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.accelerate_cli",
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+        str(SCRIPT),
+        *args,
+    ]
 
 
 def launch(args: list[str], home: Path) -> subprocess.CompletedProcess:
@@ -79,15 +120,27 @@ def runs(av1_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     require_two_ranks("A", a, records_a)
     assert a.returncode == 0, a.stderr[-4000:]
 
-    b = launch([*root, *COMMON, "--output_dir", str(tmp / "bc"), "--record_samples", str(tmp / "b.jsonl"),
-                "--debug_kill_at_step", str(KILL_AT)], tmp)
+    b = launch(
+        [
+            *root,
+            *COMMON,
+            "--output_dir",
+            str(tmp / "bc"),
+            "--record_samples",
+            str(tmp / "b.jsonl"),
+            "--debug_kill_at_step",
+            str(KILL_AT),
+        ],
+        tmp,
+    )
     records_b = read_records(tmp / "b.jsonl")
     require_two_ranks("B", b, records_b)
     assert b.returncode != 0, "run B should have died from SIGKILL while saving"
     after_kill = {p.name: (p / SCRATCH_MARKER).is_file() for p in sorted((tmp / "bc").iterdir())}
 
-    c = launch([*root, *COMMON, "--output_dir", str(tmp / "bc"), "--record_samples", str(tmp / "c.jsonl"),
-                "--resume"], tmp)
+    c = launch(
+        [*root, *COMMON, "--output_dir", str(tmp / "bc"), "--record_samples", str(tmp / "c.jsonl"), "--resume"], tmp
+    )
     records_c = read_records(tmp / "c.jsonl")
     require_two_ranks("C", c, records_c)
     assert c.returncode == 0, c.stderr[-4000:]
@@ -112,7 +165,6 @@ def test_killed_and_resumed_run_sees_exactly_the_uninterrupted_samples(runs):
         resumed = [r for r in b if r["step"] <= SAVE_EVERY] + c
         assert resumed == a, f"rank {rank}: the resumed run's samples differ from the uninterrupted run's"
         assert {r["epoch"] for r in c} == {0, 1}, "the resumed run should cross into epoch 1"
-
 
 
 def test_the_two_ranks_split_the_epoch(runs, av1_root):
@@ -147,8 +199,22 @@ def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(av1
     new checkpoint (the link replaced, not followed: rmtree used to crash on it) and a warning names what was left
     alone (the notes used to be deleted)."""
     out = tmp_path / "out"
-    cmd = [sys.executable, str(SCRIPT), "--root", str(av1_root), "--steps", "2", "--save_every", "1",
-           "--batch_size", "4", "--num_workers", "0", "--output_dir", str(out)]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--root",
+        str(av1_root),
+        "--steps",
+        "2",
+        "--save_every",
+        "1",
+        "--batch_size",
+        "4",
+        "--num_workers",
+        "0",
+        "--output_dir",
+        str(out),
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=offline_env(tmp_path))
     assert first.returncode == 0, first.stderr[-4000:]
     (out / ".tmp-checkpoint-1").mkdir()
@@ -168,16 +234,37 @@ def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(av1
     assert tree_listing(moved) == kept
     assert (out / "checkpoint-1").is_dir() and not (out / "checkpoint-1").is_symlink()
     assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())["step"] == 1
-    assert sorted(p.name for p in out.iterdir()) == [".tmp-checkpoint-1", ".tmp-checkpoint-x", "checkpoint-1",
-                                                     "checkpoint-2"]
-    assert "['.tmp-checkpoint-1', '.tmp-checkpoint-x'] look like the scratch folders of examples/train_streaming.py" \
-           in again.stderr, again.stderr[-4000:]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".tmp-checkpoint-1",
+        ".tmp-checkpoint-x",
+        "checkpoint-1",
+        "checkpoint-2",
+    ]
+    assert (
+        "['.tmp-checkpoint-1', '.tmp-checkpoint-x'] look like the scratch folders of examples/train_streaming.py"
+        in again.stderr
+    ), again.stderr[-4000:]
 
 
 def test_dummy_run_reports_throughput(av1_root, tmp_path):
     """The data path alone, one process without a launcher."""
-    cmd = [sys.executable, str(SCRIPT), "--root", str(av1_root), "--dummy", "--steps", "20", "--batch_size", "8",
-           "--num_workers", "1", "--log_every", "10", "--output_dir", str(tmp_path / "unused")]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--root",
+        str(av1_root),
+        "--dummy",
+        "--steps",
+        "20",
+        "--batch_size",
+        "8",
+        "--num_workers",
+        "1",
+        "--log_every",
+        "10",
+        "--output_dir",
+        str(tmp_path / "unused"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=offline_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-4000:]
     done = [line for line in proc.stdout.splitlines() if line.startswith("done:")]
@@ -194,14 +281,33 @@ def test_sigusr1_to_one_rank_stops_every_rank_after_the_same_step_with_a_checkpo
     """SIGUSR1 reaches only rank 1 (as when a signal races a multi-node job); both ranks must stop after the same
     step, write one checkpoint of it between the periodic ones, and exit 0."""
     out, record = tmp_path / "out", tmp_path / "s.jsonl"
-    args = ["--root", str(av1_root), *COMMON, "--steps", "100000", "--save_every", "100000", "--output_dir", str(out),
-            "--record_samples", str(record)]  # later flags win: no periodic checkpoint, no natural end
-    proc = subprocess.Popen(launch_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(offline_env(tmp_path), ACCELERATE_USE_CPU="true"))
+    args = [
+        "--root",
+        str(av1_root),
+        *COMMON,
+        "--steps",
+        "100000",
+        "--save_every",
+        "100000",
+        "--output_dir",
+        str(out),
+        "--record_samples",
+        str(record),
+    ]  # later flags win: no periodic checkpoint, no natural end
+    proc = subprocess.Popen(
+        launch_command(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(offline_env(tmp_path), ACCELERATE_USE_CPU="true"),
+    )
     try:
         # Both ranks are past startup (handler installed) once each has recorded a step.
-        wait_for(lambda: len(read_records(record)) == 2 and all(read_records(record).values()),
-                 "both ranks recorded a step", proc)
+        wait_for(
+            lambda: len(read_records(record)) == 2 and all(read_records(record).values()),
+            "both ranks recorded a step",
+            proc,
+        )
         # the launcher's own children are the ranks (their loader workers inherit RANK too)
         rank1 = [p for p in psutil.Process(proc.pid).children() if p.environ().get("RANK") == "1"]
         assert len(rank1) == 1, f"expected one rank-1 process, found {rank1}"

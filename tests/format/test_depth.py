@@ -22,32 +22,48 @@ from robostream.format.depth import (
 from robostream.format.info import parse_info
 
 PARAMS = {"video.depth_min": 0.01, "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}
-LEROBOT_FEATURE = {"dtype": "video", "shape": [64, 64, 1], "names": ["height", "width", "channels"],
-                   "info": {"is_depth_map": True, "depth_unit": "m", "video.codec": "hevc",
-                            "video.pix_fmt": "gray12le", **PARAMS}}
+LEROBOT_FEATURE = {
+    "dtype": "video",
+    "shape": [64, 64, 1],
+    "names": ["height", "width", "channels"],
+    "info": {"is_depth_map": True, "depth_unit": "m", "video.codec": "hevc", "video.pix_fmt": "gray12le", **PARAMS},
+}
 
 
 def info_with(feature: dict) -> dict:
     return {"codebase_version": "v3.0", "fps": 10, "features": {"observation.images.depth": feature}}
 
 
-@pytest.mark.parametrize("feature", [
-    LEROBOT_FEATURE,
-    {"dtype": "video", "shape": [8, 8, 1], "info": {"video.is_depth_map": True, **PARAMS}},  # v2.1 spelling
-    {"dtype": "video", "shape": [8, 8, 1], "video_info": {"video.is_depth_map": True, **PARAMS}},  # older block
-])
+@pytest.mark.parametrize(
+    "feature",
+    [
+        LEROBOT_FEATURE,
+        {"dtype": "video", "shape": [8, 8, 1], "info": {"video.is_depth_map": True, **PARAMS}},  # v2.1 spelling
+        {"dtype": "video", "shape": [8, 8, 1], "video_info": {"video.is_depth_map": True, **PARAMS}},  # older block
+    ],
+)
 def test_every_spelling_of_the_marker_makes_a_depth_camera(feature):
     info = parse_info(info_with(feature), "meta/info.json")
     assert list(info.depth_codings) == ["observation.images.depth"]
     assert info.depth_codings["observation.images.depth"] == DepthCoding(
-        0.01, 10.0, 3.5, True, "m" if "info" in feature and "depth_unit" in feature["info"] else None)
+        0.01, 10.0, 3.5, True, "m" if "info" in feature and "depth_unit" in feature["info"] else None
+    )
 
 
 def test_a_video_info_block_gives_its_own_parameters_not_lerobots_defaults():
     """lerobot reads the parameters from `info` only: a `video_info` block's 0.5..5 m would decode as 0.01..10."""
-    feature = {"dtype": "video", "shape": [8, 8, 1], "info": {"video.is_depth_map": False},
-               "video_info": {"video.is_depth_map": True, "video.depth_min": 0.5, "video.depth_max": 5.0,
-                              "video.shift": 1.0, "video.use_log": False}}
+    feature = {
+        "dtype": "video",
+        "shape": [8, 8, 1],
+        "info": {"video.is_depth_map": False},
+        "video_info": {
+            "video.is_depth_map": True,
+            "video.depth_min": 0.5,
+            "video.depth_max": 5.0,
+            "video.shift": 1.0,
+            "video.use_log": False,
+        },
+    }
     assert depth_coding(feature, key="d", source="x") == DepthCoding(0.5, 5.0, 1.0, False, None)
 
 
@@ -57,15 +73,18 @@ def test_a_false_marker_is_an_rgb_camera():
     assert parse_info(info_with(feature), "meta/info.json").depth_codings == {}
 
 
-@pytest.mark.parametrize("change, named", [
-    ({"video.depth_min": None}, "video.depth_min"),
-    ({"video.shift": float("nan")}, "video.shift"),
-    ({"video.depth_max": "10"}, "video.depth_max"),
-    ({"video.use_log": "yes"}, "video.use_log"),
-    ({"video.depth_min": 20.0}, "not below"),
-    ({"video.shift": -1.0}, "depth_min + video.shift"),
-    ({"depth_unit": "cm"}, "depth_unit"),
-])
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"video.depth_min": None}, "video.depth_min"),
+        ({"video.shift": float("nan")}, "video.shift"),
+        ({"video.depth_max": "10"}, "video.depth_max"),
+        ({"video.use_log": "yes"}, "video.use_log"),
+        ({"video.depth_min": 20.0}, "not below"),
+        ({"video.shift": -1.0}, "depth_min + video.shift"),
+        ({"depth_unit": "cm"}, "depth_unit"),
+    ],
+)
 def test_bad_quantisation_is_refused_naming_the_key_and_value(change, named):
     info = {**LEROBOT_FEATURE["info"], **change}
     info = {k: v for k, v in info.items() if v is not None}
@@ -80,9 +99,10 @@ def test_a_depth_map_stored_as_images_is_refused_clearly():
 
 
 def test_stats_are_rescaled_from_their_recorded_unit_like_lerobot():
-    stats = {"observation.images.depth": {"min": np.array([0.0]), "max": np.array([50.0]),
-                                          "count": np.array([60])},
-             "observation.state": {"min": np.array([1.0])}}
+    stats = {
+        "observation.images.depth": {"min": np.array([0.0]), "max": np.array([50.0]), "count": np.array([60])},
+        "observation.state": {"min": np.array([1.0])},
+    }
     metres = DepthCoding(0.01, 10.0, 3.5, True, "m")
     mm = rescale_depth_stats(stats, {"observation.images.depth": metres}, "mm")
     assert mm["observation.images.depth"]["max"].tolist() == [50000.0]

@@ -13,8 +13,17 @@ FPS = 10.0
 
 
 def check(chunk, file, from_ts, to_ts) -> None:
-    check_spans_apart("meta/episodes/chunk-000/file-000.parquet", "cam", VIDEO_PATH, np.arange(len(chunk)),
-                      np.array(chunk), np.array(file), np.array(from_ts), np.array(to_ts), FPS)
+    check_spans_apart(
+        "meta/episodes/chunk-000/file-000.parquet",
+        "cam",
+        VIDEO_PATH,
+        np.arange(len(chunk)),
+        np.array(chunk),
+        np.array(file),
+        np.array(from_ts),
+        np.array(to_ts),
+        FPS,
+    )
 
 
 def test_spans_that_touch_or_lie_in_other_files_pass_in_any_row_order():
@@ -23,9 +32,12 @@ def test_spans_that_touch_or_lie_in_other_files_pass_in_any_row_order():
 
 
 def test_an_overlap_is_found_when_the_rows_are_not_in_file_order():
-    with pytest.raises(DatasetFormatError, match=r"camera 'cam': in videos/cam/chunk-000/file-001.mp4 the video spans "
-                                                 r"of episode 0 \[0.0, 2.0\) s and episode 2 \[1.9, 3.0\) s overlap "
-                                                 r"\(1 overlapping pair\(s\)\)"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"camera 'cam': in videos/cam/chunk-000/file-001.mp4 the video spans "
+        r"of episode 0 \[0.0, 2.0\) s and episode 2 \[1.9, 3.0\) s overlap "
+        r"\(1 overlapping pair\(s\)\)",
+    ):
         check([0, 0, 0, 0], [1, 0, 1, 0], [0.0, 1.0, 1.9, 0.0], [2.0, 2.0, 3.0, 1.0])
 
 

@@ -6,9 +6,15 @@ from robostream.errors import DatasetFormatError, UnsupportedVersionError
 from robostream.format.info import loads_info, parse_info
 
 BASE = {
-    "codebase_version": "v3.0", "fps": 30, "total_episodes": 2, "total_frames": 10, "total_tasks": 1,
-    "features": {"action": {"dtype": "float32", "shape": [2], "names": None},
-                 "observation.images.top": {"dtype": "video", "shape": [48, 64, 3], "names": None}},
+    "codebase_version": "v3.0",
+    "fps": 30,
+    "total_episodes": 2,
+    "total_frames": 10,
+    "total_tasks": 1,
+    "features": {
+        "action": {"dtype": "float32", "shape": [2], "names": None},
+        "observation.images.top": {"dtype": "video", "shape": [48, 64, 3], "names": None},
+    },
 }
 
 
@@ -45,8 +51,10 @@ def test_missing_required_key_is_named(key):
         parse_info(doc, "info.json")
 
 
-LANGUAGE_FEATURES = {"language_persistent": {"dtype": "language", "shape": [1], "names": None},
-                     "language_events": {"dtype": "language", "shape": [1], "names": None}}
+LANGUAGE_FEATURES = {
+    "language_persistent": {"dtype": "language", "shape": [1], "names": None},
+    "language_events": {"dtype": "language", "shape": [1], "names": None},
+}
 
 
 def test_language_columns_are_accepted_and_tools_kept():
@@ -58,8 +66,11 @@ def test_language_columns_are_accepted_and_tools_kept():
 
 def test_unknown_dtype_is_refused_by_name():
     features = {**BASE["features"], "sound": {"dtype": "audio", "shape": [1], "names": None}}
-    with pytest.raises(DatasetFormatError, match=r"info.json: feature 'sound' has dtype 'audio', neither a numeric "
-                                                 r"dtype nor one of \('video', 'image', 'string', 'language'\)"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"info.json: feature 'sound' has dtype 'audio', neither a numeric "
+        r"dtype nor one of \('video', 'image', 'string', 'language'\)",
+    ):
         parse_info(dict(BASE, features=features), "info.json")
 
 

@@ -7,8 +7,9 @@ from robostream.format.paths import DEFAULT_VIDEO_PATH, render_template
 from robostream.storage.paths import check_relative, local_path
 
 
-@pytest.mark.parametrize("bad", ["../x.parquet", "data/../../etc/passwd", "/etc/passwd", "C:/x", "data\\x",
-                                 "s3://bucket/x", ""])
+@pytest.mark.parametrize(
+    "bad", ["../x.parquet", "data/../../etc/passwd", "/etc/passwd", "C:/x", "data\\x", "s3://bucket/x", ""]
+)
 def test_unsafe_paths_are_refused_with_the_value_named(bad):
     with pytest.raises(UnsafePathError) as err:
         check_relative(bad, what="info.json data_path")
@@ -16,8 +17,9 @@ def test_unsafe_paths_are_refused_with_the_value_named(bad):
 
 
 def test_templates_render_and_values_cannot_escape():
-    path = render_template(DEFAULT_VIDEO_PATH, what="t", video_key="observation.images.top", chunk_index=1,
-                           file_index=12)
+    path = render_template(
+        DEFAULT_VIDEO_PATH, what="t", video_key="observation.images.top", chunk_index=1, file_index=12
+    )
     assert path == "videos/observation.images.top/chunk-001/file-012.mp4"
     with pytest.raises(UnsafePathError):
         render_template(DEFAULT_VIDEO_PATH, what="t", video_key="../../outside", chunk_index=0, file_index=0)

@@ -20,8 +20,7 @@ def root(lerobot_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate(tmp_path_factory.mktemp("tiny") / "ds", TINY)
 
 
-def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(lerobot_python, hf_home, root,
-                                                                             tmp_path):
+def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(lerobot_python, hf_home, root, tmp_path):
     """A run saved steps 4 and 8; then the user keeps notes in `checkpoints/.tmp-notes/`, leaves a file `.tmp-x`,
     moves checkpoint 8 to another disk behind a symlink (`last` names it through the link), and resumes from
     checkpoint 4: the resumed run saves step 8 again. The notes, the file and the moved checkpoint stay as they were;
@@ -40,8 +39,11 @@ def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(ler
     kept = tree_listing(moved)
     assert os.readlink(checkpoints / "last") == "000008"
 
-    stderr = train(lerobot_python, hf_home, ["--resume=true", "--config_path="
-                                             f"{checkpoints / '000004' / 'pretrained_model' / 'train_config.json'}"])
+    stderr = train(
+        lerobot_python,
+        hf_home,
+        ["--resume=true", f"--config_path={checkpoints / '000004' / 'pretrained_model' / 'train_config.json'}"],
+    )
 
     assert tree_listing(checkpoints / ".tmp-notes") == {"notes.txt": b"lr 1e-4 diverged at step 6"}
     assert (checkpoints / ".tmp-x").read_text() == "a file"

@@ -36,19 +36,58 @@ from tests.helpers import dataset_indices
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env
 
 REPO = Path(__file__).parents[2]
-TINY = SynthConfig(episodes=4, cameras=2, height=64, width=64, fps=20, episode_length=12, state_dim=6,
-                   data_file_mb=0.005, video_file_mb=0.02, seed=7)
-TINY2 = SynthConfig(episodes=3, cameras=2, height=64, width=64, fps=20, episode_length=10, state_dim=6,
-                    data_file_mb=0.005, video_file_mb=0.02, seed=8)
-ACT = ["--policy.type=act", "--policy.dim_model=64", "--policy.n_heads=2", "--policy.dim_feedforward=128",
-       "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1", "--policy.chunk_size=10",
-       "--policy.n_action_steps=10"]
-DIFFUSION = ["--policy.type=diffusion", "--policy.down_dims=[32,64]", "--policy.crop_shape=[56,56]",
-             "--policy.use_group_norm=true", "--policy.diffusion_step_embed_dim=32",
-             "--policy.spatial_softmax_num_keypoints=8", "--policy.horizon=8", "--policy.n_action_steps=4",
-             "--policy.n_obs_steps=2"]
-COMMON = ["--policy.device=cpu", "--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null",
-          "--seed=3", "--log_freq=1"]
+TINY = SynthConfig(
+    episodes=4,
+    cameras=2,
+    height=64,
+    width=64,
+    fps=20,
+    episode_length=12,
+    state_dim=6,
+    data_file_mb=0.005,
+    video_file_mb=0.02,
+    seed=7,
+)
+TINY2 = SynthConfig(
+    episodes=3,
+    cameras=2,
+    height=64,
+    width=64,
+    fps=20,
+    episode_length=10,
+    state_dim=6,
+    data_file_mb=0.005,
+    video_file_mb=0.02,
+    seed=8,
+)
+ACT = [
+    "--policy.type=act",
+    "--policy.dim_model=64",
+    "--policy.n_heads=2",
+    "--policy.dim_feedforward=128",
+    "--policy.n_encoder_layers=1",
+    "--policy.n_decoder_layers=1",
+    "--policy.chunk_size=10",
+    "--policy.n_action_steps=10",
+]
+DIFFUSION = [
+    "--policy.type=diffusion",
+    "--policy.down_dims=[32,64]",
+    "--policy.crop_shape=[56,56]",
+    "--policy.use_group_norm=true",
+    "--policy.diffusion_step_embed_dim=32",
+    "--policy.spatial_softmax_num_keypoints=8",
+    "--policy.horizon=8",
+    "--policy.n_action_steps=4",
+    "--policy.n_obs_steps=2",
+]
+COMMON = [
+    "--policy.device=cpu",
+    "--policy.push_to_hub=false",
+    "--policy.pretrained_backbone_weights=null",
+    "--seed=3",
+    "--log_freq=1",
+]
 AUGMENT = ["--dataset.image_transforms.enable=true", "--dataset.image_transforms.max_num_transforms=3"]
 WEIGHTS = Path("pretrained_model") / "model.safetensors"
 
@@ -63,23 +102,42 @@ def launcher(python: str, processes: int) -> list[str]:
     if processes == 1:
         return [python, "-m", "robostream.lerobot.train"]
     # --standalone: a rendezvous on a free port (several jobs may run on the machine at once)
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m",
-            "robostream.lerobot.train"]
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "robostream.lerobot.train",
+    ]
 
 
 def train(python: str, hf_home: Path, args: list[str], *, processes: int = 1) -> str:
-    proc = subprocess.run([*launcher(python, processes), *args], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    proc = subprocess.run(
+        [*launcher(python, processes), *args],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=command_env(hf_home),
+    )
     if proc.returncode != 0:
         pytest.fail(f"train {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
     return proc.stderr
 
 
-def train_until_killed(python: str, hf_home: Path, args: list[str], record: Path, after_steps: int, *,
-                       processes: int = 1) -> None:
+def train_until_killed(
+    python: str, hf_home: Path, args: list[str], record: Path, after_steps: int, *, processes: int = 1
+) -> None:
     """Start a run, SIGKILL its process group once it recorded `after_steps` steps (past a checkpoint)."""
-    proc = subprocess.Popen([*launcher(python, processes), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=command_env(hf_home), start_new_session=True)
+    proc = subprocess.Popen(
+        [*launcher(python, processes), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=command_env(hf_home),
+        start_new_session=True,
+    )
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
     while not (record.exists() and len(record.read_text().splitlines()) >= after_steps):
         if proc.poll() is not None:
@@ -103,8 +161,10 @@ def kill_tree(pid: int) -> None:
 
 
 def resume(output_dir: Path) -> list[str]:
-    return ["--resume=true", f"--config_path={output_dir / 'checkpoints' / 'last' / 'pretrained_model'}"
-                                              "/train_config.json"]
+    return [
+        "--resume=true",
+        f"--config_path={output_dir / 'checkpoints' / 'last' / 'pretrained_model'}/train_config.json",
+    ]
 
 
 def read_record(path: Path) -> list[dict]:
@@ -115,10 +175,11 @@ def tensor_bytes(path: Path) -> dict[str, bytes]:
     """name -> raw bytes of every tensor of a .safetensors file, read without torch so the comparison is exact."""
     raw = path.read_bytes()
     (size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + size])
-    data = raw[8 + size:]
-    return {name: data[t["data_offsets"][0]:t["data_offsets"][1]]
-            for name, t in header.items() if name != "__metadata__"}
+    header = json.loads(raw[8 : 8 + size])
+    data = raw[8 + size :]
+    return {
+        name: data[t["data_offsets"][0] : t["data_offsets"][1]] for name, t in header.items() if name != "__metadata__"
+    }
 
 
 def assert_resumed_exactly(a: list[dict], b: list[dict], final_a: Path, final_b: Path) -> None:
@@ -144,8 +205,17 @@ def root2(lerobot_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 
 def single(root: Path, out: Path, record: Path, steps: int, *extra: str) -> list[str]:
-    return [*ACT, *COMMON, "--dataset.repo_id=local/tiny", f"--dataset.root={root}", f"--output_dir={out}",
-            f"--robostream.record={record}", f"--steps={steps}", "--save_freq=4", *extra]
+    return [
+        *ACT,
+        *COMMON,
+        "--dataset.repo_id=local/tiny",
+        f"--dataset.root={root}",
+        f"--output_dir={out}",
+        f"--robostream.record={record}",
+        f"--steps={steps}",
+        "--save_freq=4",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +224,9 @@ def act_runs(lerobot_python: str, hf_home: Path, root: Path, tmp_path_factory: p
     tmp = tmp_path_factory.mktemp("act")
     args = ["--dataset.streaming=true", "--batch_size=8", "--num_workers=1", *AUGMENT]
     train(lerobot_python, hf_home, single(root, tmp / "a", tmp / "a.jsonl", 12, *args))
-    train_until_killed(lerobot_python, hf_home, single(root, tmp / "b", tmp / "b.jsonl", 12, *args),
-                       tmp / "b.jsonl", after_steps=5)
+    train_until_killed(
+        lerobot_python, hf_home, single(root, tmp / "b", tmp / "b.jsonl", 12, *args), tmp / "b.jsonl", after_steps=5
+    )
     train(lerobot_python, hf_home, resume(tmp / "b"))
     return tmp
 
@@ -169,30 +240,39 @@ def test_streaming_act_trains_every_frame_with_augmentations(act_runs, root):
 
 
 def test_streaming_resume_after_sigkill_is_exact(act_runs):
-    assert_resumed_exactly(read_record(act_runs / "a.jsonl"), read_record(act_runs / "b.jsonl"),
-                           act_runs / "a" / "checkpoints" / "000012" / WEIGHTS,
-                           act_runs / "b" / "checkpoints" / "000012" / WEIGHTS)
+    assert_resumed_exactly(
+        read_record(act_runs / "a.jsonl"),
+        read_record(act_runs / "b.jsonl"),
+        act_runs / "a" / "checkpoints" / "000012" / WEIGHTS,
+        act_runs / "b" / "checkpoints" / "000012" / WEIGHTS,
+    )
 
 
 def test_checkpoints_have_lerobots_layout_and_the_data_state(act_runs):
     checkpoints = act_runs / "b" / "checkpoints"
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["000004", "000008", "000012", "last"], \
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["000004", "000008", "000012", "last"], (
         "a temporary folder was left"
+    )
     assert os.readlink(checkpoints / "last") == "000012"
     final = checkpoints / "000012"
-    for name in ("config.json", "model.safetensors", "train_config.json", "policy_preprocessor.json",
-                 "policy_postprocessor.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "train_config.json",
+        "policy_preprocessor.json",
+        "policy_postprocessor.json",
+    ):
         assert (final / "pretrained_model" / name).is_file(), name
-    for name in ("optimizer_state.safetensors", "rng_state.safetensors", "training_step.json",
-                 "robostream_data.json"):
+    for name in ("optimizer_state.safetensors", "rng_state.safetensors", "training_step.json", "robostream_data.json"):
         assert (final / "training_state" / name).is_file(), name
     state = json.loads((final / "training_state" / "robostream_data.json").read_text())
     assert (state["step"], state["epoch"]) == (12, 1) and state["data"]["layout"] == [1, 1]
     saved = json.loads((final / "pretrained_model" / "train_config.json").read_text())
     assert saved["robostream"]["augment_on"] == "workers" and saved["dataset"]["image_transforms"]["enable"]
     # lerobot's --dataset.use_imagenet_stats (on by default): cameras normalised with ImageNet's mean
-    np.testing.assert_allclose(read_normalizer_mean(final / "pretrained_model", "observation.images.cam0"),
-                               [0.485, 0.456, 0.406], rtol=1e-6)
+    np.testing.assert_allclose(
+        read_normalizer_mean(final / "pretrained_model", "observation.images.cam0"), [0.485, 0.456, 0.406], rtol=1e-6
+    )
 
 
 def test_lerobots_own_loaders_take_the_checkpoint(act_runs, lerobot_python, hf_home, root):
@@ -203,7 +283,7 @@ import torch
 from lerobot.configs.policies import PreTrainedConfig
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.policies.factory import get_policy_class, make_pre_post_processors
-path = {str(act_runs / 'b' / 'checkpoints' / 'last' / 'pretrained_model')!r}
+path = {str(act_runs / "b" / "checkpoints" / "last" / "pretrained_model")!r}
 cfg = PreTrainedConfig.from_pretrained(path)
 policy = get_policy_class(cfg.type).from_pretrained(path).eval()
 pre, post = make_pre_post_processors(cfg, pretrained_path=path)
@@ -213,20 +293,40 @@ with torch.no_grad():
     action = post(policy.select_action(pre(batch)))
 print("action", tuple(action.shape), bool(torch.isfinite(action).all()))
 """
-    proc = subprocess.run([lerobot_python, "-c", script], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    proc = subprocess.run(
+        [lerobot_python, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=command_env(hf_home),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "action (1, 6) True" in proc.stdout, proc.stdout[-2000:]
 
 
-def test_diffusion_trains_on_a_weighted_mixture_with_its_aggregated_stats(lerobot_python, hf_home, root, root2,
-                                                                         tmp_path):
+def test_diffusion_trains_on_a_weighted_mixture_with_its_aggregated_stats(
+    lerobot_python, hf_home, root, root2, tmp_path
+):
     out = tmp_path / "mix"
-    train(lerobot_python, hf_home, [
-        *DIFFUSION, *COMMON, "--dataset.streaming=true", "--dataset.repo_id=[local/a,local/b]",
-        f"--dataset.root=[{root},{root2}]", "--robostream.weights=[0.7,0.3]", "--batch_size=8", "--num_workers=1",
-        "--dataloader_multiprocessing_context=fork", "--steps=4", "--save_freq=4", f"--output_dir={out}",
-        f"--robostream.record={tmp_path / 'mix.jsonl'}"])
+    train(
+        lerobot_python,
+        hf_home,
+        [
+            *DIFFUSION,
+            *COMMON,
+            "--dataset.streaming=true",
+            "--dataset.repo_id=[local/a,local/b]",
+            f"--dataset.root=[{root},{root2}]",
+            "--robostream.weights=[0.7,0.3]",
+            "--batch_size=8",
+            "--num_workers=1",
+            "--dataloader_multiprocessing_context=fork",
+            "--steps=4",
+            "--save_freq=4",
+            f"--output_dir={out}",
+            f"--robostream.record={tmp_path / 'mix.jsonl'}",
+        ],
+    )
     record = read_record(tmp_path / "mix.jsonl")
     assert [r["step"] for r in record] == [1, 2, 3, 4] and all(math.isfinite(r["loss"][0]) for r in record)
     assert {s for r in record for s in r["dataset_index"]} == {0, 1}
@@ -243,9 +343,9 @@ def read_normalizer_mean(model_dir: Path, key: str) -> np.ndarray:
     state = next(model_dir.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
     raw = state.read_bytes()
     (size,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + size])
+    header = json.loads(raw[8 : 8 + size])
     t = header[f"{key}.mean"]
-    data = raw[8 + size + t["data_offsets"][0]:8 + size + t["data_offsets"][1]]
+    data = raw[8 + size + t["data_offsets"][0] : 8 + size + t["data_offsets"][1]]
     return np.frombuffer(data, dtype={"F32": np.float32, "F64": np.float64}[t["dtype"]])
 
 
@@ -255,15 +355,24 @@ def test_map_style_resume_after_sigkill_is_exact(lerobot_python, hf_home, root, 
     as the sampler's epoch, which must not send a resumed run back to epoch 0's order."""
     args = ["--batch_size=8", "--num_workers=0"]
     train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 14, *args))
-    train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 14, *args),
-                       tmp_path / "b.jsonl", after_steps=9)
+    train_until_killed(
+        lerobot_python,
+        hf_home,
+        single(root, tmp_path / "b", tmp_path / "b.jsonl", 14, *args),
+        tmp_path / "b.jsonl",
+        after_steps=9,
+    )
     train(lerobot_python, hf_home, resume(tmp_path / "b"))
     a = read_record(tmp_path / "a.jsonl")
     for epoch in (0, 1):
         assert sorted(i for r in a if r["epoch"] == epoch for i in r["index"]) == dataset_indices(root)
     assert [r["index"] for r in a if r["epoch"] == 0] != [r["index"] for r in a if r["epoch"] == 1]
-    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000014" / WEIGHTS,
-                           tmp_path / "b" / "checkpoints" / "000014" / WEIGHTS)
+    assert_resumed_exactly(
+        a,
+        read_record(tmp_path / "b.jsonl"),
+        tmp_path / "a" / "checkpoints" / "000014" / WEIGHTS,
+        tmp_path / "b" / "checkpoints" / "000014" / WEIGHTS,
+    )
 
 
 def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_home, root, tmp_path):
@@ -271,11 +380,21 @@ def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_
     process: the rest of epoch 0 is exactly the samples the 2-process run had left (each once), in other batches
     (the layout changed, so the batches' composition and the float sums differ: not bit for bit)."""
     # forked workers (lerobot's default, spawn, is exercised by act_runs): 4 runs x 2 ranks start workers per epoch
-    args = ["--dataset.streaming=true", "--batch_size=4", "--num_workers=1",
-            "--dataloader_multiprocessing_context=fork"]
+    args = [
+        "--dataset.streaming=true",
+        "--batch_size=4",
+        "--num_workers=1",
+        "--dataloader_multiprocessing_context=fork",
+    ]
     train(lerobot_python, hf_home, single(root, tmp_path / "a", tmp_path / "a.jsonl", 8, *args), processes=2)
-    train_until_killed(lerobot_python, hf_home, single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
-                       tmp_path / "b.jsonl", after_steps=5, processes=2)
+    train_until_killed(
+        lerobot_python,
+        hf_home,
+        single(root, tmp_path / "b", tmp_path / "b.jsonl", 8, *args),
+        tmp_path / "b.jsonl",
+        after_steps=5,
+        processes=2,
+    )
     # B's checkpoint 4 as it was before B resumed (B overwrites `last`), resumed on ONE process below
     shutil.copytree(tmp_path / "b" / "checkpoints" / "000004", tmp_path / "c" / "checkpoints" / "000004")
     os.symlink("000004", tmp_path / "c" / "checkpoints" / "last")
@@ -283,11 +402,23 @@ def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_
     a = read_record(tmp_path / "a.jsonl")
     # 49 frames: 2 ranks x 4 samples per step, the epoch's last step 2 x 1 (ranks padded to equal counts)
     assert [len(r["index"]) for r in a] == [8] * 6 + [2, 8] and all(len(r["loss"]) == 2 for r in a)
-    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
-                           tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS)
+    assert_resumed_exactly(
+        a,
+        read_record(tmp_path / "b.jsonl"),
+        tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
+        tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS,
+    )
 
-    train(lerobot_python, hf_home, [*resume(tmp_path / "c"), f"--output_dir={tmp_path / 'c'}", "--batch_size=8",
-                                    f"--robostream.record={tmp_path / 'c.jsonl'}"])
+    train(
+        lerobot_python,
+        hf_home,
+        [
+            *resume(tmp_path / "c"),
+            f"--output_dir={tmp_path / 'c'}",
+            "--batch_size=8",
+            f"--robostream.record={tmp_path / 'c.jsonl'}",
+        ],
+    )
     c = read_record(tmp_path / "c.jsonl")
     assert [r["step"] for r in c] == [5, 6, 7, 8] and all(len(r["loss"]) == 1 for r in c)
     before = {i for r in a if r["epoch"] == 0 and r["step"] <= 4 for i in r["index"]}
@@ -332,30 +463,55 @@ def test_bad_flags_are_refused_naming_what_is_wrong(lerobot_python, hf_home, roo
     options_file.write_text(json.dumps([{"root": str(root), "read_options": {"cache_size": 1}}]))
     cases = {
         "missing_root": ["--dataset.repo_id=local/x", f"--dataset.root={tmp_path / 'nowhere'}"],
-        "weights": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
-                    "--robostream.weights=[0.5,0.3,0.2]"],
+        "weights": [
+            "--dataset.repo_id=[local/a,local/b]",
+            f"--dataset.root=[{root},{root2}]",
+            "--robostream.weights=[0.5,0.3,0.2]",
+        ],
         "weights_one_dataset": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.weights=[1]"],
         "strict": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{renamed}]"],
         "choice": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.batching=sorted"],
-        "map_style_mixture": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
-                              "--dataset.streaming=false"],
-        "mixture_and_root": ["--dataset.repo_id=mix", f"--robostream.mixture={tmp_path / 'mix.yaml'}",
-                             f"--dataset.root={root}"],
+        "map_style_mixture": [
+            "--dataset.repo_id=[local/a,local/b]",
+            f"--dataset.root=[{root},{root2}]",
+            "--dataset.streaming=false",
+        ],
+        "mixture_and_root": [
+            "--dataset.repo_id=mix",
+            f"--robostream.mixture={tmp_path / 'mix.yaml'}",
+            f"--dataset.root={root}",
+        ],
         "video_backend": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--dataset.video_backend=decord"],
-        "streaming_option": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--dataset.streaming=false",
-                             "--robostream.pool_size=4"],
+        "streaming_option": [
+            "--dataset.repo_id=local/a",
+            f"--dataset.root={root}",
+            "--dataset.streaming=false",
+            "--robostream.pool_size=4",
+        ],
         "mixture_option": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--robostream.batching=stratified"],
         # issue 32: batch 0 spun forever over empty streaming epochs, -3 was a bare islice error
         "batch_zero": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--batch_size=0"],
-        "batch_negative": ["--dataset.repo_id=local/a", f"--dataset.root={root}", "--batch_size=-3",
-                           "--dataset.streaming=false"],
-        "zero_weights": ["--dataset.repo_id=[local/a,local/b]", f"--dataset.root=[{root},{root2}]",
-                         "--robostream.weights=[0,0]"],
+        "batch_negative": [
+            "--dataset.repo_id=local/a",
+            f"--dataset.root={root}",
+            "--batch_size=-3",
+            "--dataset.streaming=false",
+        ],
+        "zero_weights": [
+            "--dataset.repo_id=[local/a,local/b]",
+            f"--dataset.root=[{root},{root2}]",
+            "--robostream.weights=[0,0]",
+        ],
         "read_options_key": ["--dataset.repo_id=mix", f"--robostream.mixture={options_file}"],
     }
     cases = {k: [*v, f"--output_dir={out / k}"] for k, v in cases.items()}
-    proc = subprocess.run([lerobot_python, "-c", BAD_FLAGS, json.dumps(cases)], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    proc = subprocess.run(
+        [lerobot_python, "-c", BAD_FLAGS, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=command_env(hf_home),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "nowhere: dataset root does not exist" in got["missing_root"]
@@ -426,8 +582,13 @@ def test_a_damaged_edited_or_foreign_data_state_is_refused(act_runs, lerobot_pyt
         data_file.write_text(content)
         cases[name] = [f"--config_path={checkpoint / 'pretrained_model' / 'train_config.json'}"]
     cases["resumed_map_style"] += ["--dataset.streaming=false", "--robostream.augment_on=device"]
-    proc = subprocess.run([lerobot_python, "-c", RESUME_CASES, json.dumps(cases)], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    proc = subprocess.run(
+        [lerobot_python, "-c", RESUME_CASES, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=command_env(hf_home),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     named = "000008/training_state/robostream_data.json"
@@ -440,10 +601,14 @@ def test_a_damaged_edited_or_foreign_data_state_is_refused(act_runs, lerobot_pyt
     assert f"{named} is at step 4 but " in got["file_of_step_4"] and "at step 8" in got["file_of_step_4"]
     assert f"{named}: epoch 0 but its data state is of epoch 1" in got["epoch_resigned"]
     assert "resume state: no 'checksum' key" in got["data_unsigned"]
-    assert "was saved by a map-style (--dataset.streaming=false) run, but this run is streaming " \
-           "(--dataset.streaming=true)" in got["map_style_checkpoint"]
-    assert "was saved by a streaming (--dataset.streaming=true) run, but this run is map-style " \
-           "(--dataset.streaming=false)" in got["resumed_map_style"]
+    assert (
+        "was saved by a map-style (--dataset.streaming=false) run, but this run is streaming "
+        "(--dataset.streaming=true)" in got["map_style_checkpoint"]
+    )
+    assert (
+        "was saved by a streaming (--dataset.streaming=true) run, but this run is map-style "
+        "(--dataset.streaming=false)" in got["resumed_map_style"]
+    )
     assert json.loads((saved / "000008" / "training_state" / "robostream_data.json").read_text()) == original
 
 
@@ -469,8 +634,13 @@ def test_an_epoch_without_a_batch_is_an_error_not_an_endless_loop(lerobot_python
     """The training loop over epochs spun forever when every epoch was empty (issue 32: --batch_size=0, now
     refused at parse; still reachable with --robostream.uneven=drop and more processes than samples). A resumed
     run's first pass may be empty (saved after its epoch's last batch): then the next epoch is the error."""
-    proc = subprocess.run([lerobot_python, "-c", EMPTY_EPOCHS, str(root)], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    proc = subprocess.run(
+        [lerobot_python, "-c", EMPTY_EPOCHS, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=command_env(hf_home),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     fresh, resumed = proc.stdout.strip().splitlines()[-2:]
     assert fresh.startswith("epoch 0 gave no batch to train on (49 samples in 4 episodes; --robostream.uneven=drop")
@@ -523,16 +693,31 @@ def test_act_trains_on_a_depth_dataset_and_resumes_exactly(lerobot_python, hf_ho
     features = json.loads((root / "meta" / "info.json").read_text())["features"]
     depth = "observation.images.depth"
     assert features[depth]["info"]["is_depth_map"]
-    inputs = {key: {"type": "VISUAL", "shape": [ft["shape"][2], *ft["shape"][:2]]}
-              for key, ft in features.items() if ft["dtype"] == "video" and key != depth}
+    inputs = {
+        key: {"type": "VISUAL", "shape": [ft["shape"][2], *ft["shape"][:2]]}
+        for key, ft in features.items()
+        if ft["dtype"] == "video" and key != depth
+    }
     inputs["observation.state"] = {"type": "STATE", "shape": features["observation.state"]["shape"]}
-    args = ["--dataset.streaming=true", "--batch_size=8", "--num_workers=1",
-            f"--policy.input_features={json.dumps(inputs)}"]
+    args = [
+        "--dataset.streaming=true",
+        "--batch_size=8",
+        "--num_workers=1",
+        f"--policy.input_features={json.dumps(inputs)}",
+    ]
 
     def depth_run(name: str) -> list[str]:
-        return [*ACT, *COMMON, "--dataset.repo_id=local/depth", f"--dataset.root={root}",
-                f"--output_dir={tmp_path / name}", f"--robostream.record={tmp_path / name}.jsonl", "--steps=8",
-                "--save_freq=4", *args]
+        return [
+            *ACT,
+            *COMMON,
+            "--dataset.repo_id=local/depth",
+            f"--dataset.root={root}",
+            f"--output_dir={tmp_path / name}",
+            f"--robostream.record={tmp_path / name}.jsonl",
+            "--steps=8",
+            "--save_freq=4",
+            *args,
+        ]
 
     train(lerobot_python, hf_home, depth_run("a"))
     train_until_killed(lerobot_python, hf_home, depth_run("b"), tmp_path / "b.jsonl", after_steps=5)
@@ -540,12 +725,21 @@ def test_act_trains_on_a_depth_dataset_and_resumes_exactly(lerobot_python, hf_ho
     a = read_record(tmp_path / "a.jsonl")
     assert [r["step"] for r in a] == list(range(1, 9)) and all(math.isfinite(r["loss"][0]) for r in a)
     assert sorted(i for r in a if r["epoch"] == 0 for i in r["index"]) == list(range(46)), "epoch 0: every frame"
-    assert_resumed_exactly(a, read_record(tmp_path / "b.jsonl"), tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
-                           tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS)
+    assert_resumed_exactly(
+        a,
+        read_record(tmp_path / "b.jsonl"),
+        tmp_path / "a" / "checkpoints" / "000008" / WEIGHTS,
+        tmp_path / "b" / "checkpoints" / "000008" / WEIGHTS,
+    )
 
     saved = tmp_path / "b" / "checkpoints" / "last" / "pretrained_model"
-    proc = subprocess.run([lerobot_python, "-c", DEPTH_BATCH, str(saved), depth], capture_output=True, text=True,
-                          timeout=SUBPROCESS_TIMEOUT_S, env=command_env(hf_home))
+    proc = subprocess.run(
+        [lerobot_python, "-c", DEPTH_BATCH, str(saved), depth],
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+        env=command_env(hf_home),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["inputs"] == sorted(inputs) and depth not in got["inputs"]

@@ -15,9 +15,19 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from robostream.plan.epoch import (EpochSpec, checked_epoch_resume, checked_lanes_resume, epoch_state, lanes_state,
-                                   plan_epoch, plan_lanes, plan_stratified, role_picks, stratified_state,
-                                   stream_pieces)
+from robostream.plan.epoch import (
+    EpochSpec,
+    checked_epoch_resume,
+    checked_lanes_resume,
+    epoch_state,
+    lanes_state,
+    plan_epoch,
+    plan_lanes,
+    plan_stratified,
+    role_picks,
+    stratified_state,
+    stream_pieces,
+)
 from robostream.plan.mixture import epoch_units, stratified_counts
 from robostream.plan.segments import owned, role_remaining
 
@@ -43,10 +53,11 @@ def _role_batches(plan, role, batch_size, shuffle, units=None):
     if plan.quotas[role] and not len(owned(plan.segments, role)):
         assume(False)  # a documented refusal: more consumers than samples under uneven="pad"
     own = role_remaining(plan.segments, plan.positions, consumers)[role]
-    picks = [(_sample(plan, p, units), i < own) for i, p in
-             enumerate(role_picks(plan, role, seed=SEED, epoch=0, shuffle=shuffle,
-                                  pool_size=POOL))]
-    return [picks[i:i + batch_size] for i in range(0, len(picks), batch_size)]
+    picks = [
+        (_sample(plan, p, units), i < own)
+        for i, p in enumerate(role_picks(plan, role, seed=SEED, epoch=0, shuffle=shuffle, pool_size=POOL))
+    ]
+    return [picks[i : i + batch_size] for i in range(0, len(picks), batch_size)]
 
 
 def _rank_order(per_worker):
@@ -61,8 +72,15 @@ def _rank_order(per_worker):
 
 def _random_pass(plan, world, workers, batch_size, shuffle):
     """Per rank, its batches in consumption order."""
-    return [_rank_order([_role_batches(plan, r * workers + (j + plan.rotation) % workers, batch_size, shuffle)
-                         for j in range(workers)]) for r in range(world)]
+    return [
+        _rank_order(
+            [
+                _role_batches(plan, r * workers + (j + plan.rotation) % workers, batch_size, shuffle)
+                for j in range(workers)
+            ]
+        )
+        for r in range(world)
+    ]
 
 
 def _lane_pass(plan, spec, world, workers, batch_size, shuffle):
@@ -73,11 +91,16 @@ def _lane_pass(plan, spec, world, workers, batch_size, shuffle):
         per_worker = []
         for j in range(workers):
             w = (j + plan.rotation) % workers
-            lanes = {s: iter(itertools.chain.from_iterable(_role_batches(lane, r * workers + w, batch_size, shuffle,
-                                                                      units[s])))
-                     for s, lane in enumerate(plan.lanes) if lane is not None}
-            per_worker.append([(s, list(itertools.islice(lanes[s], batch_size)))
-                               for s in plan.schedules[w][plan.done[w]:].tolist()])
+            lanes = {
+                s: iter(
+                    itertools.chain.from_iterable(_role_batches(lane, r * workers + w, batch_size, shuffle, units[s]))
+                )
+                for s, lane in enumerate(plan.lanes)
+                if lane is not None
+            }
+            per_worker.append(
+                [(s, list(itertools.islice(lanes[s], batch_size))) for s in plan.schedules[w][plan.done[w] :].tolist()]
+            )
         ranks.append(_rank_order(per_worker))
     return ranks
 
@@ -90,12 +113,17 @@ def _stratified_pass(plan, spec, world, workers, shuffle):
         per_worker = []
         for j in range(workers):
             w = (j + plan.rotation) % workers
-            lanes = {s: iter(itertools.chain.from_iterable(_role_batches(lane, r * workers + w, 1, shuffle,
-                                                                      units[s])))
-                     for s, lane in enumerate(plan.lanes) if lane is not None}
-            per_worker.append([[sample for s in np.flatnonzero(row).tolist()
-                                for sample in itertools.islice(lanes[s], int(row[s]))]
-                               for row in plan.counts[w][plan.done[w]:]])
+            lanes = {
+                s: iter(itertools.chain.from_iterable(_role_batches(lane, r * workers + w, 1, shuffle, units[s])))
+                for s, lane in enumerate(plan.lanes)
+                if lane is not None
+            }
+            per_worker.append(
+                [
+                    [sample for s in np.flatnonzero(row).tolist() for sample in itertools.islice(lanes[s], int(row[s]))]
+                    for row in plan.counts[w][plan.done[w] :]
+                ]
+            )
         ranks.append(_rank_order(per_worker))
     return ranks
 
@@ -134,8 +162,9 @@ def _epoch_samples(spec):
 
 @settings(max_examples=400, deadline=None)
 @given(epoch=epochs(), first=layouts, second=layouts, third=layouts, batch_size=st.integers(1, 5), data=st.data())
-def test_random_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, third, batch_size,
-                                                                           data):
+def test_random_state_on_any_layout_continues_with_what_was_not_delivered(
+    epoch, first, second, third, batch_size, data
+):
     """Interrupted after any batch count on layout 1, continued on layout 2, interrupted again, finished on layout 3:
     every rank takes equal steps on every layout; under "pad" every sample of the epoch is delivered exactly once
     as its own (repeats are only padding), under "drop" at most once; the same layout continues exactly."""
@@ -149,8 +178,11 @@ def test_random_state_on_any_layout_continues_with_what_was_not_delivered(epoch,
         steps = len(ranks[0]) if hop == len(layouts_run) - 1 else data.draw(st.integers(0, len(ranks[0])))
         _, delivered = _delivered(ranks, steps)
         own += delivered
-        state = {"layout": [world, workers], "version": 2,
-                 **epoch_state(plan, world, workers, steps, batch_size, interleaved=shuffle)}
+        state = {
+            "layout": [world, workers],
+            "version": 2,
+            **epoch_state(plan, world, workers, steps, batch_size, interleaved=shuffle),
+        }
         resume = checked_epoch_resume(_json(state), spec)
         if hop == 0:  # the same layout continues with exactly the batches an uninterrupted pass gives next
             again = _random_pass(plan_epoch(spec, world, workers, resume), world, workers, batch_size, shuffle)
@@ -164,8 +196,7 @@ def test_random_state_on_any_layout_continues_with_what_was_not_delivered(epoch,
 
 @settings(max_examples=300, deadline=None)
 @given(epoch=epochs(), first=layouts, second=layouts, batch_size=st.integers(1, 4), data=st.data())
-def test_per_stream_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, batch_size,
-                                                                               data):
+def test_per_stream_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, batch_size, data):
     """batching="per_stream": every batch from one source and, at every step, the same source on every rank; a
     state taken after any batch count and continued on any layout delivers every sample exactly once."""
     lengths, counts, canonical, shuffle, _ = epoch
@@ -186,16 +217,21 @@ def test_per_stream_state_on_any_layout_continues_with_what_was_not_delivered(ep
         state = {"layout": [world, workers], **lanes_state(plan, workers, steps, batch_size, interleaved=shuffle)}
         resume = checked_lanes_resume(_json(state), spec, labels)
         if hop == 0:
-            again = _lane_pass(plan_lanes(spec, len(lengths), world, workers, batch_size, resume), spec, world, workers,
-                               batch_size, shuffle)
+            again = _lane_pass(
+                plan_lanes(spec, len(lengths), world, workers, batch_size, resume),
+                spec,
+                world,
+                workers,
+                batch_size,
+                shuffle,
+            )
             assert [rank[steps:] for rank in ranks] == again
     assert sorted(own) == _epoch_samples(spec)
 
 
 @settings(max_examples=300, deadline=None)
 @given(epoch=epochs(), first=layouts, second=layouts, batch_size=st.integers(1, 6), data=st.data())
-def test_stratified_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, batch_size,
-                                                                               data):
+def test_stratified_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, batch_size, data):
     """batching="stratified": every batch of a worker holds each source's share of it (floor or ceil, but the
     last), ranks take equal steps, and a state taken after any batch count and continued on any layout delivers
     every sample exactly once."""
@@ -220,8 +256,9 @@ def test_stratified_state_on_any_layout_continues_with_what_was_not_delivered(ep
         state = {"layout": [world, workers], **stratified_state(plan, workers, steps, interleaved=shuffle)}
         resume = checked_lanes_resume(_json(state), spec, labels)
         if hop == 0:
-            again = _stratified_pass(plan_stratified(spec, len(lengths), world, workers, batch_size, resume), spec,
-                                     world, workers, shuffle)
+            again = _stratified_pass(
+                plan_stratified(spec, len(lengths), world, workers, batch_size, resume), spec, world, workers, shuffle
+            )
             assert [rank[steps:] for rank in ranks] == again
     assert sorted(own) == _epoch_samples(spec)
 
@@ -232,8 +269,10 @@ def test_stratified_counts_give_each_source_its_share_of_every_batch():
     counts = stratified_counts([50, 25, 10, 0], 16)  # shares 9.41, 4.71, 1.88, 0
     assert (counts.sum(axis=0) == [50, 25, 10, 0]).all() and (counts[:-1].sum(axis=1) == 16).all()
     assert set(counts[:-1, 0].tolist()) <= {9, 10} and set(counts[:-1, 2].tolist()) <= {1, 2}
-    assert np.abs(np.cumsum(counts, axis=0)[:-1] - np.outer(np.arange(1, len(counts)), [50, 25, 10, 0]) * 16 / 85
-                  ).max() < 1.2
+    assert (
+        np.abs(np.cumsum(counts, axis=0)[:-1] - np.outer(np.arange(1, len(counts)), [50, 25, 10, 0]) * 16 / 85).max()
+        < 1.2
+    )
     assert stratified_counts([0, 0], 4).shape == (0, 2)
 
 

@@ -12,7 +12,7 @@ def test_proportions_are_exact_floor_plus_largest_remainder():
     assert samples_per_source([10, 10, 10], weights, 100) == [34, 33, 33]  # ties: lower source first
     assert samples_per_source([5, 7], [Weight(proportion=0.7), Weight(proportion=0.3)], 11) == [8, 3]
     assert samples_per_source([5, 7], [Weight(proportion=2), Weight(proportion=1)], None) == [8, 4]  # E = 12
-    for size in (1, 7, 999, 10 ** 7 + 3):
+    for size in (1, 7, 999, 10**7 + 3):
         assert sum(samples_per_source([1, 1, 1], [Weight(proportion=p) for p in (0.1, 0.2, 0.7)], size)) == size
 
 
@@ -51,7 +51,9 @@ def test_epoch_units_full_passes_balanced_and_fixed():
     assert 1 <= int((units.source == 1).sum()) <= 2
     fixed = [epoch_units(lengths, [5, 4], seed=1, epoch=e, sampling_method="fixed") for e in (0, 1)]
     assert all((a == b).all() for a, b in zip(vars(fixed[0]).values(), vars(fixed[1]).values()))
-    draws = {tuple(np.concatenate([u.episode, u.first]).tolist())
-             for u in (epoch_units(lengths, [5, 4], seed=1, epoch=e, sampling_method="balanced") for e in range(8))}
+    draws = {
+        tuple(np.concatenate([u.episode, u.first]).tolist())
+        for u in (epoch_units(lengths, [5, 4], seed=1, epoch=e, sampling_method="balanced") for e in range(8))
+    }
     assert len(draws) > 1  # balanced: a new subset across epochs
     assert rng_for(1, 0, PURPOSE_MIXTURE, 0).integers(1 << 30) != rng_for(1, 0, PURPOSE_MIXTURE, 1).integers(1 << 30)

@@ -18,8 +18,10 @@ def test_lpt_known_result_and_tie_breaking():
     assert partition_episodes([2, 2, 2, 2], 4) == [[0], [1], [2], [3]]
 
 
-@pytest.mark.parametrize("lengths,n,message", [([3], 0, "n must be >= 1"), ([3, 4], 3, "cannot fill 3 bins"),
-                                               ([3, 0, 2], 2, "item 1 has non-positive length 0")])
+@pytest.mark.parametrize(
+    "lengths,n,message",
+    [([3], 0, "n must be >= 1"), ([3, 4], 3, "cannot fill 3 bins"), ([3, 0, 2], 2, "item 1 has non-positive length 0")],
+)
 def test_lpt_rejects_bad_input(lengths, n, message):
     with pytest.raises(ValueError, match=message):
         partition_episodes(lengths, n)
@@ -39,7 +41,7 @@ def test_lpt_properties(lengths, n):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 300), min_size=1, max_size=40), st.integers(1, 16), st.integers(0, 10 ** 6))
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=40), st.integers(1, 16), st.integers(0, 10**6))
 def test_contiguous_split_properties(lengths, n, seed):
     if sum(lengths) < n:
         with pytest.raises(ValueError, match="cannot split"):

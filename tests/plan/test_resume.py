@@ -2,8 +2,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robostream.plan.layout import auto_canonical_streams
-from robostream.plan.resume import (emitted_by_role, level_fill_counts, round_robin_counts, samples_per_worker,
-                                    rotation_after, sequential_counts)
+from robostream.plan.resume import (
+    emitted_by_role,
+    level_fill_counts,
+    rotation_after,
+    round_robin_counts,
+    samples_per_worker,
+    sequential_counts,
+)
 
 
 def _simulate_round_robin(remaining, picks):

@@ -21,8 +21,9 @@ def _flatten(chunks):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(0, 80), min_size=1, max_size=25), st.integers(1, 9), st.integers(0, 1000),
-       st.integers(1, 300))
+@given(
+    st.lists(st.integers(0, 80), min_size=1, max_size=25), st.integers(1, 9), st.integers(0, 1000), st.integers(1, 300)
+)
 def test_pool_schedule_emits_every_sample_once_in_piece_order(lengths, pool, seed, chunk):
     pieces, positions = _flatten(pool_schedule(lengths, pool, np.random.default_rng(seed), chunk=chunk))
     for piece, length in enumerate(lengths):
@@ -82,8 +83,9 @@ def test_every_slot_spreads_its_samples_evenly_over_the_stream(lengths, pool, se
     pieces, positions = _flatten(pool_schedule(lengths, pool, np.random.default_rng(seed), chunk=50))
     slot_of = deal_pieces(lengths, pool)
     slot_lengths = np.bincount(slot_of[slot_of >= 0], weights=np.asarray(lengths)[slot_of >= 0], minlength=pool)
-    before = {piece: sum(lengths[q] for q in range(piece) if slot_of[q] == slot_of[piece])
-              for piece in range(len(lengths))}
+    before = {
+        piece: sum(lengths[q] for q in range(piece) if slot_of[q] == slot_of[piece]) for piece in range(len(lengths))
+    }
     total = len(pieces)
     for at, (piece, position) in enumerate(zip(pieces, positions)):
         length, j = slot_lengths[slot_of[piece]], before[piece] + position
@@ -94,7 +96,7 @@ def test_pieces_of_very_different_lengths_all_reach_the_end_of_the_stream():
     lengths = [10, 800, 35, 200, 60, 400, 120, 20]
     for seed in range(5):
         pieces, _ = _flatten(pool_schedule(lengths, 8, rng_for(seed, 0, 2)))
-        assert set(pieces[-len(pieces) // 10:]) == set(range(8))  # uniform picks leave 1 or 2 pieces here
+        assert set(pieces[-len(pieces) // 10 :]) == set(range(8))  # uniform picks leave 1 or 2 pieces here
         assert set(pieces[: len(pieces) // 10]) == set(range(8))
 
 
@@ -103,7 +105,7 @@ def test_consecutive_samples_come_from_distinct_pieces():
     for seed in range(5):
         pieces, _ = _flatten(pool_schedule(lengths, 8, rng_for(seed, 0, 2)))
         for k, at_least in ((2, 0.97), (4, 0.9)):  # uniform picks: 0.93 and 0.81
-            distinct = [len(set(pieces[i:i + k])) / k for i in range(len(pieces) - k + 1)]
+            distinct = [len(set(pieces[i : i + k])) / k for i in range(len(pieces) - k + 1)]
             assert np.mean(distinct) >= at_least
 
 

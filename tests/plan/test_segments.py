@@ -26,7 +26,7 @@ def _rows(segments, positions):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 4), st.integers(0, 10 ** 6), st.booleans())
+@given(st.integers(1, 6), st.integers(1, 4), st.integers(0, 10**6), st.booleans())
 def test_whole_streams_is_todays_ownership_when_consumers_divide_the_streams(consumers, per, seed, interleaved):
     rng = np.random.default_rng(seed)
     natural = rng.integers(0, 20, size=consumers * per)
@@ -54,8 +54,12 @@ def _check_exact_cover(natural, segments, positions, consumed):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=14), st.integers(1, 13),
-       st.lists(st.tuples(st.integers(1, 13), st.integers(0, 10 ** 6)), max_size=6), st.booleans())
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=14),
+    st.integers(1, 13),
+    st.lists(st.tuples(st.integers(1, 13), st.integers(0, 10**6)), max_size=6),
+    st.booleans(),
+)
 def test_emission_and_recuts_neither_repeat_nor_skip_a_sample(natural, consumers, steps, interleaved):
     segments = whole_streams(natural, consumers)
     positions = segments.lo.copy()
@@ -114,11 +118,22 @@ def test_four_consumers_to_five():
     segments, positions = _emit_from([5] * 12, 4, [6] * 4)
     segments, positions = recut(segments, positions, 5)  # 36 left: chunks of 7, 7, 7, 7, 8
     assert _rows(segments, positions) == [
-        (0, 2, 5, 0, 2), (1, 2, 5, 0, 2), (2, 2, 3, 0, 2),
-        (2, 3, 5, 1, 3), (3, 2, 5, 1, 2), (4, 2, 4, 1, 2),
-        (4, 4, 5, 2, 4), (5, 2, 5, 2, 2), (6, 2, 5, 2, 2),
-        (7, 2, 5, 3, 2), (8, 2, 5, 3, 2), (9, 2, 3, 3, 2),
-        (9, 3, 5, 4, 3), (10, 2, 5, 4, 2), (11, 2, 5, 4, 2)]
+        (0, 2, 5, 0, 2),
+        (1, 2, 5, 0, 2),
+        (2, 2, 3, 0, 2),
+        (2, 3, 5, 1, 3),
+        (3, 2, 5, 1, 2),
+        (4, 2, 4, 1, 2),
+        (4, 4, 5, 2, 4),
+        (5, 2, 5, 2, 2),
+        (6, 2, 5, 2, 2),
+        (7, 2, 5, 3, 2),
+        (8, 2, 5, 3, 2),
+        (9, 2, 3, 3, 2),
+        (9, 3, 5, 4, 3),
+        (10, 2, 5, 4, 2),
+        (11, 2, 5, 4, 2),
+    ]
     assert role_remaining(segments, positions, 5) == [7, 7, 7, 7, 8]
     # Role 1: stream 2 starts at offset 3, so streams 3 and 4 catch up to it first, then all three round-robin.
     rows = owned(segments, 1)
@@ -163,16 +178,19 @@ def test_quotas_equalise_ranks_not_workers():
         quotas_for_roles([1, 2, 3], 2, 2, "pad")
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([[0, 0, 5, 0, 0], [1, 0, 4]], r"row 1: .* not five integers"),
-    ([[0, 0, 5, 0, 0], [1, 0, 4, 0, 1.5]], r"row 1: .* not five integers"),
-    ([[2, 0, 5, 0, 0]], r"row 0: stream 2 is not in \[0, 2\)"),
-    ([[0, 0, 5, 0, 0], [1, 0, 9, 0, 0]], r"row 1: needs 0 <= lo < hi <= 6 .* hi=9"),
-    ([[0, 3, 5, 0, 2]], r"row 0: .* lo=3, hi=5, position=2"),
-    ([[0, 3, 3, 0, 3]], r"row 0: needs 0 <= lo < hi"),
-    ([[0, 0, 5, 3, 0]], r"row 0: owner 3 is not in \[0, 3\)"),
-    ([[0, 0, 5, 0, 0], [1, 0, 6, 1, 0], [0, 4, 5, 2, 4]], r"row 2: \[4, 5\) of stream 0 overlaps row 0's \[0, 5\)"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([[0, 0, 5, 0, 0], [1, 0, 4]], r"row 1: .* not five integers"),
+        ([[0, 0, 5, 0, 0], [1, 0, 4, 0, 1.5]], r"row 1: .* not five integers"),
+        ([[2, 0, 5, 0, 0]], r"row 0: stream 2 is not in \[0, 2\)"),
+        ([[0, 0, 5, 0, 0], [1, 0, 9, 0, 0]], r"row 1: needs 0 <= lo < hi <= 6 .* hi=9"),
+        ([[0, 3, 5, 0, 2]], r"row 0: .* lo=3, hi=5, position=2"),
+        ([[0, 3, 3, 0, 3]], r"row 0: needs 0 <= lo < hi"),
+        ([[0, 0, 5, 3, 0]], r"row 0: owner 3 is not in \[0, 3\)"),
+        ([[0, 0, 5, 0, 0], [1, 0, 6, 1, 0], [0, 4, 5, 2, 4]], r"row 2: \[4, 5\) of stream 0 overlaps row 0's \[0, 5\)"),
+    ],
+)
 def test_segments_from_state_rejects_bad_rows(rows, message):
     with pytest.raises(ValueError, match=message):
         segments_from_state(rows, [5, 6], 3)

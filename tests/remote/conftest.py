@@ -13,20 +13,42 @@ from pathlib import Path
 
 import pytest
 
-from .servers import (Fault, FaultPlan, FaultProxy, MakeFaultProxy, RangeHTTPServer, RequestMatcher,
-                      S3Server, make_data_dir)
+from .servers import (
+    Fault,
+    FaultPlan,
+    FaultProxy,
+    MakeFaultProxy,
+    RangeHTTPServer,
+    RequestMatcher,
+    S3Server,
+    make_data_dir,
+)
 
 S3_BUCKET = "robostream-test"
+
 
 @pytest.fixture(scope="package", autouse=True)
 def _isolated_network_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Fake AWS credentials, no config/credential files, no IMDS, no HTTP proxies -- for all of tests/remote."""
     missing = tmp_path_factory.mktemp("aws") / "missing"
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN",
-                     "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                     "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        for name in (
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_SECURITY_TOKEN",
+            "AWS_ROLE_ARN",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ):
             mp.delenv(name, raising=False)
         mp.setenv("AWS_ACCESS_KEY_ID", S3Server.KEY)
         mp.setenv("AWS_SECRET_ACCESS_KEY", S3Server.SECRET)
@@ -72,15 +94,15 @@ def s3_bucket(s3_server: S3Server, remote_data_dir: Path) -> str:
     return S3_BUCKET
 
 
-
 @pytest.fixture
 def make_fault_proxy() -> Iterator[MakeFaultProxy]:
     """Factory: ``make_fault_proxy(upstream_url, plan=None, match=None)`` -> a started FaultProxy, stopped after
     the test. ``plan`` may be a callable, a sequence of ``Fault | None``, or ``None``."""
     proxies: list[FaultProxy] = []
 
-    def make(upstream: str, plan: FaultPlan | Iterable[Fault | None] | None = None, *,
-             match: RequestMatcher | None = None) -> FaultProxy:
+    def make(
+        upstream: str, plan: FaultPlan | Iterable[Fault | None] | None = None, *, match: RequestMatcher | None = None
+    ) -> FaultProxy:
         proxy = FaultProxy(upstream, plan, match=match).start()
         proxies.append(proxy)
         return proxy

@@ -29,9 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from robostream.bench.slow_store import (HOST, BackgroundServer, QuietHandler,
-                                         RangeHTTPServer, RangeNotSatisfiable, TrackingHTTPServer, if_match_holds,
-                                         parse_byte_range)
+from robostream.bench.slow_store import (
+    HOST,
+    BackgroundServer,
+    QuietHandler,
+    RangeHTTPServer,
+    RangeNotSatisfiable,
+    TrackingHTTPServer,
+    if_match_holds,
+    parse_byte_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +97,14 @@ class S3Server:
         config = None
         if total_max_attempts is not None:
             config = Config(retries={"total_max_attempts": total_max_attempts, "mode": "standard"})
-        return boto3.client("s3", endpoint_url=endpoint_url or self.endpoint_url, region_name=self.REGION,
-                            aws_access_key_id=self.KEY, aws_secret_access_key=self.SECRET, config=config)
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint_url or self.endpoint_url,
+            region_name=self.REGION,
+            aws_access_key_id=self.KEY,
+            aws_secret_access_key=self.SECRET,
+            config=config,
+        )
 
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (no error when it already exists)."""
@@ -127,8 +140,14 @@ class S3Server:
         finally:
             conn.close()
 
-    def storage_options(self, endpoint_url: str | None = None, *, total_max_attempts: int | None = None,
-                        read_timeout: float | None = None, connect_timeout: float | None = None) -> dict[str, Any]:
+    def storage_options(
+        self,
+        endpoint_url: str | None = None,
+        *,
+        total_max_attempts: int | None = None,
+        read_timeout: float | None = None,
+        connect_timeout: float | None = None,
+    ) -> dict[str, Any]:
         """fsspec/s3fs options for this server (or for ``endpoint_url``, e.g. a :class:`FaultProxy` in front).
 
         ``total_max_attempts`` caps botocore's attempts per call, first one included (1 = no botocore retries;
@@ -239,8 +258,19 @@ def plan_from_sequence(faults: Iterable[Fault | None]) -> FaultPlan:
     return plan
 
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-               "transfer-encoding", "upgrade", "expect", "host", "content-length"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "host",
+    "content-length",
+}
 
 
 class _ProxyHandler(QuietHandler):
@@ -268,7 +298,7 @@ class _ProxyHandler(QuietHandler):
             status, reason, headers, payload = self._forward(body)
             if payload:
                 at = min(len(payload) // 2 if fault.nbytes is None else fault.nbytes, len(payload) - 1)
-                payload = payload[:at] + bytes([payload[at] ^ 0xFF]) + payload[at + 1:]
+                payload = payload[:at] + bytes([payload[at] ^ 0xFF]) + payload[at + 1 :]
             self._relay(status, reason, headers, payload)
         else:  # drop_mid_body, or a stall after part of the body
             status, reason, headers, payload = self._forward(body)
@@ -323,8 +353,14 @@ class _ProxyHandler(QuietHandler):
 
     # -- response side ----------------------------------------------------------------------------------------
 
-    def _relay(self, status: int, reason: str, headers: list[tuple[str, str]], payload: bytes,
-               content_length: int | None = None) -> None:
+    def _relay(
+        self,
+        status: int,
+        reason: str,
+        headers: list[tuple[str, str]],
+        payload: bytes,
+        content_length: int | None = None,
+    ) -> None:
         self.send_response(status, reason)
         for name, value in headers:
             self.send_header(name, value)
@@ -339,8 +375,10 @@ class _ProxyHandler(QuietHandler):
         body = fault.body
         if body is None:
             code = _S3_ERROR_CODES.get(fault.status, "InjectedFault")
-            body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                    f"<Message>injected fault</Message></Error>").encode()
+            body = (
+                f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>injected fault</Message></Error>"
+            ).encode()
         headers = {"Content-Type": "application/xml"}
         if fault.retry_after is not None:
             headers["Retry-After"] = fault.retry_after
@@ -377,8 +415,14 @@ class FaultProxy(BackgroundServer):
 
     _handler = _ProxyHandler
 
-    def __init__(self, upstream: str, plan: FaultPlan | Iterable[Fault | None] | None = None, *,
-                 match: RequestMatcher | None = None, upstream_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        plan: FaultPlan | Iterable[Fault | None] | None = None,
+        *,
+        match: RequestMatcher | None = None,
+        upstream_timeout: float = 30.0,
+    ) -> None:
         super().__init__()
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or parsed.hostname is None:
@@ -453,9 +497,13 @@ class FaultProxy(BackgroundServer):
         """``{"requests", "matched", "forwarded", "faults", "by_kind": {kind: n}}`` since start / reset_stats()."""
         with self._lock:
             kinds = Counter(e.fault for e in self._events if e.fault)
-            return {"requests": len(self._events), "matched": self._matched,
-                    "forwarded": sum(1 for e in self._events if e.fault is None), "faults": sum(kinds.values()),
-                    "by_kind": dict(kinds)}
+            return {
+                "requests": len(self._events),
+                "matched": self._matched,
+                "forwarded": sum(1 for e in self._events if e.fault is None),
+                "faults": sum(kinds.values()),
+                "by_kind": dict(kinds),
+            }
 
     def reset_stats(self) -> None:
         """Forget events and restart request numbering at 1 (the plan object itself is kept)."""
@@ -492,9 +540,26 @@ def s3_filesystem(storage_options: dict[str, Any], s3fs_retries: int | None = No
 
 
 __all__: Sequence[str] = [
-    "HOST", "RangeHTTPServer", "RangeNotSatisfiable", "parse_byte_range", "S3Server", "Fault", "FaultKind",
-    "FaultPlan", "RequestMatcher", "ProxyEvent", "FaultProxy", "plan_from_sequence", "drop_mid_body",
-    "http_status", "stall", "reset", "corrupt", "if_match_holds", "http_filesystem", "s3_filesystem",
+    "HOST",
+    "RangeHTTPServer",
+    "RangeNotSatisfiable",
+    "parse_byte_range",
+    "S3Server",
+    "Fault",
+    "FaultKind",
+    "FaultPlan",
+    "RequestMatcher",
+    "ProxyEvent",
+    "FaultProxy",
+    "plan_from_sequence",
+    "drop_mid_body",
+    "http_status",
+    "stall",
+    "reset",
+    "corrupt",
+    "if_match_holds",
+    "http_filesystem",
+    "s3_filesystem",
 ]
 
 

@@ -11,9 +11,34 @@ from .servers import RangeHTTPServer
 def test_bench_reads_an_http_dataset(av1_root, tmp_path):
     with RangeHTTPServer(av1_root) as server:
         url = server.url
-        assert main(["bench", url, "--mode", "single", "--loader", "stream", "map", "--batch_size", "4",
-                     "--num_workers", "1", "--num_batches", "2", "--split_samples", "4", "--read_buffer", "4mb",
-                     "--storage_options", '{"block_size": 65536}', "--out", str(tmp_path)]) == 0
+        assert (
+            main(
+                [
+                    "bench",
+                    url,
+                    "--mode",
+                    "single",
+                    "--loader",
+                    "stream",
+                    "map",
+                    "--batch_size",
+                    "4",
+                    "--num_workers",
+                    "1",
+                    "--num_batches",
+                    "2",
+                    "--split_samples",
+                    "4",
+                    "--read_buffer",
+                    "4mb",
+                    "--storage_options",
+                    '{"block_size": 65536}',
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
         served = server.stats()
     stream = json.loads((tmp_path / "remote_stream_single_b4_w1_cpu.json").read_text())
     assert stream["config"]["root"] == url and stream["metrics"]["samples"] == 8

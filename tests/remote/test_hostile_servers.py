@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from robostream import LeRobotDataset, ReadOptions
+from robostream.bench.slow_store import QuietHandler, RangeHandler, RangeHTTPServer
 from robostream.errors import FileChangedError, RobostreamError, TooLargeError
 from robostream.storage.retry import RemoteReadError, RetryPolicy
 from robostream.storage.store import Storage
-
-from robostream.bench.slow_store import QuietHandler, RangeHandler, RangeHTTPServer
 
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, timeout_s=5)
 SECRETS = {"Authorization": "Bearer do-not-leak", "X-Api-Key": "do-not-leak-either"}
@@ -81,16 +80,18 @@ def test_credentials_never_follow_a_redirect_to_another_host(tmp_path):
     assert elsewhere.seen and not any(_carries_secrets(h) for _, _, h in elsewhere.seen)
 
 
-@pytest.mark.parametrize("status, via_home", [(302, False), (307, False), (307, True)],
-                         ids=["302", "307", "home-home-other"])
+@pytest.mark.parametrize(
+    "status, via_home", [(302, False), (307, False), (307, True)], ids=["302", "307", "home-home-other"]
+)
 def test_no_read_of_a_dataset_takes_credentials_to_another_host(av1_root, tmp_path, monkeypatch, status, via_home):
     """Every request a dataset makes, whole metadata files included (issue 32: they went through fsspec, whose
     aiohttp strips only Authorization on a redirect: X-Api-Key reached the other origin 3 times per construction),
     keeps storage_options' headers with the root's origin."""
     monkeypatch.setenv("ROBOSTREAM_CACHE", str(tmp_path / "node_cache"))
     with RecordingServer(av1_root) as elsewhere, RedirectServer(elsewhere.url, status, via_home) as home:
-        dataset = LeRobotDataset(root=home.url, read_options=ReadOptions(retry=FAST_RETRY,
-                                                                         storage_options={"headers": SECRETS}))
+        dataset = LeRobotDataset(
+            root=home.url, read_options=ReadOptions(retry=FAST_RETRY, storage_options={"headers": SECRETS})
+        )
         for index in (0, len(dataset) - 1):
             dataset[index]
     whole = {path for method, path, h in elsewhere.seen if method == "GET" and "Range" not in h}
@@ -137,7 +138,7 @@ class _ShiftedRange(RangeHandler):
     def _serve(self, send_body: bool) -> None:
         header = self.headers.get("Range")
         if header and header.startswith("bytes=") and not header.endswith("-"):
-            start, end = (int(v) for v in header[len("bytes="):].split("-"))
+            start, end = (int(v) for v in header[len("bytes=") :].split("-"))
             size = (self.server.owner.root / self.path.lstrip("/")).stat().st_size
             shift = min(4096, size - 1 - end)
             if shift > 0:
@@ -229,9 +230,12 @@ def test_a_metadata_file_announcing_10_gib_is_refused_unread(tmp_path, monkeypat
     """Issue 32: an info.json answered with Content-Length 10 GiB had 2.6 GB buffered before a ulimit stopped it."""
     monkeypatch.setenv("ROBOSTREAM_CACHE", str(tmp_path / "node_cache"))
     with EndlessServer(announce=True) as server:
-        with pytest.raises(TooLargeError, match=r"meta/info.json: the server announces 10737418240 bytes "
-                                                r"\(Content-Length\), more than the 268435456 bytes a file read "
-                                                "whole may hold .*; nothing was read"):
+        with pytest.raises(
+            TooLargeError,
+            match=r"meta/info.json: the server announces 10737418240 bytes "
+            r"\(Content-Length\), more than the 268435456 bytes a file read "
+            "whole may hold .*; nothing was read",
+        ):
             LeRobotDataset(root=server.url, read_options=ReadOptions(retry=FAST_RETRY))
     assert server.sent < 64 << 20  # what the sockets' buffers took before the client hung up
 
@@ -297,13 +301,17 @@ def test_a_slow_body_names_the_deadline_it_missed(tmp_path):
     assert str(info.value) == (
         f"{url}/f.bin: still failing after 1 attempts (last error FSTimeoutError: timed out "
         "(RetryPolicy.timeout_s=0.5 s per request)); check the server or raise RetryPolicy.timeout_s (a slow link or "
-        "a large answer)")
+        "a large answer)"
+    )
 
 
 @pytest.mark.parametrize("name", ["headers", "auth", "cookies"])
 def test_session_wide_credentials_are_refused(name):
     """aiohttp sends a session's own headers, auth and cookies to every host, those a redirect names too: refused,
     naming where credentials go instead."""
-    with pytest.raises(ValueError, match=rf"storage_options\['client_kwargs'\] \['{name}'\] would be sent to every "
-                                         r"host a redirect names.*storage_options\['headers'\]"):
+    with pytest.raises(
+        ValueError,
+        match=rf"storage_options\['client_kwargs'\] \['{name}'\] would be sent to every "
+        r"host a redirect names.*storage_options\['headers'\]",
+    ):
         Storage("http://127.0.0.1:1/ds", {"client_kwargs": {name: SECRETS}})

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.errors import RobostreamError, TooLargeError
 from robostream.datasets.origin import ReadOptions
+from robostream.errors import RobostreamError, TooLargeError
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import Storage
 
@@ -32,8 +32,10 @@ pytestmark = pytest.mark.timeout(120)
 def hub(av1_root, tmp_path_factory) -> Iterator[HubServer]:
     """The emulator serving av1_root as dataset `local/av1` (small tree pages, so listings paginate), with
     huggingface_hub pointed at it and every non-loopback connection refused."""
-    with HubServer({REPO: av1_root}, page_size=5) as server, \
-            huggingface_hub_at(server.endpoint, tmp_path_factory.mktemp("hf_home")):
+    with (
+        HubServer({REPO: av1_root}, page_size=5) as server,
+        huggingface_hub_at(server.endpoint, tmp_path_factory.mktemp("hf_home")),
+    ):
         yield server
 
 
@@ -47,8 +49,7 @@ def test_hf_root_stream_equals_local(hub, av1_root, revision, tmp_path, monkeypa
     monkeypatch.setenv("ROBOSTREAM_CACHE", str(tmp_path / "node_cache"))  # metadata read here, not from a snapshot
     hub.reset_stats()
     rev = hub.sha if revision == "sha" else "main"
-    remote = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{rev}", seed=5, return_uint8=True,
-                                     read_options=FAST)
+    remote = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{rev}", seed=5, return_uint8=True, read_options=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=5, return_uint8=True))
     log = hub.log()
     assert remote.meta.storage.stats().bytes_read > 0
@@ -106,8 +107,9 @@ def test_hf_stream_through_dataloader_worker_processes(hub, av1_root):
     the videos."""
     from torch.utils.data import DataLoader
 
-    dataset = StreamingLeRobotDataset(root=f"hf://datasets/{REPO}@{hub.sha}", seed=1, return_uint8=True,
-                                      read_options=FAST)
+    dataset = StreamingLeRobotDataset(
+        root=f"hf://datasets/{REPO}@{hub.sha}", seed=1, return_uint8=True, read_options=FAST
+    )
     ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
 
@@ -155,8 +157,9 @@ def test_each_file_is_resolved_once_and_ranges_go_where_it_redirects(hub, av1_ro
     resolved = [(method, path) for method, path, _, _ in hub.log() if "/resolve/" in path and path.endswith(".mp4")]
     assert resolved and len(resolved) == len(set(resolved)), "a video file was resolved more than once"
     assert {method for method, _ in resolved} == {"HEAD"}  # no bytes through /resolve/
-    ranges = {path for _, path, status, _ in hub.log() if path.startswith("/cdn/") and path.endswith(".mp4")
-              and status == 206}
+    ranges = {
+        path for _, path, status, _ in hub.log() if path.startswith("/cdn/") and path.endswith(".mp4") and status == 206
+    }
     assert ranges == {path.replace(f"/datasets/{REPO}/resolve/", f"/cdn/{REPO}/") for _, path in resolved}
 
 
@@ -184,7 +187,10 @@ def test_a_hub_file_read_whole_stops_at_its_bound(hub, av1_root, name):
     file itself, an LFS file's bytes come from the CDN): a file announcing more than the bound is refused unread."""
     storage = Storage(f"hf://datasets/{REPO}@{hub.sha}", retry=FAST_RETRY)
     size = (av1_root / name).stat().st_size
-    with pytest.raises(TooLargeError, match=rf"{name}: the server announces {size} bytes \(Content-Length\), more "
-                                            rf"than the {size - 1} bytes a file read whole may hold"):
+    with pytest.raises(
+        TooLargeError,
+        match=rf"{name}: the server announces {size} bytes \(Content-Length\), more "
+        rf"than the {size - 1} bytes a file read whole may hold",
+    ):
         storage.read_bytes(name, limit=size - 1)
     assert storage.read_bytes(name, limit=size) == (av1_root / name).read_bytes()

@@ -58,8 +58,7 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 def _cached_objects(directory: Path) -> list[Path]:
-    return [p for p in (directory / "objects").rglob("*") if p.is_file()
-            and not p.name.endswith((".pin", ".verified"))]
+    return [p for p in (directory / "objects").rglob("*") if p.is_file() and not p.name.endswith((".pin", ".verified"))]
 
 
 def _corrupt_first(times: int | None, *needles: str):
@@ -95,8 +94,12 @@ def hub(av1_root, tmp_path_factory) -> Iterator[tuple[HubServer, dict[str, Fault
         (folder / VIDEO).write_bytes(_bytes(1, SIZE))
         (folder / INFO).write_bytes(b'{"codebase_version": "v3.0", "padding": "' + b"x" * 40_000 + b'"}')
         folders[repo] = folder
-    with HubServer({**folders, AV1: av1_root}) as server, FaultProxy(server.endpoint) as api, \
-            FaultProxy(server.cdn_endpoint) as cdn, huggingface_hub_at(api.url, tmp_path_factory.mktemp("hf_home")):
+    with (
+        HubServer({**folders, AV1: av1_root}) as server,
+        FaultProxy(server.endpoint) as api,
+        FaultProxy(server.cdn_endpoint) as cdn,
+        huggingface_hub_at(api.url, tmp_path_factory.mktemp("hf_home")),
+    ):
         server.cdn_url = cdn.url
         yield server, {"/resolve/": api, "/cdn/": cdn}
 
@@ -114,8 +117,13 @@ def proxies(hub) -> Iterator[dict[str, FaultProxy]]:
 
 def _hub_storage(tmp_path: Path, revision: str = "", validate: str = "full") -> Storage:
     root = f"hf://datasets/{BLOBS}" + (f"@{revision}" if revision else "")
-    return Storage(root, retry=FAST_RETRY, cache=DiskCache(tmp_path / "cache", "10mb"), block_budget=SMALL_BUFFER,
-                   validate=validate)
+    return Storage(
+        root,
+        retry=FAST_RETRY,
+        cache=DiskCache(tmp_path / "cache", "10mb"),
+        block_budget=SMALL_BUFFER,
+        validate=validate,
+    )
 
 
 def test_hub_hashes_are_the_published_ones_and_cached_copies_are_checked(hub, proxies, tmp_path):
@@ -141,9 +149,12 @@ def test_hub_corrupted_download_is_detected_and_fetched_again(hub, proxies, tmp_
     proxies[route].set_plan(_corrupt_first(1, route, quote(name)))
     storage = _hub_storage(tmp_path)
     expected = storage.stat(name).digest
-    with pytest.warns(RuntimeWarning, match=f"{name}: downloaded bytes do not match the published hash "
-                                            f"\\(expected {expected.hexdigest}, got [0-9a-f]+\\); fetching the file "
-                                            "once more"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=f"{name}: downloaded bytes do not match the published hash "
+        f"\\(expected {expected.hexdigest}, got [0-9a-f]+\\); fetching the file "
+        "once more",
+    ):
         path = storage.open(name)
     assert Path(path).read_bytes() == server.repos[BLOBS].commits[server.sha].data(name)
     assert proxies[route].stats()["by_kind"] == {"corrupt": 1}
@@ -159,8 +170,10 @@ def test_hub_persistent_corruption_fails_naming_the_file_and_both_hashes(hub, pr
     with pytest.warns(RuntimeWarning), pytest.raises(ChecksumMismatchError) as info:
         storage.open(name)
     message = str(info.value)
-    assert message.startswith(f"hf://datasets/{BLOBS}@{server.sha}/{name}: content does not match its published "
-                              f"{expected.algorithm} after 2 download(s)")
+    assert message.startswith(
+        f"hf://datasets/{BLOBS}@{server.sha}/{name}: content does not match its published "
+        f"{expected.algorithm} after 2 download(s)"
+    )
     assert f"expected {expected.hexdigest}, got {info.value.got}" in message and info.value.got != expected.hexdigest
     assert "re-run" in message
     assert _cached_objects(tmp_path / "cache") == []  # the bad copy is not kept
@@ -172,7 +185,9 @@ def test_hub_validate_size_does_not_hash(hub, proxies, tmp_path):
     proxies["/cdn/"].set_plan(_corrupt_first(None, "/cdn/", quote(VIDEO)))
     path = _hub_storage(tmp_path, validate="size").open(VIDEO)
     assert Path(path).stat().st_size == SIZE and not Path(path + ".verified").exists()
-    assert set(proxies["/cdn/"].stats()["by_kind"]) == {"corrupt"}  # every request (the file's blocks, merged) was corrupted
+    assert set(proxies["/cdn/"].stats()["by_kind"]) == {
+        "corrupt"
+    }  # every request (the file's blocks, merged) was corrupted
 
 
 def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxies, tmp_path):
@@ -195,8 +210,11 @@ def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxi
 
 
 def test_hub_root_at_a_missing_revision_is_a_clear_error(hub, proxies):
-    with pytest.raises(MissingFileError, match=rf"hf://datasets/{BLOBS}@nope: RevisionNotFoundError: .*check the "
-                                               "repository id and the revision"):
+    with pytest.raises(
+        MissingFileError,
+        match=rf"hf://datasets/{BLOBS}@nope: RevisionNotFoundError: .*check the "
+        "repository id and the revision",
+    ):
         Storage(f"hf://datasets/{BLOBS}@nope", retry=FAST_RETRY)
 
 
@@ -225,11 +243,20 @@ def test_s3_corrupted_download_is_detected_and_fetched_again(s3_server, bucket, 
     data = _bytes(3, SIZE)
     s3_server.put_bytes(bucket, "once/v.mp4", data)
     proxy = make_fault_proxy(s3_server.endpoint_url, _corrupt_first(1, "once/v.mp4"))
-    storage = Storage(f"s3://{bucket}/once", s3_server.storage_options(proxy.url), FAST_RETRY,
-                      DiskCache(tmp_path / "cache", "10mb"), PARTIAL_RANGES, validate="full")
+    storage = Storage(
+        f"s3://{bucket}/once",
+        s3_server.storage_options(proxy.url),
+        FAST_RETRY,
+        DiskCache(tmp_path / "cache", "10mb"),
+        PARTIAL_RANGES,
+        validate="full",
+    )
     assert storage.stat("v.mp4").digest == Digest("md5", hashlib.md5(data).hexdigest())
-    with pytest.warns(RuntimeWarning, match=f"v.mp4: downloaded bytes do not match the published hash \\(expected "
-                                            f"{hashlib.md5(data).hexdigest()}, got"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=f"v.mp4: downloaded bytes do not match the published hash \\(expected "
+        f"{hashlib.md5(data).hexdigest()}, got",
+    ):
         path = storage.open("v.mp4")
     assert Path(path).read_bytes() == data and proxy.stats()["by_kind"] == {"corrupt": 1}
 
@@ -238,19 +265,30 @@ def test_s3_whole_object_range_checked_by_s3_is_retried(s3_server, bucket, make_
     data = _bytes(8, SIZE)
     s3_server.put_bytes(bucket, "whole/v.mp4", data)
     proxy = make_fault_proxy(s3_server.endpoint_url, _corrupt_first(1, "whole/v.mp4"))
-    storage = Storage(f"s3://{bucket}/whole", s3_server.storage_options(proxy.url), FAST_RETRY,
-                      DiskCache(tmp_path / "cache", "10mb"), SMALL_BUFFER, validate="full")
+    storage = Storage(
+        f"s3://{bucket}/whole",
+        s3_server.storage_options(proxy.url),
+        FAST_RETRY,
+        DiskCache(tmp_path / "cache", "10mb"),
+        SMALL_BUFFER,
+        validate="full",
+    )
     path = storage.open("v.mp4")  # one request for the whole object: botocore's check fails, the retry succeeds
     assert Path(path).read_bytes() == data and proxy.stats()["by_kind"] == {"corrupt": 1}
 
 
-def test_s3_persistent_corruption_fails_naming_the_file_and_both_hashes(s3_server, bucket, make_fault_proxy,
-                                                                        tmp_path):
+def test_s3_persistent_corruption_fails_naming_the_file_and_both_hashes(s3_server, bucket, make_fault_proxy, tmp_path):
     data = _bytes(4, SIZE)
     s3_server.put_bytes(bucket, "always/v.mp4", data)
     proxy = make_fault_proxy(s3_server.endpoint_url, _corrupt_first(None, "always/v.mp4"))
-    storage = Storage(f"s3://{bucket}/always", s3_server.storage_options(proxy.url), FAST_RETRY,
-                      DiskCache(tmp_path / "cache", "10mb"), PARTIAL_RANGES, validate="full")
+    storage = Storage(
+        f"s3://{bucket}/always",
+        s3_server.storage_options(proxy.url),
+        FAST_RETRY,
+        DiskCache(tmp_path / "cache", "10mb"),
+        PARTIAL_RANGES,
+        validate="full",
+    )
     with pytest.warns(RuntimeWarning), pytest.raises(ChecksumMismatchError) as info:
         storage.open("v.mp4")
     message = str(info.value)
@@ -265,14 +303,18 @@ def test_s3_object_replaced_between_two_range_reads_is_an_error(s3_server, bucke
     key = f"changed-{new_size}/v.mp4"
     old, new = _bytes(5, SIZE), _bytes(6, new_size)
     s3_server.put_bytes(bucket, key, old)
-    storage = Storage(f"s3://{bucket}/changed-{new_size}", s3_server.storage_options(), FAST_RETRY,
-                      block_budget=SMALL_BUFFER)
+    storage = Storage(
+        f"s3://{bucket}/changed-{new_size}", s3_server.storage_options(), FAST_RETRY, block_budget=SMALL_BUFFER
+    )
     reader = storage.open("v.mp4")
     assert reader.read(100) == old[:100]
     s3_server.put_bytes(bucket, key, new)
     reader.seek(60_000)
-    with pytest.raises(FileChangedError, match=rf"s3://{bucket}/{key}: changed on the server during the epoch "
-                                               r"\(first read: size 100000, ETag .*Pin the data to one version"):
+    with pytest.raises(
+        FileChangedError,
+        match=rf"s3://{bucket}/{key}: changed on the server during the epoch "
+        r"\(first read: size 100000, ETag .*Pin the data to one version",
+    ):
         reader.read(1000)
     fresh = storage.open("v.mp4")  # a reader opened now reads the new version, none of the old one's blocks
     assert fresh.read() == new
@@ -282,11 +324,16 @@ def test_s3_object_replaced_between_two_range_reads_is_an_error(s3_server, bucke
 # HTTP (RangeHTTPServer: ETag + If-Match, or neither)
 # --------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("etag, new_size, now", [
-    (True, SIZE, "412 Precondition Failed"),  # same size: only the ETag can tell
-    (True, SIZE + 5_000, "412 Precondition Failed"),
-    (False, SIZE + 5_000, f"size {SIZE + 5_000}"),  # no ETag: the answer's Content-Range total tells
-], ids=["etag-same-size", "etag-new-size", "no-etag-new-size"])
+
+@pytest.mark.parametrize(
+    "etag, new_size, now",
+    [
+        (True, SIZE, "412 Precondition Failed"),  # same size: only the ETag can tell
+        (True, SIZE + 5_000, "412 Precondition Failed"),
+        (False, SIZE + 5_000, f"size {SIZE + 5_000}"),  # no ETag: the answer's Content-Range total tells
+    ],
+    ids=["etag-same-size", "etag-new-size", "no-etag-new-size"],
+)
 def test_http_file_replaced_between_two_range_reads_is_an_error(tmp_path, etag, new_size, now):
     old = _bytes(7, SIZE)
     (tmp_path / "v.mp4").write_bytes(old)
@@ -296,8 +343,11 @@ def test_http_file_replaced_between_two_range_reads_is_an_error(tmp_path, etag, 
         assert reader.read(100) == old[:100]
         _replace(tmp_path / "v.mp4", _bytes(8, new_size))
         reader.seek(60_000)
-        with pytest.raises(FileChangedError, match=rf"{server.url}/v\.mp4: changed on the server during the epoch "
-                                                   rf".*now: {now}.*re-run"):
+        with pytest.raises(
+            FileChangedError,
+            match=rf"{server.url}/v\.mp4: changed on the server during the epoch "
+            rf".*now: {now}.*re-run",
+        ):
             reader.read(1000)
         assert server.stats()["/v.mp4"]["requests"] == 3  # HEAD, the first block, the refused one: no retries
 

@@ -51,8 +51,12 @@ def node_cache(tmp_path, monkeypatch):
 
 
 def _mixture(urls, options=None):
-    return StreamingLeRobotDataset(sources=[Source(root=url) for url in urls], seed=0, return_uint8=True,
-                                   read_options=ReadOptions(retry=RETRY, **(options or {})))
+    return StreamingLeRobotDataset(
+        sources=[Source(root=url) for url in urls],
+        seed=0,
+        return_uint8=True,
+        read_options=ReadOptions(retry=RETRY, **(options or {})),
+    )
 
 
 def _per_source(stats):
@@ -93,12 +97,16 @@ def test_http_sources_open_concurrently_then_from_the_node_cache(served, node_ca
 
         server.reset_stats()
         warm = _mixture(urls)
-        small = {name: (served / "srcs/src-00" / name).stat().st_size
-                 for name in ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")}
+        small = {
+            name: (served / "srcs/src-00" / name).stat().st_size
+            for name in ("meta/info.json", "meta/tasks.parquet", "meta/stats.json")
+        }
         episodes = {"meta/episodes/chunk-000/file-000.parquet": 0, "meta/episodes/chunk-000/file-001.parquet": 0}
-        assert server.stats() == {f"/srcs/src-{i:02d}/{name}": {"requests": 1, "bytes": size}
-                                  for i in range(SOURCES) for name, size in {**small, **episodes}.items()}, \
-            "a second construction read more than the small meta files and a HEAD of each episodes file"
+        assert server.stats() == {
+            f"/srcs/src-{i:02d}/{name}": {"requests": 1, "bytes": size}
+            for i in range(SOURCES)
+            for name, size in {**small, **episodes}.items()
+        }, "a second construction read more than the small meta files and a HEAD of each episodes file"
         assert [r.meta.info.total_frames for r in warm.sources] == [r.meta.info.total_frames for r in cold.sources]
 
         _move_revision(served, "src-07")
@@ -145,8 +153,9 @@ def test_hub_sources_pinned_to_a_commit_open_without_a_request(served, node_cach
         if pinned:
             assert log == [], f"a source pinned to a commit made requests from the node cache: {log[:5]}"
         else:  # the branch is resolved to its commit, once per source, and nothing else is asked
-            assert sorted(path for _, path, _, _ in log) == sorted(f"/api/datasets/{repo}/revision/main"
-                                                                   for repo in repos), log[:5]
+            assert sorted(path for _, path, _, _ in log) == sorted(
+                f"/api/datasets/{repo}/revision/main" for repo in repos
+            ), log[:5]
         assert all(hub.sha in r.meta.root for r in warm.sources)
 
 

@@ -51,21 +51,28 @@ def test_http_stream_equals_local(http_dataset, av1_root):
 
 def test_s3_stream_and_map_style_equal_local(s3_dataset, av1_root):
     url, options = s3_dataset
-    remote = StreamingLeRobotDataset(root=url, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY), seed=8,
-                                     return_uint8=True)
+    remote = StreamingLeRobotDataset(
+        root=url, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY), seed=8, return_uint8=True
+    )
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=8, return_uint8=True))
-    mapped = LeRobotDataset(root=url, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY), return_uint8=True)
+    mapped = LeRobotDataset(
+        root=url, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY), return_uint8=True
+    )
     local = LeRobotDataset(root=av1_root, return_uint8=True)
     for i in (0, 17, len(local) - 1):
         assert torch.equal(mapped[i]["observation.images.cam1"], local[i]["observation.images.cam1"])
 
 
-@pytest.mark.parametrize("fault", [http_status(503), http_status(429, retry_after=0), drop_mid_body(), reset(),
-                                   stall(seconds=30)], ids=["503", "429", "drop", "reset", "stall"])
+@pytest.mark.parametrize(
+    "fault",
+    [http_status(503), http_status(429, retry_after=0), drop_mid_body(), reset(), stall(seconds=30)],
+    ids=["503", "429", "drop", "reset", "stall"],
+)
 def test_http_faults_are_retried_and_the_epoch_is_exact(http_dataset, av1_root, make_fault_proxy, fault):
     # Faults hit requests 2, 6, 10, ... up to 30 (a stall costs one request timeout each).
-    proxy: FaultProxy = make_fault_proxy(http_dataset.url,
-                                         lambda n, method, path: fault if n % 4 == 2 and n <= 30 else None)
+    proxy: FaultProxy = make_fault_proxy(
+        http_dataset.url, lambda n, method, path: fault if n % 4 == 2 and n <= 30 else None
+    )
     remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True, read_options=FAST)
     _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=2, return_uint8=True))
     assert proxy.stats()["faults"] > 0
@@ -73,11 +80,17 @@ def test_http_faults_are_retried_and_the_epoch_is_exact(http_dataset, av1_root, 
 
 def test_faults_outlasting_the_bound_give_a_clear_error(http_dataset, av1_root, make_fault_proxy):
     proxy = make_fault_proxy(http_dataset.url, lambda n, method, path: http_status(503) if "videos/" in path else None)
-    remote = StreamingLeRobotDataset(root=proxy.url, seed=2, return_uint8=True,
-                                     read_options=ReadOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01,
-                                                                            timeout_s=2.0)))
-    with pytest.raises(RemoteReadError, match=r"videos/observation\.images\.cam\d/chunk-000/file-00\d\.mp4.*"
-                                              r"(bytes \d+-\d+|size|exists).*3 attempts"):
+    remote = StreamingLeRobotDataset(
+        root=proxy.url,
+        seed=2,
+        return_uint8=True,
+        read_options=ReadOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, timeout_s=2.0)),
+    )
+    with pytest.raises(
+        RemoteReadError,
+        match=r"videos/observation\.images\.cam\d/chunk-000/file-00\d\.mp4.*"
+        r"(bytes \d+-\d+|size|exists).*3 attempts",
+    ):
         next(iter(remote))
 
 
@@ -99,8 +112,11 @@ def test_a_server_without_range_support_is_refused_clearly(tmp_path):
     try:
         reader = Storage(f"http://127.0.0.1:{server.server_port}", retry=FAST_RETRY).open("big.bin")
         reader.seek(2 << 20)
-        with pytest.raises(TooLargeError, match="announces 3145728 bytes .*, more than the 65536 bytes of the range "
-                                                "2097152-2162687 asked for: the server ignored the byte range"):
+        with pytest.raises(
+            TooLargeError,
+            match="announces 3145728 bytes .*, more than the 65536 bytes of the range "
+            "2097152-2162687 asked for: the server ignored the byte range",
+        ):
             reader.read(10)  # refused unread: the whole file is never buffered for a block
     finally:
         server.shutdown()
@@ -123,8 +139,12 @@ def test_remote_streaming_through_dataloader_worker_processes(source, http_datas
 
 
 def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_root, tmp_path):
-    kwargs = {"root": http_dataset.url, "seed": 4, "return_uint8": True,
-              "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb")}
+    kwargs = {
+        "root": http_dataset.url,
+        "seed": 4,
+        "return_uint8": True,
+        "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb"),
+    }
     _assert_same(StreamingLeRobotDataset(**kwargs), StreamingLeRobotDataset(root=av1_root, seed=4, return_uint8=True))
     video_bytes = lambda: sum(s["bytes"] for p, s in http_dataset.stats().items() if "/videos/" in p)  # noqa: E731
     first = video_bytes()
@@ -135,8 +155,11 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
     cached = [p for p in (tmp_path / "cache" / "objects").rglob("*.mp4")]
     assert len(cached) == len(list(av1_root.rglob("*.mp4")))
     with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
-        list(StreamingLeRobotDataset(**{**kwargs, "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny",
-                                                                          cache_limit=1000)}))
+        list(
+            StreamingLeRobotDataset(
+                **{**kwargs, "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny", cache_limit=1000)}
+            )
+        )
 
 
 @pytest.mark.parametrize("read_buffer", [64 << 10, "128mb"])
@@ -147,8 +170,12 @@ def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_b
     from torch.utils.data import DataLoader
 
     videos = sum(p.stat().st_size for p in av1_root.rglob("*.mp4"))
-    dataset = StreamingLeRobotDataset(root=http_dataset.url, seed=6, return_uint8=True,
-                                      read_options=ReadOptions(retry=FAST_RETRY, read_buffer=read_buffer))
+    dataset = StreamingLeRobotDataset(
+        root=http_dataset.url,
+        seed=6,
+        return_uint8=True,
+        read_options=ReadOptions(retry=FAST_RETRY, read_buffer=read_buffer),
+    )
     ids = [i for b in DataLoader(dataset, batch_size=8, num_workers=2) for i in b["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
     counts = dataset.frame_counts()
@@ -170,13 +197,15 @@ def test_read_ahead_failures_are_counted_and_the_sample_gets_the_error(av1_root,
 
     root = copy_tree(av1_root, tmp_path / "ds")
     meta = load_metadata(root)
-    key, victim = next((k, e) for k in meta.video_keys for e in (1, 2)
-                       if meta.video_file(e, k) != meta.video_file(0, k))
+    key, victim = next(
+        (k, e) for k in meta.video_keys for e in (1, 2) if meta.video_file(e, k) != meta.video_file(0, k)
+    )
     missing = meta.video_file(victim, key)
     (root / missing).unlink()
     with RangeHTTPServer(root) as server:
-        dataset = StreamingLeRobotDataset(root=server.url, shuffle=False, canonical_streams=1, return_uint8=True,
-                                          read_options=FAST)
+        dataset = StreamingLeRobotDataset(
+            root=server.url, shuffle=False, canonical_streams=1, return_uint8=True, read_options=FAST
+        )
         seen = []
         with pytest.raises(MissingFileError, match=missing.replace(".", r"\.")):
             for sample in dataset:
@@ -191,12 +220,18 @@ def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_da
     from robostream import Source, StreamingDataLoader
 
     url, options = s3_dataset
-    remote = [Source(root=http_dataset.url, episodes=[0, 1, 2], read_options=FAST),
-              Source(root=url, episodes=[3, 4], repeat=2,
-                     read_options=ReadOptions(storage_options=options, retry=FAST_RETRY)),
-              Source(root=av1_root, episodes=[5, 6], choose=20)]
-    local = [Source(root=av1_root, episodes=[0, 1, 2]), Source(root=av1_root, episodes=[3, 4], repeat=2),
-             Source(root=av1_root, episodes=[5, 6], choose=20)]
+    remote = [
+        Source(root=http_dataset.url, episodes=[0, 1, 2], read_options=FAST),
+        Source(
+            root=url, episodes=[3, 4], repeat=2, read_options=ReadOptions(storage_options=options, retry=FAST_RETRY)
+        ),
+        Source(root=av1_root, episodes=[5, 6], choose=20),
+    ]
+    local = [
+        Source(root=av1_root, episodes=[0, 1, 2]),
+        Source(root=av1_root, episodes=[3, 4], repeat=2),
+        Source(root=av1_root, episodes=[5, 6], choose=20),
+    ]
 
     def batches(sources):
         dataset = StreamingLeRobotDataset(sources=sources, seed=2, return_uint8=True)

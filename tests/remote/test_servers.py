@@ -32,9 +32,10 @@ import requests
 
 from robostream.bench.slow_store import RangeHTTPServer, RangeNotSatisfiable, parse_byte_range
 
-from .servers import DATA_FILES, MakeFaultProxy
 from .servers import (
+    DATA_FILES,
     FaultProxy,
+    MakeFaultProxy,
     S3Server,
     corrupt,
     drop_mid_body,
@@ -60,11 +61,22 @@ def blob(remote_data_dir: Path) -> bytes:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("header, size, expected", [
-    (None, 10, None), ("bytes=0-0", 10, range(0, 1)), ("bytes=2-5", 10, range(2, 6)), ("bytes=2-", 10, range(2, 10)),
-    ("bytes=-3", 10, range(7, 10)), ("bytes=-30", 10, range(0, 10)), ("bytes=5-99", 10, range(5, 10)),
-    ("bytes=5-2", 10, None), ("bytes=0-1,4-5", 10, None), ("items=0-1", 10, None), ("bytes=x-1", 10, None),
-])
+@pytest.mark.parametrize(
+    "header, size, expected",
+    [
+        (None, 10, None),
+        ("bytes=0-0", 10, range(0, 1)),
+        ("bytes=2-5", 10, range(2, 6)),
+        ("bytes=2-", 10, range(2, 10)),
+        ("bytes=-3", 10, range(7, 10)),
+        ("bytes=-30", 10, range(0, 10)),
+        ("bytes=5-99", 10, range(5, 10)),
+        ("bytes=5-2", 10, None),
+        ("bytes=0-1,4-5", 10, None),
+        ("items=0-1", 10, None),
+        ("bytes=x-1", 10, None),
+    ],
+)
 def test_parse_byte_range(header: str | None, size: int, expected: range | None) -> None:
     assert parse_byte_range(header, size) == expected
 
@@ -78,13 +90,18 @@ def test_parse_byte_range_unsatisfiable(header: str, size: int) -> None:
 def test_http_range_requests(http_server: RangeHTTPServer, remote_data_dir: Path) -> None:
     data, url = blob(remote_data_dir), http_server.url_for(BLOB)
     with requests.Session() as s:
-        for header, first, last in [("bytes=0-0", 0, 0), ("bytes=10-4105", 10, 4105), ("bytes=199000-", 199_000, 199_999),
-                                    ("bytes=-500", 199_500, 199_999), ("bytes=199990-999999", 199_990, 199_999)]:
+        for header, first, last in [
+            ("bytes=0-0", 0, 0),
+            ("bytes=10-4105", 10, 4105),
+            ("bytes=199000-", 199_000, 199_999),
+            ("bytes=-500", 199_500, 199_999),
+            ("bytes=199990-999999", 199_990, 199_999),
+        ]:
             r = s.get(url, headers={"Range": header}, timeout=5)
             assert r.status_code == 206, header
             assert r.headers["Content-Range"] == f"bytes {first}-{last}/{len(data)}"
             assert int(r.headers["Content-Length"]) == last - first + 1
-            assert r.content == data[first:last + 1]
+            assert r.content == data[first : last + 1]
         whole = s.get(url, timeout=5)
         assert (whole.status_code, whole.content, whole.headers["Accept-Ranges"]) == (200, data, "bytes")
 
@@ -185,8 +202,9 @@ def test_s3_round_trip_range_reads(s3_server: S3Server, s3_bucket: str, remote_d
     assert fs.cat_file(f"{s3_bucket}/written/x.bin", start=6, end=11) == b"world"
 
 
-def test_s3_through_transparent_proxy(s3_server: S3Server, s3_bucket: str, remote_data_dir: Path,
-                                      make_fault_proxy: MakeFaultProxy) -> None:
+def test_s3_through_transparent_proxy(
+    s3_server: S3Server, s3_bucket: str, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = make_fault_proxy(s3_server.endpoint_url)
     fs = s3_filesystem(s3_server.storage_options(proxy.url))
     assert fs.cat_file(f"{s3_bucket}/{BLOB}", start=1000, end=9000) == blob(remote_data_dir)[1000:9000]
@@ -201,13 +219,17 @@ def test_s3_through_transparent_proxy(s3_server: S3Server, s3_bucket: str, remot
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_proxy_transparent_range_and_head(http_server: RangeHTTPServer, remote_data_dir: Path,
-                                          make_fault_proxy: MakeFaultProxy) -> None:
+def test_proxy_transparent_range_and_head(
+    http_server: RangeHTTPServer, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = make_fault_proxy(http_server.url)
     with requests.Session() as s:
         r = s.get(f"{proxy.url}/{BLOB}", headers={"Range": "bytes=100-199"}, timeout=5)
-        assert (r.status_code, r.headers["Content-Range"], r.content) == (206, "bytes 100-199/200000",
-                                                                         blob(remote_data_dir)[100:200])
+        assert (r.status_code, r.headers["Content-Range"], r.content) == (
+            206,
+            "bytes 100-199/200000",
+            blob(remote_data_dir)[100:200],
+        )
         assert s.head(f"{proxy.url}/{BLOB}", timeout=5).headers["Content-Length"] == "200000"
         assert s.get(f"{proxy.url}/{BLOB}", headers={"Range": "bytes=300000-"}, timeout=5).status_code == 416
     assert proxy.stats() == {"requests": 3, "matched": 3, "forwarded": 3, "faults": 0, "by_kind": {}}
@@ -227,8 +249,9 @@ def test_proxy_status_with_retry_after(http_server: RangeHTTPServer, make_fault_
     assert http_server.stats()["/blob.bin"]["requests"] == 1  # status faults never reach the upstream
 
 
-def test_proxy_drop_mid_body(http_server: RangeHTTPServer, remote_data_dir: Path,
-                             make_fault_proxy: MakeFaultProxy) -> None:
+def test_proxy_drop_mid_body(
+    http_server: RangeHTTPServer, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = make_fault_proxy(http_server.url, [drop_mid_body(), drop_mid_body(nbytes=10)])
     with pytest.raises(requests.exceptions.ChunkedEncodingError):  # urllib3 IncompleteRead underneath
         requests.get(f"{proxy.url}/{BLOB}", timeout=5)
@@ -238,8 +261,9 @@ def test_proxy_drop_mid_body(http_server: RangeHTTPServer, remote_data_dir: Path
     assert requests.get(f"{proxy.url}/{BLOB}", timeout=5).content == blob(remote_data_dir)
 
 
-def test_proxy_corrupt_flips_one_byte_and_keeps_the_headers(http_server: RangeHTTPServer, remote_data_dir: Path,
-                                                            make_fault_proxy: MakeFaultProxy) -> None:
+def test_proxy_corrupt_flips_one_byte_and_keeps_the_headers(
+    http_server: RangeHTTPServer, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     data = blob(remote_data_dir)
     proxy = make_fault_proxy(http_server.url, [corrupt(), corrupt(offset=3)])
     direct = requests.get(http_server.url_for(BLOB), headers={"Range": "bytes=0-999"}, timeout=5)
@@ -252,8 +276,9 @@ def test_proxy_corrupt_flips_one_byte_and_keeps_the_headers(http_server: RangeHT
     assert proxy.stats()["by_kind"] == {"corrupt": 2}
 
 
-def test_proxy_stall_times_out_and_stop_interrupts_it(http_server: RangeHTTPServer,
-                                                      make_fault_proxy: MakeFaultProxy) -> None:
+def test_proxy_stall_times_out_and_stop_interrupts_it(
+    http_server: RangeHTTPServer, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = FaultProxy.first_k(http_server.url, 1, stall(seconds=30)).start()
     try:
         with pytest.raises(requests.exceptions.ReadTimeout):
@@ -289,8 +314,11 @@ def test_proxy_constructors_match_and_clear(http_server: RangeHTTPServer) -> Non
         assert proxy.stats() == {"requests": 2, "matched": 1, "forwarded": 1, "faults": 1, "by_kind": {"status": 1}}
         proxy.clear_faults()
         assert requests.get(f"{proxy.url}/small.txt", timeout=5).status_code == 200
-        assert [(e.number, e.method, e.fault) for e in proxy.events()] == [(0, "HEAD", None), (1, "GET", "status"),
-                                                                           (2, "GET", None)]
+        assert [(e.number, e.method, e.fault) for e in proxy.events()] == [
+            (0, "HEAD", None),
+            (1, "GET", "status"),
+            (2, "GET", None),
+        ]
     with FaultProxy(url, lambda n, method, path: http_status(404) if path.endswith(".txt") else None) as proxy:
         assert requests.get(f"{proxy.url}/small.txt", timeout=5).status_code == 404
         assert requests.get(f"{proxy.url}/{BLOB}", timeout=5).status_code == 200
@@ -301,8 +329,9 @@ def test_proxy_constructors_match_and_clear(http_server: RangeHTTPServer) -> Non
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_fsspec_http_fault_exceptions(http_server: RangeHTTPServer, remote_data_dir: Path,
-                                      make_fault_proxy: MakeFaultProxy) -> None:
+def test_fsspec_http_fault_exceptions(
+    http_server: RangeHTTPServer, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = make_fault_proxy(http_server.url)
     # The short timeout only where a stall must trip it; every other request may take what a loaded machine needs.
     fs, impatient = http_filesystem(timeout=60), http_filesystem(timeout=0.5)
@@ -339,13 +368,18 @@ def test_fsspec_http_fault_exceptions(http_server: RangeHTTPServer, remote_data_
     assert fs.cat_file(url, 10, 5000) == expected
 
 
-def test_s3fs_fault_exceptions_without_retries(s3_server: S3Server, s3_bucket: str, remote_data_dir: Path,
-                                               make_fault_proxy: MakeFaultProxy) -> None:
+def test_s3fs_fault_exceptions_without_retries(
+    s3_server: S3Server, s3_bucket: str, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = make_fault_proxy(s3_server.endpoint_url)
     # The short read timeout only where a stall must trip it; other requests may take what a loaded machine needs.
-    fs, impatient = (s3_filesystem(s3_server.storage_options(proxy.url, total_max_attempts=1, read_timeout=timeout,
-                                                             connect_timeout=timeout), s3fs_retries=1)
-                     for timeout in (60, 0.5))
+    fs, impatient = (
+        s3_filesystem(
+            s3_server.storage_options(proxy.url, total_max_attempts=1, read_timeout=timeout, connect_timeout=timeout),
+            s3fs_retries=1,
+        )
+        for timeout in (60, 0.5)
+    )
     path, expected = f"{s3_bucket}/{BLOB}", blob(remote_data_dir)[10:5000]
 
     def attempt(*faults: object, reader: object = fs) -> pytest.ExceptionInfo[BaseException]:
@@ -373,8 +407,9 @@ def test_s3fs_fault_exceptions_without_retries(s3_server: S3Server, s3_bucket: s
     assert fs.cat_file(path, start=10, end=5000) == expected
 
 
-def test_s3fs_botocore_retries_hide_a_transient_503(s3_server: S3Server, s3_bucket: str, remote_data_dir: Path,
-                                                    make_fault_proxy: MakeFaultProxy) -> None:
+def test_s3fs_botocore_retries_hide_a_transient_503(
+    s3_server: S3Server, s3_bucket: str, remote_data_dir: Path, make_fault_proxy: MakeFaultProxy
+) -> None:
     proxy = make_fault_proxy(s3_server.endpoint_url, [http_status(503)])
     fs = s3_filesystem(s3_server.storage_options(proxy.url, total_max_attempts=2), s3fs_retries=1)
     assert fs.cat_file(f"{s3_bucket}/{BLOB}", start=0, end=10) == blob(remote_data_dir)[:10]

@@ -32,8 +32,12 @@ def test_first_byte_latency_and_bandwidth_hold(remote_data_dir):
 def test_at_most_max_in_flight_requests_are_served_at_once(remote_data_dir):
     with RangeHTTPServer(remote_data_dir, latency_s=0.1, max_in_flight=2) as store:
         codes: list[int] = []
-        clients = [threading.Thread(target=lambda: codes.append(
-            requests.get(store.url_for("small.txt"), timeout=30).status_code)) for _ in range(6)]
+        clients = [
+            threading.Thread(
+                target=lambda: codes.append(requests.get(store.url_for("small.txt"), timeout=30).status_code)
+            )
+            for _ in range(6)
+        ]
         started = time.monotonic()
         for client in clients:
             client.start()
@@ -58,6 +62,7 @@ def test_streaming_through_a_slow_store_gives_the_local_samples(av1_root):
 
 
 # -- the readers over a store with latency: the same samples, several requests in flight, exact resume ----------
+
 
 def _batches(root, **kwargs):
     from robostream import StreamingDataLoader
@@ -108,21 +113,24 @@ def test_streaming_resume_through_a_store_with_latency_is_exact(av1_root):
 def test_map_style_batches_through_a_store_with_latency_equal_the_local_ones(any_root):
     """A shuffled batch's frames are located and fetched together (several requests at once), then decoded,
     the next batch's fetched meanwhile (LookAheadBatch): the samples are the local ones."""
+    import json
+
     import torch
 
     from robostream import LeRobotDataset
     from robostream.datasets.look_ahead_sampler import LookAheadBatch
 
-    import json
-
     fps = json.loads((any_root / "meta" / "info.json").read_text())["fps"]
 
     def batches(root):
-        dataset = LeRobotDataset(root=root, delta_timestamps={"observation.images.cam0": [-3 / fps, 0.0]},
-                                 return_uint8=True)
+        dataset = LeRobotDataset(
+            root=root, delta_timestamps={"observation.images.cam0": [-3 / fps, 0.0]}, return_uint8=True
+        )
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(1))[:24].tolist()
-        return [dataset.__getitems__(LookAheadBatch(order[i: i + 8], [order[i + 8: i + 16], order[i + 16: i + 24]]))
-                for i in range(0, 24, 8)]
+        return [
+            dataset.__getitems__(LookAheadBatch(order[i : i + 8], [order[i + 8 : i + 16], order[i + 16 : i + 24]]))
+            for i in range(0, 24, 8)
+        ]
 
     local = batches(any_root)
     with RangeHTTPServer(any_root, latency_s=0.03) as store:

@@ -36,8 +36,9 @@ def test_s3fs_lists_stats_and_reads_ranges_as_on_disk(data_store, remote_data_di
     assert store.s3_url(bucket) == f"s3://{bucket}"
     assert fs.find(bucket) == sorted(f"{bucket}/{name}" for name in DATA_FILES)  # 5 keys in pages of 2
     assert store.stats()[f"/{bucket}"]["requests"] == 3
-    assert fs.ls(bucket, detail=False) == sorted(f"{bucket}/{name}" for name in
-                                                 ("blob.bin", "small.txt", "empty.bin", "nested", "with space"))
+    assert fs.ls(bucket, detail=False) == sorted(
+        f"{bucket}/{name}" for name in ("blob.bin", "small.txt", "empty.bin", "nested", "with space")
+    )
     fs.invalidate_cache()
     for name, size in DATA_FILES.items():
         data = (remote_data_dir / name).read_bytes()
@@ -54,11 +55,17 @@ def test_pyarrow_s3_lists_and_reads_as_on_disk(data_store, remote_data_dir):
     pafs = pytest.importorskip("pyarrow.fs")
     store, bucket = data_store
     options = store.object_store_options()
-    s3 = pafs.S3FileSystem(endpoint_override=store.url, scheme="http", region=options["aws_region"],
-                           access_key=options["aws_access_key_id"], secret_key=options["aws_secret_access_key"])
+    s3 = pafs.S3FileSystem(
+        endpoint_override=store.url,
+        scheme="http",
+        region=options["aws_region"],
+        access_key=options["aws_access_key_id"],
+        secret_key=options["aws_secret_access_key"],
+    )
     files = s3.get_file_info(pafs.FileSelector(bucket, recursive=True))
-    assert {i.path: i.size for i in files if i.type == pafs.FileType.File} == \
-        {f"{bucket}/{name}": size for name, size in DATA_FILES.items()}
+    assert {i.path: i.size for i in files if i.type == pafs.FileType.File} == {
+        f"{bucket}/{name}": size for name, size in DATA_FILES.items()
+    }
     with s3.open_input_file(f"{bucket}/nested/dir/chunk-000.bin") as handle:
         handle.seek(1000)
         assert handle.read(5000) == (remote_data_dir / "nested/dir/chunk-000.bin").read_bytes()[1000:6000]
@@ -94,8 +101,10 @@ def test_list_objects_v2_pages_prefixes_and_conditional_gets_follow_s3(data_stor
     assert entry.findtext("s3:LastModified", namespaces=NS).endswith("Z")
     assert entry.findtext("s3:StorageClass", namespaces=NS) == "STANDARD"
     etag = entry.findtext("s3:ETag", namespaces=NS)
-    assert [c.findtext("s3:Key", namespaces=NS) for c in _list(store, bucket, **{"start-after": "small.txt"})
-            .findall("s3:Contents", NS)] == ["with space/a b.bin"]
+    assert [
+        c.findtext("s3:Key", namespaces=NS)
+        for c in _list(store, bucket, **{"start-after": "small.txt"}).findall("s3:Contents", NS)
+    ] == ["with space/a b.bin"]
     encoded = _list(store, bucket, prefix="with ", **{"encoding-type": "url"})
     assert encoded.findtext("s3:Contents/s3:Key", namespaces=NS) == "with%20space/a%20b.bin"
 
@@ -140,8 +149,10 @@ def test_streaming_epoch_from_the_s3_store_with_latency_equals_the_local_one(av1
 
     _, local = _batches(av1_root)
     with S3RangeServer(av1_root.parent, latency_s=0.03) as store:
-        loader, remote = _batches(store.s3_url(av1_root.name), read_options=ReadOptions(
-            storage_options=store.storage_options(), read_buffer="1mb"))
+        loader, remote = _batches(
+            store.s3_url(av1_root.name),
+            read_options=ReadOptions(storage_options=store.storage_options(), read_buffer="1mb"),
+        )
         summary = store.summary(1.0)
         counts = loader.streaming_dataset.frame_counts()
     assert _same(remote, local)
@@ -156,8 +167,11 @@ def test_map_style_samples_from_the_s3_store_equal_the_local_ones(av1_root):
 
     local = LeRobotDataset(root=av1_root, return_uint8=True)
     with S3RangeServer(av1_root.parent, latency_s=0.01) as store:
-        remote = LeRobotDataset(root=store.s3_url(av1_root.name), return_uint8=True,
-                                read_options=ReadOptions(storage_options=store.storage_options()))
+        remote = LeRobotDataset(
+            root=store.s3_url(av1_root.name),
+            return_uint8=True,
+            read_options=ReadOptions(storage_options=store.storage_options()),
+        )
         for i in (0, 17, len(local) - 1):
             a, b = remote[i], local[i]
             assert a.keys() == b.keys()

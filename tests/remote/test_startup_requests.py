@@ -17,16 +17,36 @@ from robostream.synth import SynthConfig, generate
 from .servers import RangeHTTPServer
 
 FAST = ReadOptions(retry=RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0))
-SMALL = SynthConfig(episodes=2, cameras=1, height=48, width=64, episode_length=10, state_dim=3, data_file_mb=100,
-                    video_file_mb=100, seed=1)
-LARGE = SynthConfig(episodes=10, cameras=2, height=48, width=64, episode_length=10, state_dim=3,
-                    data_file_mb=0.004, video_file_mb=0.01, seed=2)
+SMALL = SynthConfig(
+    episodes=2,
+    cameras=1,
+    height=48,
+    width=64,
+    episode_length=10,
+    state_dim=3,
+    data_file_mb=100,
+    video_file_mb=100,
+    seed=1,
+)
+LARGE = SynthConfig(
+    episodes=10,
+    cameras=2,
+    height=48,
+    width=64,
+    episode_length=10,
+    state_dim=3,
+    data_file_mb=0.004,
+    video_file_mb=0.01,
+    seed=2,
+)
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    roots = {name: generate(tmp_path_factory.mktemp(name) / "ds", config)
-             for name, config in (("small", SMALL), ("large", LARGE))}
+    roots = {
+        name: generate(tmp_path_factory.mktemp(name) / "ds", config)
+        for name, config in (("small", SMALL), ("large", LARGE))
+    }
     with RangeHTTPServer(roots["small"]) as small, RangeHTTPServer(roots["large"]) as large:
         yield {"small": (roots["small"], small), "large": (roots["large"], large)}
 

@@ -10,11 +10,12 @@ from robostream.storage.cache import DiskCache, parse_size
 def _writer(data: bytes):
     def download(out) -> None:
         out.write(data)
+
     return download
 
 
 def test_sizes_parse():
-    assert parse_size("20gb") == 20 * 10 ** 9 and parse_size("512 MiB") == 512 * 2 ** 20 and parse_size(7) == 7
+    assert parse_size("20gb") == 20 * 10**9 and parse_size("512 MiB") == 512 * 2**20 and parse_size(7) == 7
     with pytest.raises(ValueError, match="cache_limit='lots'"):
         parse_size("lots")
 
@@ -27,8 +28,10 @@ def test_hits_lru_eviction_and_limit(tmp_path):
         def download(out):
             downloads.append(key)
             out.write(b"x" * size)
+
         path = cache.fetch(key, size, download)
         del path  # unpin
+
     for key in ("a", "b", "a"):
         fetch(key, 100)
     assert downloads == ["a", "b"]  # the second "a" is a hit
@@ -82,7 +85,7 @@ def test_a_file_pinned_by_another_process_is_never_evicted(tmp_path):
 
 
 def _fetch_same(directory, barrier, results):
-    cache = DiskCache(directory, limit=10 ** 6)
+    cache = DiskCache(directory, limit=10**6)
     barrier.wait(30)
     path = cache.fetch("same", 50_000, _writer(bytes(range(250)) * 200))
     results.put(Path(path).read_bytes() == bytes(range(250)) * 200)

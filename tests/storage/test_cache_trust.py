@@ -91,10 +91,12 @@ def test_map_style_reads_a_local_data_file_replaced_by_one_of_the_same_size_and_
     np.testing.assert_array_equal(_map_actions(LeRobotDataset(root=root), positions), expected)
 
 
-@pytest.mark.parametrize("validators", [{"etag": False}, {"etag": False, "last_modified": True}],
-                         ids=["no-validators", "last-modified"])
-def test_map_style_over_http_reads_a_data_file_replaced_by_one_of_the_same_size(root, validators, tmp_path,
-                                                                                monkeypatch):
+@pytest.mark.parametrize(
+    "validators", [{"etag": False}, {"etag": False, "last_modified": True}], ids=["no-validators", "last-modified"]
+)
+def test_map_style_over_http_reads_a_data_file_replaced_by_one_of_the_same_size(
+    root, validators, tmp_path, monkeypatch
+):
     """Remote derived columns were keyed by URL, size and ETag: without an ETag only the size counted, and
     Last-Modified was never used. Now Last-Modified names the version, and nothing derived from a file nothing
     names (its columns, a video's packet index) is kept: its rows are read from its row groups every time."""
@@ -107,8 +109,9 @@ def test_map_style_over_http_reads_a_data_file_replaced_by_one_of_the_same_size(
     np.testing.assert_allclose(again, first + 100.0, rtol=1e-6)
     kinds = {"metadata.json": "snapshot", "columns.json": "data columns", "packet_index.npz": "packet index"}
     kept = {kind for entry in _entries(tmp_path) for name, kind in kinds.items() if (entry / name).is_file()}
-    assert kept == ({"snapshot", "data columns", "packet index"} if validators.get("last_modified") else
-                    {"snapshot"}), kept
+    assert kept == (
+        {"snapshot", "data columns", "packet index"} if validators.get("last_modified") else {"snapshot"}
+    ), kept
 
 
 def _retask(root: Path, change) -> dict[int, str]:
@@ -152,7 +155,7 @@ def test_bytes_flipped_in_a_cached_column_file_are_found_and_the_entry_rebuilt(r
     for columns in (tmp_path / "cache").rglob("columns.bin"):
         action = json.loads((columns.parent / "columns.json").read_text())["action"]["offset"]
         data = bytearray(columns.read_bytes())
-        data[action:action + 4] = np.float32(-7.0).tobytes()  # the first row's first action value
+        data[action : action + 4] = np.float32(-7.0).tobytes()  # the first row's first action value
         columns.write_bytes(bytes(data))
     with pytest.warns(RuntimeWarning, match=r"derived-data cache entry is damaged .*columns\.bin"):
         got = LeRobotDataset(root=root, read_options=options)[0]
@@ -213,8 +216,11 @@ def test_a_users_folder_another_user_could_write_is_refused(root, tmp_path, monk
     else:
         mine.chmod(0o777)
     monkeypatch.setenv("ROBOSTREAM_CACHE", str(shared))
-    with pytest.raises(CacheError, match=rf"{re.escape(str(mine))}: .*another user could have written its entries"
-                                         r".*ROBOSTREAM_CACHE"):
+    with pytest.raises(
+        CacheError,
+        match=rf"{re.escape(str(mine))}: .*another user could have written its entries"
+        r".*ROBOSTREAM_CACHE",
+    ):
         LeRobotDataset(root=root)
 
 
@@ -222,8 +228,11 @@ def test_a_cache_folder_that_cannot_be_made_is_a_clear_error(root, tmp_path):
     """cache_dir inside a file (like a read-only cache folder) failed with a bare OSError from inside the cache."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(CacheError, match=rf"{re.escape(str(blocker / 'cache'))}: cannot create the disk cache "
-                                         r"folder .*ReadOptions\(cache_dir=\.\.\.\)"):
+    with pytest.raises(
+        CacheError,
+        match=rf"{re.escape(str(blocker / 'cache'))}: cannot create the disk cache "
+        r"folder .*ReadOptions\(cache_dir=\.\.\.\)",
+    ):
         LeRobotDataset(root=root, read_options=ReadOptions(cache_dir=blocker / "cache", cache_limit="1gb"))
 
 

@@ -35,17 +35,23 @@ def test_git_blob_hash_matches_git():
     assert hasher.hexdigest() == "ce013625030ba8dba906f756967f9e9ca394464a"
 
 
-@pytest.mark.parametrize("protocol, info, expected", [
-    # Hub LFS/Xet file: the content's sha256, not the blob id (which hashes the pointer file)
-    ("hf", {"size": 5, "blob_id": "b" * 40, "lfs": {"sha256": SHA, "size": 5, "pointer_size": 130}},
-     Digest("sha256", SHA)),
-    ("hf", {"size": 5, "blob_id": "B" * 40, "lfs": None}, Digest("git-sha1", "b" * 40)),
-    ("hf", {"size": 5}, None),
-    ("s3", {"size": 5, "ETag": f'"{MD5}"'}, Digest("md5", MD5)),
-    ("s3", {"size": 5, "ETag": f'"{MD5}-3"'}, None),  # multipart: hashes of parts, not of the file
-    ("s3", {"size": 5, "ETag": ""}, None),
-    ("https", {"size": 5, "ETag": f'"{MD5}"'}, None),  # an HTTP ETag is opaque
-])
+@pytest.mark.parametrize(
+    "protocol, info, expected",
+    [
+        # Hub LFS/Xet file: the content's sha256, not the blob id (which hashes the pointer file)
+        (
+            "hf",
+            {"size": 5, "blob_id": "b" * 40, "lfs": {"sha256": SHA, "size": 5, "pointer_size": 130}},
+            Digest("sha256", SHA),
+        ),
+        ("hf", {"size": 5, "blob_id": "B" * 40, "lfs": None}, Digest("git-sha1", "b" * 40)),
+        ("hf", {"size": 5}, None),
+        ("s3", {"size": 5, "ETag": f'"{MD5}"'}, Digest("md5", MD5)),
+        ("s3", {"size": 5, "ETag": f'"{MD5}-3"'}, None),  # multipart: hashes of parts, not of the file
+        ("s3", {"size": 5, "ETag": ""}, None),
+        ("https", {"size": 5, "ETag": f'"{MD5}"'}, None),  # an HTTP ETag is opaque
+    ],
+)
 def test_published_hashes(protocol, info, expected):
     assert digest_from_info(protocol, info) == expected
 
@@ -65,8 +71,9 @@ def test_validate_choices_are_checked(tmp_path):
         ReadOptions(validate="sha")
     with pytest.raises(ValueError, match=r"validate='sha'.*\('size', 'full'\)"):
         Storage(tmp_path, validate="sha")
-    with pytest.raises(ValueError, match="validate='full' hashes whole files as they enter the disk cache: pass "
-                                         "cache_dir="):
+    with pytest.raises(
+        ValueError, match="validate='full' hashes whole files as they enter the disk cache: pass cache_dir="
+    ):
         ReadOptions(validate="full")
     assert ReadOptions(validate="full", cache_dir=tmp_path, cache_limit="1gb").validate == "full"
 
@@ -74,21 +81,24 @@ def test_validate_choices_are_checked(tmp_path):
 V = FileVersion(1000, '"v1"')
 
 
-@pytest.mark.parametrize("answer, error, match", [
-    ((206, "bytes 0-99/1000", '"v1"', 100), None, None),
-    ((None, None, None, 100), None, None),  # a client that reports nothing: the length is still checked
-    ((200, None, '"v1"', 1000), None, None),  # the whole file asked and sent with 200
-    ((206, "bytes 0-99/1200", '"v1"', 100), FileChangedError, r"now: size 1200"),
-    ((206, "bytes 0-99/1000", '"v2"', 100), FileChangedError, r'ETag "v1"; now: ETag "v2"'),
-    ((416, "bytes */900", None, 0), FileChangedError, r"now: size 900"),
-    ((416, "bytes */1000", None, 0), FileChangedError, "416 Range Not Satisfiable for bytes 0-99, inside the 1000"),
-    ((206, "bytes 100-199/1000", '"v1"', 100), ValueError, "asked for bytes 0-99, the server sent bytes 100-199"),
-    ((206, "bytes 0-98/1000", '"v1"', 100), ValueError, "the server sent bytes 0-98"),
-    ((206, None, '"v1"', 100), ValueError, "206 but Content-Range None"),
-    ((206, "bytes */1000", '"v1"', 100), ValueError, "206 but Content-Range 'bytes \\*/1000'"),
-    ((200, None, '"v1"', 1000), ValueError, "ignored the byte range"),  # asked for 100 bytes (see below)
-    ((206, "bytes 0-99/1000", '"v1"', 60), ConnectionError, "short read: 60 of 100"),
-])
+@pytest.mark.parametrize(
+    "answer, error, match",
+    [
+        ((206, "bytes 0-99/1000", '"v1"', 100), None, None),
+        ((None, None, None, 100), None, None),  # a client that reports nothing: the length is still checked
+        ((200, None, '"v1"', 1000), None, None),  # the whole file asked and sent with 200
+        ((206, "bytes 0-99/1200", '"v1"', 100), FileChangedError, r"now: size 1200"),
+        ((206, "bytes 0-99/1000", '"v2"', 100), FileChangedError, r'ETag "v1"; now: ETag "v2"'),
+        ((416, "bytes */900", None, 0), FileChangedError, r"now: size 900"),
+        ((416, "bytes */1000", None, 0), FileChangedError, "416 Range Not Satisfiable for bytes 0-99, inside the 1000"),
+        ((206, "bytes 100-199/1000", '"v1"', 100), ValueError, "asked for bytes 0-99, the server sent bytes 100-199"),
+        ((206, "bytes 0-98/1000", '"v1"', 100), ValueError, "the server sent bytes 0-98"),
+        ((206, None, '"v1"', 100), ValueError, "206 but Content-Range None"),
+        ((206, "bytes */1000", '"v1"', 100), ValueError, "206 but Content-Range 'bytes \\*/1000'"),
+        ((200, None, '"v1"', 1000), ValueError, "ignored the byte range"),  # asked for 100 bytes (see below)
+        ((206, "bytes 0-99/1000", '"v1"', 60), ConnectionError, "short read: 60 of 100"),
+    ],
+)
 def test_range_answers(answer, error, match):
     status, content_range, etag, nbytes = answer
     end = 1000 if error is None and status == 200 else 100
@@ -149,6 +159,7 @@ def test_a_copy_cached_unchecked_is_hashed_at_its_first_checked_use(tmp_path):
         def write(out):
             downloads.append(data)
             out.write(data)
+
         return write
 
     path = cache.fetch("s3://b/v.mp4", 200, download(bad), version='"e1"')  # size only: admitted
@@ -177,6 +188,7 @@ def test_discarded_blocks_are_fetched_again():
         def run():
             fetched.append(value)
             return value
+
         return run
 
     assert blocks.get(("f", 0), fetch(b"bad")) == b"bad"

@@ -30,7 +30,7 @@ def test_transient_failures_are_retried_with_growing_delays():
     policy = RetryPolicy(max_attempts=5, base_delay_s=0.1, max_delay_s=1.0)
     assert call_with_retries(read, "http://x/f bytes 0-9", policy, random.Random(0), delays.append) == b"ok"
     assert len(calls) == 4 and len(delays) == 3
-    assert all(0 <= d <= 0.1 * 2 ** i for i, d in enumerate(delays))
+    assert all(0 <= d <= 0.1 * 2**i for i, d in enumerate(delays))
 
 
 def test_retry_after_is_honoured():

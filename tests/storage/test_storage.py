@@ -54,9 +54,10 @@ def test_remote_samples_equal_local_samples(memory_copy, av1_root):
         for key in b:
             assert torch.equal(a[key], b[key]) if isinstance(b[key], torch.Tensor) else a[key] == b[key]
     sample = LeRobotDataset(root=memory_copy, video_backend="pyav", return_uint8=True)[9]
-    torch.testing.assert_close(sample["observation.images.cam1"],
-                               LeRobotDataset(root=av1_root, video_backend="pyav", return_uint8=True)[9][
-                                   "observation.images.cam1"])
+    torch.testing.assert_close(
+        sample["observation.images.cam1"],
+        LeRobotDataset(root=av1_root, video_backend="pyav", return_uint8=True)[9]["observation.images.cam1"],
+    )
 
 
 def test_data_files_root_reads_files_from_elsewhere(memory_copy, av1_root):

@@ -57,8 +57,9 @@ def source_frames(kind: str, count: int, size: int, *, noise: bool = False) -> n
     if gray:
         ramp = xx * 2048 // size + yy * 2047 // size
         return np.stack([(ramp + i * 50) % 4096 for i in range(count)]).astype(np.uint16)
-    return np.stack([np.stack([(xx * 4 + i * 3) % 256, (yy * 4 + i * 2) % 256, (xx + yy + i * 5) % 256], -1)
-                     for i in range(count)]).astype(np.uint8)
+    return np.stack(
+        [np.stack([(xx * 4 + i * 3) % 256, (yy * 4 + i * 2) % 256, (xx + yy + i * 5) % 256], -1) for i in range(count)]
+    ).astype(np.uint8)
 
 
 def encode(path: Path, kind: str, *, count: int = 30, size: int = 64, noise: bool = False) -> np.ndarray:

@@ -9,8 +9,9 @@ from robostream.video.cache import VideoDecoderCache
 @pytest.fixture()
 def video_files(av1_root):
     meta = load_metadata(av1_root)
-    files = sorted({str(meta.local(meta.video_file(int(e), k), "t")) for k in meta.video_keys
-                    for e in meta.episodes.episode_index})
+    files = sorted(
+        {str(meta.local(meta.video_file(int(e), k), "t")) for k in meta.video_keys for e in meta.episodes.episode_index}
+    )
     assert len(files) >= 3
     return files
 
@@ -23,11 +24,25 @@ def test_stats_are_exact_on_a_known_access_pattern(video_files):
     for path in pattern:
         with cache.use(path) as decoder:
             assert decoder.path == path
-    assert cache.stats() == {"hits": 3, "misses": 5, "evictions": 3, "hit_rate": 3 / 8, "size": 2,
-                             "decoder_calls": 0, "seeks": 0}
+    assert cache.stats() == {
+        "hits": 3,
+        "misses": 5,
+        "evictions": 3,
+        "hit_rate": 3 / 8,
+        "size": 2,
+        "decoder_calls": 0,
+        "seeks": 0,
+    }
     cache.clear()
-    assert cache.stats() == {"hits": 0, "misses": 0, "evictions": 0, "hit_rate": 0.0, "size": 0,
-                             "decoder_calls": 0, "seeks": 0}
+    assert cache.stats() == {
+        "hits": 0,
+        "misses": 0,
+        "evictions": 0,
+        "hit_rate": 0.0,
+        "size": 0,
+        "decoder_calls": 0,
+        "seeks": 0,
+    }
 
 
 @pytest.mark.parametrize("backend", ["torchcodec", "pyav"])

@@ -87,7 +87,6 @@ def test_a_file_object_source_gives_the_same_frames(video, backend):
         assert torch.equal(frames, reference[order]), f"{kind} {backend}"
 
 
-
 def test_pyav_starts_at_the_last_keyframe_shown_at_or_before_the_target(video):
     """With the mp4's index, one seek lands on that keyframe itself: not a later one (the frame would be dropped)
     nor an earlier one (frames decoded in vain, as the back-off without an index does)."""

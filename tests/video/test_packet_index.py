@@ -18,8 +18,14 @@ import torch
 
 from robostream.synth import SynthConfig, generate
 from robostream.video.decoder import BACKENDS, open_video_decoder
-from robostream.video.packet_index import (AVIO_BYTES, load_packet_index, moov_span, parse_packet_index,
-                                          read_packet_index, save_packet_index)
+from robostream.video.packet_index import (
+    AVIO_BYTES,
+    load_packet_index,
+    moov_span,
+    parse_packet_index,
+    read_packet_index,
+    save_packet_index,
+)
 from tests.video.encoded import FPS, KINDS, encode
 
 OPEN_GOP_FRAMES = 48
@@ -53,9 +59,20 @@ class RecordingFile(io.RawIOBase):
 @pytest.fixture(scope="module", params=["av1", "h264"])
 def video(request, tmp_path_factory) -> bytes:
     gop = 2 if request.param == "av1" else 30
-    root = generate(tmp_path_factory.mktemp(request.param) / "ds",
-                    SynthConfig(episodes=1, cameras=1, height=128, width=128, episode_length=300, codec=request.param,
-                                gop=gop, crf=4, seed=7))
+    root = generate(
+        tmp_path_factory.mktemp(request.param) / "ds",
+        SynthConfig(
+            episodes=1,
+            cameras=1,
+            height=128,
+            width=128,
+            episode_length=300,
+            codec=request.param,
+            gop=gop,
+            crf=4,
+            seed=7,
+        ),
+    )
     (path,) = sorted(Path(root, "videos").rglob("*.mp4"))
     return path.read_bytes()
 
@@ -110,8 +127,8 @@ def test_a_file_without_a_readable_sample_table_has_no_index(video):
 
 def test_moov_span_is_the_index_box(video):
     start, end = moov_span(io.BytesIO(video))
-    assert video[start + 4: start + 8] == b"moov"
-    assert int.from_bytes(video[start: start + 4], "big") == end - start
+    assert video[start + 4 : start + 8] == b"moov"
+    assert int.from_bytes(video[start : start + 4], "big") == end - start
     assert moov_span(io.BytesIO(b"not an mp4 at all" * 10)) is None
     file = io.BytesIO(video)
     file.seek(5)
@@ -152,7 +169,7 @@ class BlankingFile(RecordingFile):
             view = memoryview(buffer).cast("B")
             for a, b in ((start, min(start + count, self._kept[0])), (max(start, self._kept[1]), start + count)):
                 if b > a:  # the part before the kept span, and the part after it
-                    view[a - start: b - start] = bytes(b - a)
+                    view[a - start : b - start] = bytes(b - a)
         return count
 
 
@@ -170,8 +187,10 @@ def test_presentation_times_from_ctts_are_the_packets_ffmpeg_reads(encoded):
     index = read_packet_index(io.BytesIO(data))
     with av.open(io.BytesIO(data)) as container:
         stream = container.streams.video[0]
-        packets = np.array([(p.pts, p.dts, p.duration, p.pos, p.is_keyframe) for p in container.demux(stream)
-                            if p.size], dtype=np.int64)
+        packets = np.array(
+            [(p.pts, p.dts, p.duration, p.pos, p.is_keyframe) for p in container.demux(stream) if p.size],
+            dtype=np.int64,
+        )
         assert index.timescale == 1 / stream.time_base
     assert np.array_equal(index.pts, packets[:, 0]), kind
     assert np.array_equal(index.dts, packets[:, 1]), kind

@@ -5,9 +5,20 @@ import pytest
 from robostream.video.versions import mismatch, torch_for_torchcodec
 
 
-@pytest.mark.parametrize("torchcodec,torch", [("0.1.0", "2.5"), ("0.5.0", "2.7"), ("0.7.1", "2.8"),
-                                              ("0.9.0", "2.9"), ("0.10.0", "2.10"), ("0.11.1", "2.11"),
-                                              ("0.13.0+cpu", "2.13"), ("0.0.3", None), ("1.0.0", None)])
+@pytest.mark.parametrize(
+    "torchcodec,torch",
+    [
+        ("0.1.0", "2.5"),
+        ("0.5.0", "2.7"),
+        ("0.7.1", "2.8"),
+        ("0.9.0", "2.9"),
+        ("0.10.0", "2.10"),
+        ("0.11.1", "2.11"),
+        ("0.13.0+cpu", "2.13"),
+        ("0.0.3", None),
+        ("1.0.0", None),
+    ],
+)
 def test_the_torch_release_each_torchcodec_is_built_for(torchcodec, torch):
     assert torch_for_torchcodec(torchcodec) == torch
 

@@ -54,8 +54,11 @@ def test_a_write_keeps_folders_and_files_it_did_not_make(writer_name, tmp_path):
         (tmp_path / name / "mine.txt").write_text(text)
     (tmp_path / ".ds.writing-x").write_text("a file")
 
-    with pytest.warns(UserWarning, match=r"\['.ds.writing-notes', '.ds.writing-x'\] look like the scratch folders of "
-                                         "robostream's dataset writers but lack their .robostream-scratch marker"):
+    with pytest.warns(
+        UserWarning,
+        match=r"\['.ds.writing-notes', '.ds.writing-x'\] look like the scratch folders of "
+        "robostream's dataset writers but lack their .robostream-scratch marker",
+    ):
         _write(writer_name, root, 2.0, overwrite=True)
 
     for name, text in users.items():

@@ -33,19 +33,48 @@ from robostream.writer.v30 import DatasetWriter
 
 H, W, FPS = 48, 64, 10
 # 3 episodes of 9-15 frames; a depth episode is ~10-20 KB, so each depth mp4 holds 2+ episodes (stream copy joins)
-CONFIG = SynthConfig(episodes=3, cameras=1, height=H, width=W, fps=FPS, episode_length=12, state_dim=2,
-                     codec="h264", depth=2, video_file_mb=0.04)
+CONFIG = SynthConfig(
+    episodes=3,
+    cameras=1,
+    height=H,
+    width=W,
+    fps=FPS,
+    episode_length=12,
+    state_dim=2,
+    codec="h264",
+    depth=2,
+    video_file_mb=0.04,
+)
 
 
 def lerobot_depth_feature(height: int, width: int) -> dict:
     """What lerobot 0.6.1 writes for a float-metre depth camera (its own dataset, /tmp/depth/ds64), resized."""
-    return {"dtype": "video", "shape": [height, width, 1], "names": ["height", "width", "channels"],
-            "info": {"is_depth_map": True, "depth_unit": "m", "video.height": height, "video.width": width,
-                     "video.codec": "hevc", "video.pix_fmt": "gray12le", "video.fps": FPS, "video.channels": 1,
-                     "has_audio": False, "video.g": 2, "video.crf": 30, "video.preset": None,
-                     "video.fast_decode": 0, "video.video_backend": "pyav",
-                     "video.extra_options": {"x265-params": "lossless=1"}, "video.depth_min": 0.01,
-                     "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}}
+    return {
+        "dtype": "video",
+        "shape": [height, width, 1],
+        "names": ["height", "width", "channels"],
+        "info": {
+            "is_depth_map": True,
+            "depth_unit": "m",
+            "video.height": height,
+            "video.width": width,
+            "video.codec": "hevc",
+            "video.pix_fmt": "gray12le",
+            "video.fps": FPS,
+            "video.channels": 1,
+            "has_audio": False,
+            "video.g": 2,
+            "video.crf": 30,
+            "video.preset": None,
+            "video.fast_decode": 0,
+            "video.video_backend": "pyav",
+            "video.extra_options": {"x265-params": "lossless=1"},
+            "video.depth_min": 0.01,
+            "video.depth_max": 10.0,
+            "video.shift": 3.5,
+            "video.use_log": True,
+        },
+    }
 
 
 def decode_codes(path: Path) -> tuple[list[int], np.ndarray, Fraction]:
@@ -75,8 +104,12 @@ def test_depth_videos_decode_to_the_codes_of_the_raw_depths(depth_root: Path):
             path = depth_root / f"videos/{key}/chunk-000/file-{file_index:03d}.mp4"
             pts, codes, time_base = decode_codes(path)
             in_file = [e for e, f in enumerate(files) if f == file_index]
-            want = np.concatenate([codes_from_depths(render_depth(e, camera, lengths[e], H, W)[..., 0],
-                                                     LEROBOT_DEPTH_CODING) for e in in_file])
+            want = np.concatenate(
+                [
+                    codes_from_depths(render_depth(e, camera, lengths[e], H, W)[..., 0], LEROBOT_DEPTH_CODING)
+                    for e in in_file
+                ]
+            )
             np.testing.assert_array_equal(codes, want, err_msg=str(path))
             ticks = 1 / (FPS * time_base)  # every frame exactly on i / fps
             assert ticks.denominator == 1 and pts == [i * ticks for i in range(len(want))], path
@@ -136,13 +169,16 @@ def test_depth_stats_are_of_the_raw_frames(depth_root: Path):
 def test_writer_encodes_float_depth_frames(tmp_path: Path):
     rng = np.random.default_rng(3)
     key = "observation.images.depth"
-    features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
-                key: depth_feature(height=16, width=24)}
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [2], "names": None},
+        key: depth_feature(height=16, width=24),
+    }
     depths = [rng.uniform(0.0, 12.0, size=(n, 16, 24, 1)).astype(np.float32) for n in (5, 4)]
     with DatasetWriter(tmp_path / "ds", FPS, features) as writer:
         for frames in depths:
-            writer.add_episode({"observation.state": np.zeros((len(frames), 2), np.float32)}, task="t",
-                               videos={key: frames})
+            writer.add_episode(
+                {"observation.state": np.zeros((len(frames), 2), np.float32)}, task="t", videos={key: frames}
+            )
     _, codes, _ = decode_codes(tmp_path / f"ds/videos/{key}/chunk-000/file-000.mp4")
     np.testing.assert_array_equal(codes, codes_from_depths(np.concatenate(depths)[..., 0], LEROBOT_DEPTH_CODING))
     info = json.loads((tmp_path / "ds/meta/info.json").read_text())
@@ -153,12 +189,17 @@ def test_writer_encodes_float_depth_frames(tmp_path: Path):
 
 def test_writer_refuses_what_is_not_a_depth_camera(tmp_path: Path):
     key = "observation.images.depth"
-    features = {"observation.state": {"dtype": "float32", "shape": [2], "names": None},
-                key: depth_feature(height=16, width=24)}
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [2], "names": None},
+        key: depth_feature(height=16, width=24),
+    }
     with pytest.raises(ValueError, match=r"episode 0 depth camera 'observation.images.depth'.*uint8"):
         with DatasetWriter(tmp_path / "ds", FPS, features) as writer:
-            writer.add_episode({"observation.state": np.zeros((3, 2), np.float32)}, task="t",
-                               videos={key: np.zeros((3, 16, 24, 1), np.uint8)})
+            writer.add_episode(
+                {"observation.state": np.zeros((3, 2), np.float32)},
+                task="t",
+                videos={key: np.zeros((3, 16, 24, 1), np.uint8)},
+            )
     assert not (tmp_path / "ds").exists()
     rgb_marked = {**features, key: {**depth_feature(height=16, width=24), "shape": [16, 24, 3]}}
     with pytest.raises(ValueError, match=r"depth feature 'observation.images.depth': shape \[16, 24, 3\]"):
@@ -173,11 +214,14 @@ def test_encode_depth_video_refuses_what_is_not_12_bit_codes(tmp_path: Path):
         encode_depth_video([np.zeros((16, 16), np.float32)], path, fps=FPS)
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"depth": -1}, "depth=-1"),
-    ({"depth_block": "video_info"}, "v2.x spelling"),
-    ({"depth_block": "info_block"}, "choose one of"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"depth": -1}, "depth=-1"),
+        ({"depth_block": "video_info"}, "v2.x spelling"),
+        ({"depth_block": "info_block"}, "choose one of"),
+    ],
+)
 def test_synth_refuses_bad_depth_settings(tmp_path: Path, changes: dict, message: str):
     config = SynthConfig(**{**CONFIG.__dict__, **changes})
     with pytest.raises(ValueError, match=message):

@@ -52,9 +52,19 @@ def test_metadata_files_follow_lerobot_conventions(av1_root):
     tasks = pd.read_parquet(av1_root / "meta/tasks.parquet")
     assert tasks.index.name == "task" and list(tasks.columns) == ["task_index"]
     episodes = pq.read_table(next((av1_root / "meta/episodes").glob("chunk-*/file-*.parquet")))
-    for column in ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
-                   "dataset_to_index", "videos/observation.images.cam0/from_timestamp",
-                   "stats/action/mean", "stats/observation.images.cam0/std", "meta/episodes/file_index"):
+    for column in (
+        "episode_index",
+        "tasks",
+        "length",
+        "data/chunk_index",
+        "data/file_index",
+        "dataset_from_index",
+        "dataset_to_index",
+        "videos/observation.images.cam0/from_timestamp",
+        "stats/action/mean",
+        "stats/observation.images.cam0/std",
+        "meta/episodes/file_index",
+    ):
         assert column in episodes.column_names, column
     tasks_of_4 = episodes.column("tasks").to_pylist()[4]  # synth's episode 4 switches task half-way
     assert tasks_of_4 == list(dict.fromkeys(episode_tasks(4, 10))) and len(tasks_of_4) == 2
@@ -77,8 +87,10 @@ def _features():
 
 def _episode(rng, length):
     return (
-        {"observation.state": rng.normal(size=(length, 3)).astype(np.float32),
-         "observation.images.wrist": rng.integers(0, 255, size=(length, 48, 64, 3), dtype=np.uint8)},
+        {
+            "observation.state": rng.normal(size=(length, 3)).astype(np.float32),
+            "observation.images.wrist": rng.integers(0, 255, size=(length, 48, 64, 3), dtype=np.uint8),
+        },
         {"observation.images.top": np.full((length, 64, 64, 3), 128, dtype=np.uint8)},
     )
 
@@ -88,16 +100,18 @@ def test_written_episodes_read_back_exactly(tmp_path):
     episodes = [_episode(rng, n) for n in (5, 3)]
     with DatasetWriter(tmp_path / "ds", fps=10, features=_features(), codec="h264", gop=10) as writer:
         for i, (frames, videos) in enumerate(episodes):
-            writer.add_episode(frames, task=["a"] * 2 + ["b"] * (len(frames["observation.state"]) - 2) if i else "c",
-                               videos=videos)
+            writer.add_episode(
+                frames, task=["a"] * 2 + ["b"] * (len(frames["observation.state"]) - 2) if i else "c", videos=videos
+            )
     dataset = LeRobotDataset(root=tmp_path / "ds", return_uint8=True)
     assert len(dataset) == 8
     sample = dataset[6]  # episode 1, frame 1
     frames, _ = episodes[1]
     assert sample["task"] == "a" and dataset[7]["task"] == "b" and dataset[0]["task"] == "c"
     torch.testing.assert_close(sample["observation.state"], torch.from_numpy(frames["observation.state"][1]))
-    torch.testing.assert_close(sample["observation.images.wrist"],
-                               torch.from_numpy(frames["observation.images.wrist"][1]).permute(2, 0, 1))
+    torch.testing.assert_close(
+        sample["observation.images.wrist"], torch.from_numpy(frames["observation.images.wrist"][1]).permute(2, 0, 1)
+    )
     assert sample["observation.images.top"].shape == (3, 64, 64)
 
 
@@ -123,6 +137,8 @@ def test_writer_refuses_existing_root_and_bad_frames(tmp_path):
     writer = DatasetWriter(tmp_path / "new", fps=10, features=_features(), codec="h264")
     frames, videos = _episode(np.random.default_rng(2), 3)
     with pytest.raises(ValueError, match="observation.images.top"):
-        writer.add_episode(frames, task="t", videos={"observation.images.top": videos["observation.images.top"][:, :32]})
+        writer.add_episode(
+            frames, task="t", videos={"observation.images.top": videos["observation.images.top"][:, :32]}
+        )
     writer.abort()
     assert not (tmp_path / "new").exists()
