@@ -13,8 +13,7 @@ _EXPORTS = {
     "LeRobotDataset": "robostream.datasets.map_style",
     "LookAheadBatchSampler": "robostream.datasets.look_ahead_sampler",
     "Source": "robostream.datasets.mixture",
-    "ReadOptions": "robostream.datasets.origin",
-    "SourceOptions": "robostream.datasets.origin",  # the old name of ReadOptions, for one release
+    "ReadOptions": "robostream.storage.options",
     "StreamingDataLoader": "robostream.datasets.loader",
     "StreamingLeRobotDataset": "robostream.datasets.streaming",
     "VideoDecoderCache": "robostream.video.cache",

@@ -34,11 +34,11 @@ LAYERS: dict[str, set[str]] = {
     "summary": {"format"},
     "synth": {"format", "video", "writer"},
     "convert": {"format"},
-    "bench": {"datasets", "video", "format"},
+    "bench": {"datasets", "storage", "video", "format"},
     "augment": set(),
-    "lerobot": {"plan", "datasets", "format", "augment"},
+    "lerobot": {"plan", "datasets", "storage", "format", "augment"},
     "cli": {"bench", "convert", "summary", "synth", "lerobot"},
-    "__init__": {"datasets", "video"},
+    "__init__": {"datasets", "storage", "video"},
 }
 MODULE_NAME = re.compile(r"robostream(\.\w+)+(:\w+)?")  # "robostream.bench.loaders:build" names a factory too
 

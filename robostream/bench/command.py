@@ -11,7 +11,6 @@ import dataclasses
 import json
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,6 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "cache_limit", default=None, help="disk cache size, e.g. 20gb")
     _option(parser, "read_buffer", default=None, help="fetched remote blocks kept per process, e.g. 128mb")
     _option(parser, "label", default=None, help="a label for result files and tables (default: local/remote)")
-    _option(parser, "source", default=None, help=argparse.SUPPRESS)  # the old name of --label, for one release
     _option(
         parser,
         "sources",
@@ -169,23 +167,13 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         raise BenchError("give either --mode or --delta_timestamps, not both")
     modes = ["custom"] if deltas is not None else (args.mode or list(MODES))
     first = sources[0].get("root") if sources else root
-    if args.source is not None:
-        warnings.warn(
-            "robostream bench: --source is now called --label; the old name goes in the next release",
-            FutureWarning,
-            stacklevel=2,
-        )
     store = _store_settings(args)
-    label = (
-        args.label
-        or args.source
-        or (
-            f"{'slow' if store['api'] == 'http' else store['api']}{args.store_latency_ms or 0:g}ms"
-            if store
-            else "local"
-            if first is not None and "://" not in str(first)
-            else "remote"
-        )
+    label = args.label or (
+        f"{'slow' if store['api'] == 'http' else store['api']}{args.store_latency_ms or 0:g}ms"
+        if store
+        else "local"
+        if first is not None and "://" not in str(first)
+        else "remote"
     )
     common = dict(
         root=root,

@@ -22,9 +22,9 @@ from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.look_ahead_sampler import LookAheadBatchSampler
 from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.mixture import Source
-from robostream.datasets.origin import ReadOptions
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.storage.options import ReadOptions
 from robostream.video.decoder import default_backend
 
 LOADERS = ("stream", "map")

@@ -21,10 +21,11 @@ from typing import Any
 
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
-from robostream.datasets.origin import ReadOptions, open_dataset
+from robostream.datasets.origin import open_dataset
 from robostream.errors import RobostreamError
 from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.format.metadata import DatasetMetadata
+from robostream.storage.options import ReadOptions
 
 HERE = Path(__file__).resolve().parent
 # Peer loaders and their factories (files loaded by path under the peer's own interpreter, see probe.py).

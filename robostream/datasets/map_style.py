@@ -21,13 +21,14 @@ import numpy as np
 import torch
 
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.origin import ReadOptions, open_dataset, renamed, resolve_episodes
+from robostream.datasets.origin import open_dataset, resolve_episodes
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_columns import DataColumns
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.plan.windows import delta_offsets
 from robostream.process_local import ProcessLocal
+from robostream.storage.options import ReadOptions
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -49,7 +50,6 @@ class LeRobotDataset(torch.utils.data.Dataset):
         video_decoder_cache_size: int | None = None,
         depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
         read_options: ReadOptions | None = None,
-        source: ReadOptions | None = None,
     ) -> None:
         """
         Args:
@@ -67,10 +67,8 @@ class LeRobotDataset(torch.utils.data.Dataset):
             depth_output_unit: depth cameras (lerobot's `is_depth_map` video features) come as float32 (1, H, W)
                 depths in "mm" (lerobot's default) or "m", and `meta.stats` of them in the same unit.
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions.
-            source: the old name of read_options (one release, with a warning).
         """
         self.repo_id = repo_id
-        read_options = renamed("source", "read_options", source, read_options, who="LeRobotDataset")
         self.meta = open_dataset(
             repo_id, root, revision, read_options, video_backend, "LeRobotDataset", depth_output_unit=depth_output_unit
         )

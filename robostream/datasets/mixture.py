@@ -22,13 +22,14 @@ from robostream.datasets.cameras import CameraReader
 from robostream.datasets.counters import FrameCounters
 from robostream.datasets.frame_reader import FrameReader, ReadingThreads
 from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
-from robostream.datasets.origin import ReadOptions, open_dataset, read_options_from, renamed, resolve_episodes
+from robostream.datasets.origin import open_dataset, resolve_episodes
 from robostream.datasets.sample import SampleAssembler
 from robostream.format.depth import DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
 from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets, window_seconds
+from robostream.storage.options import ReadOptions, read_options_from
 from robostream.storage.redact import redact_url
 from robostream.storage.store import SharedReading, Storage
 from robostream.video.cache import VideoDecoderCache
@@ -52,7 +53,6 @@ class Source:
         feature_map: renames its features to the mixture's common names (e.g. {"observation.images.cam_high":
             "observation.images.top"}); the locating columns (index, episode_index, ...) keep their names.
         name: how errors and the benchmark call it (default: repo_id or root).
-        options: the old name of read_options (one release, with a warning).
     """
 
     repo_id: str | None = None
@@ -66,16 +66,8 @@ class Source:
     choose: int | None = None
     feature_map: Mapping[str, str] = field(default_factory=dict)
     name: str | None = None
-    options: ReadOptions | None = None
 
     def __post_init__(self) -> None:
-        if self.options is not None:
-            object.__setattr__(
-                self,
-                "read_options",
-                renamed("options", "read_options", self.options, self.read_options, who="Source", stacklevel=4),
-            )
-            object.__setattr__(self, "options", None)
         if self.root is None and self.repo_id is None:
             raise ValueError("Source needs root= (a local folder or URL) or repo_id=")
         object.__setattr__(

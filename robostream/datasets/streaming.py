@@ -23,7 +23,6 @@ videos/, so start-up and memory do not grow with the dataset; every process plan
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -51,7 +50,6 @@ from robostream.datasets.mixture import (
     selection_fingerprint,
 )
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
-from robostream.datasets.origin import ReadOptions, renamed
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.stratified import StratifiedIterator
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
@@ -62,6 +60,7 @@ from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.mixture import EpochUnits, SamplingMethod, check_epoch_units, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.process_local import ProcessLocal
+from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
 from robostream.storage.store import SharedReading
 from robostream.video.cache import VideoDecoderCache
@@ -108,7 +107,6 @@ class StreamingLeRobotDataset(IterableDataset):
         read_options: ReadOptions | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        source: ReadOptions | None = None,
     ) -> None:
         """
         Args:
@@ -163,7 +161,6 @@ class StreamingLeRobotDataset(IterableDataset):
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
                 mixture's default for sources without their own `read_options`.
             rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
-            source: the old name of read_options (one release, with a warning).
         """
         if uneven not in ("pad", "drop"):
             raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
@@ -193,7 +190,6 @@ class StreamingLeRobotDataset(IterableDataset):
         self._rank_world = (rank, world_size) if rank is not None else None
         self.delta_timestamps = dict(delta_timestamps or {})
         self.counters = FrameCounters()
-        read_options = renamed("source", "read_options", source, read_options, who="StreamingLeRobotDataset")
         settings = ReaderSettings(
             read_options=read_options,
             delta_timestamps=self.delta_timestamps,
@@ -277,16 +273,6 @@ class StreamingLeRobotDataset(IterableDataset):
     def frames(self) -> FrameReader:
         """How samples and batches are read from the dataset's files (one dataset)."""
         return self._only().frames
-
-    @property
-    def source(self) -> FrameReader:
-        """The old name of `frames` (one release, with a warning)."""
-        warnings.warn(
-            "StreamingLeRobotDataset.source is now called .frames; the old name goes in the next release",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return self.frames
 
     # -- layout and plan ---------------------------------------------------------------------------------------
     def consumer(self, num_workers: int | None = None, worker: int | None = None) -> Consumer:

@@ -18,8 +18,8 @@ import yaml
 from lerobot.configs.train import TrainPipelineConfig
 
 from robostream.datasets.mixture import Source
-from robostream.datasets.origin import ReadOptions
 from robostream.numbers import finite_number
+from robostream.storage.options import ReadOptions
 
 Weighting = Literal["proportion", "repeat", "choose"]
 # options read only by the streaming dataset, and only by a mixture: given elsewhere they would be ignored

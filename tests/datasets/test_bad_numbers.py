@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from robostream import Source, StreamingDataLoader, StreamingLeRobotDataset
-from robostream.datasets.origin import ReadOptions
 from robostream.plan.mixture import MAX_EPOCH_UNITS
+from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RetryPolicy
 
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.datasets.origin import ReadOptions
 from robostream.errors import RobostreamError, TooLargeError
+from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import Storage
 

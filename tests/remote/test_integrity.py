@@ -20,10 +20,10 @@ from urllib.parse import quote
 import pytest
 
 from robostream import StreamingLeRobotDataset
-from robostream.datasets.origin import ReadOptions
 from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError
 from robostream.storage.cache import DiskCache
 from robostream.storage.integrity import Digest
+from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import RangedReader, Storage
 

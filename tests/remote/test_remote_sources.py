@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.datasets.origin import ReadOptions
 from robostream.errors import TooLargeError
+from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RemoteReadError, RetryPolicy
 
 from .servers import FaultProxy, RangeHTTPServer, drop_mid_body, http_status, reset, stall

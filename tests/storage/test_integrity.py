@@ -62,7 +62,7 @@ def test_etag_helpers():
 
 
 def test_validate_choices_are_checked(tmp_path):
-    from robostream.datasets.origin import ReadOptions
+    from robostream.storage.options import ReadOptions
     from robostream.storage.store import Storage
 
     check_validate("size", cached=False)

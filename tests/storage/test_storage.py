@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, StreamingLeRobotDataset
-from robostream.datasets.origin import ReadOptions
 from robostream.errors import MissingFileError, TooLargeError, UnsafePathError
+from robostream.storage.options import ReadOptions
 from robostream.storage.store import RangedReader, Storage
 
 
