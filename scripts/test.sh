@@ -21,6 +21,8 @@ bash scripts/setup.sh
 echo "lint: ruff check + ruff format --check (pyproject.toml [tool.ruff])"
 .venv/bin/python -m ruff check robostream tests benchmarks examples scripts
 .venv/bin/python -m ruff format --check robostream tests benchmarks examples scripts
+echo "types: mypy over robostream/ (pyproject.toml [tool.mypy])"
+.venv/bin/python -m mypy
 
 needs_lerobot=(tests/compat tests/bench/test_lerobot_peer.py tests/lerobot_train)
 echo "test: our pair (.venv), the tests that need no lerobot (its environment builds meanwhile)"
