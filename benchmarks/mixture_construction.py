@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 from robostream import ReadOptions, Source, StreamingLeRobotDataset
-from robostream.bench.hub_store import HubServer, hub_environment
-from robostream.bench.slow_store import RangeHTTPServer, S3RangeServer
 from robostream.synth import SynthConfig, generate
+from robostream.testing.hub_store import HubServer, hub_environment
+from robostream.testing.s3_dialect import S3RangeServer
+from robostream.testing.slow_store import RangeHTTPServer
 
 ONE = SynthConfig(episodes=1, cameras=3, height=48, width=64, episode_length=30, state_dim=6, seed=1)
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from robostream.bench.hub_store import HubServer, hub_environment
+from robostream.testing.hub_store import HubServer, hub_environment
 
 __all__ = ["HubServer", "huggingface_hub_at"]
 

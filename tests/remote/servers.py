@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from robostream.bench.slow_store import (
+from robostream.testing.slow_store import (
     HOST,
     BackgroundServer,
     QuietHandler,

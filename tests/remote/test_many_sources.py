@@ -19,11 +19,12 @@ import pytest
 from torch.utils.data import DataLoader
 
 from robostream import ReadOptions, Source, StreamingLeRobotDataset
-from robostream.bench.hub_store import HubServer
-from robostream.bench.slow_store import RangeHTTPServer, S3RangeServer
 from robostream.errors import DatasetFormatError
 from robostream.storage.retry import RetryPolicy
 from robostream.synth import SynthConfig, generate
+from robostream.testing.hub_store import HubServer
+from robostream.testing.s3_dialect import S3RangeServer
+from robostream.testing.slow_store import RangeHTTPServer
 
 from .hub_server import huggingface_hub_at
 

@@ -30,7 +30,7 @@ import fsspec.exceptions
 import pytest
 import requests
 
-from robostream.bench.slow_store import RangeHTTPServer, RangeNotSatisfiable, parse_byte_range
+from robostream.testing.slow_store import RangeHTTPServer, RangeNotSatisfiable, parse_byte_range
 
 from .servers import (
     DATA_FILES,

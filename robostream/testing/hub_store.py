@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from robostream.bench.slow_store import CHUNK, InFlight
+from robostream.testing.slow_store import CHUNK, InFlight
 
 DEFAULT_SHA = "0123456789abcdef0123456789abcdef01234567"
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
