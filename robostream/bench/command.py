@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from robostream.bench.hub_store import HubServer, hub_environment
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
     PEERS,
@@ -29,7 +28,9 @@ from robostream.bench.runner import (
     resolve_launch,
     run_config,
 )
-from robostream.bench.slow_store import RangeHTTPServer, S3RangeServer
+from robostream.testing.hub_store import HubServer, hub_environment
+from robostream.testing.s3_dialect import S3RangeServer
+from robostream.testing.slow_store import RangeHTTPServer
 
 LOADERS = ("stream", "map")
 STORE_APIS = ("http", "hub", "s3")
