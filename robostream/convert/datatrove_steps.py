@@ -14,9 +14,10 @@ from typing import Literal
 from datatrove.executor import LocalPipelineExecutor, RayPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 
-from robostream.convert.executors import EngineOptions
+from robostream.convert.executors import EngineOptions, failed_task_message
 from robostream.convert.finish import finish_conversion
-from robostream.convert.worker import WorkerOptions, run_worker
+from robostream.convert.manifest import WorkDir
+from robostream.convert.worker import ConversionFailed, WorkerOptions, load_plan, run_worker
 
 
 class ConvertFiles(PipelineStep):
@@ -49,6 +50,21 @@ class FinalizeConversion(PipelineStep):
         return None
 
 
+def _check_files_done(work_dir: Path, options: WorkerOptions, executor: str, logs: str) -> None:
+    """Raise ConversionFailed when the executor returned with files left. datatrove's Ray executor only logs a
+    failed task and returns; without this, the failure would surface as a bare "files not converted" at finalize."""
+    work = WorkDir(work_dir, lease_s=options.lease_s)
+    if not work.plan_path.exists():
+        return  # finished and cleaned up by another process sharing the work dir
+    unfinished = [t.output for t in load_plan(work).tasks if not work.is_done(t.task_id)]
+    if unfinished:
+        raise ConversionFailed(
+            failed_task_message(work, options)
+            or f"{work_dir}: {len(unfinished)} file(s) not converted (e.g. {unfinished[0]}) when the {executor} "
+            f"tasks ended; see their logs in {logs}/files/logs, then rerun the command to resume"
+        )
+
+
 def launch(
     work_dir: Path,
     *,
@@ -70,20 +86,28 @@ def launch(
         LocalPipelineExecutor(
             pipeline=[step], tasks=tasks, workers=workers, logging_dir=f"{logs}/files", skip_completed=False
         ).run()
+        _check_files_done(work_dir, options, executor, logs)
         return None
     if executor == "ray":
         import ray
 
-        ray.init(ignore_reinit_error=True)
-        RayPipelineExecutor(
-            pipeline=[step],
-            tasks=tasks,
-            workers=workers,
-            logging_dir=f"{logs}/files",
-            cpus_per_task=engine.cpus_per_task,
-            mem_per_cpu_gb=engine.mem_per_cpu_gb,
-            skip_completed=False,
-        ).run()
+        connect_here = not ray.is_initialized()
+        if connect_here:
+            ray.init()  # the running cluster (RAY_ADDRESS, or one started on this machine), else a new local one
+        try:
+            RayPipelineExecutor(
+                pipeline=[step],
+                tasks=tasks,
+                workers=workers,
+                logging_dir=f"{logs}/files",
+                cpus_per_task=engine.cpus_per_task,
+                mem_per_cpu_gb=engine.mem_per_cpu_gb,
+                skip_completed=False,
+            ).run()
+        finally:
+            if connect_here:  # disconnect, stopping the local cluster if ray.init started one; a caller's stays
+                ray.shutdown()
+        _check_files_done(work_dir, options, executor, logs)
         return None
     if engine.partition is None:
         raise ValueError("--executor slurm needs --partition")

@@ -62,7 +62,13 @@ def _worker_main(work_dir: str, options: WorkerOptions, wait_for_plan: bool) -> 
         sys.exit(EXIT_TASK_FAILED)
 
 
-def _failed_task_message(work: WorkDir, options: WorkerOptions) -> str:
+def failed_task_message(work: WorkDir, options: WorkerOptions) -> str | None:
+    """What failed the run: the first file that failed `max_attempts` times and its last error; None if none did.
+
+    Args:
+        work: the conversion's work dir (its plan and failure records).
+        options: the attempt limit, and since when failures count.
+    """
     for task in load_plan(work).tasks:
         failures = work.failures(task.task_id, since=options.since)
         if len(failures) >= options.max_attempts:
@@ -70,7 +76,7 @@ def _failed_task_message(work: WorkDir, options: WorkerOptions) -> str:
                 f"{task.output}: failed {len(failures)} times; last error ({failures[-1]['owner']}): "
                 f"{failures[-1]['message']}"
             )
-    return "a worker reported a failed task, but no task has reached the attempt limit"
+    return None
 
 
 class LocalPool:
@@ -119,7 +125,10 @@ class LocalPool:
                         continue
                     if process.exitcode == EXIT_TASK_FAILED:
                         self.stop()
-                        raise ConversionFailed(_failed_task_message(work, self.options))
+                        raise ConversionFailed(
+                            failed_task_message(work, self.options)
+                            or "a worker reported a failed task, but no task has reached the attempt limit"
+                        )
                     how = (
                         f"killed by {signal.Signals(-process.exitcode).name}"
                         if process.exitcode < 0

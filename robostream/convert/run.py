@@ -151,7 +151,8 @@ def convert(
         check_done(work, tasks)
     already = 0 if fresh else sum(work.is_done(t.task_id) for t in tasks)
     progress = Progress(work, tasks, log=log)
-    if pool is not None:
+    if executor == "local":
+        assert pool is not None  # made above for every local run but a dry run (returned above)
         pool.run(on_tick=progress.tick)
     else:  # datatrove is optional (the `distributed` extra): imported only for its executors
         from robostream.convert.datatrove_steps import launch

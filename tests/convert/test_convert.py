@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import av
@@ -186,7 +185,6 @@ def test_image_dataset_without_videos(tmp_path: Path):
 
 @pytest.mark.parametrize("executor", ["datatrove-local"])
 def test_datatrove_executor_writes_the_same(executor: str, v21_root: Path, reference: Path, tmp_path: Path):
-    pytest.importorskip("datatrove", reason="datatrove is a test dependency (pip install -e .[test])")
     convert(
         v21_root,
         out=tmp_path / "out",
@@ -249,33 +247,6 @@ def test_an_episodes_table_above_lerobots_limit_is_split_into_files_readers_load
         a, b = ours[index], theirs[index]
         assert a.keys() == b.keys()
         assert all((a[k] == b[k]).all() if hasattr(a[k], "shape") else a[k] == b[k] for k in a)
-
-
-def test_ray_executor_writes_the_same(v21_root: Path, reference: Path, tmp_path: Path):
-    """datatrove's RayPipelineExecutor on a local Ray instance (loopback). Ray is not a test dependency (large);
-    this runs where it is installed."""
-    pytest.importorskip("datatrove", reason="datatrove is a test dependency (pip install -e .[test])")
-    pytest.importorskip("ray", reason="ray is not installed (pip install ray to test the Ray executor)")
-    import tempfile
-
-    import ray
-
-    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # its socket paths must stay under 108 bytes
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=ray_dir)
-    try:
-        convert(
-            v21_root,
-            out=tmp_path / "out",
-            workers=2,
-            executor="ray",
-            data_file_size_in_mb=DATA_MB,
-            video_file_size_in_mb=VIDEO_MB,
-            log=quiet,
-        )
-    finally:
-        ray.shutdown()
-        shutil.rmtree(ray_dir, ignore_errors=True)
-    assert compare_datasets(tmp_path / "out", reference) == []
 
 
 def _depth_mp4(path: Path, episode: int, length: int) -> np.ndarray:
