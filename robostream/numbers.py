@@ -41,11 +41,11 @@ def finite_number(
     kind = "an integer" if integer else "a number"
     if isinstance(value, bool) or not isinstance(value, Integral if integer else Real):
         raise error(f"{what}: expected {kind}, got {value!r} ({type(value).__name__})")
-    number = int(value) if integer else float(value)
+    number = int(value) if integer and isinstance(value, Integral) else float(value)
     if not math.isfinite(number):
         raise error(f"{what}: expected a finite number, got {value!r}")
     if positive and number <= 0:
         raise error(f"{what}: must be > 0, got {value!r}")
     if minimum is not None and number < minimum:
         raise error(f"{what}: must be >= {minimum}, got {value!r}")
-    return int(value) if integer else value if isinstance(value, int) else number
+    return value if not integer and isinstance(value, int) else number

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,7 +119,7 @@ def parse_config(config: Any) -> AugmentSpec:
 
 def _parse_transform(name: str, type_: str, kwargs: dict[str, Any]) -> TransformParams:
     where = f"image transform {name!r} (type {type_!r})"
-    parsers = {
+    parsers: dict[str, Callable[[str, dict[str, Any]], TransformParams]] = {
         "ColorJitter": _color_jitter,
         "SharpnessJitter": _sharpness,
         "RandomAffine": _affine,
@@ -205,15 +205,19 @@ def _affine(where: str, kwargs: dict[str, Any]) -> AffineSpec:
     if "degrees" not in kwargs:
         raise ValueError(f"{where}: kwarg 'degrees' is required")
     degrees = _angles(where, "degrees", kwargs["degrees"], sizes=(2,))
-    translate = scale = shear = None
+    translate: Range | None = None
+    scale: Range | None = None
+    shear: tuple[float, ...] | None = None
     if kwargs.get("translate") is not None:
-        translate = _numbers(where, "translate", kwargs["translate"])
-        if not all(0.0 <= t <= 1.0 for t in translate):
+        x, y = _numbers(where, "translate", kwargs["translate"])
+        if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
             raise ValueError(f"{where}: translate fractions must be in [0, 1], got {kwargs['translate']!r}")
+        translate = (x, y)
     if kwargs.get("scale") is not None:
-        scale = _numbers(where, "scale", kwargs["scale"])
-        if not 0.0 < scale[0] <= scale[1]:
+        low, high = _numbers(where, "scale", kwargs["scale"])
+        if not 0.0 < low <= high:
             raise ValueError(f"{where}: scale must satisfy 0 < min <= max, got {kwargs['scale']!r}")
+        scale = (low, high)
     if kwargs.get("shear") is not None:
         shear = _angles(where, "shear", kwargs["shear"], sizes=(2, 4))
     # the batched kernel implements torchvision's default sampling only
@@ -226,8 +230,8 @@ def _affine(where: str, kwargs: dict[str, Any]) -> AffineSpec:
         raise ValueError(f"{where}: center must be None (the centre of the image), got {kwargs['center']!r}")
     return AffineSpec(
         degrees=(degrees[0], degrees[1]),
-        translate=translate and (translate[0], translate[1]),
-        scale=scale and (scale[0], scale[1]),
+        translate=translate,
+        scale=scale,
         shear=shear,
     )
 

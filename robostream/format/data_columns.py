@@ -87,7 +87,8 @@ class DataColumns:
         self.wanted = [k for k, f in features.items() if f["dtype"] != "video"]
         self.other_keys = [k for k in self.wanted if features[k]["dtype"] in ("image", "string", LANGUAGE_DTYPE)]
         self._files = ProcessLocal(LRU)  # converted files open in this process
-        self._unnamed = ProcessLocal(set)  # data files nothing names a version of (read from the source each time)
+        # data files nothing names a version of (read from the source each time)
+        self._unnamed: ProcessLocal[set[str]] = ProcessLocal(set)
         self._from_source = DataRowReader(meta)
         self._episodes = ProcessLocal(LRU)
         self._lock = ProcessLocal(threading.Lock)
@@ -126,15 +127,15 @@ class DataColumns:
         check_episode_index(name, episode, columns["index"], expected)
         if "timestamp" in columns:
             check_timestamps(name, episode, columns["timestamp"], self.meta.fps)
-        other = converted.other.slice(first, count) if converted.other is not None else None
+        if converted.other is None:  # the file has no image, string or language column
+            return EpisodeRows(episode=episode, columns=columns, images={}, strings={}, language={})
+        other = converted.other.slice(first, count)
         return EpisodeRows(
             episode=episode,
             columns=columns,
             images={k: other.column(k) for k in self._from_source.image_keys},
             strings={k: other.column(k).to_pylist() for k in self._from_source.string_keys},
-            language=language_columns(other, self._from_source.language_keys, name, episode)
-            if other is not None
-            else {},
+            language=language_columns(other, self._from_source.language_keys, name, episode),
         )
 
     def _converted(self, relative: str, episode: int) -> _ConvertedFile | None:

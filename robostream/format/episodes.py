@@ -65,7 +65,7 @@ class EpisodeTable:
             raise KeyError(f"episode {episode_index} is not in the dataset (it has {len(self)} episodes)")
         return row
 
-    def lengths_of(self, episodes: Sequence[int]) -> np.ndarray:
+    def lengths_of(self, episodes: Sequence[int] | np.ndarray) -> np.ndarray:
         """Lengths of the given episodes (vectorised: a 100k-episode selection in milliseconds)."""
         episodes = np.asarray(episodes, dtype=np.int64)
         rows = np.searchsorted(self.episode_index, episodes)

@@ -47,7 +47,7 @@ class DatasetInfo:
     """The parsed fields of info.json that robostream uses; `raw` holds the whole document."""
 
     codebase_version: str
-    fps: int
+    fps: int | float  # an int when whole (what lerobot writes), else as given (29.97)
     features: dict[str, dict[str, Any]]
     total_episodes: int
     total_frames: int

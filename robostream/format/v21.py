@@ -9,6 +9,7 @@ and silently shifts every later episode when one file is missing).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,16 +154,15 @@ def read_v21(root: str | Path) -> V21Dataset:
     for row in _read_jsonl(episodes_path):
         where = f"{episodes_path} (episode {row.get('episode_index')!r})"
         index, length = _int_field(row, "episode_index", where), _int_field(row, "length", where)
-        tasks = row.get("tasks")
-        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
-            raise DatasetFormatError(f"{where}: 'tasks' must be a list of strings, got {tasks!r}")
+        episode_tasks = row.get("tasks")
+        if not isinstance(episode_tasks, list) or not all(isinstance(t, str) for t in episode_tasks):
+            raise DatasetFormatError(f"{where}: 'tasks' must be a list of strings, got {episode_tasks!r}")
         extra = {k: v for k, v in row.items() if k not in ("episode_index", "tasks", "length")}
-        episodes.append(V21Episode(index, tasks, length, extra))
+        episodes.append(V21Episode(index, episode_tasks, length, extra))
     episodes.sort(key=lambda e: e.episode_index)
     indices = [e.episode_index for e in episodes]
     if indices != list(range(len(indices))):
-        seen = set()
-        dupes = sorted({i for i in indices if i in seen or seen.add(i)})
+        dupes = sorted(i for i, n in Counter(indices).items() if n > 1)
         gaps = sorted(set(range(max(indices, default=-1) + 1)) - set(indices))
         raise DatasetFormatError(
             f"{episodes_path}: episode indices must be 0..N-1 without gaps or repeats; "

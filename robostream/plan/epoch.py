@@ -347,7 +347,7 @@ def lanes_state(
         interleaved: see `advanced`.
     """
     taken = lane_batches_taken(plan.schedules, plan.done, batches, plan.rotation, len(plan.lanes))
-    lanes = []
+    lanes: list[dict[str, Any] | None] = []
     for s, lane in enumerate(plan.lanes):
         if lane is None:
             lanes.append(None)
@@ -419,10 +419,13 @@ def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, in
     taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
     rotation = rotation_after(remaining, batches, plan.rotation)
     delivered = [plan.counts[w][plan.done[w] : plan.done[w] + taken[w]].sum(axis=0) for w in range(num_workers)]
-    lanes = []
+    lanes: list[dict[str, Any] | None] = []
     for s, lane in enumerate(plan.lanes):
-        emitted = [int(delivered[k % num_workers][s]) for k in range(len(lane.quotas))] if lane is not None else None
-        lanes.append(advanced(lane, emitted, interleaved=interleaved) if lane is not None else None)
+        if lane is None:
+            lanes.append(None)
+            continue
+        emitted = [int(delivered[k % num_workers][s]) for k in range(len(lane.quotas))]
+        lanes.append(advanced(lane, emitted, interleaved=interleaved))
     return {
         "batching": "stratified",
         "lanes": lanes,

@@ -95,7 +95,7 @@ def samples_per_source(sizes: Sequence[int], weights: Sequence[Weight], epoch_si
         if not sum(counts):
             raise ValueError(_no_sample(weights))
         return counts
-    shares = [Fraction(w.proportion) for w in weights]
+    shares = [Fraction(w.proportion) for w in weights if w.proportion is not None]  # all of them (checked above)
     if sum(shares) <= 0:
         raise ValueError(_no_sample(weights))
     total = int(epoch_size) if epoch_size is not None else int(sum(sizes))
@@ -147,7 +147,9 @@ def _count(n: int) -> str:
     return digits if len(digits) <= 12 else f"~10^{len(digits) - 1}"
 
 
-def partial_pass(lengths: Sequence[int], count: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+def partial_pass(
+    lengths: Sequence[int] | np.ndarray, count: int, rng: np.random.Generator
+) -> list[tuple[int, int, int]]:
     """`count` distinct samples of a source (0 < count < its size): whole episodes, then one run of the next.
 
     Args:
@@ -214,8 +216,8 @@ def epoch_units(
     if sampling_method not in ("balanced", "fixed"):
         raise ValueError(f"sampling_method={sampling_method!r}: expected 'balanced' or 'fixed'")
     rows: list[tuple[int, int, int, int]] = []
-    for s, (source_lengths, count) in enumerate(zip(lengths, counts)):
-        source_lengths = np.asarray(source_lengths, dtype=np.int64)
+    for s, (listed_lengths, count) in enumerate(zip(lengths, counts)):
+        source_lengths = np.asarray(listed_lengths, dtype=np.int64)
         size = int(source_lengths.sum())
         if count and not size:
             raise ValueError(f"source {s} holds no samples but is asked for {count}")

@@ -47,7 +47,7 @@ def group_episodes_by_files(episode_files: Sequence[Sequence[Hashable]]) -> list
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-def partition_episodes(lengths: Sequence[int], n: int) -> list[list[int]]:
+def partition_episodes(lengths: Sequence[int] | np.ndarray, n: int) -> list[list[int]]:
     """Deterministic LPT bin packing: items (by position) into n bins balancing the summed lengths.
 
     Items are taken longest first (ties: lower position first) and each goes to the currently lightest bin
@@ -71,7 +71,9 @@ def partition_episodes(lengths: Sequence[int], n: int) -> list[list[int]]:
     return [sorted(b) for b in bins]
 
 
-def split_contiguous(order: Sequence[int], lengths: Sequence[int], n: int) -> list[list[Piece]]:
+def split_contiguous(
+    order: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray, n: int
+) -> list[list[Piece]]:
     """Cut the concatenation of episodes (taken in `order`) into n slices of sizes differing by at most one.
 
     Returns per slice its pieces (position, start, stop), in order. Requires at least n samples in total.

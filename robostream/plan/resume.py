@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def round_robin_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
+def round_robin_counts(remaining: Sequence[int] | np.ndarray, picks: int) -> np.ndarray:
     """How many samples each stream gives after `picks` round-robin picks that skip exhausted streams."""
     remaining = np.asarray(remaining, dtype=np.int64)
     taken = np.zeros(len(remaining), dtype=np.int64)
@@ -85,7 +85,9 @@ def emitted_by_role(
     return emitted
 
 
-def level_fill_counts(offsets: Sequence[int], lengths: Sequence[int], picks: int) -> np.ndarray:
+def level_fill_counts(
+    offsets: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray, picks: int
+) -> np.ndarray:
     """Samples each stream gives to `picks` picks that always take the unfinished stream with the lowest offset
     (ties: lowest index).
 
@@ -110,7 +112,7 @@ def level_fill_counts(offsets: Sequence[int], lengths: Sequence[int], picks: int
     return taken
 
 
-def sequential_counts(remaining: Sequence[int], picks: int) -> np.ndarray:
+def sequential_counts(remaining: Sequence[int] | np.ndarray, picks: int) -> np.ndarray:
     """How many samples each stream gives after `picks` picks that exhaust the streams one after the other."""
     remaining = np.asarray(remaining, dtype=np.int64)
     return np.clip(picks - np.concatenate([[0], np.cumsum(remaining)[:-1]]), 0, remaining)

@@ -62,7 +62,7 @@ def piece_sample_order(start: int, stop: int, stride: int) -> np.ndarray:
     return frames[np.lexsort((frames, frames % stride))]
 
 
-def deal_pieces(piece_lengths: Sequence[int], slots: int) -> np.ndarray:
+def deal_pieces(piece_lengths: Sequence[int] | np.ndarray, slots: int) -> np.ndarray:
     """Slot of each piece: in list order, the slot with the least total length so far (ties: lowest slot).
 
     Zero-length pieces have no samples and get slot -1. A slot runs its pieces in list order.

@@ -19,7 +19,7 @@ The trade-off, against requiring K' to divide C:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,7 +71,7 @@ def _positions(segments: Segments, positions: Sequence[int] | np.ndarray) -> np.
     return positions
 
 
-def whole_streams(natural: Sequence[int], consumers: int) -> Segments:
+def whole_streams(natural: Sequence[int] | np.ndarray, consumers: int) -> Segments:
     """The segments of a fresh epoch: every non-empty stream whole.
 
     Args:
@@ -125,7 +125,7 @@ def recut(segments: Segments, positions: Sequence[int] | np.ndarray, consumers: 
                 rows.append([stream, a, b, chunk])
             a = b
         offset += stop - start
-    table = Segments(rows)
+    table = Segments(np.array(rows, dtype=np.int64))
     return table, table.lo.copy()
 
 
@@ -193,7 +193,7 @@ def positions_after(
     return positions
 
 
-def level_fill_order(positions: Sequence[int], his: Sequence[int]) -> Iterator[int]:
+def level_fill_order(positions: Iterable[int], his: Iterable[int]) -> Iterator[int]:
     """Which segment each pick of a role takes: the unfinished one with the lowest position (ties: lowest index).
 
     Agrees with `positions_after(..., interleaved=True)` for any number of picks.
@@ -216,7 +216,7 @@ def level_fill_order(positions: Sequence[int], his: Sequence[int]) -> Iterator[i
             heapq.heappop(heap)
 
 
-def read_order(positions: Sequence[int], his: Sequence[int], interleaved: bool = True) -> Iterator[int]:
+def read_order(positions: Iterable[int], his: Iterable[int], interleaved: bool = True) -> Iterator[int]:
     """Like `level_fill_order`, or the segments one after the other when not `interleaved`.
 
     Args:

@@ -206,26 +206,24 @@ class DatasetWriter(StagedWriter):
         `encode_depth_video`) to append by stream copy, with optional video_stats (per camera, as `image_stats`
         or, for depth, `frame_stats` returns).
         """
-        videos, video_files = dict(videos or {}), {k: Path(v) for k, v in (video_files or {}).items()}
+        camera_frames, encoded = dict(videos or {}), {k: Path(v) for k, v in (video_files or {}).items()}
         episode_index = len(self._episode_rows)
         user_keys = [k for k, f in self.features.items() if f["dtype"] != "video" and k not in DEFAULT_FEATURES]
         missing = [k for k in user_keys if k not in frames] + [
-            k for k in self.video_keys if k not in videos and k not in video_files
+            k for k in self.video_keys if k not in camera_frames and k not in encoded
         ]
         if missing:
             raise ValueError(f"episode {episode_index}: missing feature(s) {missing}")
-        length = len(frames[user_keys[0]]) if user_keys else len(next(iter(videos.values())))
+        length = len(frames[user_keys[0]]) if user_keys else len(next(iter(camera_frames.values())))
         if length < 1:
             raise ValueError(f"episode {episode_index}: an episode needs at least one frame")
         tasks = [task] * length if isinstance(task, str) else list(task)
         if len(tasks) != length:
             raise ValueError(f"episode {episode_index}: {len(tasks)} task strings for {length} frames")
-        for key in user_keys + list(videos):
-            if len(frames.get(key, videos.get(key))) != length:
-                raise ValueError(
-                    f"episode {episode_index}: feature {key!r} has {len(frames.get(key, videos.get(key)))}"
-                    f" rows, expected {length}"
-                )
+        row_counts = {k: len(frames[k]) for k in user_keys} | {k: len(v) for k, v in camera_frames.items()}
+        for key, count in row_counts.items():
+            if count != length:
+                raise ValueError(f"episode {episode_index}: feature {key!r} has {count} rows, expected {length}")
         task_indices = np.array([self._tasks.setdefault(t, len(self._tasks)) for t in tasks], dtype=np.int64)
         columns = episode_columns(
             frames, fps=self.fps, episode=episode_index, first_index=self._frames, task_index=task_indices
@@ -245,8 +243,7 @@ class DatasetWriter(StagedWriter):
                     key,
                     episode_index,
                     length,
-                    videos.get(key),
-                    video_files.get(key),
+                    encoded[key] if key in encoded else camera_frames[key],
                     stats,
                     (video_stats or {}).get(key),
                 )
@@ -293,19 +290,19 @@ class DatasetWriter(StagedWriter):
         key: str,
         episode_index: int,
         length: int,
-        frames: np.ndarray | None,
-        encoded: Path | None,
+        video: np.ndarray | Path,
         stats: dict,
         given_stats: Mapping[str, np.ndarray] | None,
     ) -> dict:
+        """Append one episode of camera `key`: `video` is its frames to encode, or an mp4 encoded already."""
         camera = self._cameras[key]
         episode_mp4 = self._episode_tmp / f"{key}-{episode_index:06d}.mp4"
-        if encoded is not None:
-            shutil.copyfile(encoded, episode_mp4)
+        if isinstance(video, Path):
+            shutil.copyfile(video, episode_mp4)
             if given_stats is not None:
                 stats[key] = {k: np.asarray(v) for k, v in given_stats.items()}
         else:
-            stats[key] = self._encode(key, episode_index, frames, episode_mp4)
+            stats[key] = self._encode(key, episode_index, video, episode_mp4)
         size = episode_mp4.stat().st_size
         if camera.pending and camera.file.bytes + size > self.video_limit:
             self._flush_video(key)
