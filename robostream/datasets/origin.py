@@ -12,8 +12,6 @@ import numpy as np
 
 from robostream.format.depth import DepthUnit
 from robostream.format.metadata import DatasetMetadata, load_metadata
-from robostream.storage.cache import DiskCache, parse_size
-from robostream.storage.derived import DerivedCache, default_directory
 from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
 from robostream.storage.store import SharedReading
@@ -77,8 +75,6 @@ def open_dataset(
     asked for), else the Hub, pinned to the commit `revision` resolves to. depth_output_unit: the unit of depth
     cameras and their stats. shared_reading: see load_metadata.
     """
-    options = read_options or ReadOptions()
-    cache = DiskCache(options.cache_dir, options.cache_limit) if options.cache_dir is not None else None
     if video_backend not in (None, *BACKENDS):
         raise ValueError(f"video_backend={video_backend!r}: expected one of {BACKENDS} or None (torchcodec)")
     if root is None:
@@ -86,17 +82,4 @@ def open_dataset(
             raise ValueError(f"{who} needs root= (a local folder or URL) or repo_id=")
         local = default_root(repo_id)
         root = local if revision is None and (local / "meta" / "info.json").is_file() else hub_root(repo_id, revision)
-    derived = DerivedCache(cache.directory / "derived" if cache is not None else default_directory())
-    return load_metadata(
-        root,
-        storage_options=options.storage_options,
-        data_files_root=options.data_files_root,
-        retry=options.retry,
-        cache=cache,
-        read_buffer_bytes=parse_size(options.read_buffer),
-        derived=derived,
-        validate=options.validate,
-        max_in_flight=options.max_in_flight,
-        shared_reading=shared_reading,
-        depth_unit=depth_output_unit,
-    )
+    return load_metadata(root, read_options=read_options, shared=shared_reading, depth_unit=depth_output_unit)

@@ -37,13 +37,11 @@ from robostream.format.paths import DEFAULT_EPISODES_PATH, render_template
 from robostream.format.stats import stats_from_json
 from robostream.format.tasks import read_tasks
 from robostream.memory import release_freed_memory
-from robostream.storage.cache import DiskCache
 from robostream.storage.derived import DerivedCache
-from robostream.storage.integrity import FileVersion, Validate
-from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
+from robostream.storage.integrity import FileVersion
+from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
-from robostream.storage.retry import RetryPolicy
-from robostream.storage.store import DEFAULT_BLOCK_BUDGET, SharedReading, Storage
+from robostream.storage.store import SharedReading, Storage
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -62,7 +60,7 @@ class DatasetMetadata:
     episodes: EpisodeTable
     tasks: dict[int, str]
     stats: dict[str, dict[str, np.ndarray]]
-    derived: DerivedCache | None = None  # node-local columns derived from the tables (None: read them each time)
+    derived: DerivedCache  # the node-local folders derived from the tables (metadata snapshot, data columns)
     depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT  # the unit of depth cameras' frames and of their stats (a reader's
     # choice, lerobot's `depth_output_unit`: the stats were rescaled to it from their recorded unit)
 
@@ -293,57 +291,40 @@ def probe_meta(storage: Storage) -> MetaFiles:
 
 def load_metadata(
     root: str | Path,
-    storage_options: dict[str, Any] | None = None,
-    data_files_root: str | Path | None = None,
-    retry: RetryPolicy | None = None,
-    cache: DiskCache | None = None,
-    read_buffer_bytes: int = DEFAULT_BLOCK_BUDGET,
-    derived: DerivedCache | None = None,
     *,
-    validate: Validate = "size",
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-    shared_reading: SharedReading | None = None,
+    read_options: ReadOptions | None = None,
+    shared: SharedReading | None = None,
     depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
 ) -> DatasetMetadata:
     """Read a v3.0 dataset's metadata from a local folder or URL; every error names the file at fault.
 
-    cache: keep the remote data and video files whole on local disk.
-    read_buffer_bytes: fetched remote blocks kept in memory per process (reads and read-ahead).
-    max_in_flight: read-ahead requests under way at once per process, at most.
-    derived: the node-local cache that keeps the metadata tables (format/metadata_snapshot.py: a later
-    construction on this node loads them after checking the revision: no request for a Hub commit, one listing
-    where the store lists, a constant few over plain HTTP) and, for map-style reads, data columns. None: read the
-    tables each time.
-    validate: "full" also hashes whole data and video files entering the disk cache (see storage/integrity.py).
-    shared_reading: metadata, data and video files are read through the clients, blocks and read-ahead it shares with
-    other datasets (a mixture's sources; see storage/store.py SharedReading).
-    depth_unit: the unit depth cameras are read in, "m" or "mm"; their stats are rescaled to it.
+    The tables are kept in the node's derived cache (`read_options.derived_cache()`; format/metadata_snapshot.py): a
+    later construction on this node loads them after checking the revision (no request for a Hub commit, one
+    listing where the store lists, a constant few over plain HTTP).
+
+    Args:
+        root: the dataset's folder or URL, where its metadata is read.
+        read_options: how the bytes are read (default ReadOptions()): data and video files from its
+            data_files_root, else beside the metadata; its disk cache keeps whole data and video files.
+        shared: metadata, data and video files are read through the clients, blocks and read-ahead it shares with
+            other datasets (a mixture's sources; see storage/store.py SharedReading).
+        depth_unit: the unit depth cameras are read in, "m" or "mm"; their stats are rescaled to it.
     """
     depth_unit = check_depth_unit(depth_unit)
-    storage = Storage(root, storage_options, retry, validate=validate, shared=shared_reading)
+    options = read_options or ReadOptions()
+    storage = Storage(root, options, shared=shared, cache_files=False)
     if storage.is_local and not Path(storage.root).is_dir():
         raise DatasetFormatError(f"{root}: dataset root does not exist or is not a directory")
     # storage.url: a Hub root pinned to the commit its revision named, so data and metadata come from the same one
-    data_source = storage.url if data_files_root is None else data_files_root
-    data_storage = Storage(
-        data_source,
-        storage_options,
-        retry,
-        cache,
-        read_buffer_bytes,
-        validate=validate,
-        max_in_flight=max_in_flight,
-        shared=shared_reading,
-    )
+    data_source = storage.url if options.data_files_root is None else options.data_files_root
+    data_storage = Storage(data_source, options, shared=shared)
+    derived = options.derived_cache()
     revision, meta = metadata_revision(storage)
-    if derived is None:
-        tables = read_tables(storage, meta)
-    else:
-        tables = derived.open(
-            snapshot_identity(storage.describe("meta"), revision),
-            lambda folder: save_tables(read_tables(storage, meta), folder),
-            load_tables,
-        )
+    tables = derived.open(
+        snapshot_identity(storage.describe("meta"), revision),
+        lambda folder: save_tables(read_tables(storage, meta), folder),
+        load_tables,
+    )
     info = loads_info(tables.info_text, storage.describe(INFO_PATH))
     episodes = episode_table(tables.episode_parts, info.video_keys, info.fps, info.video_path)
     stats: dict[str, Any] = {}

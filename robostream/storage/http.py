@@ -5,6 +5,8 @@ stay with the origin the user named, and reads no more body than the caller expe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -38,6 +40,42 @@ class BodyLimit(NamedTuple):
     why: str  # e.g. "the 120 bytes first seen", "the 100 bytes of the range asked for"
 
 
+@dataclass(frozen=True)
+class Home:
+    """The origin the user named (a dataset root, the Hub endpoint) and what is sent to it only: the user and
+    password written in `url` (as basic auth) and `request_options`, aiohttp's per-request options (`headers`, ...)."""
+
+    url: str
+    request_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, url: str, storage_options: Mapping[str, Any]) -> Home:
+        """The home of a root read with these fsspec storage options: those that are request options (fsspec's HTTP
+        filesystem sends them with each of its own requests too)."""
+        return cls(url, {k: v for k, v in storage_options.items() if k not in FILESYSTEM_OPTIONS})
+
+
+# What fsspec's HTTP filesystem keeps for itself of its storage options (its constructor's arguments and listings
+# cache settings); every other option is an aiohttp request option.
+FILESYSTEM_OPTIONS = frozenset(
+    (
+        "simple_links",
+        "block_size",
+        "same_scheme",
+        "size_policy",
+        "cache_type",
+        "cache_options",
+        "asynchronous",
+        "loop",
+        "client_kwargs",
+        "get_client",
+        "encoded",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "skip_instance_cache",
+    )
+)
 MAX_REDIRECTS = 5
 REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 1 << 20  # a body is read this much at a time, so a bound is kept within a chunk
@@ -49,24 +87,24 @@ async def http_request(
     url: str,
     headers: dict[str, str],
     *,
-    home: str,
+    home: Home,
     limit: BodyLimit | None = None,
     stop_off_origin: bool = False,
 ) -> Answer:
-    """One HTTP request with the filesystem's session and request options, redirects followed here.
+    """One HTTP request with the filesystem's session, redirects followed here.
 
-    home: the URL the user named (a dataset root, the Hub endpoint): only its origin ever gets the credentials,
-    whatever URL is requested and wherever redirects lead: the headers and request options from storage_options
-    (aiohttp strips only `Authorization` on a redirect, not an API-key header), the Hub token of a Hub client, and
-    the user and password written in the URL (sent as basic auth, never in a URL: aiohttp's errors name the URL).
+    home: the URL the user named and its request options: only its origin ever gets the credentials, whatever URL
+    is requested and wherever redirects lead: the headers and request options from storage_options (aiohttp strips
+    only `Authorization` on a redirect, not an API-key header), the Hub token of a Hub client, and the user and
+    password written in the URL (sent as basic auth, never in a URL: aiohttp's errors name the URL).
     The session's ClientTimeout(total=RetryPolicy.timeout_s) bounds the whole request, headers and body: a server
     that trickles them cannot hold a reader. 404/410 -> FileNotFoundError; 412/416 are returned for the caller to
     judge; a body is never read for an error status. limit: read the body, at most this much (more is a
     TooLargeError); None: the body is not read (HEAD).
     stop_off_origin: a redirect to another origin than home's is not requested; its target is the answer's url.
     """
-    options = dict(fs.kwargs)
-    home_url = URL(home)
+    options = dict(home.request_options)
+    home_url = URL(home.url)
     home_auth = aiohttp.BasicAuth.from_url(home_url)  # a user and password written in the URL the user named
     own_headers = {
         **({"Authorization": home_auth.encode()} if home_auth else {}),
@@ -123,7 +161,7 @@ async def _body(response: aiohttp.ClientResponse, name: str, limit: BodyLimit) -
     return bytes(body)
 
 
-async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | None, *, home: str) -> Answer:
+async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | None, *, home: Home) -> Answer:
     """GET bytes [start, end), keeping status and headers (fsspec's cat_file drops them); a body longer than the
     range is refused unread (a server that ignores Range would send the whole file)."""
     headers = {"Range": f"bytes={start}-{end - 1}", **({"If-Match": if_match} if if_match else {})}
@@ -136,7 +174,7 @@ async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | No
     return await http_request(fs, "GET", url, headers, home=home, limit=limit)
 
 
-def http_stat(fs: Any, url: str, *, home: str) -> FileVersion:
+def http_stat(fs: Any, url: str, *, home: Home) -> FileVersion:
     """Content-Length, ETag and Last-Modified from a HEAD request (fsspec's HTTP filesystem reports any failed
     HEAD, a 503 too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
     answer = fsspec.asyn.sync(fs.loop, http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"}, home=home)
@@ -145,7 +183,7 @@ def http_stat(fs: Any, url: str, *, home: str) -> FileVersion:
     return FileVersion(int(answer.content_length), answer.etag, last_modified=answer.last_modified)
 
 
-def http_get(fs: Any, url: str, limit: BodyLimit, *, home: str) -> bytes:
+def http_get(fs: Any, url: str, limit: BodyLimit, *, home: Home) -> bytes:
     """A whole file's bytes (GET, no range), at most `limit`."""
     answer = fsspec.asyn.sync(
         fs.loop, http_request, fs, "GET", url, {"Accept-Encoding": "identity"}, home=home, limit=limit

@@ -20,7 +20,7 @@ import aiohttp
 import fsspec
 import fsspec.asyn
 
-from robostream.storage.http import REDIRECTS, Answer, BodyLimit, http_range, http_request
+from robostream.storage.http import REDIRECTS, Answer, BodyLimit, Home, http_range, http_request
 
 EXPIRED = (401, 403)  # what a signed URL past its lifetime answers
 
@@ -32,10 +32,9 @@ class HubRanges:
         from huggingface_hub.utils import build_hf_headers
 
         self._hub = hub
-        # The Hub's headers (the token) are this filesystem's own: sent to the endpoint's origin only (http_request).
-        self._http = fsspec.filesystem(
-            "http", skip_instance_cache=True, headers=build_hf_headers(token=hub.token), **http_options
-        )
+        # The Hub's headers (the token) go to the endpoint's origin only (http_request).
+        self._home = Home(hub.endpoint, {"headers": build_hf_headers(token=hub.token)})
+        self._http = fsspec.filesystem("http", skip_instance_cache=True, **http_options)
         self._urls: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -46,9 +45,7 @@ class HubRanges:
         if url is None:
             url = self._resolve(path)
         try:
-            answer = fsspec.asyn.sync(
-                self._http.loop, http_range, self._http, url, start, end, None, home=self._hub.endpoint
-            )
+            answer = fsspec.asyn.sync(self._http.loop, http_range, self._http, url, start, end, None, home=self._home)
         except aiohttp.ClientResponseError as exc:
             if exc.status not in EXPIRED:
                 raise
@@ -96,7 +93,7 @@ class HubRanges:
             method,
             url,
             {"Accept-Encoding": "identity"},
-            home=self._hub.endpoint,
+            home=self._home,
             limit=limit,
             stop_off_origin=True,
         )

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from robostream.storage.cache import parse_size
+from robostream.storage.cache import DiskCache, parse_size
+from robostream.storage.derived import DerivedCache, default_directory
 from robostream.storage.integrity import check_validate
 from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
 from robostream.storage.retry import RetryPolicy
-from robostream.storage.store import DEFAULT_BLOCK_BUDGET
+
+DEFAULT_READ_BUFFER = 128 << 20  # fetched bytes kept per process (reads + read-ahead)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +53,7 @@ class ReadOptions:
     retry: RetryPolicy | None = None
     cache_dir: str | Path | None = None
     cache_limit: int | str | None = None
-    read_buffer: int | str = DEFAULT_BLOCK_BUDGET
+    read_buffer: int | str = DEFAULT_READ_BUFFER
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     validate: Literal["size", "full"] = "size"
 
@@ -62,6 +64,31 @@ class ReadOptions:
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
             raise ValueError(f"max_in_flight={self.max_in_flight!r}: expected a positive number of requests")
         check_validate(self.validate, cached=self.cache_dir is not None)
+
+    # What the fields give the storage, derived here only.
+    @property
+    def read_buffer_bytes(self) -> int:
+        """`read_buffer` in bytes."""
+        return parse_size(self.read_buffer)
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """`retry`, else the default RetryPolicy()."""
+        return self.retry or RetryPolicy()
+
+    def disk_cache(self) -> DiskCache | None:
+        """The node's disk cache of whole remote files in `cache_dir` (None: no cache_dir); its folder is made and
+        checked now."""
+        if self.cache_dir is None or self.cache_limit is None:
+            return None
+        return DiskCache(self.cache_dir, self.cache_limit)
+
+    def derived_cache(self) -> DerivedCache:
+        """The node's folders derived from the tables, in `cache_dir/derived`, else $ROBOSTREAM_CACHE, else
+        ~/.cache/robostream. A new object each call: each checks an entry the first time it opens it (a dataset
+        constructed again sees an entry damaged since)."""
+        cache = self.disk_cache()
+        return DerivedCache(cache.directory / "derived" if cache is not None else default_directory())
 
 
 def read_options_from(value: ReadOptions | Mapping[str, Any] | None, *, where: str) -> ReadOptions | None:

@@ -32,21 +32,20 @@ import fsspec.asyn
 from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError, RobostreamError, TooLargeError
 from robostream.process_local import ProcessLocal
 from robostream.storage.blocks import BlockCache
-from robostream.storage.cache import CachedPath, DiskCache, Writable
-from robostream.storage.http import Answer, BodyLimit, http_get, http_range, http_stat
+from robostream.storage.cache import CachedPath, Writable
+from robostream.storage.http import Answer, BodyLimit, Home, http_get, http_range, http_stat
 from robostream.storage.hub_ranges import HubRanges
 from robostream.storage.integrity import (
     FileVersion,
-    Validate,
     changed_error,
     check_range_answer,
-    check_validate,
     digest_from_info,
     mismatch_error,
     strong_etag,
 )
+from robostream.storage.options import ReadOptions
 from robostream.storage.paths import check_relative, local_path
-from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT, ReadAhead
+from robostream.storage.read_ahead import ReadAhead
 from robostream.storage.redact import redact_url
 from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
 
@@ -56,7 +55,6 @@ from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_ret
 # block on each side, so blocks stay small.
 BLOCK_SIZE = 64 << 10
 MIN_BLOCK_SIZE = 16 << 10
-DEFAULT_BLOCK_BUDGET = 128 << 20  # fetched bytes kept per process (reads + read-ahead)
 # The most a file read whole (Storage.read_bytes: metadata files) may hold. Real datasets' are far smaller: info.json
 # kilobytes, tasks.parquet and stats.json at most a few MB, an episodes parquet tens of MB; a server announcing or
 # sending more is refused before it fills the memory.
@@ -241,28 +239,28 @@ class Storage:
     def __init__(
         self,
         root: str | Path,
-        storage_options: dict[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-        cache: DiskCache | None = None,
-        block_budget: int = DEFAULT_BLOCK_BUDGET,
+        read_options: ReadOptions | None = None,
         *,
-        validate: Validate = "size",
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         shared: SharedReading | None = None,
+        cache_files: bool = True,
     ) -> None:
-        """cache: keep whole remote files on local disk (remote roots only); without it only ranges are read.
-        block_budget: bytes of fetched blocks kept in memory per process, those fetched ahead included.
-        max_in_flight: read-ahead requests under way at once per process (storage/read_ahead.py).
-        shared: read through the filesystem client, blocks and read-ahead this shares with other storages of the
-        same protocol and options (default: this storage's own).
-        validate: "size" checks sizes (and ETags of range reads); "full" also hashes whole files entering the disk
-        cache against the hash the host publishes (see storage/integrity.py)."""
-        check_validate(validate)
-        self.retry = retry or RetryPolicy()
-        self.cache = cache
-        self.validate = validate
-        self.block_budget = block_budget
-        self.max_in_flight = max_in_flight
+        """
+        Args:
+            root: a local folder or an fsspec URL.
+            read_options: how the bytes are read (storage_options, retry, disk cache, read buffer, max_in_flight,
+                validate); default ReadOptions(). Its data_files_root is the caller's (format/metadata.py).
+            shared: read through the filesystem client, blocks and read-ahead this shares with other storages of
+                the same protocol and options (default: this storage's own).
+            cache_files: keep whole remote files in the options' disk cache (remote roots only); False: ranges
+                only (the metadata's storage: the node's metadata snapshot keeps its tables).
+        """
+        options = read_options or ReadOptions()
+        self.read_options = options
+        self.retry = options.retry_policy
+        self.cache = options.disk_cache() if cache_files else None
+        self.block_budget = options.read_buffer_bytes
+        block_budget, max_in_flight = self.block_budget, options.max_in_flight
+        storage_options = dict(options.storage_options or {})
         # Blocks small enough that the budget holds several (decoders of every camera plus prefetch share it).
         self.block_size = min(BLOCK_SIZE, max(MIN_BLOCK_SIZE, block_budget // 64))
         root = str(root)
@@ -272,16 +270,15 @@ class Storage:
         if protocol in ("s3", "s3a"):
             _require_s3fs(root)
         if protocol in ("http", "https"):
-            _refuse_session_credentials(root, dict(storage_options or {}))
+            _refuse_session_credentials(root, storage_options)
         if protocol == "hf":  # one commit for every file and process (fetched once, here, before any fork)
-            root = pin_hub_root(root, dict(storage_options or {}), self.retry)
+            root = pin_hub_root(root, storage_options, self.retry)
         self.hub_repository = protocol == "hf" and not root.startswith("hf://buckets/")
         self.url = root
         self._options = (
-            {}
-            if self.is_local
-            else _merge(_default_options(protocol, self.retry, max_in_flight), dict(storage_options or {}))
+            {} if self.is_local else _merge(_default_options(protocol, self.retry, max_in_flight), storage_options)
         )
+        self.home = Home.of(self.url, self._options)  # what HTTP requests send to the root's origin only
         # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
         # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
         self._process = ProcessLocal(_ProcessState)
@@ -320,7 +317,7 @@ class Storage:
         state, fs = self._reading.get(), self.fs
         with state.lock:
             if state.hub_ranges is None:
-                state.hub_ranges = HubRanges(fs, _default_options("http", self.retry, self.max_in_flight))
+                state.hub_ranges = HubRanges(fs, _default_options("http", self.retry, self.read_options.max_in_flight))
         return state.hub_ranges
 
     @property
@@ -393,7 +390,7 @@ class Storage:
             return _local_version(os.stat(path))
         # fsspec's HTTP filesystem reports any failed HEAD (a 503 too) as "not found": ask the server ourselves.
         read = (
-            (lambda: http_stat(self.fs, path, home=self.url))
+            (lambda: http_stat(self.fs, path, home=self.home))
             if self.protocol in ("http", "https")
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
         )
@@ -435,7 +432,7 @@ class Storage:
         if self.is_local:
             read = partial(_read_at_most, path, bound.size + 1)
         elif self.protocol in ("http", "https"):
-            read = partial(http_get, self.fs, path, bound, home=self.url)
+            read = partial(http_get, self.fs, path, bound, home=self.home)
         elif self.hub_repository:
             read = partial(self.hub_ranges.whole, path, bound)
         else:
@@ -526,7 +523,7 @@ class Storage:
     def _cached(self, reader: RangedReader, version: FileVersion) -> CachedPath:
         """The disk cache's copy of a file; with validate="full" one whose hash mismatched is fetched once more."""
         assert self.cache is not None
-        expected = version.digest if self.validate == "full" else None
+        expected = version.digest if self.read_options.validate == "full" else None
         fetch = partial(
             self.cache.fetch, reader.name, version.size, reader.download, version=version.token, expected=expected
         )
@@ -616,7 +613,14 @@ class RangedReader(io.RawIOBase):
         fs, protocol = self._storage.fs, self._storage.protocol
         if protocol in ("http", "https"):
             return fsspec.asyn.sync(
-                fs.loop, http_range, fs, self._path, start, end, strong_etag(self._version.etag), home=self._storage.url
+                fs.loop,
+                http_range,
+                fs,
+                self._path,
+                start,
+                end,
+                strong_etag(self._version.etag),
+                home=self._storage.home,
             )
         if protocol in ("s3", "s3a"):
             return fsspec.asyn.sync(fs.loop, _s3_range, fs, self._path, start, end, strong_etag(self._version.etag))

@@ -72,7 +72,7 @@ def _carries_secrets(headers: dict[str, str]) -> bool:
 def test_credentials_never_follow_a_redirect_to_another_host(tmp_path):
     (tmp_path / "f.bin").write_bytes(bytes(range(256)) * 1000)
     with RecordingServer(tmp_path) as elsewhere, RedirectServer(elsewhere.url) as home:
-        storage = Storage(home.url, {"headers": SECRETS}, retry=FAST_RETRY)
+        storage = Storage(home.url, ReadOptions(storage_options={"headers": SECRETS}, retry=FAST_RETRY))
         reader = storage.open("f.bin")
         assert reader.read(1000) == (bytes(range(256)) * 4)[:1000]
         assert storage.size("f.bin") == 256_000
@@ -127,7 +127,7 @@ def test_a_server_trickling_its_headers_cannot_hold_a_reader(tmp_path):
     with TrickleServer(tmp_path) as server:
         started = time.monotonic()
         with pytest.raises(RemoteReadError, match=r"f.bin \(size\): still failing after 2 attempts"):
-            Storage(server.url, retry=policy).size("f.bin")
+            Storage(server.url, ReadOptions(retry=policy)).size("f.bin")
         assert time.monotonic() - started < 20  # 2 x 1 s deadlines, never the 1000 s the trickle would last
 
 
@@ -166,7 +166,7 @@ def test_a_file_that_shrinks_after_its_size_was_read_is_a_changed_file(tmp_path)
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100_000)
     with RangeHTTPServer(tmp_path, etag=False) as server:  # no ETag: only sizes tell versions apart
-        reader = Storage(server.url, retry=FAST_RETRY).open("f.bin")
+        reader = Storage(server.url, ReadOptions(retry=FAST_RETRY)).open("f.bin")
         path.write_bytes(b"y" * 10_000)
         reader.seek(90_000)
         with pytest.raises(FileChangedError, match="f.bin: changed on the server during the epoch"):
@@ -183,7 +183,7 @@ def test_a_redirect_to_a_non_http_url_is_refused(tmp_path):
 
     with ToFileServer(tmp_path) as server:
         with pytest.raises(RemoteReadError, match="redirected to file:///etc/passwd, which is not an http"):
-            Storage(server.url, retry=FAST_RETRY).size("f.bin")
+            Storage(server.url, ReadOptions(retry=FAST_RETRY)).size("f.bin")
 
 
 HUGE = 10 << 30
@@ -243,7 +243,7 @@ def test_a_metadata_file_announcing_10_gib_is_refused_unread(tmp_path, monkeypat
 @pytest.mark.parametrize("bound", ["size first seen", "limit"])
 def test_an_endless_body_stops_at_the_size_first_seen_or_the_bound(bound):
     with EndlessServer(announce=False) as server:
-        storage = Storage(server.url, retry=FAST_RETRY)
+        storage = Storage(server.url, ReadOptions(retry=FAST_RETRY))
         if bound == "size first seen":
             assert storage.size("f.bin") == 1000  # a HEAD
             expected, read = "the 1000 bytes first seen", storage.read_bytes
@@ -297,7 +297,7 @@ def test_a_slow_body_names_the_deadline_it_missed(tmp_path):
     with RangeHTTPServer(tmp_path, bandwidth=1000) as server:  # 100 s for the whole body
         url = server.url
         with pytest.raises(RemoteReadError) as info:
-            Storage(url, retry=policy).read_bytes("f.bin")
+            Storage(url, ReadOptions(retry=policy)).read_bytes("f.bin")
     assert str(info.value) == (
         f"{url}/f.bin: still failing after 1 attempts (last error FSTimeoutError: timed out "
         "(RetryPolicy.timeout_s=0.5 s per request)); check the server or raise RetryPolicy.timeout_s (a slow link or "
@@ -314,4 +314,4 @@ def test_session_wide_credentials_are_refused(name):
         match=rf"storage_options\['client_kwargs'\] \['{name}'\] would be sent to every "
         r"host a redirect names.*storage_options\['headers'\]",
     ):
-        Storage("http://127.0.0.1:1/ds", {"client_kwargs": {name: SECRETS}})
+        Storage("http://127.0.0.1:1/ds", ReadOptions(storage_options={"client_kwargs": {name: SECRETS}}))

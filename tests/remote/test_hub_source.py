@@ -185,7 +185,7 @@ def test_the_token_goes_to_the_hub_never_to_the_cdn(hub, av1_root):
 def test_a_hub_file_read_whole_stops_at_its_bound(hub, av1_root, name):
     """A Hub repository's metadata file is read whole through the one bounded HTTP path (the Hub answers a small
     file itself, an LFS file's bytes come from the CDN): a file announcing more than the bound is refused unread."""
-    storage = Storage(f"hf://datasets/{REPO}@{hub.sha}", retry=FAST_RETRY)
+    storage = Storage(f"hf://datasets/{REPO}@{hub.sha}", ReadOptions(retry=FAST_RETRY))
     size = (av1_root / name).stat().st_size
     with pytest.raises(
         TooLargeError,

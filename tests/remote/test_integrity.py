@@ -21,7 +21,6 @@ import pytest
 
 from robostream import StreamingLeRobotDataset
 from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFileError
-from robostream.storage.cache import DiskCache
 from robostream.storage.integrity import Digest
 from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RetryPolicy
@@ -117,13 +116,14 @@ def proxies(hub) -> Iterator[dict[str, FaultProxy]]:
 
 def _hub_storage(tmp_path: Path, revision: str = "", validate: str = "full") -> Storage:
     root = f"hf://datasets/{BLOBS}" + (f"@{revision}" if revision else "")
-    return Storage(
-        root,
+    options = ReadOptions(
         retry=FAST_RETRY,
-        cache=DiskCache(tmp_path / "cache", "10mb"),
-        block_budget=SMALL_BUFFER,
+        cache_dir=tmp_path / "cache",
+        cache_limit="10mb",
+        read_buffer=SMALL_BUFFER,
         validate=validate,
     )
+    return Storage(root, options)
 
 
 def test_hub_hashes_are_the_published_ones_and_cached_copies_are_checked(hub, proxies, tmp_path):
@@ -196,7 +196,7 @@ def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxi
     server, _ = hub
     before = server.repos[MOVING].sha
     old = server.repos[MOVING].commits[before].data(VIDEO)
-    storage = Storage(f"hf://datasets/{MOVING}@main", retry=FAST_RETRY, block_budget=SMALL_BUFFER)
+    storage = Storage(f"hf://datasets/{MOVING}@main", ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
     assert storage.url == f"hf://datasets/{MOVING}@{before}"
     reader = storage.open(VIDEO)
     assert isinstance(reader, RangedReader) and reader.read(100) == old[:100]
@@ -205,7 +205,7 @@ def test_hub_root_on_a_branch_reads_one_commit_while_the_branch_moves(hub, proxi
     assert server.repos[MOVING].sha != before  # main moved
     reader.seek(60_000)
     assert reader.read(1000) == old[60_000:61_000]  # still the first commit: never a mix of the two
-    again = Storage(f"hf://datasets/{MOVING}@main", retry=FAST_RETRY)
+    again = Storage(f"hf://datasets/{MOVING}@main", ReadOptions(retry=FAST_RETRY))
     assert again.open(VIDEO).read() == new
 
 
@@ -215,7 +215,7 @@ def test_hub_root_at_a_missing_revision_is_a_clear_error(hub, proxies):
         match=rf"hf://datasets/{BLOBS}@nope: RevisionNotFoundError: .*check the "
         "repository id and the revision",
     ):
-        Storage(f"hf://datasets/{BLOBS}@nope", retry=FAST_RETRY)
+        Storage(f"hf://datasets/{BLOBS}@nope", ReadOptions(retry=FAST_RETRY))
 
 
 def test_hub_dataset_with_full_validation_equals_local(hub, proxies, av1_root, tmp_path):
@@ -245,11 +245,14 @@ def test_s3_corrupted_download_is_detected_and_fetched_again(s3_server, bucket, 
     proxy = make_fault_proxy(s3_server.endpoint_url, _corrupt_first(1, "once/v.mp4"))
     storage = Storage(
         f"s3://{bucket}/once",
-        s3_server.storage_options(proxy.url),
-        FAST_RETRY,
-        DiskCache(tmp_path / "cache", "10mb"),
-        PARTIAL_RANGES,
-        validate="full",
+        ReadOptions(
+            storage_options=s3_server.storage_options(proxy.url),
+            retry=FAST_RETRY,
+            cache_dir=tmp_path / "cache",
+            cache_limit="10mb",
+            read_buffer=PARTIAL_RANGES,
+            validate="full",
+        ),
     )
     assert storage.stat("v.mp4").digest == Digest("md5", hashlib.md5(data).hexdigest())
     with pytest.warns(
@@ -267,11 +270,14 @@ def test_s3_whole_object_range_checked_by_s3_is_retried(s3_server, bucket, make_
     proxy = make_fault_proxy(s3_server.endpoint_url, _corrupt_first(1, "whole/v.mp4"))
     storage = Storage(
         f"s3://{bucket}/whole",
-        s3_server.storage_options(proxy.url),
-        FAST_RETRY,
-        DiskCache(tmp_path / "cache", "10mb"),
-        SMALL_BUFFER,
-        validate="full",
+        ReadOptions(
+            storage_options=s3_server.storage_options(proxy.url),
+            retry=FAST_RETRY,
+            cache_dir=tmp_path / "cache",
+            cache_limit="10mb",
+            read_buffer=SMALL_BUFFER,
+            validate="full",
+        ),
     )
     path = storage.open("v.mp4")  # one request for the whole object: botocore's check fails, the retry succeeds
     assert Path(path).read_bytes() == data and proxy.stats()["by_kind"] == {"corrupt": 1}
@@ -283,11 +289,14 @@ def test_s3_persistent_corruption_fails_naming_the_file_and_both_hashes(s3_serve
     proxy = make_fault_proxy(s3_server.endpoint_url, _corrupt_first(None, "always/v.mp4"))
     storage = Storage(
         f"s3://{bucket}/always",
-        s3_server.storage_options(proxy.url),
-        FAST_RETRY,
-        DiskCache(tmp_path / "cache", "10mb"),
-        PARTIAL_RANGES,
-        validate="full",
+        ReadOptions(
+            storage_options=s3_server.storage_options(proxy.url),
+            retry=FAST_RETRY,
+            cache_dir=tmp_path / "cache",
+            cache_limit="10mb",
+            read_buffer=PARTIAL_RANGES,
+            validate="full",
+        ),
     )
     with pytest.warns(RuntimeWarning), pytest.raises(ChecksumMismatchError) as info:
         storage.open("v.mp4")
@@ -304,7 +313,8 @@ def test_s3_object_replaced_between_two_range_reads_is_an_error(s3_server, bucke
     old, new = _bytes(5, SIZE), _bytes(6, new_size)
     s3_server.put_bytes(bucket, key, old)
     storage = Storage(
-        f"s3://{bucket}/changed-{new_size}", s3_server.storage_options(), FAST_RETRY, block_budget=SMALL_BUFFER
+        f"s3://{bucket}/changed-{new_size}",
+        ReadOptions(storage_options=s3_server.storage_options(), retry=FAST_RETRY, read_buffer=SMALL_BUFFER),
     )
     reader = storage.open("v.mp4")
     assert reader.read(100) == old[:100]
@@ -338,7 +348,7 @@ def test_http_file_replaced_between_two_range_reads_is_an_error(tmp_path, etag, 
     old = _bytes(7, SIZE)
     (tmp_path / "v.mp4").write_bytes(old)
     with RangeHTTPServer(tmp_path, etag=etag) as server:
-        storage = Storage(server.url, retry=FAST_RETRY, block_budget=SMALL_BUFFER)
+        storage = Storage(server.url, ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
         reader = storage.open("v.mp4")
         assert reader.read(100) == old[:100]
         _replace(tmp_path / "v.mp4", _bytes(8, new_size))
@@ -356,6 +366,6 @@ def test_http_unchanged_file_reads_whole_with_if_match(tmp_path):
     data = _bytes(9, SIZE)
     (tmp_path / "v.mp4").write_bytes(data)
     with RangeHTTPServer(tmp_path) as server:
-        storage = Storage(server.url, retry=FAST_RETRY, block_budget=SMALL_BUFFER)
+        storage = Storage(server.url, ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
         assert storage.stat("v.mp4").etag == f'"{hashlib.md5(data).hexdigest()}"'
         assert storage.open("v.mp4").read() == data

@@ -110,7 +110,7 @@ def test_a_server_without_range_support_is_refused_clearly(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        reader = Storage(f"http://127.0.0.1:{server.server_port}", retry=FAST_RETRY).open("big.bin")
+        reader = Storage(f"http://127.0.0.1:{server.server_port}", ReadOptions(retry=FAST_RETRY)).open("big.bin")
         reader.seek(2 << 20)
         with pytest.raises(
             TooLargeError,
@@ -130,9 +130,9 @@ def test_remote_streaming_through_dataloader_worker_processes(source, http_datas
     from torch.utils.data import DataLoader
 
     if source == "http":
-        kwargs = {"root": http_dataset.url, "source": FAST}
+        kwargs = {"root": http_dataset.url, "read_options": FAST}
     else:
-        kwargs = {"root": s3_dataset[0], "source": ReadOptions(storage_options=s3_dataset[1], retry=FAST_RETRY)}
+        kwargs = {"root": s3_dataset[0], "read_options": ReadOptions(storage_options=s3_dataset[1], retry=FAST_RETRY)}
     dataset = StreamingLeRobotDataset(seed=1, return_uint8=True, **kwargs)
     ids = [i for batch in DataLoader(dataset, batch_size=8, num_workers=2) for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
@@ -143,7 +143,7 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
         "root": http_dataset.url,
         "seed": 4,
         "return_uint8": True,
-        "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb"),
+        "read_options": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "cache", cache_limit="50mb"),
     }
     _assert_same(StreamingLeRobotDataset(**kwargs), StreamingLeRobotDataset(root=av1_root, seed=4, return_uint8=True))
     video_bytes = lambda: sum(s["bytes"] for p, s in http_dataset.stats().items() if "/videos/" in p)  # noqa: E731
@@ -157,7 +157,7 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
     with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
         list(
             StreamingLeRobotDataset(
-                **{**kwargs, "source": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny", cache_limit=1000)}
+                **{**kwargs, "read_options": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny", cache_limit=1000)}
             )
         )
 

@@ -146,12 +146,15 @@ def test_read_ahead_overlaps_requests_in_order_and_never_evicts_unread_blocks(re
     """The storage's read-ahead over a store with latency: a range is cut into block-aligned requests run
     concurrently; blocks fetched ahead wait for their reader (readers then make no request of their own), stay
     within the free half of the buffer, and leave it when released."""
+    from robostream.storage.options import ReadOptions
     from robostream.storage.store import Storage
 
     size = DATA_FILES["blob.bin"]
     expected = (remote_data_dir / "blob.bin").read_bytes()
     with RangeHTTPServer(remote_data_dir, latency_s=0.05) as store:
-        storage = Storage(store.url, block_budget=1 << 20)  # 16 KiB blocks, 512 KiB for blocks fetched ahead
+        storage = Storage(
+            store.url, ReadOptions(read_buffer=1 << 20)
+        )  # 16 KiB blocks, 512 KiB for blocks fetched ahead
         storage.read_ahead.request_bytes = 32 << 10  # two blocks per request: several requests for the blob
         reader = storage.open("blob.bin")
         reader.fetch_ahead(0, size, urgent=False)

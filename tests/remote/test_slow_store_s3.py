@@ -123,6 +123,7 @@ def test_list_objects_v2_pages_prefixes_and_conditional_gets_follow_s3(data_stor
 
 def test_a_missing_key_or_bucket_is_an_s3_error_naming_it(data_store):
     from robostream.errors import MissingFileError
+    from robostream.storage.options import ReadOptions
     from robostream.storage.store import Storage
 
     store, bucket = data_store
@@ -133,7 +134,7 @@ def test_a_missing_key_or_bucket_is_an_s3_error_naming_it(data_store):
     assert requests.head(f"{store.url}/{bucket}/meta/missing.json", timeout=30).status_code == 404
     error = ET.fromstring(requests.get(f"{store.url}/no-such-bucket?list-type=2", timeout=30).content)
     assert error.findtext("Code") == "NoSuchBucket" and error.findtext("BucketName") == "no-such-bucket"
-    storage = Storage(store.s3_url(bucket), store.storage_options())
+    storage = Storage(store.s3_url(bucket), ReadOptions(storage_options=store.storage_options()))
     with pytest.raises(MissingFileError, match="meta/missing.json"):
         storage.open("meta/missing.json")
     with pytest.raises(FileNotFoundError, match="missing.json"):

@@ -63,14 +63,11 @@ def test_etag_helpers():
 
 def test_validate_choices_are_checked(tmp_path):
     from robostream.storage.options import ReadOptions
-    from robostream.storage.store import Storage
 
     check_validate("size", cached=False)
     check_validate("full", cached=True)
     with pytest.raises(ValueError, match=r"validate='sha'.*\('size', 'full'\)"):
         ReadOptions(validate="sha")
-    with pytest.raises(ValueError, match=r"validate='sha'.*\('size', 'full'\)"):
-        Storage(tmp_path, validate="sha")
     with pytest.raises(
         ValueError, match="validate='full' hashes whole files as they enter the disk cache: pass cache_dir="
     ):

@@ -90,3 +90,32 @@ def test_a_local_file_read_whole_stops_at_its_bound(tmp_path):
     with pytest.raises(TooLargeError, match="f.json: 1000 bytes or more, more than the 999 bytes a file read whole"):
         Storage(tmp_path).read_bytes("f.json", limit=999)
     assert Storage(tmp_path).read_bytes("f.json", limit=1000) == b"{" * 1000
+
+
+def test_a_storage_reads_as_its_read_options_say(tmp_path):
+    """Every field of the ReadOptions a Storage is built from reaches what reads (no keyword restated by a caller):
+    the request options, the retry policy (and its timeout on the client), the disk cache, the read buffer, the
+    requests in flight and the validation."""
+    from robostream.storage.retry import RetryPolicy
+
+    policy = RetryPolicy(max_attempts=2, timeout_s=3)
+    options = ReadOptions(
+        storage_options={"headers": {"X-Token": "t"}},
+        retry=policy,
+        cache_dir=tmp_path / "cache",
+        cache_limit="1mb",
+        read_buffer="2mb",
+        max_in_flight=3,
+        validate="full",
+    )
+    storage = Storage("http://127.0.0.1:1/ds", options)  # nothing is requested before a read
+    assert storage.read_options is options and storage.retry is policy
+    assert storage.home.request_options == {"headers": {"X-Token": "t"}}
+    assert storage.fs.client_kwargs["timeout"].total == 3
+    assert storage.cache is not None and (storage.cache.directory, storage.cache.limit) == (tmp_path / "cache", 10**6)
+    assert storage.block_budget == storage.blocks.budget_bytes == 2 * 10**6
+    assert storage.read_ahead.max_in_flight == 3
+    assert storage.read_options.validate == "full"
+    assert Storage("http://127.0.0.1:1/ds", options, cache_files=False).cache is None
+    defaults = Storage("http://127.0.0.1:1/ds")
+    assert defaults.retry == RetryPolicy() and defaults.cache is None and defaults.home.request_options == {}
