@@ -157,7 +157,10 @@ def test_disk_cache_serves_the_second_epoch_without_downloads(http_dataset, av1_
     with pytest.raises(ValueError, match="do not fit cache_limit=1000"):
         list(
             StreamingLeRobotDataset(
-                **{**kwargs, "read_options": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny", cache_limit=1000)}
+                **{
+                    **kwargs,
+                    "read_options": ReadOptions(retry=FAST_RETRY, cache_dir=tmp_path / "tiny", cache_limit=1000),
+                }
             )
         )
 
