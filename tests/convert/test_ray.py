@@ -18,6 +18,9 @@ from robostream.convert.worker import ConversionFailed
 from tests.helpers import DATA_MB, VIDEO_MB, copy_tree
 
 RAY_CPUS = 2
+# Logical memory to schedule by: what datatrove reserves for the tasks (2 GB per CPU by default), declared so the
+# tasks are scheduled on any runner, not only where Ray finds that much memory free
+RAY_MEMORY_BYTES = RAY_CPUS * 2 * 2**30
 
 
 def quiet(line: str) -> None:
@@ -33,6 +36,7 @@ def ray_cluster() -> Iterator[None]:
         # TMPDIR: datatrove's Ray tasks write their logs under tempfile.gettempdir(); keep them in the removed folder
         ray.init(
             num_cpus=RAY_CPUS,
+            _memory=RAY_MEMORY_BYTES,
             include_dashboard=False,
             _temp_dir=temp_dir,
             runtime_env={"env_vars": {"TMPDIR": temp_dir}},
@@ -58,6 +62,7 @@ def test_ray_executor_writes_what_the_local_pool_writes(
     assert compare_datasets(tmp_path / "out", reference) == []
     assert summary["executor"] == "ray" and summary["files_resumed"] == 0
     assert ray.is_initialized()  # the caller's cluster is left running for its next job
+    assert ray.cluster_resources()["CPU"] == RAY_CPUS  # the tasks ran on this module's cluster, not a new one
 
 
 def test_a_file_that_keeps_failing_on_ray_fails_the_run_naming_it(ray_cluster: None, v21_root: Path, tmp_path: Path):
