@@ -43,7 +43,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -60,7 +60,7 @@ class _Snapshot:
     """The files of one commit: path -> a file on disk (the repo's initial folder) or bytes (committed later).
     Files whose name ends with one of ``lfs_suffixes`` are LFS files."""
 
-    def __init__(self, files: dict[str, Path | bytes], lfs_suffixes: tuple[str, ...] = ()) -> None:
+    def __init__(self, files: Mapping[str, Path | bytes], lfs_suffixes: tuple[str, ...] = ()) -> None:
         self.files = dict(sorted(files.items()))
         self.lfs_suffixes = lfs_suffixes
         self.dirs: set[str] = {""}
@@ -231,7 +231,7 @@ class HubServer:
         return f"http://127.0.0.1:{self._servers[1].server_port}"
 
     def start(self) -> Self:
-        hub = self
+        hub: HubServer = self
 
         class Handler(_HubHandler):
             server_hub = hub

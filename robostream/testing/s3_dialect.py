@@ -71,13 +71,19 @@ class S3Handler(RangeHandler):
         )
 
     def s3_error(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None, **fields: str
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> None:
-        """An S3 error answer: ``<Error><Code>..</Code><Message>..</Message>...</Error>`` (HEAD: no body)."""
+        """An S3 error answer: ``<Error><Code>..</Code><Message>..</Message>...</Error>`` (HEAD: no body), with
+        `fields` (the error's other elements: BucketName, Key, ...) after the message."""
         import xml.etree.ElementTree as ET
 
         error = ET.Element("Error")
-        for tag, text in {"Code": code, "Message": message, **fields, "RequestId": "slow-store"}.items():
+        for tag, text in {"Code": code, "Message": message, **(fields or {}), "RequestId": "slow-store"}.items():
             _element(error, tag, text)
         self.send_plain(status, _xml(error), {"Content-Type": "application/xml", **(headers or {})})
 
@@ -96,7 +102,7 @@ class S3Handler(RangeHandler):
             return
         folder = owner.bucket_folder(bucket)
         if folder is None:
-            self.s3_error(404, "NoSuchBucket", "The specified bucket does not exist", BucketName=bucket)
+            self.s3_error(404, "NoSuchBucket", "The specified bucket does not exist", fields={"BucketName": bucket})
             return
         if not key:
             self._bucket_request(owner, bucket, query, send_body)
@@ -113,10 +119,12 @@ class S3Handler(RangeHandler):
                 404,
                 code,
                 "The specified key does not exist." if file is None else "The specified version does not exist.",
-                Key=key,
-                BucketName=bucket,
-                Resource=url_path,
-                **({} if file is None else {"VersionId": version_id}),
+                fields={
+                    "Key": key,
+                    "BucketName": bucket,
+                    "Resource": url_path,
+                    **({} if file is None else {"VersionId": version_id}),
+                },
             )
             return
         with file.open("rb") as handle:  # the open file is one version, however the path is replaced meanwhile
