@@ -2,7 +2,8 @@
 dataset, in the DataLoader its README recommends for training.
 
 probe.py loads this file BY PATH under the peer's interpreter (.venv-lancedb, scripts/setup_lancedb.sh), so it imports
-only the standard library, numpy, torch, lerobot, lerobot_lancedb and probe.py (from this folder), never robostream.
+only the standard library, numpy, torch, lerobot, lerobot_lancedb, probe.py and peer.py (from this folder), never
+robostream.
 
 The peer reads its own layout, not the LeRobot folder: `params["peer_root"]` (bench's `--peer_root`) is the output of
 `lerobot-lance-convert --root ROOT --out PEER_ROOT` (scripts/convert_lancedb.sh), a local folder or an `s3://` URL of
@@ -32,34 +33,29 @@ What lerobot-lancedb 0.3.1 documents for training (its README and `lerobot_lance
 from __future__ import annotations
 
 import atexit
-import importlib.metadata
-import importlib.util
 import itertools
-import math
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lerobot_lancedb.reader as lance_reader
 import torch
-from lerobot.datasets.sampler import EpisodeAwareSampler
 from lerobot_lancedb import LanceDBDataset, lance_mp_context
-from torch.utils.data import BatchSampler, DataLoader, Sampler
+from torch.utils.data import Sampler
 
-try:  # the reader imports torchcodec lazily in its first batch: import it before the timed first batch, as the
-    import torchcodec.decoders  # noqa: F401  lerobot peer and robostream's loaders do
-except ImportError:
-    pass
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path: its sibling peer.py is imported by name
+    sys.path.append(str(Path(__file__).resolve().parent))
 
-HERE = Path(__file__).resolve().parent
-PERSISTENT_WORKERS = True  # lerobot-train's default (lerobot/configs/train.py)
-DEFAULT_TOLERANCE_S = 1e-4  # LanceDBDataset's and LeRobotDataset's default
+if TYPE_CHECKING:  # the same file, by the name the type checker knows
+    from robostream.bench import peer
+else:
+    import peer
+
 # object_store client options that are not `aws_*` keys, passed through as given
 OBJECT_STORE_KEYS = {
     "allow_http",
@@ -71,20 +67,6 @@ OBJECT_STORE_KEYS = {
     "client_retry_timeout",
     "proxy_url",
 }
-
-
-def _probe() -> ModuleType:
-    """probe.py, imported under the name `probe` with its folder on sys.path (workers started by forkserver or spawn
-    unpickle TimedMapDataset by module name, and inherit sys.path)."""
-    if "probe" in sys.modules:
-        return sys.modules["probe"]
-    if str(HERE) not in sys.path:
-        sys.path.append(str(HERE))
-    spec = importlib.util.spec_from_file_location("probe", HERE / "probe.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["probe"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def object_store_options(storage_options: Mapping[str, Any] | None, uri: str) -> dict[str, str] | None:
@@ -143,56 +125,10 @@ def _dataset(params: dict[str, Any]) -> LanceDBDataset:
         root=uri if "://" in uri else Path(uri),
         episodes=params.get("episodes"),
         delta_timestamps=params.get("delta_timestamps"),
-        tolerance_s=params.get("tolerance_s") or DEFAULT_TOLERANCE_S,
+        tolerance_s=params.get("tolerance_s") or peer.DEFAULT_TOLERANCE_S,
         return_uint8=True,
         storage_options=object_store_options(params.get("storage_options"), uri),
     )
-
-
-class RankBatches(Sampler[list[int]]):
-    """Every `world_size`-th batch from `rank` on: the batches accelerate's BatchSamplerShard gives one rank."""
-
-    def __init__(self, batches: BatchSampler, rank: int, world_size: int) -> None:
-        self.batches, self.rank, self.world_size = batches, rank, world_size
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for position, batch in enumerate(self.batches):
-            if position % self.world_size == self.rank:
-                yield batch
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.batches) / self.world_size)
-
-
-def _world() -> tuple[int, int]:
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def _batches(dataset: LanceDBDataset, batch_size: int, seed: int) -> Sampler[list[int]]:
-    """This rank's batches of dataset positions: EpisodeAwareSampler's shuffled order (first epoch)."""
-    order = EpisodeAwareSampler(
-        dataset.meta.episodes["dataset_from_index"],
-        dataset.meta.episodes["dataset_to_index"],
-        episode_indices_to_use=dataset.episodes,
-        shuffle=True,
-        seed=seed,
-        absolute_to_relative_idx=dataset.absolute_to_relative_idx,
-    )
-    batches = BatchSampler(order, batch_size, drop_last=False)
-    rank, world_size = _world()
-    return batches if world_size == 1 else RankBatches(batches, rank, world_size)
-
-
-def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
-    num_workers = int(params["num_workers"])
-    if num_workers == 0:
-        return {"num_workers": 0}
-    return {
-        "num_workers": num_workers,
-        "prefetch_factor": int(params["prefetch_factor"]),
-        "persistent_workers": PERSISTENT_WORKERS,
-        "multiprocessing_context": params.get("multiprocessing_context") or lance_mp_context(),
-    }
 
 
 def _frames_per_sample(dataset: LanceDBDataset) -> int:
@@ -214,27 +150,11 @@ def _split(
 
     def split(n: int) -> dict[str, float]:
         positions = list(itertools.islice(itertools.chain.from_iterable(batches()), n))
-        decode_videos, ensure_decoders = dataset._decode_videos, dataset._ensure_decoders
-        decode_s = 0.0
-        window_fetch_s = 0.0
-
-        def timed_decode_videos(*args: Any, **kwargs: Any) -> Any:
-            nonlocal decode_s
-            start = time.perf_counter()
-            try:
-                return decode_videos(*args, **kwargs)
-            finally:
-                decode_s += time.perf_counter() - start
-
-        def timed_ensure_decoders(*args: Any, **kwargs: Any) -> Any:
-            nonlocal window_fetch_s
-            start = time.perf_counter()
-            try:
-                return ensure_decoders(*args, **kwargs)
-            finally:
-                window_fetch_s += time.perf_counter() - start
-
-        dataset._decode_videos, dataset._ensure_decoders = timed_decode_videos, timed_ensure_decoders
+        decode_videos, ensure_decoders = (
+            peer.TimedCall(dataset._decode_videos),
+            peer.TimedCall(dataset._ensure_decoders),
+        )
+        dataset._decode_videos, dataset._ensure_decoders = decode_videos, ensure_decoders
         try:
             start = time.perf_counter()
             for first in range(0, len(positions), size):
@@ -242,39 +162,22 @@ def _split(
             seconds = time.perf_counter() - start
         finally:
             del dataset._decode_videos, dataset._ensure_decoders  # back to the methods
-        decode_s -= window_fetch_s
-        return {
-            "samples": len(positions),
-            "seconds": seconds,
-            "decode_s": decode_s,
-            "fetch_s": seconds - decode_s,
-            "samples_per_s": len(positions) / seconds if seconds > 0 else 0.0,
-            "batch_size": size,
-        }
+        decode_s = decode_videos.seconds - ensure_decoders.seconds
+        return {**peer.split_result(samples=len(positions), seconds=seconds, decode_s=decode_s), "batch_size": size}
 
     return split
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _info(
-    dataset: LanceDBDataset, options: dict[str, Any], pin_memory: bool, store_options: dict[str, str] | None
-) -> dict[str, Any]:
-    rank, world_size = _world()
+def _info(dataset: LanceDBDataset, loader_info: dict[str, Any], store_options: dict[str, str] | None) -> dict[str, Any]:
     remote = "://" in dataset._db_uri
     return {
         "peer": "lancedb",
-        "lerobot_lancedb_version": _version("lerobot-lancedb"),
-        "lancedb_version": _version("lancedb"),
-        "lerobot_version": _version("lerobot"),
+        "lerobot_lancedb_version": peer.version("lerobot-lancedb"),
+        "lancedb_version": peer.version("lancedb"),
+        "lerobot_version": peer.version("lerobot"),
         "torch_version": torch.__version__,
-        "torchcodec_version": _version("torchcodec"),
-        "pyarrow_version": _version("pyarrow"),
+        "torchcodec_version": peer.version("torchcodec"),
+        "pyarrow_version": peer.version("pyarrow"),
         "uri": dataset._db_uri,
         "meta": f"materialized from the meta table into a per-run folder ({dataset.root})"
         if remote
@@ -289,11 +192,7 @@ def _info(
         "video_decoder_cache": f"{dataset._decoder_cache.capacity} decoders per worker, 2 GiB byte budget",
         "uint8": True,
         "frames": "uint8 CHW from torchcodec (return_uint8=True; float32 in [0, 1] without it)",
-        "sampler": "EpisodeAwareSampler(shuffle=True, seed)"
-        + (f", accelerate-style batch shard rank {rank} of {world_size}" if world_size > 1 else ""),
-        "drop_last": False,
-        "pin_memory": pin_memory,
-        **{key: value for key, value in options.items() if key != "num_workers"},
+        **loader_info,
         "worker_stats": "none: LanceDBDataset's decoder LRU keeps no hit/miss counters",
     }
 
@@ -301,21 +200,14 @@ def _info(
 def build(params: dict[str, Any]) -> dict[str, Any]:
     """The probe bundle for lerobot-lancedb: a DataLoader over a TimedMapDataset-wrapped LanceDBDataset whose
     batches are read with its batched `__getitems__`."""
-    probe = _probe()
     dataset = _dataset(params)
+    # forkserver: fork is unsafe with Lance's async runtime (spawn where forkserver is missing)
+    loader, loader_info = peer.map_style_loader(dataset, params, multiprocessing_context=lance_mp_context())
     batch_size, seed = int(params["batch_size"]), int(params["seed"])
-    options = _loader_options(params)
-    pin_memory = bool(params.get("pin_memory", False))
-    loader = DataLoader(
-        probe.TimedMapDataset(dataset, worker_stats=None),
-        batch_sampler=_batches(dataset, batch_size, seed),
-        pin_memory=pin_memory,
-        **options,
-    )
     return {
         "loader": loader,
         "frames_per_sample": _frames_per_sample(dataset),
         "counts": None,
-        "split": _split(dataset, lambda: _batches(dataset, batch_size, seed), batch_size),
-        "info": _info(dataset, options, pin_memory, dataset._storage_options),
+        "split": _split(dataset, lambda: peer.episode_batches(dataset, batch_size=batch_size, seed=seed), batch_size),
+        "info": _info(dataset, loader_info, dataset._storage_options),
     }
