@@ -14,28 +14,23 @@ on its frames are final values, which no step scales by 1/255 or augments.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager as ContextManager
 from functools import partial
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
+from robostream.datasets.reading import Reading
 from robostream.errors import RobostreamError, VideoDecodeError
 from robostream.format.depth import depths_from_codes
 from robostream.format.episodes import EpisodeTable
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
-from robostream.numbers import finite_number
-from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
-from robostream.video.cache import VideoDecoderCache
 from robostream.video.decoder import Plane, VideoDecoder, default_backend, open_video_decoder
-from robostream.video.layout import FramePool, frames_chw, gather_chw
+from robostream.video.layout import frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
 
 FRAMES_PER_CALL = 16  # frames per grouped decoder call: ~3 MiB of 256x256 RGB output at a time (larger outputs
@@ -46,37 +41,22 @@ class CameraReader:
     """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors (depth cameras:
     float32 (T, 1, H, W) depths in `meta.depth_unit`)."""
 
-    def __init__(
-        self,
-        meta: DatasetMetadata,
-        tolerance_s: float,
-        backend: str | None = None,
-        device: str = "cpu",
-        cache_size: int | None = None,
-        frame_pool: ProcessLocal | None = None,
-        decoders: VideoDecoderCache | None = None,
-        decode_threads: ProcessLocal | None = None,
-    ) -> None:
-        """frame_pool: where the batch path gives frames back to be decoded into again (shared by the sources of
-        a mixture; default: this reader's own).
-        decoders: the open decoders, a cache the sources of a mixture share (files named by their full location);
-        default: this reader's own, of cache_size.
-        decode_threads: the process's decode threads (a ProcessLocal of `decode_pool`), shared by a mixture's
-        sources; default: this reader's own."""
+    def __init__(self, meta: DatasetMetadata, reading: Reading) -> None:
+        """
+        Args:
+            meta: the dataset's (or the mixture source's) metadata.
+            reading: the dataset's reading: tolerance, backend and device; decoders, decode threads and frame pool.
+        """
         self.meta = meta
-        self.tolerance_s = finite_number(tolerance_s, what="tolerance_s", minimum=0)
+        self.tolerance_s = reading.settings.tolerance_s
         # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
-        self.backend = backend or default_backend()
-        self.device = device
-        # Default: every camera's current file stays open, plus room for the next file of each.
-        self.cache_size = cache_size or max(4, 2 * len(meta.video_keys))
+        self.backend = reading.settings.video_backend or default_backend()
+        self.device = reading.settings.video_decode_device
         # Each use brings its opener (`_decoder`), which must not refer back to this reader: a reference cycle would
         # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
-        self.cache = decoders or VideoDecoderCache(self.cache_size)
-        self._shared_cache = decoders is not None
-        # Threads do not survive a fork: each process builds its own pool (or none when it has no core to spare).
-        self._executor = decode_threads or ProcessLocal(partial(decode_pool, len(meta.video_keys)))
-        self.frame_pool = frame_pool or ProcessLocal(FramePool)
+        self.cache = reading.decoders
+        self._executor = reading.decode_threads
+        self.frame_pool = reading.frame_pool
         self.frame_sizes = {k: feature_frame_size(meta.info.features[k]) for k in meta.video_keys}
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
@@ -99,11 +79,11 @@ class CameraReader:
 
     def _decoder(self, relative: str, key: str, episode_index: int) -> ContextManager[VideoDecoder]:
         """Borrow the decoder of one of this dataset's video files, camera `key`'s file holding `episode_index`
-        (see VideoDecoderCache.use; a shared cache names files by their full location)."""
+        (see VideoDecoderCache.use; the cache is the dataset's, shared by its sources: files are named by their full
+        location)."""
         device = "cpu" if key in self.meta.depth_codings else self.device
         opener = partial(open_camera_file, self.meta, relative, self.backend, device, key, episode_index)
-        name = self.meta.describe(relative) if self._shared_cache else relative
-        return self.cache.use(name, self.backend, device, opener=opener)
+        return self.cache.use(self.meta.describe(relative), self.backend, device, opener=opener)
 
     def _decode_unique(
         self, decoder: VideoDecoder, key: str, times: np.ndarray, context: str = ""
@@ -250,21 +230,3 @@ def check_frame_size(decoder: VideoDecoder, key: str, size: tuple[int, int] | No
             f"width) but meta/info.json declares {size[0]}x{size[1]} for camera {key!r}; "
             "re-encode the video or fix the feature's shape"
         )
-
-
-def decode_pool(cameras: int) -> ThreadPoolExecutor | None:
-    """Decode threads for this process, or None when it has no core to spare for them."""
-    threads = decode_threads(cameras)
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="robostream-decode") if threads > 1 else None
-
-
-def decode_threads(cameras: int) -> int:
-    """Threads that decode a sample's cameras in parallel: one per camera while this process has cores to spare.
-
-    DataLoader workers already run in parallel; when they occupy every core, threads inside a worker only add
-    hand-off costs (and torchcodec holds the GIL for part of each call), so a worker then decodes its cameras in turn.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    info = get_worker_info()
-    processes = info.num_workers if info is not None else 1
-    return max(1, min(cameras, cores // processes))

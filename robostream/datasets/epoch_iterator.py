@@ -15,12 +15,13 @@ from typing import Any
 import torch
 
 from robostream.datasets.batch_assembly import Allocate as BatchAllocate
-from robostream.datasets.counters import FrameCounters
 from robostream.datasets.mixture import SourceReader
 from robostream.datasets.mixture_schema import MixtureBatches, MixtureSchema
 from robostream.datasets.pick_read_ahead import PickReadAhead
 from robostream.datasets.piece_reader import PieceReader
+from robostream.datasets.reading import Reading
 from robostream.plan.epoch import EpochPlan, Pick, role_picks
+from robostream.plan.piece import PieceGeometry
 
 
 class EpochIterator:
@@ -35,10 +36,9 @@ class EpochIterator:
         sources: Sequence[SourceReader],
         schema: MixtureSchema | None,
         mixture_batches: MixtureBatches | None,
-        counters: FrameCounters,
+        reading: Reading,
         seed: int,
         epoch: int,
-        shuffle: bool,
         pool_size: int,
         prefetch_pieces: int,
     ) -> None:
@@ -50,19 +50,27 @@ class EpochIterator:
             sources: the dataset's sources (one unless a mixture).
             schema: a mixture's common keys (None: samples as the one dataset gives them).
             mixture_batches: a mixture's batch assembler (None: one dataset, or per-sample transforms).
-            counters: frame counters shared with the workers.
-            seed, epoch, shuffle, pool_size, prefetch_pieces: the dataset's settings.
+            reading: the dataset's reading (its counters, frame pool and settings).
+            seed, epoch, pool_size, prefetch_pieces: the dataset's settings.
         """
         self.plan, self.role, self.worker = plan, role, worker
         self.sources, self.schema, self.mixture_batches = sources, schema, mixture_batches
-        self.counters = counters
-        self.seed, self.epoch, self.shuffle, self.pool_size = seed, epoch, shuffle, pool_size
+        self.reading, self.counters = reading, reading.counters
+        self.seed, self.epoch, self.pool_size = seed, epoch, pool_size
         self.prefetch_pieces = prefetch_pieces
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
         self._live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
-        self._held: dict[int, int] = {}  # per source: decoders of its live pieces held open (VideoDecoderCache.hold)
-        self._fetch_ahead = PickReadAhead(plan, sources, self._locate)
+        self._held = 0  # decoders of live pieces held open (VideoDecoderCache.hold)
+        # Geometry of pieces about to go live (computed by whichever needs it first: read-ahead or opening).
+        self._geometries: dict[tuple[int, int], PieceGeometry] = {}
+        self._fetch_ahead = PickReadAhead(
+            plan,
+            readers=[source.frames for source in sources],
+            locate=self._locate,
+            geometry=self._geometry,
+            decode_ahead=reading.settings.decode_ahead,
+        )
         self._pick_iterator: Iterator[Pick] | None = None  # this pass's picks, once taking started
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -115,11 +123,11 @@ class EpochIterator:
         self._live_frames += sum(reader.resident for reader in readers.values()) - held
         released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
         video = [self._frames(reader, position, released) for reader, position in refs]
-        if self.mixture_batches is None:
-            batch = self.sources[0].frames.batch(refs, video, self.worker, allocate)
+        if self.mixture_batches is None:  # one dataset: every ref is of its source
+            batch = self.sources[refs[0][0].source].frames.batch(refs, video, self.worker, allocate)
         else:
             batch = self._mixture_batch(refs, video, allocate)
-        self.sources[0].cameras.frame_pool.get().give(released)  # one pool, shared by the sources
+        self.reading.frame_pool.get().give(released)
         return batch
 
     def _mixture_batch(
@@ -133,13 +141,18 @@ class EpochIterator:
             groups.setdefault(reader.source, []).append(i)
         for source, members in groups.items():
             self.sources[source].frames.count_frames(self.worker, [video[i] for i in members])
-        self.sources[0].frames.count_reads(self.worker)  # the storages of every source
+        self.reading.count_reads(self.worker)
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
         return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
     def _picks(self) -> Iterator[Pick]:
         picks = role_picks(
-            self.plan, self.role, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle, pool_size=self.pool_size
+            self.plan,
+            self.role,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.reading.settings.shuffle,
+            pool_size=self.pool_size,
         )
         return self._fetch_ahead(picks) if self._fetch_ahead.enabled else picks
 
@@ -150,38 +163,50 @@ class EpochIterator:
         reader = self._readers.get(key)
         pieces = self.plan.pieces[stream]
         if reader is None:
-            unit, first, stop = pieces[piece]
-            source, episode, offset = self._locate(unit)
-            reader = self._readers[key] = source.frames.open_piece(episode, offset + first, offset + stop, self.worker)
+            index, episode, _ = self._locate(pieces[piece][0])
+            source = self.sources[index]
+            reader = self._readers[key] = source.frames.open_piece(episode, self._geometry(stream, piece), self.worker)
+            del self._geometries[key]  # the piece reader holds it now
             for unit, _, _ in pieces[piece + 1 : piece + 1 + self.prefetch_pieces]:
                 ahead, episode, _ = self._locate(unit)
-                ahead.frames.rows.read_ahead(episode)
+                self.sources[ahead].frames.rows.read_ahead(episode)
             if source.meta.video_keys:
                 self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
-                self._hold(reader.source, len(source.meta.video_keys))
+                self._hold(len(source.meta.video_keys))
         if position == len(reader.sample_frames) - 1:
             del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
             self._fetch_ahead.done(stream, piece)
-            self._hold(reader.source, -len(self.sources[reader.source].meta.video_keys))
+            self._hold(-len(self.sources[reader.source].meta.video_keys))
         return reader, position
 
-    def _hold(self, source: int, decoders: int) -> None:
+    def _hold(self, decoders: int) -> None:
         """Keep room in the decoder cache for a live piece's cameras (negative: the piece ended)."""
         if decoders:
-            self.sources[source].cameras.cache.hold(decoders)
-            self._held[source] = self._held.get(source, 0) + decoders
+            self.reading.decoders.hold(decoders)
+            self._held += decoders
 
     def release(self) -> None:
         """The pass ended (or was abandoned): give back the room its live pieces held."""
-        for source, decoders in self._held.items():
-            self.sources[source].cameras.cache.hold(-decoders)
-        self._held.clear()
+        if self._held:
+            self.reading.decoders.hold(-self._held)
+            self._held = 0
 
-    def _locate(self, unit: int) -> tuple[SourceReader, int, int]:
-        """The source, episode index and first frame of an epoch unit."""
+    def _locate(self, unit: int) -> tuple[int, int, int]:
+        """The source index, episode index and first frame of an epoch unit."""
         source, position, offset = self.plan.units.locate(unit)
-        reader = self.sources[source]
-        return reader, reader.episodes[position], offset
+        return source, self.sources[source].episodes[position], offset
+
+    def _geometry(self, stream: int, piece: int) -> PieceGeometry:
+        """The geometry of a piece about to go live, computed once for the read-ahead and the frame reader."""
+        key = (stream, piece)
+        geometry = self._geometries.get(key)
+        if geometry is None:
+            unit, first, stop = self.plan.pieces[stream][piece]
+            index, episode, offset = self._locate(unit)
+            geometry = self._geometries[key] = self.sources[index].frames.geometry(
+                episode, offset + first, offset + stop
+            )
+        return geometry
 
     def _frames(
         self, reader: PieceReader, position: int, released: list[torch.Tensor] | None = None

@@ -9,8 +9,6 @@ picks are fetched ahead (pick_read_ahead.py, video_read_ahead.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -19,90 +17,70 @@ import torch
 
 from robostream.datasets.batch_assembly import Allocate, BatchAssembler
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.counters import FrameCounters
 from robostream.datasets.piece_reader import PieceReader
+from robostream.datasets.reading import ROW_THREADS, Reading
 from robostream.datasets.sample import SampleAssembler, stack_window
-from robostream.datasets.video_read_ahead import VideoReadAhead, index_threads
-from robostream.format.data_rows import DataRowReader, EpisodeRows, RowCaches
+from robostream.datasets.video_read_ahead import VideoReadAhead
+from robostream.format.data_rows import DataRowReader, EpisodeRows
 from robostream.format.metadata import DatasetMetadata
-from robostream.plan.schedule import piece_sample_order
-from robostream.process_local import ProcessLocal
-from robostream.storage.store import Storage
-
-ROW_THREADS = 16  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
-
-
-@dataclass(frozen=True)
-class ReadingThreads:
-    """Per-process caches and threads of the frame readers (each a ProcessLocal: rebuilt after a fork), one set
-    for all the sources of a mixture."""
-
-    row_caches: ProcessLocal = field(default_factory=lambda: ProcessLocal(RowCaches))
-    row_threads: ProcessLocal = field(
-        default_factory=lambda: ProcessLocal(
-            partial(ThreadPoolExecutor, ROW_THREADS, thread_name_prefix="robostream-rows")
-        )
-    )
-    index_threads: ProcessLocal = field(default_factory=lambda: ProcessLocal(index_threads))
+from robostream.plan.piece import NO_WINDOW, PieceGeometry, piece_geometry
+from robostream.plan.schedule import window_stride
 
 
 class FrameReader:
     """Opens pieces (episode, first frame, stop frame) and assembles their samples, counting frames per worker."""
 
     def __init__(
-        self,
-        meta: DatasetMetadata,
-        *,
-        assembler: SampleAssembler,
-        cameras: CameraReader,
-        counters: FrameCounters,
-        stride: int,
-        decode_ahead: int,
-        prefetch: bool,
-        index: int = 0,
-        storages: Sequence[Storage] | None = None,
-        shared: ReadingThreads | None = None,
+        self, meta: DatasetMetadata, *, assembler: SampleAssembler, cameras: CameraReader, index: int, reading: Reading
     ) -> None:
         """
         Args:
-            meta: the dataset's metadata.
+            meta: the source's metadata.
             assembler: windows and sample layout (shared with the map-style dataset).
-            cameras: the decoders of this process.
-            counters: frame counters shared with the DataLoader workers.
-            stride: a piece's samples are visited by residue class of this stride (overlapping windows).
-            decode_ahead: samples whose missing frames are decoded in one call.
-            prefetch: fetch the rows of upcoming pieces and the video bytes of upcoming picks ahead (remote data).
-            index: the source this reads in a mixture (its pieces' readers carry it).
-            storages: where every source of the dataset reads its data (a list the sources of a mixture share,
-                so a worker's byte counters cover all of them); default: this source's.
-            shared: the per-process caches and threads that the sources of a mixture share (open data files,
-                rows read ahead, packet-index threads), so they grow with the live pieces, not with the sources;
-                default: this reader's own.
+            cameras: the source's cameras.
+            index: the source this reads (0 for a plain dataset; its pieces' readers carry it).
+            reading: the dataset's reading: settings, counters, data-file caches and threads, shared by its sources
+                so that they grow with the live pieces, not with the sources.
         """
         self.meta = meta
         self.index = index
-        self.storages = storages if storages is not None else [meta.data_storage]
         self.assembler = assembler
+        self.reading = reading
+        self.counters = reading.counters
         # Batches are assembled whole unless transforms must see each sample (then: samples + collate).
         self.batches = BatchAssembler(assembler) if assembler.image_transforms is None else None
         self.cameras = cameras
-        self.counters = counters
-        self.stride = stride
-        self.decode_ahead = decode_ahead
-        remote = prefetch and not meta.data_storage.is_local
-        shared = shared or ReadingThreads()
+        settings = reading.settings
+        self.camera_offsets = {k: assembler.delta_offsets.get(k, NO_WINDOW) for k in meta.video_keys}
+        # A shuffled piece is read by residue class of its windows' stride (overlapping windows decode together).
+        windows = [assembler.delta_offsets[k] for k in meta.video_keys if k in assembler.delta_offsets]
+        self.stride = window_stride(windows) if settings.shuffle else 1
+        self.decode_ahead = settings.decode_ahead
+        remote = settings.prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(
-            meta, read_ahead_threads=ROW_THREADS if remote else 0, caches=shared.row_caches, threads=shared.row_threads
+            meta,
+            read_ahead_threads=ROW_THREADS if remote else 0,
+            caches=reading.row_caches,
+            threads=reading.row_threads,
         )
-        self.video_ahead = VideoReadAhead(meta, enabled=prefetch, threads=shared.index_threads)
+        self.video_ahead = VideoReadAhead(meta, enabled=settings.prefetch, reading=reading)
 
-    def open_piece(self, episode: int, first: int, stop: int, worker: int) -> PieceReader:
-        rows = self.rows.episode(episode)
-        frames = piece_sample_order(first, stop, self.stride)
+    def geometry(self, episode: int, first: int, stop: int) -> PieceGeometry:
+        """The sample order and per-camera window frames of the piece [first, stop) of `episode`."""
+        return piece_geometry(
+            first=first,
+            stop=stop,
+            stride=self.stride,
+            episode_length=int(self.meta.episodes.lengths_of([episode])[0]),
+            camera_offsets=self.camera_offsets,
+        )
+
+    def open_piece(self, episode: int, geometry: PieceGeometry, worker: int) -> PieceReader:
+        """A live piece of `episode` (its rows read now), for samples in its geometry's order."""
         return PieceReader(
-            rows,
-            frames,
-            self.assembler.camera_window_frames(frames, len(rows)),
+            self.rows.episode(episode),
+            geometry.sample_frames,
+            geometry.camera_frames,
             partial(self._decode, worker),
             self.decode_ahead,
             source=self.index,
@@ -154,30 +132,12 @@ class FrameReader:
     def count(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
         """Count the frames delivered to samples and, for remote data, this process's bytes read."""
         self.count_frames(worker, frames)
-        self.count_reads(worker)
+        self.reading.count_reads(worker)
 
     def count_frames(self, worker: int, frames: Sequence[Mapping[str, Sequence[torch.Tensor]]]) -> None:
         """Count the frames delivered to samples."""
         if self.meta.video_keys:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
-
-    def count_reads(self, worker: int) -> None:
-        """Record this process's reads of every source's remote data (once per batch: the storages are all the
-        sources' of a mixture)."""
-        remote = [storage for storage in self.storages if not storage.is_local]
-        if remote:
-            stats = [storage.stats() for storage in remote]
-            # Blocks and read-ahead may be shared by several storages (a mixture's): count each once.
-            shared = list({id(storage.blocks): s for storage, s in zip(remote, stats)}.values())
-            self.counters.set(worker, "bytes_read", sum(s.bytes_read for s in stats))
-            self.counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in shared) * 1e6))
-            self.counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in shared))
-            self.counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in shared))
-            self.counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in shared))
-            self.counters.set(worker, "reader_fetches", sum(s.reader_fetches for s in shared))
-            self.counters.set(
-                worker, "read_ahead_errors", self.video_ahead.errors + sum(s.read_ahead_failures for s in shared)
-            )
 
     def _decode(
         self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]

@@ -22,6 +22,7 @@ import torch
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.origin import open_dataset, resolve_episodes
+from robostream.datasets.reading import Reading, ReadingSettings
 from robostream.datasets.sample import SampleAssembler
 from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_columns import DataColumns
@@ -69,6 +70,16 @@ class LeRobotDataset(torch.utils.data.Dataset):
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions.
         """
         self.repo_id = repo_id
+        settings = ReadingSettings(
+            read_options=read_options,
+            delta_timestamps=dict(delta_timestamps or {}),
+            tolerance_s=tolerance_s,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            depth_output_unit=depth_output_unit,
+            video_backend=video_backend,
+            video_decode_device=video_decode_device,
+        )
         self.meta = open_dataset(
             repo_id, root, revision, read_options, video_backend, "LeRobotDataset", depth_output_unit=depth_output_unit
         )
@@ -86,11 +97,13 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.lengths = self.meta.episodes.lengths_of(self.episodes)
         self._ends = np.cumsum(self.lengths)
         self.rows = DataColumns(self.meta, self.meta.derived)
-        self.cameras = CameraReader(
-            self.meta, tolerance_s, video_backend, video_decode_device, video_decoder_cache_size
+        # Random access: every camera's current file stays open, plus room for the next file of each.
+        self.reading = Reading(
+            settings, decoders_kept=video_decoder_cache_size or max(4, 2 * len(self.meta.video_keys))
         )
+        self.cameras = CameraReader(self.meta, self.reading)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
-        self.video_ahead = VideoReadAhead(self.meta)
+        self.video_ahead = VideoReadAhead(self.meta, enabled=True, reading=self.reading)
         self._ahead = ProcessLocal(_AskedAhead)
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------

@@ -19,20 +19,16 @@ from typing import Any
 import numpy as np
 
 from robostream.datasets.cameras import CameraReader
-from robostream.datasets.counters import FrameCounters
-from robostream.datasets.frame_reader import FrameReader, ReadingThreads
+from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.origin import open_dataset, resolve_episodes
+from robostream.datasets.reading import Reading
 from robostream.datasets.sample import SampleAssembler
-from robostream.format.depth import DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.plan.mixture import Weight
-from robostream.plan.schedule import window_stride
 from robostream.plan.windows import delta_offsets, window_seconds
 from robostream.storage.options import ReadOptions, read_options_from
 from robostream.storage.redact import redact_url
-from robostream.storage.store import SharedReading, Storage
-from robostream.video.cache import VideoDecoderCache
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,40 +137,16 @@ def mixture_fingerprint(
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReaderSettings:
-    """What every source of one streaming dataset is read with (the dataset's own arguments)."""
-
-    read_options: ReadOptions | None
-    delta_timestamps: Mapping[str, Sequence[float]]
-    tolerance_s: float
-    return_uint8: bool
-    image_transforms: Any
-    depth_output_unit: DepthUnit
-    video_backend: str | None
-    video_decode_device: str
-    decoder_cache_size: int | None
-    decode_ahead: int
-    prefetch: bool
-    shuffle: bool
-    counters: FrameCounters
-    frame_pool: Any  # one ProcessLocal FramePool shared by every source's decoders
-    decoders: VideoDecoderCache | None  # a mixture's open decoders, shared by its sources (None: each its own)
-    decode_threads: Any  # a mixture's ProcessLocal decode pool, shared by its sources (None: each its own)
-    reading: ReadingThreads | None  # a mixture's data-file caches and read threads, shared (None: each its own)
-    shared_reading: SharedReading | None  # a mixture's remote clients, blocks and read-ahead (None: each its own)
-    storages: list[Storage]  # every source's data storage, appended as sources open (byte counters cover all)
-
-
-def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_windows: bool) -> SourceReader:
-    """Open one source: metadata, episode selection, its windows at its own fps, decoders and frame source.
+def open_reader(index: int, spec: Source, reading: Reading, *, lenient_windows: bool) -> SourceReader:
+    """Open one source: metadata, episode selection, its windows at its own fps, its cameras and frame reader.
 
     Args:
         index: the source's position in the mixture.
         spec: the source.
-        settings: the dataset's arguments.
+        reading: the dataset's reading (its settings and the resources every source shares).
         lenient_windows: skip windows of common keys the source lacks (a mixture: its schema reports them).
     """
+    settings = reading.settings
     meta = open_dataset(
         spec.repo_id,
         spec.root,
@@ -182,41 +154,20 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
         spec.read_options or settings.read_options,
         settings.video_backend,
         "StreamingLeRobotDataset",
-        shared_reading=settings.shared_reading,
+        shared_reading=reading.shared_reading,
         depth_output_unit=settings.depth_output_unit,
     )
     episodes = resolve_episodes(meta, spec.episodes)
-    settings.storages.append(meta.data_storage)
+    reading.add_storage(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps
     source_key = {c: k for k, c in spec.feature_map.items()}
     deltas = {source_key.get(key, key): values for key, values in window_seconds(common).items()}
     if lenient_windows:  # keep the windows of the common names this source has (under its own names)
         deltas = {k: v for k, v in deltas.items() if k in meta.info.features and spec.feature_map.get(k, k) in common}
     offsets = delta_offsets(deltas, meta.fps, settings.tolerance_s, list(meta.info.features)) if deltas else {}
-    cameras = CameraReader(
-        meta,
-        settings.tolerance_s,
-        settings.video_backend,
-        settings.video_decode_device,
-        settings.decoder_cache_size,
-        frame_pool=settings.frame_pool,
-        decoders=settings.decoders,
-        decode_threads=settings.decode_threads,
-    )
-    stride = window_stride([offsets[k] for k in meta.video_keys if k in offsets]) if settings.shuffle else 1
+    cameras = CameraReader(meta, reading)
     assembler = SampleAssembler(meta, offsets, settings.return_uint8, settings.image_transforms)
-    frames = FrameReader(
-        meta,
-        assembler=assembler,
-        cameras=cameras,
-        counters=settings.counters,
-        stride=stride,
-        decode_ahead=settings.decode_ahead,
-        prefetch=settings.prefetch,
-        index=index,
-        storages=settings.storages,
-        shared=settings.reading,
-    )
+    frames = FrameReader(meta, assembler=assembler, cameras=cameras, index=index, reading=reading)
     return SourceReader(
         index,
         spec.label,
@@ -233,7 +184,7 @@ def open_reader(index: int, spec: Source, settings: ReaderSettings, *, lenient_w
 SOURCES_OPENED_AT_ONCE = 32  # each source is a few requests in a row: 32 at once open 500 in ~16 round trips
 
 
-def open_readers(specs: Sequence[Source], settings: ReaderSettings, *, lenient_windows: bool) -> list[SourceReader]:
+def open_readers(specs: Sequence[Source], reading: Reading, *, lenient_windows: bool) -> list[SourceReader]:
     """Open every source, up to SOURCES_OPENED_AT_ONCE at a time (threads: opening waits on the store, and on
     parquet and numpy, which release the GIL). The first source that fails (in mixture order) fails construction,
     its error noting the source: dropping it would change the mixture's counts, and a source failing on one node
@@ -241,15 +192,15 @@ def open_readers(specs: Sequence[Source], settings: ReaderSettings, *, lenient_w
 
     Args:
         specs: the sources, in mixture order.
-        settings: the dataset's arguments.
+        reading: the dataset's reading.
         lenient_windows: skip windows of common keys a source lacks (a mixture: its schema reports them).
     """
     if len(specs) == 1:
-        return [open_reader(0, specs[0], settings, lenient_windows=lenient_windows)]
+        return [open_reader(0, specs[0], reading, lenient_windows=lenient_windows)]
     pool = ThreadPoolExecutor(min(len(specs), SOURCES_OPENED_AT_ONCE), thread_name_prefix="robostream-open")
     try:
         futures = [
-            pool.submit(open_reader, i, spec, settings, lenient_windows=lenient_windows) for i, spec in enumerate(specs)
+            pool.submit(open_reader, i, spec, reading, lenient_windows=lenient_windows) for i, spec in enumerate(specs)
         ]
         readers = []
         for i, (spec, future) in enumerate(zip(specs, futures)):

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robostream.datasets.mixture import SourceReader
+from robostream.datasets.frame_reader import FrameReader
 from robostream.plan.epoch import EpochPlan, Pick
-from robostream.plan.schedule import piece_sample_order
+from robostream.plan.piece import PieceGeometry
 from robostream.storage.store import RangedReader
 
 FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
@@ -33,9 +33,9 @@ PICKS_PER_ROUND = 32  # picks taken from the plan at a time (their new files' in
 
 @dataclass
 class _Piece:
-    source: SourceReader
+    reader: FrameReader  # of the piece's source
     episode: int
-    frames: dict[str, np.ndarray]  # per camera, (samples, T) frames in the piece's sample order
+    frames: dict[str, np.ndarray]  # per camera, (samples, T) frames in the piece's sample order (its geometry)
     # per camera: the file's reader and each sample's byte span (start, end arrays); None: nothing known
     located: dict[str, tuple[RangedReader, np.ndarray, np.ndarray] | None] | None = None
     asked: dict[str, tuple[int, int]] = field(default_factory=dict)  # per camera: last position's start, span end
@@ -46,11 +46,26 @@ class PickReadAhead:
     """Picks of one consumer role with their video bytes fetched ahead (remote sources; see module doc)."""
 
     def __init__(
-        self, plan: EpochPlan, sources: Sequence[SourceReader], locate: Callable[[int], tuple[SourceReader, int, int]]
+        self,
+        plan: EpochPlan,
+        *,
+        readers: Sequence[FrameReader],
+        locate: Callable[[int], tuple[int, int, int]],
+        geometry: Callable[[int, int], PieceGeometry],
+        decode_ahead: int,
     ) -> None:
-        self.plan, self.sources, self._locate = plan, sources, locate
+        """
+        Args:
+            plan: the pass's plan.
+            readers: the frame reader of each source.
+            locate: an epoch unit's (source, episode, first frame).
+            geometry: a (stream, piece)'s geometry, computed once and shared with the frame reader.
+            decode_ahead: samples whose missing frames a piece reader decodes in one call.
+        """
+        self.plan, self.readers, self._locate, self._geometry = plan, readers, locate, geometry
+        self.decode_ahead = decode_ahead
         self._pieces: dict[tuple[int, int], _Piece] = {}
-        self._remote = [s for s in sources if s.frames.video_ahead.enabled]
+        self._remote = [r for r in readers if r.video_ahead.enabled]
 
     @property
     def enabled(self) -> bool:
@@ -70,12 +85,12 @@ class PickReadAhead:
                 exhausted = len(taken) < PICKS_PER_ROUND
                 entries = [self._entry(pick) for pick in taken]
                 # The packet indexes of files met for the first time are read concurrently (a round trip each).
-                for source in self._remote:
-                    source.frames.video_ahead.prepare(
+                for reader in self._remote:
+                    reader.video_ahead.prepare(
                         [
                             (e.episode, key)
                             for e in entries
-                            if e is not None and e.source is source and e.located is None
+                            if e is not None and e.reader is reader and e.located is None
                             for key in e.frames
                         ]
                     )
@@ -95,7 +110,7 @@ class PickReadAhead:
                 reader.release(start, end)
 
     def _wants_more(self) -> bool:
-        ahead = [s.meta.data_storage.read_ahead for s in self._remote]
+        ahead = [r.video_ahead.read_ahead for r in self._remote]
         return sum(r.ahead_bytes() for r in ahead) < max(r.depth_bytes(FLOOR_BYTES) for r in ahead)
 
     def _entry(self, pick: Pick) -> _Piece | None:
@@ -103,27 +118,25 @@ class PickReadAhead:
         stream, piece, _ = pick
         entry = self._pieces.get((stream, piece))
         if entry is None:
-            unit, first, stop = self.plan.pieces[stream][piece]
-            source, episode, offset = self._locate(unit)
-            if not source.frames.video_ahead.enabled:
+            unit, _, _ = self.plan.pieces[stream][piece]
+            source, episode, _ = self._locate(unit)
+            reader = self.readers[source]
+            if not reader.video_ahead.enabled:
                 return None
-            source.frames.rows.read_ahead(episode)  # its rows too, in the background
-            order = piece_sample_order(offset + first, offset + stop, source.frames.stride)
-            length = int(source.meta.episodes.lengths_of([episode])[0])
-            entry = _Piece(source, episode, source.frames.assembler.camera_window_frames(order, length))
+            reader.rows.read_ahead(episode)  # its rows too, in the background
+            entry = _Piece(reader, episode, self._geometry(stream, piece).camera_frames)
             self._pieces[(stream, piece)] = entry
         return entry
 
     def _ask(self, entry: _Piece, position: int) -> None:
         if entry.located is None:  # the piece's first pick: every sample's spans at once (its index is read)
-            frames_reader = entry.source.frames
-            video, fps = frames_reader.video_ahead, entry.source.meta.fps
+            video, fps = entry.reader.video_ahead, entry.reader.meta.fps
             entry.located = {}
             for key, frames in entry.frames.items():
                 located = video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
                 if located is not None:  # a sample's frames are decoded with the next decode_ahead samples'
                     reader, starts, ends = located
-                    located = reader, *decode_runs(starts, ends, frames_reader.decode_ahead)
+                    located = reader, *decode_runs(starts, ends, self.decode_ahead)
                 entry.located[key] = located
         for key, located in entry.located.items():
             if located is None:

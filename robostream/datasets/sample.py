@@ -62,15 +62,6 @@ class SampleAssembler:
         """Frames each camera needs for this sample (the frame itself without a window)."""
         return {k: query_frames.get(k, np.array([frame])) for k in self.meta.video_keys}
 
-    def camera_window_frames(self, frames: np.ndarray, length: int) -> dict[str, np.ndarray]:
-        """Vectorised `video_frames` for many frames of one episode: per camera an (N, T) array of frames."""
-        frames = np.asarray(frames, dtype=np.int64)[:, None]
-        no_window = np.zeros(1, dtype=np.int64)
-        return {
-            k: window_indices(frames, 0, length, self.delta_offsets.get(k, no_window)[None, :])[0]
-            for k in self.meta.video_keys
-        }
-
     @staticmethod
     def timestamps(rows: EpisodeRows, frames: np.ndarray) -> np.ndarray:
         return rows.columns["timestamp"][frames].astype(np.float64)

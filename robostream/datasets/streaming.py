@@ -24,7 +24,6 @@ videos/, so start-up and memory do not grow with the dataset; every process plan
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,13 +33,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from robostream.datasets.batch_assembly import Allocate
 from robostream.datasets.batching import BatchingMethod, make_batching
-from robostream.datasets.cameras import CameraReader, decode_pool
-from robostream.datasets.counters import FrameCounters
+from robostream.datasets.cameras import CameraReader
 from robostream.datasets.epoch_iterator import EpochIterator
-from robostream.datasets.frame_reader import FrameReader, ReadingThreads
+from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (
-    ReaderSettings,
     Source,
     SourceReader,
     mixture_fingerprint,
@@ -51,6 +48,7 @@ from robostream.datasets.mixture import (
 )
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
+from robostream.datasets.reading import STREAMING_DECODERS, Reading, ReadingSettings
 from robostream.datasets.stratified import StratifiedIterator
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.format.metadata import DatasetMetadata
@@ -59,16 +57,10 @@ from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Une
 from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.mixture import EpochUnits, SamplingMethod, check_epoch_units, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
-from robostream.process_local import ProcessLocal
 from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
-from robostream.storage.store import SharedReading
-from robostream.video.cache import VideoDecoderCache
-from robostream.video.layout import FramePool
 
 STATE_VERSION = 2
-MIXTURE_DECODERS = 8  # decoders a mixture keeps open per process beyond those of its live pieces
-MAX_DECODE_THREADS = 16  # a mixture's decode threads per process, at most (fewer when workers fill the cores)
 
 
 class StreamingLeRobotDataset(IterableDataset):
@@ -153,9 +145,9 @@ class StreamingLeRobotDataset(IterableDataset):
             prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data
                 only); 0 also turns off fetching the video bytes of the next picks ahead (which is sized by the
                 store's measured latency, within the read buffer).
-            video_decoder_cache_size: open decoders kept per process and source (default: 2 per camera); a
-                mixture's sources share them (default 8), and decoders of live pieces are kept open beyond it:
-                open decoders (and file descriptors) grow with the live pieces, not with the sources.
+            video_decoder_cache_size: open decoders kept per process beyond those of the live pieces (default 8),
+                shared by a mixture's sources: open decoders (and file descriptors) grow with the live pieces, not
+                with the sources.
             depth_output_unit: depth cameras (lerobot's `is_depth_map` video features) come as float32 (1, H, W)
                 depths in "mm" (lerobot's default) or "m", and each source's `meta.stats` of them in the same unit.
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
@@ -189,8 +181,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self.sampling_method, self.epoch_size, self.features = sampling_method, epoch_size, features
         self._rank_world = (rank, world_size) if rank is not None else None
         self.delta_timestamps = dict(delta_timestamps or {})
-        self.counters = FrameCounters()
-        settings = ReaderSettings(
+        settings = ReadingSettings(
             read_options=read_options,
             delta_timestamps=self.delta_timestamps,
             tolerance_s=tolerance_s,
@@ -199,25 +190,19 @@ class StreamingLeRobotDataset(IterableDataset):
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
             video_decode_device=video_decode_device,
-            decoder_cache_size=video_decoder_cache_size,
             decode_ahead=decode_ahead,
             prefetch=prefetch_pieces > 0,
             shuffle=shuffle,
-            counters=self.counters,
-            frame_pool=ProcessLocal(FramePool),
-            storages=[],
-            decoders=VideoDecoderCache(video_decoder_cache_size or MIXTURE_DECODERS) if self.is_mixture else None,
-            decode_threads=ProcessLocal(partial(decode_pool, MAX_DECODE_THREADS)) if self.is_mixture else None,
-            reading=ReadingThreads() if self.is_mixture else None,
-            shared_reading=SharedReading() if self.is_mixture else None,
         )
-        self.sources = open_readers(specs, settings, lenient_windows=self.is_mixture)
+        # One reading for every source (a plain dataset is a mixture of one): the same decoders, pools, counters.
+        self.reading = Reading(settings, decoders_kept=video_decoder_cache_size or STREAMING_DECODERS)
+        self.sources = open_readers(specs, self.reading, lenient_windows=self.is_mixture)
         weights = [spec.weight for spec in specs]
         self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights, epoch_size)
         check_epoch_units(self.samples_per_source, [r.lengths for r in self.sources], weights, epoch_size)
         self.schema = self.batches_of_mixture = None
         self.fingerprint = None
-        self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self.sources[0])
+        self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self._only())
         if self.is_mixture:
             self.schema = mixture_schema(
                 self.sources, self.delta_timestamps, self.batching.schema_mode(features), return_uint8
@@ -247,7 +232,8 @@ class StreamingLeRobotDataset(IterableDataset):
                 "a mixture has one metadata, episode selection and decoder set per source: use "
                 "dataset.sources[i].meta / .episodes / .cameras / .frames"
             )
-        return self.sources[0]
+        (source,) = self.sources
+        return source
 
     @property
     def meta(self) -> DatasetMetadata:
@@ -455,10 +441,9 @@ class StreamingLeRobotDataset(IterableDataset):
                 sources=self.sources,
                 schema=self.schema,
                 mixture_batches=self.batches_of_mixture,
-                counters=self.counters,
+                reading=self.reading,
                 seed=self.seed,
                 epoch=self.epoch,
-                shuffle=self.shuffle,
                 pool_size=max(1, round(self.pool_size * share)),
                 prefetch_pieces=self.prefetch_pieces,
             )
@@ -487,7 +472,7 @@ class StreamingLeRobotDataset(IterableDataset):
     def assembles_batches(self) -> bool:
         """Whether a loader can have whole batches assembled here (not with image_transforms, which run per
         sample)."""
-        return self.sources[0].frames.batches is not None
+        return self.reading.settings.image_transforms is None
 
     def source_stats(self, index: int = 0) -> dict[str, dict[str, np.ndarray]]:
         """Normalisation statistics (meta/stats.json) of source `index` (of the dataset itself when it is not a
@@ -499,7 +484,7 @@ class StreamingLeRobotDataset(IterableDataset):
         working set (of one live piece, of all live pieces of a worker, the most pieces live at once), and for
         remote data the bytes read, the time readers waited for them (us) and the peak bytes of fetched blocks
         held by a worker."""
-        return self.counters.totals()
+        return self.reading.counters.totals()
 
 
 def _identity(fingerprint: str | None) -> str:

@@ -15,14 +15,15 @@ needs them, under the same retry policy.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from robostream.datasets.reading import Reading
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
+from robostream.storage.read_ahead import ReadAhead
 from robostream.storage.store import RangedReader
 from robostream.video.packet_index import (
     PacketIndex,
@@ -33,7 +34,6 @@ from robostream.video.packet_index import (
 )
 
 CAMERAS_KEPT = 1 << 16  # (episode, camera) locations kept per process
-INDEX_THREADS = 8  # packet indexes read at once (a round trip or two each)
 EXPECTED = (RobostreamError, OSError)  # failures the decoder's own read reports for real
 
 
@@ -50,28 +50,28 @@ class _State:
         self.cameras: dict[tuple[int, str], tuple[str, float]] = {}  # (episode, camera) -> (file, its start time)
 
 
-def index_threads() -> ThreadPoolExecutor:
-    """This process's threads reading packet indexes (started as needed)."""
-    return ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="robostream-index")
-
-
 class VideoReadAhead:
     """Byte spans of camera frames, fetched ahead of the decoders of one dataset (per process)."""
 
-    def __init__(self, meta: DatasetMetadata, *, enabled: bool = True, threads: ProcessLocal | None = None) -> None:
-        """enabled: False turns fetching ahead off (then decoders fetch their blocks as they read them).
-        threads: the threads reading packet indexes (a ProcessLocal of `index_threads`), shared by the sources of
-        a mixture; default: its own."""
+    def __init__(self, meta: DatasetMetadata, *, enabled: bool, reading: Reading) -> None:
+        """
+        Args:
+            meta: the dataset's (or the mixture source's) metadata.
+            enabled: False turns fetching ahead off (then decoders fetch their blocks as they read them).
+            reading: the dataset's reading: the threads reading packet indexes, the tally of files whose index
+                could not be read.
+        """
         self.meta = meta
-        self._threads = threads or ProcessLocal(index_threads)
+        self._threads = reading.index_threads
+        self._failures = reading.read_ahead_failures
         storage = meta.data_storage
         self.enabled = enabled and not storage.is_local and storage.cache is None and bool(meta.video_keys)
         self._state = ProcessLocal(_State)
 
     @property
-    def errors(self) -> int:
-        """Files whose index this process could not read (their frames were not fetched ahead)."""
-        return sum(file.index is None for file in self._state.get().files.values())
+    def read_ahead(self) -> ReadAhead:
+        """The storage's read-ahead these spans are handed to (shared by the storages that share their blocks)."""
+        return self.meta.data_storage.read_ahead
 
     def fetch(
         self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool
@@ -147,5 +147,6 @@ class VideoReadAhead:
                 file = _File(reader, self._index(reader))
             except EXPECTED:
                 file = _File(None, None)
+                self._failures.get().add()  # its frames are not fetched ahead (read_ahead_errors)
             state.files[relative] = file
         return file

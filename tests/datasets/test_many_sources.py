@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
-from robostream.datasets.streaming import MIXTURE_DECODERS
+from robostream.datasets.reading import STREAMING_DECODERS
 from robostream.synth import SynthConfig, generate
 
 SOURCES = 40
@@ -45,9 +45,9 @@ def test_open_decoders_and_files_are_bounded_by_live_pieces_not_sources(sources)
     dataset = StreamingLeRobotDataset(
         sources=[Source(root=root) for root in sources], return_uint8=True, pool_size=1, canonical_streams=2, seed=1
     )
-    cache = dataset.sources[0].cameras.cache
+    cache = dataset.reading.decoders
     assert all(source.cameras.cache is cache for source in dataset.sources)
-    live_bound = MIXTURE_DECODERS + 2 * CAMERAS  # 2 streams x pool_size 1 live pieces
+    live_bound = STREAMING_DECODERS + 2 * CAMERAS  # 2 streams x pool_size 1 live pieces
     most_decoders = most_mp4 = most_parquet = 0
     seen = set()
     for sample in dataset:
@@ -59,12 +59,12 @@ def test_open_decoders_and_files_are_bounded_by_live_pieces_not_sources(sources)
     assert len(seen) == SOURCES
     assert most_decoders <= live_bound < SOURCES * CAMERAS, most_decoders
     assert most_mp4 <= live_bound and most_parquet <= 8, (most_mp4, most_parquet)
-    assert cache.stats()["size"] <= MIXTURE_DECODERS, "the pass ended but its live pieces' decoders stay open"
+    assert cache.stats()["size"] <= STREAMING_DECODERS, "the pass ended but its live pieces' decoders stay open"
 
     abandoned = iter(dataset)
     next(abandoned)
     abandoned.close()  # a loop that breaks early: the live pieces' room is given back too
-    assert cache.stats()["size"] <= MIXTURE_DECODERS
+    assert cache.stats()["size"] <= STREAMING_DECODERS
 
 
 def test_samples_of_many_sources_through_workers_are_each_sources_own(sources):

@@ -143,10 +143,9 @@ def test_loader_batches_are_the_collate_of_the_samples(roots, workers):
             sources=ds.sources,
             schema=ds.schema,
             mixture_batches=None,
-            counters=ds.counters,
+            reading=ds.reading,
             seed=ds.seed,
             epoch=0,
-            shuffle=True,
             pool_size=2,
             prefetch_pieces=0,
         )
