@@ -53,7 +53,9 @@ def finished_conversion(root: str | Path, out: str | Path | None, work_dir: str 
     if holds_conversion(work) or not is_v30(out):
         return None
     made, given = read_json(out / "meta" / "info.json"), read_info_v21(Path(root).absolute())
-    same = all(made.get(key) == given.get(key) for key in ("total_episodes", "total_frames", "fps"))
+    same = isinstance(made, dict) and all(
+        made.get(key) == given.get(key) for key in ("total_episodes", "total_frames", "fps")
+    )
     return out if same else None
 
 

@@ -66,7 +66,9 @@ def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Named arrays to one .npz (names kept in order, any characters), written like write_json_atomic."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(path, ".npz")
-    np.savez(tmp, names=np.array(json.dumps(list(arrays))), **{f"a{i}": a for i, a in enumerate(arrays.values())})
+    # numpy's stubs type savez's allow_pickle (numpy >= 2.1), which mypy lets the ** names fill
+    numbered = {f"a{i}": a for i, a in enumerate(arrays.values())}
+    np.savez(tmp, names=np.array(json.dumps(list(arrays))), **numbered)  # type: ignore[arg-type]
     with tmp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)

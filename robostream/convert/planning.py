@@ -128,7 +128,7 @@ def _listing_problems(dataset: V21Dataset) -> list[str]:
     return problems
 
 
-def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, list[dict]]) -> list[str]:
+def _probe_problems(dataset: V21Dataset, data: list[dict | None], videos: dict[str, list[dict | None]]) -> list[str]:
     problems = []
     for episode, probe in zip(dataset.episodes, data):
         if probe is not None and probe["rows"] != episode.length:
@@ -139,10 +139,12 @@ def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, lis
     fps = dataset.info["fps"]
     size = {key: feature_frame_size(dataset.info["features"][key]) for key in videos}
     for key, probes in videos.items():
-        first = next((p for p in probes if p is not None), None)
+        first: dict | None = None  # the camera's first readable file
         for episode, probe in zip(dataset.episodes, probes):
             if probe is None:
                 continue
+            if first is None:
+                first = probe
             path = dataset.root / dataset.video_file(episode.episode_index, key)
             if probe["frames"] and probe["frames"] != episode.length:
                 problems.append(
@@ -154,10 +156,11 @@ def _probe_problems(dataset: V21Dataset, data: list[dict], videos: dict[str, lis
                     f"{path}: runs at {probe['fps']:g} fps, but meta/info.json says the dataset's fps is "
                     f"{fps}; its frames would be looked up at the wrong times: re-encode it"
                 )
-            if size[key] is not None and (probe["height"], probe["width"]) != size[key]:
+            declared = size[key]
+            if declared is not None and (probe["height"], probe["width"]) != declared:
                 problems.append(
                     f"{path}: frames of {probe['height']}x{probe['width']} (height x width), but "
-                    f"meta/info.json declares {size[key][0]}x{size[key][1]} for {key!r}"
+                    f"meta/info.json declares {declared[0]}x{declared[1]} for {key!r}"
                 )
             shape = [(p["codec"], p["width"], p["height"], p["pix_fmt"]) for p in (first, probe)]
             if shape[0] != shape[1]:
@@ -197,8 +200,8 @@ def make_plan(
         )
         for batch in batches
     ]
-    data: list[dict] = []
-    videos: dict[str, list[dict]] = {k: [] for k in dataset.video_keys}
+    data: list[dict | None] = []  # None: an unreadable file (named in the problems)
+    videos: dict[str, list[dict | None]] = {k: [] for k in dataset.video_keys}
     if workers > 1 and len(indices) >= PROBE_POOL_MIN_EPISODES:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(probe_episodes, *zip(*jobs)))
@@ -211,15 +214,18 @@ def make_plan(
             videos[key] += probes
         unreadable += batch_problems
     _raise_problems(dataset.root, unreadable + _probe_problems(dataset, data, videos))
+    # every file was readable, else the problems above stopped the plan
+    data_probes = [d for d in data if d is not None]
+    video_probes = {k: [p for p in ps if p is not None] for k, ps in videos.items()}
     crash_point("planned")
     plan = ConversionPlan(
         str(dataset.root.resolve()),
         fingerprint(dataset.root, data_limit_mb, video_limit_mb),
         data_limit_mb,
         video_limit_mb,
-        {c: np.array([d[c] for d in data]) for c in DATA_COLUMNS},
-        {k: {c: np.array([p[c] for p in ps]) for c in VIDEO_COLUMNS} for k, ps in videos.items()},
-        {k: ps[0]["codec"] for k, ps in videos.items() if ps},
+        {c: np.array([d[c] for d in data_probes]) for c in DATA_COLUMNS},
+        {k: {c: np.array([p[c] for p in ps]) for c in VIDEO_COLUMNS} for k, ps in video_probes.items()},
+        {k: ps[0]["codec"] for k, ps in video_probes.items() if ps},
     )
     return dataset, plan, stats
 

@@ -62,7 +62,7 @@ def probe_mp4(path: Path) -> VideoProbe:
             if not container.streams.video:
                 raise DatasetFormatError(f"{path}: has no video stream")
             stream = container.streams.video[0]
-            if stream.duration is not None:
+            if stream.duration is not None and stream.time_base is not None:
                 duration = float(stream.duration * stream.time_base)
             elif container.duration is not None:
                 duration = float(container.duration / av.time_base)

@@ -105,10 +105,12 @@ def _check_video(meta, key: str, tolerance_s: float, problems: list[str]) -> Non
                     f"(height x width), but meta/info.json declares {size[0]}x{size[1]} for {key!r}"
                 )
                 continue
+            time_base = stream.time_base
+            if time_base is None:
+                problems.append(f"{path}: the video stream declares no time base; re-encode it")
+                continue
             times = np.sort(
-                np.array(
-                    [float(p.pts * stream.time_base) for p in container.demux(stream) if p.pts is not None and p.size]
-                )
+                np.array([float(p.pts * time_base) for p in container.demux(stream) if p.pts is not None and p.size])
             )
             for episode in episodes:
                 row = meta.episodes.row_of(episode)

@@ -72,7 +72,7 @@ def load_plan(work: WorkDir) -> ConversionPlan:
 def task_inputs(task: FileTask, layout: V21Layout, plan: ConversionPlan) -> list[tuple[Path, int]]:
     """(path, size in bytes recorded at planning) of every input file of `task`."""
     episodes = range(task.span.first, task.span.end)
-    if task.kind == "data":
+    if task.video_key is None:  # a data file
         return [(layout.path(layout.data_file(e)), int(plan.data["bytes"][e])) for e in episodes]
     sizes = plan.videos[task.video_key]["bytes"]
     return [(layout.path(layout.video_file(e, task.video_key)), int(sizes[e])) for e in episodes]

@@ -15,9 +15,9 @@ each caller a lock with it). Never share a decoder across a fork: DataLoader wor
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol, TypedDict, get_args
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ import torch
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
 from robostream.video.packet_index import PacketIndex, read_packet_index
 from robostream.video.versions import mismatch
+
+if TYPE_CHECKING:
+    from av import VideoFrame
 
 BACKENDS = ("torchcodec", "pyav")
 Plane = Literal["rgb", "gray12"]
@@ -119,10 +122,21 @@ class TorchCodecVideoDecoder:
         options = _seek_options(source)
         self.seek_mode: str = options.get("seek_mode", "custom_frame_mappings")  # how frames are found (diagnostics)
         try:
-            self._decoder = _TorchCodecDecoder(source, device=device, dimension_order="NCHW", **options)
+            # torchcodec reads any file object with read and seek (its docs), though its annotation names two classes
+            self._decoder = _TorchCodecDecoder(
+                source,  # type: ignore[arg-type]
+                device=device,
+                dimension_order="NCHW",
+                **options,
+            )
         except (RuntimeError, ValueError) as exc:
             raise VideoDecodeError(f"{path}: torchcodec could not open the video on {device!r}: {exc}") from exc
         meta = self._decoder.metadata
+        if meta.num_frames is None or not meta.average_fps or meta.height is None or meta.width is None:
+            raise VideoDecodeError(
+                f"{path}: torchcodec found no frame count, frame rate or frame size for the video stream "
+                f"(frames {meta.num_frames}, fps {meta.average_fps}, {meta.width}x{meta.height}); re-encode the video"
+            )
         self.num_frames = int(meta.num_frames)
         self.fps = float(meta.average_fps)
         self.end_s = float(meta.end_stream_seconds or (meta.begin_stream_seconds or 0.0) + self.num_frames / self.fps)
@@ -159,7 +173,12 @@ class TorchCodecVideoDecoder:
         return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
 
 
-def _seek_options(source: str | BinaryIO) -> dict[str, str]:
+class _SeekOptions(TypedDict, total=False):
+    seek_mode: Literal["approximate"]
+    custom_frame_mappings: str
+
+
+def _seek_options(source: str | BinaryIO) -> _SeekOptions:
     """torchcodec's seek options for a file: approximate, unless its keyframes have leading frames (see
     TorchCodecVideoDecoder)."""
     index = _packet_index(source)
@@ -215,7 +234,7 @@ class PyAVVideoDecoder:
         self._source = source  # keeps a file object (or a cache pin) alive as long as the decoder
         path = self.path
         try:
-            self._container = av.open(source)
+            self._container = av.open(source, "r")
             self._stream = self._container.streams.video[0]
         except (av.error.FFmpegError, IndexError) as exc:
             raise VideoDecodeError(f"{path}: PyAV could not open a video stream: {exc}") from exc
@@ -236,6 +255,8 @@ class PyAVVideoDecoder:
             raise VideoDecodeError(f"{path}: the video stream declares no frame rate")
         self.fps = float(rate)
         self.height, self.width = int(self._stream.codec_context.height), int(self._stream.codec_context.width)
+        if self._stream.time_base is None:
+            raise VideoDecodeError(f"{path}: the video stream declares no time base")
         self._time_base = self._stream.time_base
         self._begin_s = float((self._stream.start_time or 0) * self._time_base)
         self.num_frames = int(self._stream.frames) or self._count_packets()
@@ -243,8 +264,8 @@ class PyAVVideoDecoder:
         self.end_s = self._begin_s + (float(duration * self._time_base) if duration else self.num_frames / self.fps)
         self._reseek_after_s = reseek_after_s
         self._keyframe_times = _keyframe_times(_packet_index(source))
-        self._frames = None  # live decode generator, or None when a seek is needed
-        self._pending = None  # the next decoded frame not yet consumed
+        self._frames: Iterator[VideoFrame] | None = None  # live decode generator, or None when a seek is needed
+        self._pending: VideoFrame | None = None  # the next decoded frame not yet consumed
         self._last_time = -np.inf  # time of the last frame taken from the generator
         self.calls = self.seeks = 0
 

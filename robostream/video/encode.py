@@ -167,11 +167,15 @@ def concat_videos(inputs: list[Path], output: Path, fps: int) -> list[float]:
                 if out_stream is None:
                     out_stream = out.add_stream_from_template(stream, opaque=True)
                 time_base = stream.time_base
+                if time_base is None:
+                    raise ValueError(f"{src}: the video stream declares no time base; re-encode it")
                 shift = round(offset_s / time_base)
                 frames = 0
                 for packet in container.demux(stream):
                     if packet.dts is None:  # the demuxer's end-of-stream flush packet
                         continue
+                    if packet.pts is None:
+                        raise ValueError(f"{src}: packet at dts {packet.dts} has no pts; re-encode the video")
                     packet.pts += shift
                     packet.dts += shift
                     packet.stream = out_stream

@@ -15,7 +15,7 @@ from robostream.errors import FrameToleranceError, VideoDecodeError
 from robostream.video.decoder import VideoDecoder
 
 
-def frame_indices(timestamps_s: Sequence[float], fps: float, num_frames: int) -> np.ndarray:
+def frame_indices(timestamps_s: Sequence[float] | np.ndarray, fps: float, num_frames: int) -> np.ndarray:
     """Nearest frame index of each timestamp, clamped to [0, num_frames - 1]."""
     indices = np.rint(np.asarray(timestamps_s, dtype=np.float64) * fps).astype(np.int64)
     return np.clip(indices, 0, max(num_frames - 1, 0))

@@ -316,7 +316,8 @@ def _child(data: bytes, start: int, end: int, kind: bytes) -> tuple[int, int]:
 def save_packet_index(index: PacketIndex | None, folder: Path) -> None:
     """Write an index (or that the file has none) to `folder` (a node-local derived folder)."""
     arrays = {} if index is None else {f.name: np.asarray(getattr(index, f.name)) for f in fields(PacketIndex)}
-    np.savez(folder / "packet_index.npz", **arrays)
+    # numpy's stubs type savez's allow_pickle (numpy >= 2.1), which mypy lets **arrays fill
+    np.savez(folder / "packet_index.npz", **arrays)  # type: ignore[arg-type]
 
 
 def load_packet_index(folder: Path) -> PacketIndex | None:
