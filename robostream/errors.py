@@ -27,6 +27,10 @@ class VideoDecodeError(RobostreamError, RuntimeError):
     """A video file could not be opened or decoded."""
 
 
+class EncodeError(RobostreamError, RuntimeError):
+    """A video could not be encoded: an encoder that got stuck or died (the message names the episode and camera)."""
+
+
 class FrameToleranceError(VideoDecodeError):
     """No decoded frame lies within `tolerance_s` of a requested timestamp."""
 

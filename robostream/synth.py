@@ -6,6 +6,11 @@ of 16 black/white blocks at the top encode (episode_index, frame_index, camera n
 frame a loader returned after lossy compression. Episodes are rendered and encoded in parallel processes and
 appended by the v3.0 writer.
 
+Encoding runs in worker processes started by the forkserver method, never forked from this process: a fork copies
+whatever locks this process's threads (Arrow's, an encoder's, a test runner's) held at that moment, and an SVT-AV1
+encoder in a forked worker once waited forever on one. Each camera of each episode is one task, bounded in time
+(`encode_bound_s`): a stuck encoder becomes an EncodeError naming the episode and camera, its workers killed.
+
 Depth cameras (`depth`, after the RGB ones) are written as lerobot 0.6.1 writes them (writer/depth.py): float
 depths in metres (`render_depth`: a tilted plane, a near bowl-shaped object, zeros and too-far values in the
 bottom corners, and the same marker with bits as depths), 12-bit codes in lossless HEVC.
@@ -13,17 +18,23 @@ bottom corners, and the same marker with bits as depths), 12-bit codes in lossle
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 
+from robostream.errors import EncodeError
 from robostream.format.language import LANGUAGE_DTYPE, LANGUAGE_EVENTS, LANGUAGE_PERSISTENT, SAY_TOOL_SCHEMA
 from robostream.format.stats import frame_stats, image_stats
 from robostream.format.v21 import V21
@@ -45,7 +56,12 @@ MARKER_BITS = 16
 DEPTH_MARKER_M = (1.0, 6.0)
 DEPTH_DROPOUT_M = 0.0
 DEPTH_BEYOND_M = 12.0
-ENCODE_ATTEMPTS = 2  # per camera of an episode (see _encode_episode)
+ENCODE_ATTEMPTS = 2  # per camera of an episode (see _encode_camera)
+# How long one camera of one episode may take to render and encode before its encoder counts as stuck: a base for
+# process start-up and a loaded machine, plus time per megapixel of video (SVT-AV1 and x265 encode a megapixel in
+# well under 0.1 s on one core; 20x that covers a 2-core machine running other work).
+ENCODE_BOUND_BASE_S = 120.0
+ENCODE_BOUND_S_PER_MEGAPIXEL = 2.0
 TASKS = (
     "pick up the red cube and place it in the bin",
     "open the top drawer",
@@ -253,25 +269,27 @@ def episode_language(episode: int, length: int, fps: int, camera: str | None) ->
     return {LANGUAGE_PERSISTENT: [persistent] * length, LANGUAGE_EVENTS: events}
 
 
-def _encode_depth(config: SynthConfig, episode: int, camera: int, length: int, tmp: str) -> tuple[str, dict]:
-    """Render and encode one depth camera of one episode; returns (mp4 path, stats of the raw depths)."""
-    frames = render_depth(episode, camera, length, config.height, config.width)
-    path = Path(tmp) / f"ep{episode:06d}-depth{camera}.mp4"
-    codes = depth_codes(frames, where=f"episode {episode} {depth_key(camera)}", shape=(config.height, config.width))
-    encode_depth_video(codes, path, fps=config.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
-    stats = frame_stats(frames[:: max(1, length // 32), ::4, ::4])  # sampled as the RGB cameras' stats
-    stats["count"] = np.array([length], dtype=np.int64)
-    return str(path), stats
+def encode_bound_s(length: int, height: int, width: int) -> float:
+    """Seconds one camera of an episode of `length` frames may take to render and encode (see ENCODE_BOUND_*)."""
+    return ENCODE_BOUND_BASE_S + ENCODE_BOUND_S_PER_MEGAPIXEL * length * height * width / 1e6
 
 
-def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, dict]]:
-    """Worker: render and encode every camera of one episode; returns per camera (mp4 path, image stats)."""
-    config_dict, episode, length, tmp = args
+def _encode_camera(
+    config_dict: dict, episode: int, length: int, camera: int, depth: bool, tmp: str
+) -> tuple[str, dict]:
+    """Worker: render and encode one camera (RGB, or depth if `depth`) of one episode; returns (mp4 path, stats of
+    its frames)."""
     config = SynthConfig(**config_dict)
-    out = {}
-    for camera in range(config.cameras):
+    key = depth_key(camera) if depth else camera_key(camera)
+    path = Path(tmp) / f"ep{episode:06d}-{key}.mp4"
+    stride = max(1, length // 32)  # stats from a sample of the frames
+    if depth:
+        depths = render_depth(episode, camera, length, config.height, config.width)
+        codes = depth_codes(depths, where=f"episode {episode} {key}", shape=(config.height, config.width))
+        encode_depth_video(codes, path, fps=config.fps, gop=DEPTH_GOP, crf=DEPTH_CRF)
+        stats = frame_stats(depths[::stride, ::4, ::4])
+    else:
         frames = render_camera(episode, camera, length, config.height, config.width, config.seed, config.content)
-        path = Path(tmp) / f"ep{episode:06d}-cam{camera}.mp4"
         for attempt in range(ENCODE_ATTEMPTS):
             try:
                 encode_video(
@@ -289,13 +307,55 @@ def _encode_episode(args: tuple[dict, int, int, str]) -> dict[str, tuple[str, di
                 # repeats did not reproduce it. The frames are deterministic, so a second encode writes the same file.
                 if attempt == ENCODE_ATTEMPTS - 1:
                     raise
-        stride = max(1, length // 32)
         stats = image_stats(frames[::stride, ::4, ::4])
-        stats["count"] = np.array([length], dtype=np.int64)
-        out[camera_key(camera)] = (str(path), stats)
-    for camera in range(config.depth):
-        out[depth_key(camera)] = _encode_depth(config, episode, camera, length, tmp)
-    return out
+    stats["count"] = np.array([length], dtype=np.int64)
+    return str(path), stats
+
+
+def _encoded_episodes(
+    pool: ProcessPoolExecutor,
+    config: SynthConfig,
+    lengths: list[int],
+    tmp: str,
+    encode_timeout_s: float | None,
+) -> Iterator[dict[str, tuple[str, dict]]]:
+    """Per episode in order, per camera (mp4 path, stats), each camera's task bounded in time (see the module
+    docstring). Results are taken in submission order, so a task waited for is running (its predecessors are done):
+    the bound is on its own work."""
+    cameras = [(camera_key(c), c, False) for c in range(config.cameras)]
+    cameras += [(depth_key(c), c, True) for c in range(config.depth)]
+    config_dict = asdict(config)
+    tasks: list[dict[str, Future]] = [
+        {key: pool.submit(_encode_camera, config_dict, episode, length, c, depth, tmp) for key, c, depth in cameras}
+        for episode, length in enumerate(lengths)
+    ]
+    for episode, futures in enumerate(tasks):
+        bound = encode_timeout_s or encode_bound_s(lengths[episode], config.height, config.width)
+        encoded = {}
+        for key, future in futures.items():
+            try:
+                encoded[key] = future.result(timeout=bound)
+            except FutureTimeout:
+                _kill_workers(pool)
+                raise EncodeError(
+                    f"synth: episode {episode} camera {key}: not encoded after {bound:.0f} s (a stuck encoder); its "
+                    "worker processes were killed. Run it again (the output is deterministic)"
+                ) from None
+            except BrokenProcessPool as exc:
+                raise EncodeError(
+                    f"synth: the encoder processes died while episode {episode} camera {key} was encoded ({exc}). "
+                    "They start by the forkserver method, which imports the main module: if a script calls "
+                    "generate(), put the call under `if __name__ == '__main__':`"
+                ) from exc
+        yield encoded
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGKILL the pool's workers (a stuck one ignores everything else) and drop its queued tasks.
+    ProcessPoolExecutor offers no public way to stop a running task before Python 3.14 (`kill_workers`)."""
+    for process in list((pool._processes or {}).values()):
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _check_depth_config(config: SynthConfig) -> None:
@@ -308,16 +368,30 @@ def _check_depth_config(config: SynthConfig) -> None:
 
 
 def generate(
-    root: str | Path, config: SynthConfig = SynthConfig(), overwrite: bool = False, jobs: int | None = None
+    root: str | Path,
+    config: SynthConfig = SynthConfig(),
+    overwrite: bool = False,
+    jobs: int | None = None,
+    *,
+    encode_timeout_s: float | None = None,
 ) -> Path:
-    """Write the synthetic dataset to `root` and return it. Same config and seed give the same dataset."""
+    """Write the synthetic dataset to `root` and return it. Same config and seed give the same dataset.
+
+    Args:
+        root: the dataset folder to write.
+        config: what to generate.
+        overwrite: replace an existing dataset at `root`.
+        jobs: encoder processes (default: one per CPU).
+        encode_timeout_s: how long one camera of one episode may take before its encoder counts as stuck (an
+            EncodeError naming them); default `encode_bound_s` of the episode's length and frame size.
+    """
     marker_geometry(config.height, config.width)
     if config.content not in CONTENTS:
         raise ValueError(f"content={config.content!r}: choose one of {CONTENTS}")
     _check_depth_config(config)
     if config.episodes >= 2**MARKER_BITS or config.episode_length * 1.25 >= 2**MARKER_BITS:
         raise ValueError("episodes and episode_length must stay below 65536 for the frame marker")
-    features = {
+    features: dict[str, dict[str, Any]] = {
         "observation.state": {
             "dtype": "float32",
             "shape": [config.state_dim],
@@ -349,6 +423,7 @@ def generate(
     lengths = episode_lengths(config)
     jobs = jobs or os.cpu_count() or 1
     root = Path(root)
+    writer: V21Writer | DatasetWriter
     if config.codebase_version == V21:
         writer = V21Writer(
             root,
@@ -379,22 +454,28 @@ def generate(
         raise ValueError(f"codebase_version {config.codebase_version!r}: choose 'v3.0' or 'v2.1'")
     tmp = tempfile.mkdtemp(prefix="robostream-synth-")
     try:
-        with writer, ProcessPoolExecutor(max_workers=jobs) as pool:
-            work = [(asdict(config), e, n, tmp) for e, n in enumerate(lengths)]
-            encoded_episodes = pool.map(_encode_episode, work)
+        forkserver = multiprocessing.get_context("forkserver")
+        # The server (one per process, started at its first use) imports this module once, so each worker is a
+        # cheap fork of it rather than a fresh interpreter importing PyAV, NumPy and Arrow (seconds on a busy
+        # machine). "__main__" is the default list's entry; a server already running keeps its own list.
+        forkserver.set_forkserver_preload(["__main__", __name__])
+        encoders = ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver)
+        with writer, encoders as pool:
+            encoded_episodes: Iterable[dict[str, tuple[str, dict]]]
+            encoded_episodes = _encoded_episodes(pool, config, lengths, tmp, encode_timeout_s)
             if sys.stderr.isatty():  # a live bar on a terminal; logs (CI) get nothing extra
                 from rich.console import Console
                 from rich.progress import track
 
                 encoded_episodes = track(
                     encoded_episodes,
-                    total=len(work),
+                    total=len(lengths),
                     description="synth: episodes",
                     console=Console(stderr=True),
                     transient=True,
                 )
             for episode, encoded in enumerate(encoded_episodes):
-                frames = episode_table(episode, lengths[episode], config.state_dim, config.seed)
+                frames: dict[str, Any] = episode_table(episode, lengths[episode], config.state_dim, config.seed)
                 if config.language:
                     frames.update(
                         episode_language(
