@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 
 from robostream.convert import convert
 from robostream.convert.compare import compare_datasets
@@ -31,6 +30,8 @@ def quiet(line: str) -> None:
 def ray_cluster() -> Iterator[None]:
     """A local Ray cluster (2 CPUs, no dashboard) shared by this module's tests (its start-up is their main cost),
     shut down and its folder removed afterwards, also when a test fails."""
+    import ray  # here, not at the top: without ray these tests fail, and the rest of the suite still runs
+
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
     try:
         # TMPDIR: datatrove's Ray tasks write their logs under tempfile.gettempdir(); keep them in the removed folder
@@ -50,6 +51,8 @@ def ray_cluster() -> Iterator[None]:
 def test_ray_executor_writes_what_the_local_pool_writes(
     ray_cluster: None, v21_root: Path, reference: Path, tmp_path: Path
 ):
+    import ray
+
     summary = convert(
         v21_root,
         out=tmp_path / "out",
