@@ -39,9 +39,17 @@ PassFactory = Callable[..., EpochIterator]
 class Batching(Protocol):
     """What the streaming dataset asks of its batching strategy."""
 
-    name: BatchingMethod
-    batch_size: int | None  # the batch size it was planned for (None: the loader's)
-    lanes: bool  # whether its states hold one lane per source
+    # Read-only members (properties), so each strategy may pin them to narrower types.
+    @property
+    def name(self) -> BatchingMethod: ...
+
+    @property
+    def batch_size(self) -> int | None:  # the batch size it was planned for (None: the loader's)
+        ...
+
+    @property
+    def lanes(self) -> bool:  # whether its states hold one lane per source
+        ...
 
     def schema_mode(self, features: FeatureMode) -> SchemaMode: ...
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from functools import partial
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -33,6 +34,8 @@ from robostream.video.decoder import Plane, VideoDecoder, default_backend, open_
 from robostream.video.layout import frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
 
+Times = Sequence[float] | np.ndarray  # episode-relative seconds
+Request = tuple[int, Mapping[str, Times]]  # (episode, timestamps by camera)
 FRAMES_PER_CALL = 16  # frames per grouped decoder call: ~3 MiB of 256x256 RGB output at a time (larger outputs
 # fragment the heap of a worker: +30 MiB resident per worker measured at 64)
 
@@ -60,7 +63,7 @@ class CameraReader:
         self.frame_sizes = {k: feature_frame_size(meta.info.features[k]) for k in meta.video_keys}
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
-    def decode(self, episode_index: int, key: str, timestamps_s: Sequence[float]) -> torch.Tensor:
+    def decode(self, episode_index: int, key: str, timestamps_s: Times) -> torch.Tensor:
         """One camera: frames at episode-relative times (the mp4 time is from_timestamp + t)."""
         span = self.meta.episodes.video_span(episode_index, key)
         relative = self.meta.video_file(episode_index, key)
@@ -95,22 +98,30 @@ class CameraReader:
             frames = torch.from_numpy(depths_from_codes(frames.numpy(), coding, self.meta.depth_unit))
         return frames, inverse
 
-    def decode_many(
-        self, episode_index: int, timestamps_by_key: Mapping[str, Sequence[float]]
-    ) -> dict[str, torch.Tensor]:
+    def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Times]) -> dict[str, torch.Tensor]:
         """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
         cores to spare)."""
         return self.decode_episodes([(episode_index, timestamps_by_key)], pooled=False)[0]
 
+    @overload
     def decode_episodes(
-        self, requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]], *, pooled: bool
-    ) -> list[dict[str, Sequence[torch.Tensor]]]:
+        self, requests: Sequence[Request], *, pooled: Literal[False]
+    ) -> list[dict[str, torch.Tensor]]: ...
+
+    @overload
+    def decode_episodes(
+        self, requests: Sequence[Request], *, pooled: Literal[True]
+    ) -> list[dict[str, list[torch.Tensor]]]: ...
+
+    def decode_episodes(
+        self, requests: Sequence[Request], *, pooled: bool
+    ) -> list[dict[str, torch.Tensor]] | list[dict[str, list[torch.Tensor]]]:
         """The frames `decode_many` gives for each (episode, timestamps by camera) request, with one decoder call
         per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order).
         pooled: separate (C, H, W) frames from the frame pool (the streaming batch path gives them back); else one
         (T, C, H, W) tensor per request and camera, as `decode_many`."""
         started = time.perf_counter()
-        out: list[dict[str, Sequence[torch.Tensor]]] = [{} for _ in requests]
+        out: list[dict[str, Any]] = [{} for _ in requests]  # per request and camera: a tensor, or pooled frames
         by_camera: dict[str, list[int]] = {}
         for i, (_, times_by_key) in enumerate(requests):
             for key in times_by_key:
@@ -129,9 +140,9 @@ class CameraReader:
     def _decode_camera(
         self,
         key: str,
-        requests: Sequence[tuple[int, Mapping[str, Sequence[float]]]],
+        requests: Sequence[Request],
         indices: Sequence[int],
-        out: list[dict[str, Sequence[torch.Tensor]]],
+        out: list[dict[str, Any]],
         pooled: bool,
     ) -> None:
         """One camera's frames of several requests: their times in each file concatenated into one call (of at

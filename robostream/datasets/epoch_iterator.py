@@ -126,12 +126,13 @@ class EpochIterator:
         if self.mixture_batches is None:  # one dataset: every ref is of its source
             batch = self.sources[refs[0][0].source].frames.batch(refs, video, self.worker, allocate)
         else:
-            batch = self._mixture_batch(refs, video, allocate)
+            batch = self._mixture_batch(self.mixture_batches, refs, video, allocate)
         self.reading.frame_pool.get().give(released)
         return batch
 
     def _mixture_batch(
         self,
+        mixture_batches: MixtureBatches,
         refs: Sequence[tuple[PieceReader, int]],
         video: Sequence[dict[str, list[torch.Tensor]]],
         allocate: BatchAllocate,
@@ -143,7 +144,7 @@ class EpochIterator:
             self.sources[source].frames.count_frames(self.worker, [video[i] for i in members])
         self.reading.count_reads(self.worker)
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
-        return self.mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
+        return mixture_batches.assemble([reader.source for reader, _ in refs], rows, video, allocate)
 
     def _picks(self) -> Iterator[Pick]:
         picks = role_picks(

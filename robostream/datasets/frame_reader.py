@@ -104,7 +104,14 @@ class FrameReader:
         """The batch of several samples, as torch's collate of their `sample`s would give it."""
         self.count(worker, frames)
         rows = [(reader.rows, int(reader.sample_frames[position])) for reader, position in refs]
-        return self.batches.assemble(rows, frames, allocate)
+        return self.batch_assembler.assemble(rows, frames, allocate)
+
+    @property
+    def batch_assembler(self) -> BatchAssembler:
+        """Whole-batch assembly (none with image_transforms, which run per sample)."""
+        if self.batches is None:
+            raise ValueError("this dataset has image_transforms, which run per sample: batch it with a collate")
+        return self.batches
 
     def prefill(self, refs: Sequence[tuple[PieceReader, int]], worker: int) -> None:
         """Decode what the batch's pieces miss, with their look-ahead, in one decoder call per camera file

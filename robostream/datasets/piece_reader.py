@@ -42,9 +42,9 @@ class PieceReader:
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
         self.resident = 0  # decoded frames held now, all cameras
         self._last_use: dict[str, dict[int, int]] = {}
-        for key, rows in self.needed.items():
-            positions = np.repeat(np.arange(len(rows)), rows.shape[1])
-            flat = rows.reshape(-1)
+        for key, per_sample in self.needed.items():
+            positions = np.repeat(np.arange(len(per_sample)), per_sample.shape[1])
+            flat = per_sample.reshape(-1)
             # The last position wins when a dict is built from pairs in increasing position order.
             self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
 
@@ -89,7 +89,9 @@ class PieceReader:
                 wanted[key] = np.asarray(todo, dtype=np.int64)
         return wanted
 
-    def add(self, wanted: Mapping[str, np.ndarray], decoded: Mapping[str, Sequence[torch.Tensor]]) -> None:
+    def add(
+        self, wanted: Mapping[str, np.ndarray], decoded: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]
+    ) -> None:
         """Hold the frames decoded for `missing`'s answer: decoded[key] holds a uint8 (C, H, W) frame for each
         of wanted[key] (an (N, C, H, W) tensor or a list)."""
         for key, frames in decoded.items():

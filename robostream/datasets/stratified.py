@@ -53,16 +53,24 @@ class StratifiedIterator:
 
     def _refs(self, row: np.ndarray) -> list[tuple[Any, int]]:
         """One batch's picks: the row's count of each lane, lanes in source order."""
-        return [ref for lane in np.flatnonzero(row).tolist() for ref in self.iterators[lane].take(int(row[lane]))]
+        return [ref for lane in np.flatnonzero(row).tolist() for ref in self._lane(lane).take(int(row[lane]))]
+
+    def _lane(self, lane: int) -> EpochIterator:
+        """The pass of a lane the plan takes samples from (only a lane with no samples for this role has none)."""
+        iterator = self.iterators[lane]
+        if iterator is None:
+            raise RuntimeError(f"stratified plan: lane {lane} has samples in a batch but no pass for this role")
+        return iterator
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
             for row in self.counts:
                 self.in_batch = 0
                 for lane in np.flatnonzero(row).tolist():
-                    for ref in self.iterators[lane].take(int(row[lane])):
+                    iterator = self._lane(lane)
+                    for ref in iterator.take(int(row[lane])):
                         self.in_batch += 1
-                        yield self.iterators[lane].sample(ref)
+                        yield iterator.sample(ref)
                 self.batches_done += 1
                 self.in_batch = 0
         finally:

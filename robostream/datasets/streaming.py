@@ -53,7 +53,7 @@ from robostream.datasets.stratified import StratifiedIterator
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
-from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
+from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, StratifiedPlan, Uneven
 from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.mixture import EpochUnits, SamplingMethod, check_epoch_units, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
@@ -179,7 +179,7 @@ class StreamingLeRobotDataset(IterableDataset):
         self.canonical_streams = canonical_streams
         self.prefetch_pieces = prefetch_pieces
         self.sampling_method, self.epoch_size, self.features = sampling_method, epoch_size, features
-        self._rank_world = (rank, world_size) if rank is not None else None
+        self._rank_world = (rank, world_size) if rank is not None and world_size is not None else None
         self.delta_timestamps = dict(delta_timestamps or {})
         settings = ReadingSettings(
             read_options=read_options,
@@ -209,7 +209,7 @@ class StreamingLeRobotDataset(IterableDataset):
             )
             if image_transforms is None:
                 self.batches_of_mixture = MixtureBatches(
-                    self.schema, [r.frames.batches for r in self.sources], [r.rename for r in self.sources]
+                    self.schema, [r.frames.batch_assembler for r in self.sources], [r.rename for r in self.sources]
                 )
             self.fingerprint = mixture_fingerprint(
                 self.sources,
@@ -306,8 +306,9 @@ class StreamingLeRobotDataset(IterableDataset):
             files,
         )
 
-    def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan | LanePlan:
-        """What every consumer role reads in the coming pass on this layout (a LanePlan under per_stream)."""
+    def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan | LanePlan | StratifiedPlan:
+        """What every consumer role reads in the coming pass on this layout (a LanePlan under per_stream, a
+        StratifiedPlan under stratified)."""
         spec = self.epoch_spec(world_size * num_workers)
         return self.batching.plan(spec, len(self.sources), world_size, num_workers, self._resume)
 
