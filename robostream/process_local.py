@@ -29,19 +29,19 @@ class ProcessLocal(Generic[T]):
 
     def __init__(self, factory: Callable[[], T]) -> None:
         self._factory = factory
-        self._value: T | None = None
+        self._built: tuple[T] | None = None  # (the value,) once built, in process _pid (a value may be None)
         self._pid = -1
 
     def get(self) -> T:
-        if self._pid != os.getpid():
-            if self._value is not None:
+        if self._built is None or self._pid != os.getpid():
+            if self._built is not None:
                 # Built by the parent: freeing it here could join threads that only exist there (see above).
-                _FOREIGN.append(self._value)
-            self._value, self._pid = self._factory(), os.getpid()
-        return self._value  # type: ignore[return-value]
+                _FOREIGN.append(self._built[0])
+            self._built, self._pid = (self._factory(),), os.getpid()
+        return self._built[0]
 
     def __getstate__(self) -> dict:
-        return {"_factory": self._factory, "_value": None, "_pid": -1}
+        return {"_factory": self._factory, "_built": None, "_pid": -1}
 
 
 os.register_at_fork(before=gc.freeze, after_in_parent=gc.unfreeze)
