@@ -43,8 +43,8 @@ echo "test: lerobot 0.6.1's pair (.venv-lerobot)"
 exec .venv-lerobot/bin/python -m pytest "$@" tests/video tests/datasets tests/bench tests/examples tests/augment \
   --ignore=tests/bench/test_lerobot_peer.py \
   --ignore=tests/examples/test_slurm_train.py \
-  --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout_under_torchrun[4to5]" \
-  --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout_under_torchrun[12to7]" \
+  --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout[4to5]" \
+  --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout[12to7]" \
   $(printf -- '--deselect tests/bench/test_bench_cli.py::%s ' test_every_run_writes_its_figures \
     test_csv_holds_one_row_per_run test_report_renders_table_and_plots test_bad_arguments_fail_clearly \
     test_torchrun_gathers_both_ranks)

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.format.metadata import load_metadata
-from tests.datasets.elastic_parts import torchrun_part
+from tests.datasets.elastic_parts import in_process_part
 from tests.helpers import dataset_indices, fail_unless_ranks, run_torchrun
 
 SCRIPT = Path(__file__).with_name("torchrun_epoch.py")
@@ -73,15 +73,14 @@ def test_env_rank_and_world_size_are_honoured(av1_root, monkeypatch):
 @pytest.mark.parametrize(
     "before,after", [((2, 2), (3, 1)), ((2, 2), (5, 1)), ((2, 6), (1, 7))], ids=["4to3", "4to5", "12to7"]
 )
-def test_elastic_resume_on_any_layout_under_torchrun(av1_root, tmp_path, before, after):
-    """(ranks, workers) before -> after, each part a real torchrun job: the new layout (whose consumer count need
-    not divide the canonical count) continues the epoch with no sample skipped or read twice, every rank taking
-    the same number of steps (padding repeats at most one sample per consumer)."""
-    head = torchrun_part(av1_root, tmp_path / "head", *before, batches=4, state_file="-")
+def test_elastic_resume_on_any_layout(av1_root, before, after):
+    """(ranks, workers) before -> after, each rank a loader in this process (elastic_parts.in_process_part; the
+    mixture's test runs each batching mode as real torchrun jobs, plan/ proves the arithmetic on every layout): the
+    new layout (whose consumer count need not divide the canonical count) continues the epoch with no sample skipped
+    or read twice, every rank taking the same number of steps (padding repeats at most one sample per consumer)."""
+    head = in_process_part(av1_root, *before, batches=4, state=None)
     assert all(r["state"] == head[0]["state"] for r in head)  # any rank's state describes the whole job
-    state = tmp_path / "state.json"
-    state.write_text(json.dumps(head[0]["state"]))
-    tail = torchrun_part(av1_root, tmp_path / "tail", *after, batches=-1, state_file=state)
+    tail = in_process_part(av1_root, *after, batches=-1, state=json.loads(json.dumps(head[0]["state"])))
     assert len({r["steps"] for r in tail}) == 1, "ranks took different numbers of steps"
     done = [i for r in head for i in r["ids"]]
     rest = [i for r in tail for i in r["ids"]]
