@@ -115,7 +115,10 @@ def _no_sample(weights: Sequence[Weight]) -> str:
 
 
 def check_epoch_units(
-    counts: Sequence[int], lengths: Sequence[Sequence[int]], weights: Sequence[Weight], epoch_size: int | None
+    counts: Sequence[int],
+    lengths: Sequence[Sequence[int] | np.ndarray],
+    weights: Sequence[Weight],
+    epoch_size: int | None,
 ) -> None:
     """Raise ValueError, naming the weight (or epoch_size) that asks for it, when an epoch's plan would hold more
     than MAX_EPOCH_UNITS units (one per episode per pass) and more than one pass over every source's episodes.
@@ -199,7 +202,12 @@ class EpochUnits:
 
 
 def epoch_units(
-    lengths: Sequence[Sequence[int]], counts: Sequence[int], *, seed: int, epoch: int, sampling_method: SamplingMethod
+    lengths: Sequence[Sequence[int] | np.ndarray],
+    counts: Sequence[int],
+    *,
+    seed: int,
+    epoch: int,
+    sampling_method: SamplingMethod,
 ) -> EpochUnits:
     """The units of one epoch: per source its full passes (every episode whole) and its partial pass.
 

@@ -52,7 +52,7 @@ def delta_offsets(
 
 
 def window_indices(
-    index: int | np.ndarray, episode_from: int, episode_to: int, offsets: np.ndarray
+    index: int | np.ndarray, episode_from: int | np.ndarray, episode_to: int | np.ndarray, offsets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Indices to read for a window around `index` in episode [from, to), and which are padding.
 

@@ -38,7 +38,7 @@ def check_tolerance(
 
 
 def decode_unique(
-    decoder: VideoDecoder, timestamps_s: Sequence[float], tolerance_s: float, context: str = ""
+    decoder: VideoDecoder, timestamps_s: Sequence[float] | np.ndarray, tolerance_s: float, context: str = ""
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Each distinct frame once, in file order, and per timestamp the position of its frame among them:
     the frame for timestamps_s[i] is frames[inverse[i]] (as the decoder gives them: uint8 (N, C, H, W), possibly

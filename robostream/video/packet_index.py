@@ -17,12 +17,22 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 import numpy as np
 
 REORDER_FRAMES = 4  # packets a decoder reads past the last one a frame needs before it outputs that frame
 AVIO_BYTES = 64 << 10  # FFmpeg reads a file object in chunks of this size from where it seeks
+
+
+class SeekableReader(Protocol):
+    """A binary file open for reading that can seek: a local file, or the storage's RangedReader."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,7 @@ class PacketIndex:
         return self.pos[first] // AVIO_BYTES * AVIO_BYTES, furthest + AVIO_BYTES
 
 
-def moov_span(file: BinaryIO) -> tuple[int, int] | None:
+def moov_span(file: SeekableReader) -> tuple[int, int] | None:
     """Bytes [start, end) of an mp4's moov box (the index), found by walking the top-level box headers (16 bytes
     each, at the start of the file and after each box); None when there is none (not an mp4) before the end.
     A remote reader fetches it in one request instead of FFmpeg reading it chunk after chunk."""
@@ -97,7 +107,7 @@ def moov_span(file: BinaryIO) -> tuple[int, int] | None:
         file.seek(where)
 
 
-def _find_moov(file: BinaryIO, size: int) -> tuple[int, int] | None:
+def _find_moov(file: SeekableReader, size: int) -> tuple[int, int] | None:
     offset = 0
     while offset + 8 <= size:
         file.seek(offset)
@@ -117,7 +127,7 @@ def _find_moov(file: BinaryIO, size: int) -> tuple[int, int] | None:
     return None
 
 
-def read_packet_index(file: BinaryIO) -> PacketIndex | None:
+def read_packet_index(file: SeekableReader) -> PacketIndex | None:
     """The packet index of an mp4 (a seekable file object), from its moov alone (one read; the file is left where
     it was); None when the file holds no sample table this reads (see `parse_packet_index`)."""
     span = moov_span(file)
