@@ -91,8 +91,8 @@ class BatchAssembler:
             query[key], pads[key] = window_indices(frames[:, None], 0, lengths[:, None], offsets[None, :])
         specs: TensorSpecs = {f"{key}_is_pad": (pad.shape, torch.bool) for key, pad in pads.items()}
         for key, values in first_rows.columns.items():
-            window = query[key].shape[1:] if key in query else ()
-            specs[key] = ((len(refs), *window, *values.shape[1:]), _torch_dtype(values.dtype))
+            window_shape = query[key].shape[1:] if key in query else ()
+            specs[key] = ((len(refs), *window_shape, *values.shape[1:]), _torch_dtype(values.dtype))
         camera_dtype = torch.uint8 if self.sample.return_uint8 else torch.float32
         for key in first_rows.images:
             specs[key] = (self._image_shape(key, query, refs), camera_dtype)
@@ -134,7 +134,9 @@ class BatchAssembler:
                 target[rows] = pad
         self._write_columns(refs, prepared.frames, prepared.query, out, rows)
         first_rows = refs[0][0]
-        lists = {key: [episode.strings[key][frame] for episode, frame in refs] for key in first_rows.strings}
+        lists: dict[str, list[Any]] = {
+            key: [episode.strings[key][frame] for episode, frame in refs] for key in first_rows.strings
+        }
         lists.update(
             {
                 key: [language_cell(episode.language[key][frame], key) for episode, frame in refs]

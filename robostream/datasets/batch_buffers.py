@@ -147,9 +147,18 @@ def _tensors_in(
     storage: torch.UntypedStorage, layout: Mapping[str, tuple[int, torch.dtype, tuple[int, ...]]]
 ) -> dict[str, torch.Tensor]:
     return {
-        key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape)
+        key: torch.empty(0, dtype=dtype).set_(storage, offset // dtype.itemsize, shape, _contiguous_strides(shape))
         for key, (offset, dtype, shape) in layout.items()
     }
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides torch gives a contiguous tensor of `shape` (an empty dimension counts as 1, as torch does)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _layout(

@@ -35,6 +35,6 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A batch of `samples`: `default_collate` of everything but the list keys, which stay lists of B values."""
     keys = list_keys(samples)
     if not keys:
-        return default_collate(samples)
+        return default_collate(list(samples))
     batch = default_collate([{k: v for k, v in sample.items() if k not in keys} for sample in samples])
     return {key: [sample[key] for sample in samples] if key in keys else batch[key] for key in samples[0]}

@@ -164,6 +164,7 @@ class StreamingDataLoader(DataLoader):
             batch_buffers = BatchBuffers.for_loader(kwargs.get("prefetch_factor"))
         self.batch_buffers = batch_buffers if batch_buffers and num_workers and own_collate else None
         self.streaming_dataset = dataset
+        self._planned_batch_size: int = batch_size  # torch's batch_size attribute is typed optional
         if assembled:
             view = DatasetBatches(
                 dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch, batch_transform)
@@ -180,7 +181,7 @@ class StreamingDataLoader(DataLoader):
             super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, **kwargs)
         self._batches = 0
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # torch's returns its iterator class
         self._batches = 0
         batches = super().__iter__()
         for batch in batches if self.batch_buffers is None else self.batch_buffers.adopting(batches):
@@ -190,7 +191,7 @@ class StreamingDataLoader(DataLoader):
     def state_dict(self) -> dict[str, Any]:
         """The dataset position after the batches consumed so far in the current pass."""
         return self.streaming_dataset.state_dict(
-            batches=self._batches, batch_size=self.batch_size, num_workers=max(1, self.num_workers)
+            batches=self._batches, batch_size=self._planned_batch_size, num_workers=max(1, self.num_workers)
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

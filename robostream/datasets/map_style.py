@@ -108,7 +108,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------
     @property
-    def fps(self) -> int:
+    def fps(self) -> int | float:
         return self.meta.fps
 
     @property

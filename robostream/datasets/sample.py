@@ -75,8 +75,8 @@ class SampleAssembler:
         item: dict[str, Any] = {pad_key(key): torch.from_numpy(pad) for key, pad in pads.items()}
         for key, values in rows.columns.items():
             item[key] = torch.from_numpy(np.array(values[query[key]] if key in query else values[frame]))
-        for key, values in rows.strings.items():
-            item[key] = values[frame]
+        for key, strings in rows.strings.items():
+            item[key] = strings[frame]
         for key, cells in rows.language.items():
             item[key] = language_cell(cells[frame], key)
         for key, cells in rows.images.items():

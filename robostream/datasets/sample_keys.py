@@ -16,13 +16,14 @@ from robostream.format.metadata import DatasetMetadata
 
 DATASET_INDEX = "dataset_index"  # a mixture sample's source
 TASK = "task"
+KeyKind = Literal["column", "string", "language", "camera"]
 
 
 @dataclass(frozen=True)
 class KeySpec:
     """One feature as samples hold it."""
 
-    kind: Literal["column", "string", "language", "camera"]
+    kind: KeyKind
     dtype: str  # info.json dtype; "camera" for video and image features, "depth" for depth cameras (float32 (1, H, W))
     shape: tuple[int, ...]  # info.json shape (cameras: height, width, channels)
     window: int | None  # frames in its delta_timestamps window; None without one
@@ -40,7 +41,15 @@ def feature_keys(meta: DatasetMetadata, windows: Mapping[str, int]) -> dict[str,
     depth = meta.depth_codings
     for key, feature in data_features(meta.info.features).items():
         dtype = feature["dtype"]
-        kind = "camera" if dtype in ("video", "image") else dtype if dtype in ("string", LANGUAGE_DTYPE) else "column"
+        kind: KeyKind = (
+            "camera"
+            if dtype in ("video", "image")
+            else "string"
+            if dtype == "string"
+            else "language"
+            if dtype == LANGUAGE_DTYPE
+            else "column"
+        )
         if kind == "camera":
             dtype = "depth" if key in depth else "camera"
         spec = KeySpec(kind, dtype, tuple(feature["shape"]), None)

@@ -107,7 +107,7 @@ class VideoReadAhead:
             )
         relative, from_s = camera
         file = state.files.get(relative) or self._file(relative)
-        if file.index is None:
+        if file.index is None or file.reader is None:
             return None
         starts, ends = file.index.byte_spans(from_s + first_s, from_s + last_s)
         return file.reader, starts, ends
