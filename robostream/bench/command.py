@@ -18,6 +18,7 @@ from typing import Any
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
     PEERS,
+    STREAMING_DEFAULTS,
     BenchError,
     RunConfig,
     barrier,
@@ -28,6 +29,8 @@ from robostream.bench.runner import (
     resolve_launch,
     run_config,
 )
+from robostream.datasets.sources_file import parse_source_arguments, source_arguments
+from robostream.storage.options import DEFAULT_READ_BUFFER, ReadOptions
 from robostream.testing.hub_store import HubServer, hub_environment
 from robostream.testing.s3_dialect import S3RangeServer
 from robostream.testing.slow_store import RangeHTTPServer
@@ -52,7 +55,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "storage_options", default=None, help="fsspec options of a remote source, as JSON")
     _option(parser, "cache_dir", default=None, help="node-local disk cache of remote files (with --cache_limit)")
     _option(parser, "cache_limit", default=None, help="disk cache size, e.g. 20gb")
-    _option(parser, "read_buffer", default=None, help="fetched remote blocks kept per process, e.g. 128mb")
+    _option(
+        parser,
+        "read_buffer",
+        default=DEFAULT_READ_BUFFER,
+        help="fetched remote blocks kept per process, e.g. 128mb (default: %(default)s bytes)",
+    )
     _option(parser, "label", default=None, help="a label for result files and tables (default: local/remote)")
     _option(
         parser,
@@ -66,7 +74,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "batching",
         choices=["random", "per_stream", "stratified"],
-        default="random",
+        default=STREAMING_DEFAULTS["batching"],
         help="a mixture's batches: sources mixed in each (random), one source per global batch (per_stream) or "
         "each source's share in every batch (stratified)",
     )
@@ -101,11 +109,17 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "num_batches", type=int, default=40, help="timed batches (after the warm-up)")
     _option(parser, "duration_s", type=float, default=None, help="stop the timed part after this many seconds")
     _option(parser, "warmup_batches", type=int, default=2)
-    _option(parser, "seed", type=int, default=0)
-    _option(parser, "pool_size", type=int, default=8, help="live pieces per canonical stream (streaming)")
+    _option(parser, "seed", type=int, default=STREAMING_DEFAULTS["seed"])
+    _option(
+        parser,
+        "pool_size",
+        type=int,
+        default=STREAMING_DEFAULTS["pool_size"],
+        help="live pieces per canonical stream (streaming)",
+    )
     _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)
     _option(parser, "video_decoder_cache_size", type=int, default=None)
-    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default="cpu")
+    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default=STREAMING_DEFAULTS["video_decode_device"])
     _option(parser, "device", default="cpu", help="where the dummy consumer moves each batch (cpu, cuda)")
     _option(
         parser,
@@ -161,7 +175,7 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
             raise BenchError("a mixture (--sources) runs with --loader stream only, without peers")
     elif root is None and args.repo_id is None:
         raise BenchError("robostream bench needs a dataset: ROOT / --root PATH_OR_URL, or --repo_id")
-    elif args.epoch_size is not None or args.batching != "random":
+    elif args.epoch_size is not None or args.batching != STREAMING_DEFAULTS["batching"]:
         raise BenchError("--epoch_size and --batching apply to a mixture (--sources)")
     deltas = json.loads(args.delta_timestamps) if args.delta_timestamps else None
     if deltas is not None and args.mode:
@@ -180,11 +194,13 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         root=root,
         repo_id=args.repo_id,
         revision=args.revision,
-        data_files_root=args.data_files_root,
-        storage_options=json.loads(args.storage_options) if args.storage_options else None,
-        cache_dir=args.cache_dir,
-        cache_limit=args.cache_limit,
-        read_buffer=args.read_buffer,
+        read_options=ReadOptions(
+            data_files_root=args.data_files_root,
+            storage_options=json.loads(args.storage_options) if args.storage_options else None,
+            cache_dir=args.cache_dir,
+            cache_limit=args.cache_limit,
+            read_buffer=args.read_buffer,
+        ),
         label=label,
         delta_timestamps=deltas,
         batch_size=args.batch_size,
@@ -305,14 +321,10 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
 
 
 def _sources(text: str) -> list[dict[str, Any]]:
-    """--sources: a JSON list of Source arguments, inline or @FILE."""
-    try:
-        doc = json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BenchError(f"--sources {text[:80]!r}: not a JSON list of Source arguments ({exc})") from exc
-    if not isinstance(doc, list) or not doc or not all(isinstance(s, dict) for s in doc):
-        raise BenchError(f'--sources: expected a non-empty JSON list of objects like {{"root": ...}}, got {doc!r:.120}')
-    return doc
+    """--sources: a JSON list of Source arguments inline, or @FILE (JSON, or YAML for .yaml/.yml)."""
+    if text.startswith("@"):
+        return source_arguments(text[1:])
+    return parse_source_arguments(text, where="--sources", syntax="json")
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -2,9 +2,9 @@
 torch DataLoader, set up as a training job would set them up.
 
 `build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
-data_files_root, episodes, storage_options, cache_dir, cache_limit, read_buffer, delta_timestamps, batch_size,
-num_workers, prefetch_factor, seed, pool_size, video_backend, video_decode_device, video_decoder_cache_size,
-pin_memory; a mixture: sources (robostream.Source arguments), epoch_size and batching instead of root/repo_id.
+episodes, read_options (a JSON object of ReadOptions' fields), delta_timestamps, batch_size, num_workers,
+prefetch_factor, seed, pool_size, video_backend, video_decode_device, video_decoder_cache_size, pin_memory; a
+mixture: sources (robostream.Source arguments), epoch_size and batching instead of root/repo_id.
 """
 
 from __future__ import annotations
@@ -24,18 +24,17 @@ from robostream.datasets.map_style import LeRobotDataset
 from robostream.datasets.mixture import Source
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.streaming import StreamingLeRobotDataset
-from robostream.storage.options import ReadOptions
+from robostream.storage.options import read_options_from
 from robostream.video.decoder import default_backend
 
 LOADERS = ("stream", "map")
 # Import the decoder library now, when the probe loads this module, not inside the timed first batch (the peer's
 # factory module imports lerobot the same way).
 default_backend()
-_SOURCE_KEYS = ("data_files_root", "storage_options", "cache_dir", "cache_limit", "read_buffer")
 
 
 def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset:
-    options = ReadOptions(**{k: params[k] for k in _SOURCE_KEYS if params.get(k) is not None})
+    options = read_options_from(params.get("read_options"), where="the probe's params['read_options']")
     common: dict[str, Any] = dict(
         root=params.get("root"), revision=params.get("revision"), episodes=params.get("episodes"), read_options=options
     )
@@ -43,7 +42,7 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
         delta_timestamps=params.get("delta_timestamps"),
         return_uint8=True,
         video_backend=params.get("video_backend"),
-        video_decode_device=params.get("video_decode_device") or "cpu",
+        video_decode_device=params["video_decode_device"],
         video_decoder_cache_size=params.get("video_decoder_cache_size"),
     )
     if params.get("sources"):
@@ -61,12 +60,12 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
             epoch_size=params.get("epoch_size"),
             **lanes,
             **common,
-            seed=params.get("seed", 0),
-            pool_size=params.get("pool_size", 8),
+            seed=params["seed"],
+            pool_size=params["pool_size"],
         )
     if params["loader"] == "stream":
         return StreamingLeRobotDataset(
-            params.get("repo_id"), **common, seed=params.get("seed", 0), pool_size=params.get("pool_size", 8)
+            params.get("repo_id"), **common, seed=params["seed"], pool_size=params["pool_size"]
         )
     if params["loader"] == "map":
         return LeRobotDataset(params.get("repo_id"), **common)
@@ -82,7 +81,7 @@ def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
     }
     if workers:
         options["prefetch_factor"] = int(params.get("prefetch_factor") or 2)
-        if (params.get("video_decode_device") or "cpu").startswith("cuda"):
+        if params["video_decode_device"].startswith("cuda"):
             options["multiprocessing_context"] = "spawn"  # CUDA cannot be used in forked workers
     return options
 
@@ -127,7 +126,7 @@ def _split(params: dict[str, Any], samples: int) -> dict[str, float]:
         batches = itertools.islice(StreamingDataLoader(dataset, batch_size=batch_size), -(-samples // batch_size))
         produced = (len(batch["index"]) for batch in batches)
     else:
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params.get("seed", 0)))
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(params["seed"]))
         produced = (1 for i in order[:samples] if dataset[int(i)] is not None)
     readers = _readers(dataset)
     # A mixture's remote sources share their blocks (and the time waited for them): count each once.
@@ -169,9 +168,9 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
             return {**dataset.frame_counts(), **(buffers.stats() if buffers is not None else {})}
     else:
         rank, world = resolve_rank_world()
-        generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
+        generator = torch.Generator().manual_seed(int(params["seed"]))
         sampler = (
-            DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params.get("seed", 0)))
+            DistributedSampler(dataset, num_replicas=world, rank=rank, seed=int(params["seed"]))
             if world > 1
             else torch.utils.data.RandomSampler(dataset, generator=generator)
         )

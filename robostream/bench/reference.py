@@ -13,8 +13,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from robostream.datasets.cameras import CameraReader, open_dataset_video
-from robostream.format.metadata import load_metadata
+from robostream.datasets.cameras import open_dataset_video
+from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.video.decoder import Plane, default_backend
 
 SEGMENT_FRAMES = 512
@@ -28,7 +28,7 @@ def plan_segments(
     the same share of every file, so every camera and codec setting is represented."""
     total = sum(frame_counts.values())
     share = min(1.0, max_frames / total) if total else 0.0
-    segments = []
+    segments: list[tuple[str, int, int]] = []
     for path, count in sorted(frame_counts.items()):
         take = max(1, int(count * share)) if count else 0
         segments.extend((path, first, min(take, first + segment)) for first in range(0, take, segment))
@@ -36,23 +36,22 @@ def plan_segments(
 
 
 @functools.cache
-def _reader(root: str, backend: str | None, device: str) -> CameraReader:
-    return CameraReader(load_metadata(root), tolerance_s=1e-4, backend=backend, device=device)
+def _metadata(root: str) -> DatasetMetadata:
+    return load_metadata(root)
 
 
 def _decode_segment(
     root: str, backend: str | None, device: str, planes: dict[str, Plane], segment: tuple[str, int, int]
 ) -> int:
     relative, first, stop = segment
-    decoder = open_dataset_video(_reader(root, backend, device).meta, relative, backend, device, plane=planes[relative])
+    decoder = open_dataset_video(_metadata(root), relative, backend, device, plane=planes[relative])
     for start in range(first, stop, DECODE_BATCH):
         decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
     return stop - first
 
 
-def _planes(reader: CameraReader) -> dict[str, Plane]:
+def _planes(meta: DatasetMetadata) -> dict[str, Plane]:
     """Every video file of the dataset and the plane it is decoded as (a depth camera's: its gray12 codes)."""
-    meta = reader.meta
     return {
         meta.video_file(int(e), key): "gray12" if key in meta.depth_codings else "rgb"
         for e in meta.episodes.episode_index
@@ -60,8 +59,8 @@ def _planes(reader: CameraReader) -> dict[str, Plane]:
     }
 
 
-def _frame_counts(reader: CameraReader, backend: str, device: str, planes: dict[str, Plane]) -> dict[str, int]:
-    return {f: open_dataset_video(reader.meta, f, backend, device, plane=planes[f]).num_frames for f in sorted(planes)}
+def _frame_counts(meta: DatasetMetadata, backend: str, device: str, planes: dict[str, Plane]) -> dict[str, int]:
+    return {f: open_dataset_video(meta, f, backend, device, plane=planes[f]).num_frames for f in sorted(planes)}
 
 
 def decode_reference(
@@ -69,12 +68,12 @@ def decode_reference(
 ) -> dict[str, Any]:
     """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores)."""
     backend = backend or default_backend()
-    reader = _reader(root, backend, device)  # forked decode processes inherit it (metadata read once)
-    if not reader.meta.video_keys:
+    meta = _metadata(root)  # forked decode processes inherit it (metadata read once)
+    if not meta.video_keys:
         raise ValueError(f"{root}: the dataset has no video features, there is nothing to decode")
     processes = processes or os.cpu_count() or 1
-    planes = _planes(reader)
-    segments = plan_segments(_frame_counts(reader, backend, device, planes), max_frames)
+    planes = _planes(meta)
+    segments = plan_segments(_frame_counts(meta, backend, device, planes), max_frames)
     work = functools.partial(_decode_segment, root, backend, device, planes)
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=processes) as pool:

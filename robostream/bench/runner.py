@@ -8,6 +8,7 @@ streaming dataset splits by RANK/WORLD_SIZE, the map-style loaders use a Distrib
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import os
 import platform
@@ -15,13 +16,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
 from robostream.datasets.origin import open_dataset
+from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.errors import RobostreamError
 from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.format.metadata import DatasetMetadata
@@ -35,6 +37,10 @@ PEER_FACTORIES = {
     "lancedb": "lancedb_peer.py:build",  # lerobot-lancedb's LanceDBDataset over its own conversion
 }
 PEERS = tuple(PEER_FACTORIES)
+# The streaming dataset's own defaults (its signature): the benchmark's options default to them, never restated.
+STREAMING_DEFAULTS = {
+    name: parameter.default for name, parameter in inspect.signature(StreamingLeRobotDataset).parameters.items()
+}
 
 
 class BenchError(RobostreamError):
@@ -50,11 +56,7 @@ class RunConfig:
     root: str | None = None
     repo_id: str | None = None
     revision: str | None = None
-    data_files_root: str | None = None
-    storage_options: dict[str, Any] | None = None  # fsspec options of a remote source (e.g. an S3 endpoint)
-    cache_dir: str | None = None  # optional node-local disk cache of remote files (with cache_limit)
-    cache_limit: str | None = None
-    read_buffer: str | None = None  # fetched remote blocks kept per process (default: the datasets' default)
+    read_options: ReadOptions = field(default_factory=ReadOptions)  # how the data's bytes are read
     label: str = "local"  # names the run in result files and tables
     delta_timestamps: dict[str, list[float]] | None = None  # mode "custom"
     batch_size: int = 32
@@ -63,18 +65,18 @@ class RunConfig:
     num_batches: int = 40
     duration_s: float | None = None
     warmup_batches: int = 2
-    seed: int = 0
-    pool_size: int = 8
+    seed: int = STREAMING_DEFAULTS["seed"]
+    pool_size: int = STREAMING_DEFAULTS["pool_size"]
     video_backend: str | None = None
     video_decoder_cache_size: int | None = None
-    video_decode_device: str = "cpu"
+    video_decode_device: str = STREAMING_DEFAULTS["video_decode_device"]
     device: str = "cpu"
     split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None
     peer_root: str | None = None  # what a peer reads when it needs its own conversion (lancedb), folder or URL
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
-    batching: str = "random"  # of a mixture: "random", "per_stream" or "stratified"
+    batching: str = STREAMING_DEFAULTS["batching"]  # of a mixture: "random", "per_stream" or "stratified"
     store: dict[str, float | int | None] | None = None  # the slow store the root is served through (latency_ms, ...)
 
     def name(self, rank: int | None = None) -> str:
@@ -136,14 +138,13 @@ def dataset_metadata(config: RunConfig) -> DatasetMetadata:
 
 def source_metadata(config: RunConfig) -> list[DatasetMetadata]:
     """The metadata of the benchmarked dataset, or of every source of a mixture."""
-    options = ReadOptions(storage_options=config.storage_options, data_files_root=config.data_files_root)
     wheres = config.sources or [{"repo_id": config.repo_id, "root": config.root, "revision": config.revision}]
     return [
         open_dataset(
             where.get("repo_id"),
             where.get("root"),
             where.get("revision"),
-            options,
+            config.read_options,
             config.video_backend,
             "robostream bench",
             depth_output_unit=DEFAULT_DEPTH_UNIT,
@@ -188,13 +189,10 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
         "peer_root": config.peer_root,
         "repo_id": config.repo_id,
         "revision": config.revision,
-        "data_files_root": config.data_files_root,
         "episodes": None,
         "delta_timestamps": deltas,
-        "storage_options": config.storage_options,
-        "cache_dir": config.cache_dir,
-        "cache_limit": config.cache_limit,
-        "read_buffer": config.read_buffer,
+        "read_options": asdict(config.read_options),  # robostream's loaders (a JSON object of its fields)
+        "storage_options": config.read_options.storage_options,  # the peers' (lancedb reads its store with them)
         "batch_size": config.batch_size,
         "num_workers": config.num_workers,
         "prefetch_factor": config.prefetch_factor,

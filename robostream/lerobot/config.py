@@ -9,15 +9,17 @@ revision and weight kind).
 
 from __future__ import annotations
 
-import json
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from lerobot.configs.train import TrainPipelineConfig
 
 from robostream.datasets.mixture import Source
+from robostream.datasets.sources_file import sources_from_file
+from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.numbers import finite_number
 from robostream.storage.options import ReadOptions
 
@@ -26,6 +28,10 @@ Weighting = Literal["proportion", "repeat", "choose"]
 STREAMING_ONLY = ("pool_size", "decode_ahead", "prefetch_pieces", "canonical_streams", "uneven")
 MIXTURE_ONLY = ("weighting", "features", "batching", "epoch_size", "sampling_method")
 AugmentWhere = Literal["workers", "device"]
+# The streaming dataset's own defaults (its signature): the options below default to them, never restated.
+STREAMING_DEFAULTS = {
+    name: parameter.default for name, parameter in inspect.signature(StreamingLeRobotDataset).parameters.items()
+}
 
 
 @dataclass
@@ -62,15 +68,15 @@ class RobostreamOptions:
     weights: list[float] | None = None
     weighting: Weighting = "proportion"
     mixture: str | None = None
-    features: Literal["strict", "union"] = "strict"
-    batching: Literal["random", "per_stream", "stratified"] = "random"
-    epoch_size: int | None = None
-    sampling_method: Literal["balanced", "fixed"] = "balanced"
-    pool_size: int = 8
-    decode_ahead: int = 4
-    prefetch_pieces: int = 2
-    canonical_streams: int | None = None
-    uneven: Literal["pad", "drop"] = "pad"
+    features: Literal["strict", "union"] = STREAMING_DEFAULTS["features"]
+    batching: Literal["random", "per_stream", "stratified"] = STREAMING_DEFAULTS["batching"]
+    epoch_size: int | None = STREAMING_DEFAULTS["epoch_size"]
+    sampling_method: Literal["balanced", "fixed"] = STREAMING_DEFAULTS["sampling_method"]
+    pool_size: int = STREAMING_DEFAULTS["pool_size"]
+    decode_ahead: int = STREAMING_DEFAULTS["decode_ahead"]
+    prefetch_pieces: int = STREAMING_DEFAULTS["prefetch_pieces"]
+    canonical_streams: int | None = STREAMING_DEFAULTS["canonical_streams"]
+    uneven: Literal["pad", "drop"] = STREAMING_DEFAULTS["uneven"]
     cache_dir: str | None = None
     cache_limit: str | None = None
     augment_on: AugmentWhere = "workers"
@@ -123,7 +129,7 @@ class RobostreamTrainConfig(TrainPipelineConfig):
                     f"--robostream.mixture={options.mixture} gives each source its root, episodes and "
                     f"revision: leave {', '.join(given)} unset"
                 )
-            return _sources_from_file(Path(options.mixture))
+            return sources_from_file(options.mixture)
         repo_ids = _as_list(self.dataset.repo_id, "--dataset.repo_id")
         if repo_ids is None:
             if options.weights is not None:
@@ -155,12 +161,9 @@ class RobostreamTrainConfig(TrainPipelineConfig):
             for repo_id, root, weight in zip(repo_ids, roots or [None] * len(repo_ids), weights)
         ]
 
-    def read_options(self) -> ReadOptions | None:
-        """How the data's bytes are read (the disk cache of --robostream.cache_dir), None for the defaults."""
-        options = self.robostream
-        if options.cache_dir is None and options.cache_limit is None:
-            return None
-        return ReadOptions(cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+    def read_options(self) -> ReadOptions:
+        """How the data's bytes are read, from the `--robostream.*` options that say it (the disk cache)."""
+        return ReadOptions(cache_dir=self.robostream.cache_dir, cache_limit=self.robostream.cache_limit)
 
 
 def _as_list(value: str | None, flag: str) -> list[str] | None:
@@ -174,24 +177,3 @@ def _as_list(value: str | None, flag: str) -> list[str] | None:
     if not isinstance(items, list) or not items or not all(isinstance(i, str) and i for i in items):
         raise ValueError(f"{flag}={value!r}: expected a non-empty list of names, e.g. '[lerobot/a,lerobot/b]'")
     return items
-
-
-def _sources_from_file(path: Path) -> list[Source]:
-    try:
-        doc: Any = (
-            yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
-        )
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ValueError(f"--robostream.mixture={path}: cannot read a JSON/YAML list of sources: {exc}") from exc
-    if not isinstance(doc, list) or not doc or not all(isinstance(s, dict) for s in doc):
-        raise ValueError(
-            f"--robostream.mixture={path}: expected a non-empty list of objects like "
-            '{"repo_id": "lerobot/a", "proportion": 0.7}'
-        )
-    sources = []
-    for i, spec in enumerate(doc):
-        try:
-            sources.append(Source(**spec))
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"--robostream.mixture={path}: source {i} {spec}: {exc}") from exc
-    return sources

@@ -334,7 +334,8 @@ def test_the_slow_store_speaks_s3(av1_root, tmp_path, capsys):
     )
     result = json.loads((out / "s320ms_map_single_b4_w1_cpu.json").read_text())
     assert result["config"]["root"] == f"s3://{av1_root.name}"
-    assert result["config"]["storage_options"]["client_kwargs"]["endpoint_url"].startswith("http://127.0.0.1:")
+    storage_options = result["config"]["read_options"]["storage_options"]
+    assert storage_options["client_kwargs"]["endpoint_url"].startswith("http://127.0.0.1:")
     store = result["metrics"]["store"]
     assert store["requests"] > 0 and store["bytes"] > 0 and store["in_flight_max"] > 1
     assert "Slow store (latency_ms 20, api s3), " in capsys.readouterr().err

@@ -42,7 +42,8 @@ def test_bench_reads_an_http_dataset(av1_root, tmp_path):
         served = server.stats()
     stream = json.loads((tmp_path / "remote_stream_single_b4_w1_cpu.json").read_text())
     assert stream["config"]["root"] == url and stream["metrics"]["samples"] == 8
-    assert stream["config"]["read_buffer"] == "4mb" and stream["config"]["storage_options"] == {"block_size": 65536}
+    read_options = stream["config"]["read_options"]
+    assert read_options["read_buffer"] == "4mb" and read_options["storage_options"] == {"block_size": 65536}
     assert stream["metrics"]["bytes_read"] > 0  # the streaming dataset counts what it fetched
     mapped = json.loads((tmp_path / "remote_map_single_b4_w1_cpu.json").read_text())
     assert mapped["metrics"]["samples"] == 8 and mapped["metrics"]["frames_per_s"] > 0
