@@ -69,7 +69,7 @@ class DatasetMetadata:
         return self.storage.url
 
     @property
-    def fps(self) -> int:
+    def fps(self) -> int | float:
         return self.info.fps
 
     @cached_property

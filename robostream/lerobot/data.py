@@ -46,7 +46,7 @@ class MixtureMetadata:
 
     features: dict[str, dict[str, Any]]
     stats: dict[str, dict[str, np.ndarray]]
-    fps: int
+    fps: int | float
     camera_keys: list[str]
 
     @classmethod

@@ -48,7 +48,7 @@ class BlockCache:
         with self._lock:
             future = self._inflight.get(key)
             owner = future is None
-            if owner:
+            if future is None:
                 future = self._inflight[key] = Future()
                 self.reader_fetches += 1
             self.misses += 1

@@ -61,13 +61,14 @@ class HubRanges:
         the file's ranges), in as many requests as huggingface_hub makes."""
         answer = self._request("GET", self._resolve_url(path), limit)
         if answer.status in REDIRECTS:  # the bytes are on another origin
+            elsewhere = _where(answer)
             with self._lock:
-                self._urls[path] = answer.url
-            answer = self._request("GET", answer.url, limit)
+                self._urls[path] = elsewhere
+            answer = self._request("GET", elsewhere, limit)
         return answer.body
 
     def _resolve(self, path: str) -> str:
-        url = self._request("HEAD", self._resolve_url(path), None).url
+        url = _where(self._request("HEAD", self._resolve_url(path), None))
         with self._lock:
             self._urls[path] = url
         return url
@@ -97,3 +98,9 @@ class HubRanges:
             limit=limit,
             stop_off_origin=True,
         )
+
+
+def _where(answer: Answer) -> str:
+    """Where an answer of http_request came from (it always says)."""
+    assert answer.url is not None
+    return answer.url

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from robostream.storage.blocks import BlockCache, BlockKey
 
@@ -35,12 +36,14 @@ REQUEST_BYTES = 2 << 20  # most bytes of one merged request: per connection ~20 
 EWMA = 0.2  # weight of the newest measurement
 
 
-class RangeSource:
+class RangeSource(Protocol):
     """What the read-ahead needs of a file: a key for its blocks, the block size and file size, and a checked,
     retried, counted fetch of a byte range (RangedReader)."""
 
     key: str
-    block_size: int
+
+    @property
+    def block_size(self) -> int: ...
 
     def size(self) -> int: ...
 

@@ -230,7 +230,8 @@ class SharedReading:
         return {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()
+        self._lock = threading.Lock()
+        self._groups = {}
 
 
 class Storage:
