@@ -4,10 +4,10 @@ node cache, a new dataset), in one process. Run from the repository root:
     PYTHONPATH=. .venv/bin/python benchmarks/mixture_construction.py /tmp/manysrc --sources 500 --api http
 
 FOLDER/one is a one-episode dataset (generated when missing: 3 cameras of 48x64, 34 frames) and FOLDER/src-000 ...
-are copies of it made of hard links. The store (robostream/bench/slow_store.py: HTTP or S3; hub_store.py: the Hub
-emulator, sources pinned to its commit) serves FOLDER's parent with --latency_ms first-byte latency. Per run it
-prints one JSON line: construction seconds, the requests the store served, the most in flight and the store's CPU
-seconds (it shares the machine with the reader).
+are copies of it made of hard links. The store (robostream/testing/: slow_store.py HTTP, s3_dialect.py S3,
+hub_store.py the Hub emulator, sources pinned to its commit) serves FOLDER's parent with --latency_ms first-byte
+latency. Per run it prints one JSON line: construction seconds, the requests the store served, the most in flight
+and the store's CPU seconds (it shares the machine with the reader).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from robostream.errors import RobostreamError
 
@@ -78,6 +79,7 @@ def _convert(args: argparse.Namespace) -> int:
     )
     log = lambda line: print(line, file=sys.stderr)
     root, repo_id = _convert_source(args, log)
+    summary: dict[str, Any]  # printed as JSON
     if repo_id is not None and is_v30(root) and args.out is None:
         summary = {"output": str(root), "note": "already v3.0 (an earlier run converted it): pushing only"}
     else:

@@ -113,7 +113,7 @@ def _expand(scenario: object, index: int, default_args: list[str], default_env: 
     args = default_args + _string_list(scenario.get("sbatch_args", []), f"{where}.sbatch_args")
     axes = _env_axes(scenario.get("env", {}), f"{where}.env")
     jobs = []
-    for node_count, *values in itertools.product(nodes, *axes.values()):
+    for node_count, values in itertools.product(nodes, itertools.product(*axes.values())):
         env = default_env | dict(zip(axes, values))
         # name the job and the scenario by what varies; the fixed settings are in the matrix
         varying = [(key, value) for (key, choices), value in zip(axes.items(), values) if len(choices) > 1]
@@ -151,9 +151,10 @@ def _string_list(value: object, where: str) -> list[str]:
 def _node_axis(value: object, where: str) -> list[int]:
     """`nodes`: a positive integer or a non-empty list of them."""
     values = value if isinstance(value, list) else [value]
-    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+    counts = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if not values or len(counts) != len(values):
         raise MatrixError(f"{where}: expected a positive integer or a list of them, got {value!r}")
-    return values
+    return counts
 
 
 def _env_axes(env: object, where: str) -> dict[str, list[str]]:

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, get_args
 
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
@@ -21,6 +21,8 @@ from robostream.bench.runner import (
     STREAMING_DEFAULTS,
     BenchError,
     RunConfig,
+    StoreApi,
+    StoreSettings,
     barrier,
     dataset_metadata,
     export_launch,
@@ -36,8 +38,9 @@ from robostream.testing.s3_dialect import S3RangeServer
 from robostream.testing.slow_store import RangeHTTPServer
 
 LOADERS = ("stream", "map")
-STORE_APIS = ("http", "hub", "s3")
-PEERS_OVER_STORE = {"hub": {"lerobot-stream"}, "s3": {"lancedb"}, "http": set()}  # peers that read that API
+STORE_APIS = get_args(StoreApi)
+# peers that read each API
+PEERS_OVER_STORE: dict[StoreApi, set[str]] = {"hub": {"lerobot-stream"}, "s3": {"lancedb"}, "http": set()}
 MODES = ("single", "sarm")
 
 
@@ -142,7 +145,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "store_latency_ms",
         type=float,
         default=None,
-        help="serve the local ROOT through the slow store on 127.0.0.1 (robostream/bench/slow_store.py) and read "
+        help="serve the local ROOT through the slow store on 127.0.0.1 (robostream/testing/slow_store.py) and read "
         "it from there: this first-byte latency on every request",
     )
     _option(parser, "store_mbps", type=float, default=None, help="the slow store's bandwidth per connection, MB/s")
@@ -229,20 +232,34 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     return [RunConfig(loader=loader, mode=mode, **common) for mode in modes for loader in [*loaders, *args.peer]]
 
 
-def _store_settings(args: argparse.Namespace) -> dict[str, float | int | None] | None:
+def _store_settings(args: argparse.Namespace) -> StoreSettings | None:
     """The slow store's settings when any --store_* option is given (None: read ROOT as it is)."""
-    settings = {"latency_ms": args.store_latency_ms, "mbps": args.store_mbps, "max_in_flight": args.store_max_in_flight}
-    if all(v is None for v in settings.values()):
+    settings = StoreSettings(
+        latency_ms=args.store_latency_ms,
+        mbps=args.store_mbps,
+        max_in_flight=args.store_max_in_flight,
+        api=args.store_api,
+    )
+    given = {name: settings[name] for name in ("latency_ms", "mbps", "max_in_flight")}
+    if all(v is None for v in given.values()):
         if args.store_api != "http":
             raise BenchError(
                 f"--store_api {args.store_api} reads through the slow store: give --store_latency_ms "
                 "(or --store_mbps / --store_max_in_flight)"
             )
         return None
-    for name, value in settings.items():
+    for name, value in given.items():
         if value is not None and value <= 0:
             raise BenchError(f"--store_{name} {value}: expected a positive number")
-    return {**settings, "api": args.store_api}
+    return settings
+
+
+class Throttle(TypedDict):
+    """How the test servers (RangeHTTPServer, S3RangeServer, HubServer) slow their answers down."""
+
+    latency_s: float
+    bandwidth: float | None
+    max_in_flight: int | None
 
 
 def video_bytes_per_frame(root: Path) -> float:
@@ -289,7 +306,7 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
             f"{sorted(PEERS_OVER_STORE[api]) or 'none'}"
         )
     root = Path(root).resolve()
-    throttle = dict(
+    throttle = Throttle(
         latency_s=(settings["latency_ms"] or 0) / 1000,
         max_in_flight=settings["max_in_flight"],
         bandwidth=settings["mbps"] * 1e6 if settings["mbps"] else None,

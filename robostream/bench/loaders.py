@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from robostream.bench.probe import BatchProbe, TimedMapDataset
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.look_ahead_sampler import LookAheadBatchSampler
 from robostream.datasets.map_style import LeRobotDataset
-from robostream.datasets.mixture import Source
+from robostream.datasets.mixture import Source, SourceReader
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.storage.options import read_options_from
@@ -86,9 +87,10 @@ def _loader_options(params: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _readers(dataset: LeRobotDataset | StreamingLeRobotDataset) -> list[Any]:
-    """What holds each source's metadata and decoders: the dataset itself, or a mixture's source readers."""
-    return dataset.sources if getattr(dataset, "is_mixture", False) else [dataset]
+def _readers(dataset: LeRobotDataset | StreamingLeRobotDataset) -> Sequence[SourceReader | LeRobotDataset]:
+    """What holds each source's metadata and decoders: a streaming dataset's source readers (one for a plain
+    dataset), or the map-style dataset itself."""
+    return dataset.sources if isinstance(dataset, StreamingLeRobotDataset) else [dataset]
 
 
 class SummedCacheStats:
@@ -159,13 +161,17 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     construction_s = time.perf_counter() - started
     stats = SummedCacheStats(dataset)
     options = _loader_options(params)
+    loader: StreamingDataLoader | DataLoader
+    counts: Callable[[], dict[str, int]] | None = None
     if isinstance(dataset, StreamingLeRobotDataset):
         # The loader users run, timed through its on_batch hook (per-batch production time, cache counters).
-        loader = StreamingDataLoader(dataset, on_batch=BatchProbe(stats), **options)
+        streaming = loader = StreamingDataLoader(dataset, on_batch=BatchProbe(stats), **options)
 
-        def counts() -> dict[str, int]:
-            buffers = loader.batch_buffers
+        def streaming_counts() -> dict[str, int]:
+            buffers = streaming.batch_buffers
             return {**dataset.frame_counts(), **(buffers.stats() if buffers is not None else {})}
+
+        counts = streaming_counts
     else:
         rank, world = resolve_rank_world()
         generator = torch.Generator().manual_seed(int(params["seed"]))
@@ -179,7 +185,6 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
             sampler, batch_size=options.pop("batch_size"), look_ahead=max(1, options["num_workers"])
         )
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
-        counts = None
     return {
         "loader": loader,
         "frames_per_sample": frames_per_sample(dataset),

@@ -130,7 +130,9 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     return out
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, percentiles: Sequence[float]) -> np.ndarray:
+def weighted_percentiles(
+    values: np.ndarray, weights: np.ndarray, percentiles: Sequence[float] | np.ndarray
+) -> np.ndarray:
     """Percentiles of `values` where each value stands for `weight` observations."""
     order = np.argsort(values, kind="stable")
     sorted_values, cumulative = np.asarray(values)[order], np.cumsum(np.asarray(weights, dtype=np.float64)[order])

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import torch
@@ -69,17 +69,27 @@ class BatchProbe:
         instrument_batch(batch, seconds, self.worker_stats)
 
 
+class SampleDataset(Protocol):
+    """What TimedMapDataset wraps: a sized map-style dataset of sample dicts (robostream's, lerobot's, LanceDB's)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+
 class TimedMapDataset(Dataset):
     """A map-style dataset whose samples also carry their production time and the worker's cache counters."""
 
-    def __init__(self, inner: Dataset, worker_stats: WorkerStats = None) -> None:
+    def __init__(self, inner: SampleDataset, worker_stats: WorkerStats = None) -> None:
         self.inner, self.worker_stats = inner, worker_stats
-        if hasattr(inner, "__getitems__"):  # a dataset that serves a batch's indices at once is timed that way
+        inner_items = getattr(inner, "__getitems__", None)
+        if inner_items is not None:  # a dataset that serves a batch's indices at once is timed that way
+            self._inner_items: Callable[[list[int]], list[dict[str, Any]]] = inner_items
             self.__getitems__ = self._timed_items
 
     def _timed_items(self, indices: list[int]) -> list[dict[str, Any]]:
         start = time.perf_counter()
-        samples = self.inner.__getitems__(indices)
+        samples = self._inner_items(indices)
         seconds = (time.perf_counter() - start) / max(1, len(samples))
         return [_instrument(sample, seconds, self.worker_stats) for sample in samples]
 
@@ -172,6 +182,8 @@ def load_factory(spec: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     target, _, name = spec.rpartition(":")
     if target.endswith(".py"):
         module_spec = importlib.util.spec_from_file_location(f"bench_factory_{abs(hash(target))}", target)
+        if module_spec is None or module_spec.loader is None:
+            raise ImportError(f"factory {spec!r}: {target} cannot be loaded as a Python module")
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
     else:

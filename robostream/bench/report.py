@@ -15,22 +15,23 @@ from pathlib import Path
 from typing import Any
 
 REFERENCE = "reference_decode.json"
-# (column title, metric key, format) of the summary table.
-COLUMNS = (
-    ("frames/s/node", "frames_per_s_node", "{:.0f}"),
-    ("samples/s", "samples_per_s", "{:.1f}"),
-    ("first batch s", "first_batch_latency_s", "{:.2f}"),
-    ("p50 ms", "p50_sample_latency_ms", "{:.1f}"),
-    ("p95 ms", "p95_sample_latency_ms", "{:.1f}"),
-    ("p99 ms", "p99_sample_latency_ms", "{:.1f}"),
-    ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
-    ("peak PSS MiB", "peak_pss_mib", "{:.0f}"),
-    ("randomness (uniform)", None, None),
-    ("decoded/delivered", "decoded_per_delivered", "{:.3f}"),
-    ("data wait", "data_wait_frac", "{:.2f}"),
-    ("fetch/decode ms", None, None),
-    ("cache hit rate", None, None),
-    ("calls / seeks per 100 frames", None, None),
+# The summary table's columns: (title, (metric key, format)), or (title, None) for a column table_cells composes
+# from several metrics.
+COLUMNS: tuple[tuple[str, tuple[str, str] | None], ...] = (
+    ("frames/s/node", ("frames_per_s_node", "{:.0f}")),
+    ("samples/s", ("samples_per_s", "{:.1f}")),
+    ("first batch s", ("first_batch_latency_s", "{:.2f}")),
+    ("p50 ms", ("p50_sample_latency_ms", "{:.1f}")),
+    ("p95 ms", ("p95_sample_latency_ms", "{:.1f}")),
+    ("p99 ms", ("p99_sample_latency_ms", "{:.1f}")),
+    ("peak RSS MiB", ("peak_rss_mib", "{:.0f}")),
+    ("peak PSS MiB", ("peak_pss_mib", "{:.0f}")),
+    ("randomness (uniform)", None),
+    ("decoded/delivered", ("decoded_per_delivered", "{:.3f}")),
+    ("data wait", ("data_wait_frac", "{:.2f}")),
+    ("fetch/decode ms", None),
+    ("cache hit rate", None),
+    ("calls / seeks per 100 frames", None),
 )
 
 
@@ -93,8 +94,9 @@ def label(result: Mapping[str, Any]) -> str:
 def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) -> list[str]:
     m = result["metrics"]
     cells = []
-    for title, key, fmt in COLUMNS:
-        if key is not None:
+    for title, metric in COLUMNS:
+        if metric is not None:
+            key, fmt = metric
             value = m.get(key, m.get("frames_per_s") if key == "frames_per_s_node" else None)
             cells.append("-" if value is None else fmt.format(value))
         elif title == "randomness (uniform)":

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
@@ -45,6 +45,18 @@ STREAMING_DEFAULTS = {
 
 class BenchError(RobostreamError):
     """A benchmark run failed or was configured wrongly."""
+
+
+StoreApi = Literal["http", "hub", "s3"]
+
+
+class StoreSettings(TypedDict):
+    """The slow store a run's root is served through (the --store_* options), as the run's config records it."""
+
+    latency_ms: float | None
+    mbps: float | None
+    max_in_flight: int | None
+    api: StoreApi
 
 
 @dataclass(frozen=True)
@@ -77,7 +89,7 @@ class RunConfig:
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
     batching: str = STREAMING_DEFAULTS["batching"]  # of a mixture: "random", "per_stream" or "stratified"
-    store: dict[str, float | int | None] | None = None  # the slow store the root is served through (latency_ms, ...)
+    store: StoreSettings | None = None  # the slow store the root is served through
 
     def name(self, rank: int | None = None) -> str:
         """File stem, e.g. `local_stream_single_b32_w2_cpu` (`_rank3` for one rank's part of a multi-rank job; a
@@ -222,6 +234,7 @@ def run_echoing_stderr(command: list[str], keep: int = 8192) -> tuple[int, str]:
     """Run `command`, passing its stderr (progress bar, errors) through live, and return the exit code and the
     stderr's last `keep` characters (to name the failure in our own error)."""
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert process.stderr is not None  # stderr=PIPE
     tail = b""
     while chunk := os.read(process.stderr.fileno(), 65536):
         sys.stderr.buffer.write(chunk)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 import yaml
 from lerobot.configs.train import TrainPipelineConfig
@@ -156,14 +156,41 @@ class RobostreamTrainConfig(TrainPipelineConfig):
                 "--dataset.episodes selects episodes of one dataset; give each source of a mixture its "
                 "episodes in a --robostream.mixture file"
             )
+        source_roots: list[str | None] = list(roots) if roots is not None else [None] * len(repo_ids)
         return [
-            Source(repo_id=repo_id, root=root, revision=self.dataset.revision, **{options.weighting: weight})
-            for repo_id, root, weight in zip(repo_ids, roots or [None] * len(repo_ids), weights)
+            Source(
+                repo_id=repo_id,
+                root=root,
+                revision=self.dataset.revision,
+                **_weight_argument(options.weighting, weight),
+            )
+            for repo_id, root, weight in zip(repo_ids, source_roots, weights)
         ]
 
     def read_options(self) -> ReadOptions:
         """How the data's bytes are read, from the `--robostream.*` options that say it (the disk cache)."""
         return ReadOptions(cache_dir=self.robostream.cache_dir, cache_limit=self.robostream.cache_limit)
+
+
+class WeightArgument(TypedDict, total=False):
+    """The one weight argument a Source of a --dataset.repo_id list gets (`--robostream.weighting` names it)."""
+
+    proportion: float
+    repeat: float
+    choose: int
+
+
+def _weight_argument(weighting: Weighting, weight: float) -> WeightArgument:
+    """One --robostream.weights value as the Source argument `weighting` names (choose: a whole count)."""
+    if weighting == "proportion":
+        return {"proportion": weight}
+    if weighting == "repeat":
+        return {"repeat": weight}
+    if not float(weight).is_integer():
+        raise ValueError(
+            f"--robostream.weights: {weight!r} with --robostream.weighting=choose: expected a whole number of samples"
+        )
+    return {"choose": int(weight)}
 
 
 def _as_list(value: str | None, flag: str) -> list[str] | None:

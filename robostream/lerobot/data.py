@@ -128,7 +128,8 @@ class TrainingData:
     """The dataset, its loader and what the policy is made from."""
 
     dataset: StreamingLeRobotDataset | LeRobotDataset
-    loader: torch.utils.data.DataLoader
+    # streaming: robostream's; map-style: torch's over lerobot's sampler, accelerate's once prepared for training
+    loader: StreamingDataLoader | torch.utils.data.DataLoader
     meta: DatasetMetadata | MixtureMetadata
     delta_timestamps: dict[str, list[float]]
     sampler: EpisodeAwareSampler | None  # map-style only
@@ -140,13 +141,13 @@ class TrainingData:
 
     @property
     def num_frames(self) -> int:
-        if self.streaming:
+        if isinstance(self.dataset, StreamingLeRobotDataset):
             return int(sum(self.dataset.samples_per_source))
         return len(self.dataset)
 
     @property
     def num_episodes(self) -> int:
-        if self.streaming:
+        if isinstance(self.dataset, StreamingLeRobotDataset):
             return sum(len(r.episodes) for r in self.dataset.sources)
         return len(self.dataset.episodes)
 
@@ -311,6 +312,11 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
 def resume_sampler(data: TrainingData, *, step: int, batch_size: int, num_processes: int) -> dict[str, int]:
     """Map-style: position lerobot's sampler after `step` steps (lerobot's arithmetic: exact on the layout and
     batch size that wrote the checkpoint)."""
+    if data.sampler is None:
+        raise ValueError(
+            "resume_sampler positions lerobot's sampler of a map-style run; a streaming run resumes from its "
+            "loader's state (StreamingDataLoader.load_state_dict)"
+        )
     state = compute_sampler_state(step, len(data.sampler), batch_size, num_processes)
     data.sampler.load_state_dict(state)
     return state

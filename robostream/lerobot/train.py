@@ -46,6 +46,8 @@ from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
 from lerobot.utils.random_utils import set_seed
 from lerobot.utils.utils import init_logging
 
+from robostream.datasets.loader import StreamingDataLoader
+from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.lerobot import checkpoint
 from robostream.lerobot.checkpoint import Position
 from robostream.lerobot.config import RobostreamTrainConfig
@@ -62,7 +64,12 @@ def make_accelerator(cfg: RobostreamTrainConfig) -> Any:
     from accelerate.utils import DistributedDataParallelKwargs
 
     policy = cfg.policy
-    mixed_precision = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(getattr(policy, "dtype", None))
+    dtype_name = getattr(policy, "dtype", None)
+    mixed_precision = (
+        {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(dtype_name)
+        if isinstance(dtype_name, str)
+        else None
+    )
     if not hasattr(policy, "dtype") and getattr(policy, "use_amp", False):
         dtype = torch.get_autocast_dtype(torch.device(policy.device).type)
         mixed_precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
@@ -184,7 +191,7 @@ def batches(data: TrainingData, position: Position, *, resumed: bool) -> Iterato
     """
     may_be_empty = resumed
     while True:
-        if data.streaming:
+        if isinstance(data.dataset, StreamingLeRobotDataset):
             data.dataset.set_epoch(position.epoch)
         delivered = 0
         for batch in data.loader:
@@ -198,15 +205,15 @@ def batches(data: TrainingData, position: Position, *, resumed: bool) -> Iterato
 
 def empty_epoch(data: TrainingData, epoch: int) -> str:
     """Why an epoch gave this process no batch, and what to change."""
-    if data.streaming:
-        why = (
-            "--robostream.uneven=drop gives every process as many samples as the one with the fewest: none "
-            "when processes and workers outnumber the epoch's samples"
-        )
-    else:
+    if data.sampler is not None:  # map-style
         why = (
             f"lerobot's sampler leaves {len(data.sampler)} of them after dropping each episode's last "
             "drop_n_last_frames"
+        )
+    else:
+        why = (
+            "--robostream.uneven=drop gives every process as many samples as the one with the fewest: none "
+            "when processes and workers outnumber the epoch's samples"
         )
     return (
         f"epoch {epoch} gave no batch to train on ({data.num_frames} samples in {data.num_episodes} episodes; "
@@ -270,7 +277,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         position, data_state = checkpoint.load(
             cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler, streaming=data.streaming
         )
-        if data.streaming:
+        if isinstance(data.loader, StreamingDataLoader):
+            assert data_state is not None  # checkpoint.load refuses a map-style run's checkpoint to a streaming run
             data.loader.load_state_dict(data_state)
         else:
             position.epoch = resume_map_style(cfg, data, step=position.step, num_processes=accelerator.num_processes)[
@@ -282,9 +290,10 @@ def train(cfg: RobostreamTrainConfig) -> None:
     if data.streaming:  # rank-aware by itself: accelerate must not shard it again
         policy, optimizer, scheduler = accelerator.prepare(policy, optimizer, scheduler)
     else:
-        policy, optimizer, data.loader, scheduler = accelerator.prepare(policy, optimizer, data.loader, scheduler)
+        policy, optimizer, prepared, scheduler = accelerator.prepare(policy, optimizer, data.loader, scheduler)
         # accelerate's loader sets its own pass count (0 here) as the sampler's epoch at every iter()
-        data.loader.set_epoch(position.epoch)
+        prepared.set_epoch(position.epoch)
+        data.loader = prepared
     policy.train()
 
     meters = {
@@ -310,7 +319,9 @@ def train(cfg: RobostreamTrainConfig) -> None:
     while position.step < cfg.steps:  # checked first: never fetches a batch it will not train on
         fetch = time.perf_counter()
         batch = next(stream)
-        picked = {k: batch[k] for k in ("index", "dataset_index") if k in batch} if cfg.robostream.record else None
+        picked: dict[str, Any] | None = (
+            {k: batch[k] for k in ("index", "dataset_index") if k in batch} if cfg.robostream.record else None
+        )
         batch = preprocessor(to_device(batch, data.meta.camera_keys, device, data.device_augment, position.epoch))
         wait = time.perf_counter() - fetch
         tracker.dataloading_s = wait
@@ -337,7 +348,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
             tracker.reset_averages()
         if cfg.save_checkpoint and should_save_checkpoint(position.step, cfg.save_freq, cfg.steps):
             # every rank's loader is at the same step; rank 0's state describes the whole job
-            data_state = data.loader.state_dict() if data.streaming else None
+            data_state = data.loader.state_dict() if isinstance(data.loader, StreamingDataLoader) else None
             if main:
                 saved = checkpoint.save(
                     cfg=cfg,

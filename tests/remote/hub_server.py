@@ -1,4 +1,4 @@
-"""Point huggingface_hub at the loopback Hub emulator (robostream/bench/hub_store.py) for a test, and refuse any
+"""Point huggingface_hub at the loopback Hub emulator (robostream/testing/hub_store.py) for a test, and refuse any
 connection that is not 127.0.0.1 while it lasts."""
 
 from __future__ import annotations

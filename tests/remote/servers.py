@@ -3,7 +3,7 @@
 Everything here listens on 127.0.0.1 only, binds port 0 (a free port chosen by the OS) and runs in background
 threads that the context managers start and stop. Nothing talks to the internet.
 
-* :class:`RangeHTTPServer` -- the slow store (robostream/bench/slow_store.py, re-exported here): a read-only
+* :class:`RangeHTTPServer` -- the slow store (robostream/testing/slow_store.py, re-exported here): a read-only
   static file server with HTTP ``Range`` support, ``ETag`` + ``If-Match``, per-path counters, and optional
   latency, bandwidth and a cap on requests in flight.
 * :class:`S3Server` -- moto's S3 in a thread, plus helpers to upload a directory and build s3fs options.
