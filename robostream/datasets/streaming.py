@@ -61,6 +61,18 @@ from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
 
 STATE_VERSION = 2
+# The constructor's defaults, published so that the benchmark and the training command default to them by name.
+DEFAULT_SAMPLING_METHOD: SamplingMethod = "balanced"
+DEFAULT_FEATURES: FeatureMode = "strict"
+DEFAULT_BATCHING: BatchingMethod = "random"
+DEFAULT_TOLERANCE_S = 1e-4
+DEFAULT_SEED = 0
+DEFAULT_VIDEO_DECODE_DEVICE = "cpu"
+DEFAULT_POOL_SIZE = 8
+DEFAULT_UNEVEN: Uneven = "pad"
+DEFAULT_PARTITION: Partition = "contiguous"
+DEFAULT_DECODE_AHEAD = 4
+DEFAULT_PREFETCH_PIECES = 2
 
 
 class StreamingLeRobotDataset(IterableDataset):
@@ -76,24 +88,24 @@ class StreamingLeRobotDataset(IterableDataset):
         episodes: Sequence[int] | None = None,
         sources: Sequence[Source] | None = None,
         epoch_size: int | None = None,
-        sampling_method: SamplingMethod = "balanced",
-        features: FeatureMode = "strict",
-        batching: BatchingMethod = "random",
+        sampling_method: SamplingMethod = DEFAULT_SAMPLING_METHOD,
+        features: FeatureMode = DEFAULT_FEATURES,
+        batching: BatchingMethod = DEFAULT_BATCHING,
         batch_size: int | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-        tolerance_s: float = 1e-4,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: int = DEFAULT_SEED,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         return_uint8: bool = False,
         video_backend: Literal["torchcodec", "pyav"] | None = None,
-        video_decode_device: str = "cpu",
-        pool_size: int = 8,
+        video_decode_device: str = DEFAULT_VIDEO_DECODE_DEVICE,
+        pool_size: int = DEFAULT_POOL_SIZE,
         canonical_streams: int | None = None,
-        uneven: Uneven = "pad",
-        partition: Partition = "contiguous",
-        decode_ahead: int = 4,
-        prefetch_pieces: int = 2,
+        uneven: Uneven = DEFAULT_UNEVEN,
+        partition: Partition = DEFAULT_PARTITION,
+        decode_ahead: int = DEFAULT_DECODE_AHEAD,
+        prefetch_pieces: int = DEFAULT_PREFETCH_PIECES,
         video_decoder_cache_size: int | None = None,
         depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
         read_options: ReadOptions | None = None,
