@@ -25,7 +25,7 @@ stamp=.venv/.robostream-installed
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[test,s3]"
+  .venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[test,s3,distributed]"
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import torch, torchcodec.decoders, av; print('setup: torch', torch.__version__, '| torchcodec', torchcodec.__version__, '| PyAV', av.__version__)"
