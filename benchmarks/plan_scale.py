@@ -54,10 +54,9 @@ def measure(root: str, ranks: int, workers: int, resume_on: tuple[int, int], rep
             sources=dataset.sources,
             schema=None,
             mixture_batches=None,
-            counters=dataset.counters,
+            reading=dataset.reading,
             seed=dataset.seed,
             epoch=dataset.epoch,
-            shuffle=dataset.shuffle,
             pool_size=dataset.pool_size,
             prefetch_pieces=0,
         )

@@ -345,7 +345,8 @@ def _encoded_episodes(
                 raise EncodeError(
                     f"synth: the encoder processes died while episode {episode} camera {key} was encoded ({exc}). "
                     "They start by the forkserver method, which imports the main module: if a script calls "
-                    "generate(), put the call under `if __name__ == '__main__':`"
+                    "generate(), put the call under `if __name__ == '__main__':` (and save a script read from "
+                    "standard input to a file)"
                 ) from exc
         yield encoded
 
