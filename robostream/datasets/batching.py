@@ -3,10 +3,10 @@ and iterate, so that no other code branches on the mode.
 
 - `RandomBatching` (batching="random"): one plan over every unit of the epoch; samples of all sources shuffled
   together; any batch size, decided by the loader.
-- `PerStreamBatching` (batching="per_stream", datasets/lanes.py): every global batch from one source of a mixture;
-  planned for one batch size, which the loader then uses.
-- `StratifiedBatching` (batching="stratified", datasets/stratified.py): every batch holds each source's share of
-  it; planned for one batch size too.
+- `LaneBatching` (datasets/lanes.py) for batching="per_stream" (every global batch from one source of a mixture)
+  and "stratified" (every batch holds each source's share of it): every source planned apart, and per worker one
+  (batches x sources) matrix of the samples each batch takes from each; planned for one batch size, which the
+  loader then uses.
 
 The arithmetic is pure (plan/epoch.py); a strategy only picks which of it applies and builds the iterator.
 """
@@ -17,14 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from robostream.datasets.epoch_iterator import EpochIterator
-from robostream.datasets.lanes import LaneIterator, PerStreamBatching
+from robostream.datasets.lanes import LaneBatching, LaneIterator
 from robostream.datasets.mixture_schema import FeatureMode, SchemaMode
-from robostream.datasets.stratified import StratifiedBatching, StratifiedIterator
 from robostream.plan.epoch import (
     EpochPlan,
     EpochSpec,
     LanePlan,
-    StratifiedPlan,
     advanced,
     checked_epoch_resume,
     epoch_state,
@@ -55,7 +53,7 @@ class Batching(Protocol):
 
     def plan(
         self, spec: EpochSpec, sources: int, world_size: int, num_workers: int, resume: Mapping[str, Any] | None
-    ) -> EpochPlan | LanePlan | StratifiedPlan: ...
+    ) -> EpochPlan | LanePlan: ...
 
     def checked(self, state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]: ...
 
@@ -71,9 +69,7 @@ class Batching(Protocol):
         interleaved: bool,
     ) -> dict[str, Any]: ...
 
-    def iterator(
-        self, plan: Any, worker_role: int, make_pass: PassFactory
-    ) -> EpochIterator | LaneIterator | StratifiedIterator: ...
+    def iterator(self, plan: Any, worker_role: int, make_pass: PassFactory) -> EpochIterator | LaneIterator: ...
 
     def loader_batch_size(self, batch_size: int | None) -> int: ...
 
@@ -139,11 +135,9 @@ def make_batching(
         raise ValueError(f"batching={batching!r} divides batches among the sources of a mixture: pass sources=")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batching={batching!r} needs batch_size= (the loader's), got {batch_size!r}")
-    if batching == "stratified":
-        return StratifiedBatching(batch_size)
-    if features != "strict":
+    if batching == "per_stream" and features != "strict":
         raise ValueError(
             "batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
             "features= applies to batching='random'"
         )
-    return PerStreamBatching(batch_size)
+    return LaneBatching(batching, batch_size=batch_size)

@@ -14,7 +14,7 @@ How an epoch is produced (all of it a pure function of metadata, seed, epoch and
    re-cuts what remains of the epoch among its consumers: no sample repeated or skipped.
 
 Steps 1, 3 and 4 are pure functions (plan/epoch.py); the batching strategy chosen at construction
-(datasets/batching.py: random, or per_stream in datasets/lanes.py) picks which of them apply. This class holds the
+(datasets/batching.py: random, or per_stream/stratified in datasets/lanes.py) picks which of them apply. This class holds the
 options, opens the sources, checks a loaded state's identity and starts each consumer's pass.
 
 Construction reads the metadata only (info, the locating columns of the episode table, tasks): nothing of data/ or
@@ -49,18 +49,17 @@ from robostream.datasets.mixture import (
 from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.reading import STREAMING_DECODERS, Reading, ReadingSettings
-from robostream.datasets.stratified import StratifiedIterator
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
-from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, StratifiedPlan, Uneven
+from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
 from robostream.plan.layout import Consumer, auto_canonical_streams
 from robostream.plan.mixture import EpochUnits, SamplingMethod, check_epoch_units, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
 
-STATE_VERSION = 2
+STATE_VERSION = 3  # 3: per_stream and stratified states share one shape (an allocation of lane quotas)
 # The constructor's defaults, published so that the benchmark and the training command default to them by name.
 DEFAULT_SAMPLING_METHOD: SamplingMethod = "balanced"
 DEFAULT_FEATURES: FeatureMode = "strict"
@@ -235,7 +234,7 @@ class StreamingLeRobotDataset(IterableDataset):
             )
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next pass continues from (a checked state)
-        self._iterator: EpochIterator | LaneIterator | StratifiedIterator | None = None  # this process's current pass
+        self._iterator: EpochIterator | LaneIterator | None = None  # this process's current pass
 
     # -- one dataset (not a mixture) ---------------------------------------------------------------------------
     def _only(self) -> SourceReader:
@@ -318,9 +317,9 @@ class StreamingLeRobotDataset(IterableDataset):
             files,
         )
 
-    def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan | LanePlan | StratifiedPlan:
-        """What every consumer role reads in the coming pass on this layout (a LanePlan under per_stream, a
-        StratifiedPlan under stratified)."""
+    def epoch_plan(self, world_size: int, num_workers: int) -> EpochPlan | LanePlan:
+        """What every consumer role reads in the coming pass on this layout (a LanePlan under per_stream and
+        stratified)."""
         spec = self.epoch_spec(world_size * num_workers)
         return self.batching.plan(spec, len(self.sources), world_size, num_workers, self._resume)
 
@@ -385,7 +384,9 @@ class StreamingLeRobotDataset(IterableDataset):
             )
         if state.get("version") != STATE_VERSION:
             raise ValueError(
-                f"resume state version {state.get('version')!r}; this robostream reads version {STATE_VERSION}"
+                f"resume state version {state.get('version')!r}; this robostream reads version {STATE_VERSION}, "
+                "and a state of another version cannot continue its epoch here: start the epoch again "
+                "(set_epoch(epoch) without load_state_dict)"
             )
         if on_mixture_change not in ("error", "next_epoch"):
             raise ValueError(f"on_mixture_change={on_mixture_change!r}: expected 'error' or 'next_epoch'")
@@ -399,8 +400,9 @@ class StreamingLeRobotDataset(IterableDataset):
             raise ValueError(
                 f"resume state was made with {_identity(state.get('mixture'))} but this dataset is "
                 f"{_identity(self.fingerprint)}: its epoch cannot continue with other sources, revisions, episodes, "
-                "weights, epoch_size, sampling_method or features; pass on_mixture_change='next_epoch' to apply "
-                "this mixture from the next epoch, or rebuild the mixture the state was made with"
+                "weights, epoch_size, sampling_method, features, batching or batch_size; pass "
+                "on_mixture_change='next_epoch' to apply this mixture from the next epoch, or rebuild the mixture "
+                "the state was made with"
             )
         if not self.is_mixture:
             self._check_dataset_identity(state)
@@ -436,7 +438,7 @@ class StreamingLeRobotDataset(IterableDataset):
             )
 
     # -- iteration -------------------------------------------------------------------------------------------
-    def _start_pass(self) -> EpochIterator | LaneIterator | StratifiedIterator:
+    def _start_pass(self) -> EpochIterator | LaneIterator:
         """This consumer's pass over the coming plan (kept for the in-process state)."""
         consumer = self.consumer()
         plan = self.epoch_plan(consumer.world_size, consumer.num_workers)

@@ -10,8 +10,9 @@ arithmetic alone (tests/plan/test_epoch.py).
    the same layout continues exactly (rotated to whose batch comes next), any other re-cuts what remains.
 3. `epoch_state`: the state once every rank consumed `batches` batches (ranks consume in lockstep; the DataLoader
    takes batch b from worker b % W), so only the training loop's batch count is needed, never the workers'.
-4. `plan_lanes` / `lanes_state`: batching="per_stream", every source planned apart as a "lane" (1-3 per lane) and a
-   schedule of which lane each worker's batches come from (plan/mixture.py: lane_schedule).
+4. `plan_lanes` / `lanes_state`: batching="per_stream" or "stratified", every source planned apart as a "lane" (1-3
+   per lane) and, per worker, one (batches x sources) matrix of how many samples of each lane each batch holds
+   (plan/mixture.py: lane_batch_counts; per_stream's rows are one-hot). Everything after the matrix is shared.
 5. `checked_epoch_resume` / `checked_lanes_resume`: a loaded state's numbers against this epoch's streams.
 
 The trade-off of cutting into canonical streams rather than per consumer: the order is a function of (seed, epoch,
@@ -28,7 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from robostream.plan.mixture import EpochUnits, lane_batches_taken, lane_schedule, stratified_counts
+from robostream.plan.mixture import EpochUnits, LaneBatchingMethod, lane_batch_counts
 from robostream.plan.order import PURPOSE_POOL, epoch_episode_order, rng_for
 from robostream.plan.partition import Piece, group_episodes_by_files, partition_episodes, split_contiguous
 from robostream.plan.resume import emitted_by_role, rotation_after, round_robin_counts
@@ -89,20 +90,11 @@ class EpochPlan:
 
 @dataclass(frozen=True)
 class LanePlan:
-    """What every consumer role does in the coming pass under per_stream batching."""
+    """What every consumer role does in the coming pass when every source is planned apart as a lane
+    (batching="per_stream" or "stratified"): the lanes and, per worker role, one matrix of the samples of each
+    source in each of its batches. Only the matrix differs between the two (plan/mixture.py: lane_batch_counts)."""
 
-    lanes: list[EpochPlan | None]  # per source; None: no samples this epoch
-    batches: list[list[int]]  # per worker role: batches of each lane in this schedule generation
-    done: list[int]  # per worker role: batches of its schedule delivered before this pass
-    generation: int  # layouts this epoch went through before the current one
-    rotation: int  # worker role shift after a same-layout resume
-    schedules: list[np.ndarray]  # per worker role: the lane of each batch (lane_schedule of `batches`)
-
-
-@dataclass(frozen=True)
-class StratifiedPlan:
-    """What every consumer role does in the coming pass under stratified batching."""
-
+    batching: LaneBatchingMethod
     lanes: list[EpochPlan | None]  # per source; None: no samples this epoch
     quotas: list[list[int]]  # per worker role: samples of each lane its allocation divides into batches
     done: list[int]  # per worker role: batches of its allocation delivered before this pass
@@ -158,7 +150,7 @@ def plan_epoch(
         world_size, num_workers: the layout (consumer roles: rank * num_workers + worker).
         resume: a checked state to continue (`checked_epoch_resume`, or one lane of `checked_lanes_resume`
             with the state's layout and worker_rotation); None: a fresh epoch.
-        lane: the lane's episode order (per_stream).
+        lane: the lane's episode order (a source planned apart: per_stream, stratified).
 
     Returns:
         The plan. Quotas give worker w of every rank the same count (uneven="pad": the largest, the others repeat
@@ -299,125 +291,69 @@ def plan_lanes(
     num_workers: int,
     batch_size: int,
     resume: Mapping[str, Any] | None = None,
+    *,
+    batching: LaneBatchingMethod,
 ) -> LanePlan:
-    """batching="per_stream": each source's plan (a lane) and every worker role's schedule of lanes.
-
-    Args:
-        spec: the mixture's epoch (all sources' units).
-        sources: the number of sources (lanes).
-        world_size, num_workers: the layout.
-        batch_size: samples per batch: a worker's batches per lane are its lane quota / batch_size, rounded up.
-        resume: a checked per_stream state (`checked_lanes_resume`); None: a fresh epoch.
-
-    Returns:
-        The lane plan. Worker w of every rank follows schedule w, so all ranks read one source at each step; the
-        same layout continues its schedule, another draws a new one (generation + 1) for what remains.
-    """
-    lanes = lane_plans(spec, sources, world_size, num_workers, resume)
-    if resume is not None and list(resume["layout"]) == [world_size, num_workers]:
-        schedule = resume["schedule"]
-        batches, done, generation = schedule["batches"], schedule["done"], int(schedule["generation"])
-        rotation = int(resume["worker_rotation"])
-    else:  # fresh epoch or new layout: each worker's batches per lane from its quotas (the last one short)
-        generation = 0 if resume is None else int(resume["schedule"]["generation"]) + 1
-        batches = [
-            [-(-lane.quotas[w] // batch_size) if lane is not None else 0 for lane in lanes] for w in range(num_workers)
-        ]
-        done, rotation = [0] * num_workers, 0
-    schedules = [
-        lane_schedule(
-            batches[w], seed=spec.seed, epoch=spec.epoch, worker=w, generation=generation, shuffle=spec.shuffle
-        )
-        for w in range(num_workers)
-    ]
-    return LanePlan(lanes, [list(b) for b in batches], list(done), generation, rotation, schedules)
-
-
-def lanes_state(
-    plan: LanePlan, num_workers: int, batches: int, batch_size: int, *, interleaved: bool
-) -> dict[str, Any]:
-    """The per_stream state once each rank consumed `batches` (whole) batches: each lane's positions and every
-    worker role's place in its schedule.
-
-    Args:
-        plan: the pass's lane plan on this layout.
-        num_workers: workers per rank.
-        batches: batches each rank consumed in this pass.
-        batch_size: the batch size the plan was made for.
-        interleaved: see `advanced`.
-    """
-    taken = lane_batches_taken(plan.schedules, plan.done, batches, plan.rotation, len(plan.lanes))
-    lanes: list[dict[str, Any] | None] = []
-    for s, lane in enumerate(plan.lanes):
-        if lane is None:
-            lanes.append(None)
-            continue
-        emitted = [min(q, int(taken[k % num_workers][s]) * batch_size) for k, q in enumerate(lane.quotas)]
-        lanes.append(advanced(lane, emitted, interleaved=interleaved))
-    return {
-        "batching": "per_stream",
-        "lanes": lanes,
-        "schedule": {
-            "generation": plan.generation,
-            "batches": plan.batches,
-            "done": [d + int(t.sum()) for d, t in zip(plan.done, taken)],
-        },
-        "worker_rotation": rotation_after(
-            [
-                len(plan.schedules[(j + plan.rotation) % num_workers]) - plan.done[(j + plan.rotation) % num_workers]
-                for j in range(num_workers)
-            ],
-            batches,
-            plan.rotation,
-        ),
-    }
-
-
-def plan_stratified(
-    spec: EpochSpec,
-    sources: int,
-    world_size: int,
-    num_workers: int,
-    batch_size: int,
-    resume: Mapping[str, Any] | None = None,
-) -> StratifiedPlan:
-    """batching="stratified": each source's plan (a lane) and, per worker role, how many samples of each source
-    every one of its batches holds (plan/mixture.py: stratified_counts of the worker's lane quotas).
+    """batching="per_stream" or "stratified": each source's plan (a lane) and, per worker role, how many samples of
+    each source every one of its batches holds (plan/mixture.py: lane_batch_counts of the worker's lane quotas).
 
     Args:
         spec: the mixture's epoch (all sources' units).
         sources: the number of sources (lanes).
         world_size, num_workers: the layout.
         batch_size: samples per batch.
-        resume: a checked stratified state (`checked_stratified_resume`); None: a fresh epoch.
+        resume: a checked state of the same batching (`checked_lanes_resume`); None: a fresh epoch.
+        batching: which matrix divides a worker's lane quotas into batches.
 
     Returns:
-        The plan. Worker w of every rank has the same lane quotas, hence the same batch counts; the same layout
-        continues its allocation, another allocates what remains anew (generation + 1).
+        The plan. Worker w of every rank has the same lane quotas, hence the same matrix (per_stream: at every step
+        all ranks read one source); the same layout continues its allocation, another allocates what remains anew
+        (generation + 1).
     """
     lanes = lane_plans(spec, sources, world_size, num_workers, resume)
     if resume is not None and list(resume["layout"]) == [world_size, num_workers]:
         allocation = resume["allocation"]
         quotas, done, generation = allocation["quotas"], allocation["done"], int(allocation["generation"])
         rotation = int(resume["worker_rotation"])
-    else:
+    else:  # fresh epoch or new layout: each worker's lane quotas divided anew
         generation = 0 if resume is None else int(resume["allocation"]["generation"]) + 1
         quotas = [[lane.quotas[w] if lane is not None else 0 for lane in lanes] for w in range(num_workers)]
         done, rotation = [0] * num_workers, 0
-    counts = [stratified_counts(quotas[w], batch_size) for w in range(num_workers)]
-    return StratifiedPlan(
-        lanes, [list(map(int, q)) for q in quotas], list(map(int, done)), generation, rotation, counts
+    counts = [
+        lane_batch_counts(
+            batching,
+            quotas[w],
+            batch_size,
+            seed=spec.seed,
+            epoch=spec.epoch,
+            worker=w,
+            generation=generation,
+            shuffle=spec.shuffle,
+        )
+        for w in range(num_workers)
+    ]
+    return LanePlan(
+        batching, lanes, [list(map(int, q)) for q in quotas], list(map(int, done)), generation, rotation, counts
     )
 
 
-def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, interleaved: bool) -> dict[str, Any]:
-    """The stratified state once each rank consumed `batches` batches: each lane's positions and every worker
-    role's place in its allocation (a DataLoader takes batches from its workers cyclically, see
-    `lane_batches_taken`)."""
+def lanes_state(plan: LanePlan, num_workers: int, batches: int, *, interleaved: bool) -> dict[str, Any]:
+    """The state once each rank consumed `batches` (whole) batches: each lane's positions and every worker role's
+    place in its allocation.
+
+    A DataLoader takes batches from its workers cyclically (worker j plays role (j + rotation) % W) and skips a
+    worker that has run out, so the batch count gives each role's rows taken, and their sum the samples every lane
+    delivered.
+
+    Args:
+        plan: the pass's lane plan on this layout.
+        num_workers: workers per rank.
+        batches: batches each rank consumed in this pass.
+        interleaved: see `advanced`.
+    """
     roles = [(j + plan.rotation) % num_workers for j in range(num_workers)]
     remaining = [len(plan.counts[r]) - plan.done[r] for r in roles]
     taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
-    rotation = rotation_after(remaining, batches, plan.rotation)
     delivered = [plan.counts[w][plan.done[w] : plan.done[w] + taken[w]].sum(axis=0) for w in range(num_workers)]
     lanes: list[dict[str, Any] | None] = []
     for s, lane in enumerate(plan.lanes):
@@ -427,14 +363,14 @@ def stratified_state(plan: StratifiedPlan, num_workers: int, batches: int, *, in
         emitted = [int(delivered[k % num_workers][s]) for k in range(len(lane.quotas))]
         lanes.append(advanced(lane, emitted, interleaved=interleaved))
     return {
-        "batching": "stratified",
+        "batching": plan.batching,
         "lanes": lanes,
         "allocation": {
             "generation": plan.generation,
             "quotas": plan.quotas,
             "done": [d + taken[w] for w, d in enumerate(plan.done)],
         },
-        "worker_rotation": rotation,
+        "worker_rotation": rotation_after(remaining, batches, plan.rotation),
     }
 
 
@@ -454,21 +390,29 @@ def checked_epoch_resume(state: Mapping[str, Any], spec: EpochSpec) -> dict[str,
 
 
 def checked_lanes_resume(state: Mapping[str, Any], spec: EpochSpec, labels: Sequence[str]) -> dict[str, Any]:
-    """The resume part of a batching="per_stream" or "stratified" state, every lane checked against its source's
-    streams.
+    """The resume part of a batching="per_stream" or "stratified" state (`lanes_state` plus its layout), its
+    allocation checked against the layout and every lane against its source's streams.
 
     Args:
-        state: the state (`lanes_state` or `stratified_state`, plus its layout).
+        state: the state.
         spec: the mixture's epoch.
         labels: the sources' names, for errors.
     """
-    lanes = state["lanes"]
-    progress = "allocation" if state.get("batching") == "stratified" else "schedule"
-    per_worker = state[progress]["quotas" if progress == "allocation" else "batches"]
+    lanes, allocation = state["lanes"], state["allocation"]
     if len(lanes) != len(labels):
         raise ValueError(f"resume state: {len(lanes)} lanes for {len(labels)} sources")
-    if not len(per_worker) == len(state[progress]["done"]) == state["layout"][1]:
-        raise ValueError(f"resume state: {progress} needs one entry per worker of the layout {state['layout']}")
+    if not len(allocation["quotas"]) == len(allocation["done"]) == state["layout"][1]:
+        raise ValueError(f"resume state: allocation needs one entry per worker of the layout {state['layout']}")
+    for w, (quotas, done) in enumerate(zip(allocation["quotas"], allocation["done"])):
+        if not (
+            isinstance(quotas, list)
+            and len(quotas) == len(labels)
+            and all(isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in [*quotas, done])
+        ):
+            raise ValueError(
+                f"resume state: allocation of worker {w} must hold a count per source ({len(labels)}) and a "
+                f"count of batches done (non-negative integers), got quotas {quotas!r} and done {done!r}"
+            )
     for s, lane in enumerate(lanes):
         lane_spec = spec.of_source(s)
         if (lane is None) != (lane_spec.canonical == 0):
@@ -487,4 +431,4 @@ def checked_lanes_resume(state: Mapping[str, Any], spec: EpochSpec, labels: Sequ
             spec.uneven,
             where=f"resume state lane {s}",
         )
-    return {k: state[k] for k in ("layout", "worker_rotation", "lanes", progress)}
+    return {k: state[k] for k in ("layout", "worker_rotation", "lanes", "allocation")}

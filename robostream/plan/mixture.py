@@ -24,9 +24,9 @@ import numpy as np
 
 from robostream.numbers import finite_number
 from robostream.plan.order import PURPOSE_LANES, PURPOSE_MIXTURE, rng_for
-from robostream.plan.resume import round_robin_counts
 
 SamplingMethod = Literal["balanced", "fixed"]
+LaneBatchingMethod = Literal["per_stream", "stratified"]  # the batchings that plan every source apart (lanes)
 # An epoch's plan holds one unit per episode per pass (~150 bytes, built again in every process at every epoch):
 # 4M units are ~0.6 GB and seconds of planning. A weight asking for more is refused at construction rather than
 # failing later with a MemoryError (choose=10**18) or an OverflowError (repeat=1e308).
@@ -239,55 +239,39 @@ def epoch_units(
     return EpochUnits(*(np.ascontiguousarray(table[:, i]) for i in range(4)))
 
 
-def lane_schedule(
-    batches_per_lane: Sequence[int], *, seed: int, epoch: int, worker: int, generation: int, shuffle: bool
+def per_stream_counts(
+    quotas: Sequence[int], batch_size: int, *, seed: int, epoch: int, worker: int, generation: int, shuffle: bool
 ) -> np.ndarray:
-    """Which source each batch of one worker comes from (batching="per_stream").
+    """How many samples of each source every batch of one worker holds (batching="per_stream"): one source each.
 
-    Worker w of every rank follows the same schedule, so every global batch (one per rank at a step) comes from one
-    source. A permutation of the multiset (lane s repeated batches_per_lane[s] times) per (seed, epoch, worker,
-    generation); sources in order when not shuffled. `generation` counts the layouts an epoch went through: a job
-    that continues on another layout draws a new schedule for what remains.
+    Source s gives ceil(q_s / B) batches, all whole but its last, which holds what is left of its quota. Worker w of
+    every rank draws the same order of sources, so every global batch (one per rank at a step) comes from one
+    source: a permutation of the batches per (seed, epoch, worker, generation); sources in order when not
+    shuffled. `generation` counts the layouts an epoch went through: a job that continues on another layout draws
+    a new order for what remains.
 
     Args:
-        batches_per_lane: batches of each source this worker yields.
+        quotas: samples of each source this worker yields (a lane's quota for the worker; 0: none).
+        batch_size: samples per batch B.
         seed, epoch: the dataset's.
         worker: the worker's role index (0 .. num_workers - 1).
         generation: see above.
         shuffle: permute (else sources one after the other).
 
     Returns:
-        An int64 array of source indices, one per batch.
+        An int64 array (batches, sources) of one-hot rows; batches = sum of ceil(q_s / B).
     """
-    lanes = np.repeat(np.arange(len(batches_per_lane), dtype=np.int64), np.asarray(batches_per_lane, dtype=np.int64))
-    if not shuffle:
-        return lanes
-    return rng_for(seed, epoch, PURPOSE_LANES, (generation << 32) + worker).permutation(lanes)
-
-
-def lane_batches_taken(
-    schedules: Sequence[np.ndarray], done: Sequence[int], batches: int, rotation: int, lanes: int
-) -> list[np.ndarray]:
-    """Batches of each source every worker role delivered once a rank consumed `batches` more batches.
-
-    A DataLoader takes batches from its workers cyclically (worker j plays role (j + rotation) % W) and skips a
-    worker that has run out; role w had already delivered done[w] batches of its schedule.
-
-    Args:
-        schedules: per worker role its whole schedule (`lane_schedule`).
-        done: per worker role, batches of its schedule delivered before.
-        batches: batches the rank consumed since.
-        rotation: the plan's worker rotation.
-        lanes: the number of sources (a source may be in no schedule: exhausted before a re-cut, or empty).
-
-    Returns:
-        Per worker role, an array of batch counts per source.
-    """
-    workers = len(schedules)
-    roles = [(j + rotation) % workers for j in range(workers)]
-    remaining = [len(schedules[r]) - done[r] for r in roles]
-    taken = dict(zip(roles, round_robin_counts(remaining, batches).tolist()))
-    return [np.bincount(schedules[r][done[r] : done[r] + taken[r]], minlength=lanes) for r in range(workers)]
+    q = np.asarray(quotas, dtype=np.int64)
+    per_source = -(-q // batch_size)
+    lanes = np.repeat(np.arange(len(q), dtype=np.int64), per_source)  # the source of each batch
+    if shuffle:
+        lanes = rng_for(seed, epoch, PURPOSE_LANES, (generation << 32) + worker).permutation(lanes)
+    out = np.zeros((len(lanes), len(q)), dtype=np.int64)
+    out[np.arange(len(lanes)), lanes] = batch_size
+    # Each source's last batch (its first in reversed order) holds the rest of its quota.
+    given, first_reversed = np.unique(lanes[::-1], return_index=True)
+    out[len(lanes) - 1 - first_reversed, given] = q[given] - (per_source[given] - 1) * batch_size
+    return out
 
 
 def stratified_counts(quotas: Sequence[int], batch_size: int) -> np.ndarray:
@@ -331,3 +315,30 @@ def stratified_counts(quotas: Sequence[int], batch_size: int) -> np.ndarray:
         taken += counts
     out[-1] = q - taken
     return out
+
+
+def lane_batch_counts(
+    batching: LaneBatchingMethod,
+    quotas: Sequence[int],
+    batch_size: int,
+    *,
+    seed: int,
+    epoch: int,
+    worker: int,
+    generation: int,
+    shuffle: bool,
+) -> np.ndarray:
+    """One worker's (batches, sources) matrix of samples of each source in each batch, by `batching`'s function.
+
+    Args:
+        batching: "per_stream" (`per_stream_counts`) or "stratified" (`stratified_counts`).
+        quotas, batch_size: samples of each source the worker yields, samples per batch.
+        seed, epoch, worker, generation, shuffle: the order of per_stream's batches (see `per_stream_counts`).
+    """
+    if batching == "per_stream":
+        return per_stream_counts(
+            quotas, batch_size, seed=seed, epoch=epoch, worker=worker, generation=generation, shuffle=shuffle
+        )
+    if batching == "stratified":
+        return stratified_counts(quotas, batch_size)
+    raise ValueError(f"batching={batching!r}: expected 'per_stream' or 'stratified'")

@@ -132,23 +132,23 @@ def check_state_head(state: Mapping[str, Any], *, lanes: bool) -> None:
     rotation = _integer(state, "worker_rotation", 0)
     if rotation >= layout[1]:
         raise ValueError(f"resume state: 'worker_rotation' {rotation} is not a worker of the layout {layout}")
-    stratified = state.get("batching") == "stratified"
-    progress, per_worker = ("allocation", ("quotas", "done")) if stratified else ("schedule", ("batches", "done"))
-    needed = ("lanes", progress) if lanes else ("segments", "quota_left", "repeats_done")
+    needed = ("lanes", "allocation") if lanes else ("segments", "quota_left", "repeats_done")
     missing = [k for k in needed if k not in state]
     if missing:
         raise ValueError(f"resume state: missing {missing}; it is damaged or not a StreamingLeRobotDataset state")
     if lanes:
-        schedule = state[progress]
+        allocation = state["allocation"]
         if (
             not isinstance(state["lanes"], list)
-            or not isinstance(schedule, Mapping)
-            or not all(isinstance(schedule.get(k), list) and len(schedule[k]) == layout[1] for k in per_worker)
+            or not isinstance(allocation, Mapping)
+            or not all(
+                isinstance(allocation.get(k), list) and len(allocation[k]) == layout[1] for k in ("quotas", "done")
+            )
         ):
             raise ValueError(
-                f"resume state: 'lanes' must be a list and {progress!r} hold {per_worker[0]!r} and "
-                f"'done' per worker of the layout {layout}"
+                "resume state: 'lanes' must be a list and 'allocation' hold 'quotas' and 'done' per worker of the "
+                f"layout {layout}"
             )
-        _integer(schedule, "generation", 0)
+        _integer(allocation, "generation", 0)
     elif not isinstance(state["segments"], list):
         raise ValueError("resume state: 'segments' must be a list of rows [stream, lo, hi, owner, position]")

@@ -334,6 +334,9 @@ def test_stratified_batches_hold_each_sources_share_and_resume_exactly(roots):
     assert head + [_key(s) for b in second for s in _rows(b)] == [_key(s) for b in whole for s in _rows(b)]
     with pytest.raises(ValueError, match="plans batching=.stratified. for batch_size=8"):
         StreamingDataLoader(second.streaming_dataset, batch_size=4)
+    per_stream = StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, seed=3)
+    with pytest.raises(ValueError, match="cannot continue with .* batching or batch_size"):
+        per_stream.load_state_dict(state)  # one state shape: the mixture's identity tells them apart
     with pytest.raises(ValueError, match="batching='stratified' needs batch_size="):
         StreamingLeRobotDataset(sources=sources, batching="stratified")
 

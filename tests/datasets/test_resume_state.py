@@ -185,10 +185,14 @@ def test_a_state_without_its_checksum_is_refused(av1_root, batching):
     [
         (None, r"expected a state_dict\(\) \(a mapping\), got NoneType None"),
         ([1, 2], r"expected a state_dict\(\) \(a mapping\), got list \[1, 2\]"),
-        ({"version": 1, "stream_offsets": [0]}, "resume state version 1; this robostream reads version 2"),
+        (
+            {"version": 2, "stream_offsets": [0]},
+            "resume state version 2; this robostream reads version 3, .* start the epoch again",
+        ),
     ],
 )
 def test_what_is_not_a_state_is_named(av1_root, state, message):
-    """`"data": null` in a checkpoint used to give "resume state version None"; version 1 was never released."""
+    """`"data": null` in a checkpoint used to give "resume state version None"; a state of an older version (2:
+    per_stream's own shape) cannot continue its epoch, and the error says to start the epoch again."""
     with pytest.raises(ValueError, match=message):
         _dataset(av1_root).load_state_dict(state)

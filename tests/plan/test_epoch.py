@@ -1,8 +1,8 @@
 """plan/epoch.py by arithmetic alone: a pass simulated from the pure plan, the way ranks, DataLoader workers and
 both batching modes consume it, interrupted after any number of batches and continued on any other layout.
 
-What a worker yields is `role_picks` (the code EpochIterator runs), cut into batches as EpochIterator.batches /
-LaneIterator do; what a rank consumes is torch's DataLoader order (worker j's batches in turn, an exhausted worker
+What a worker yields is `role_picks` (the code EpochIterator runs), cut into batches as EpochIterator.batches does
+(or, per_stream and stratified, filled from the lanes as each row of the worker's matrix says, as LaneIterator does); what a rank consumes is torch's DataLoader order (worker j's batches in turn, an exhausted worker
 skipped). A sample is (epoch unit, frame within the unit).
 """
 
@@ -23,9 +23,7 @@ from robostream.plan.epoch import (
     lanes_state,
     plan_epoch,
     plan_lanes,
-    plan_stratified,
     role_picks,
-    stratified_state,
     stream_pieces,
 )
 from robostream.plan.mixture import epoch_units, stratified_counts
@@ -83,30 +81,9 @@ def _random_pass(plan, world, workers, batch_size, shuffle):
     ]
 
 
-def _lane_pass(plan, spec, world, workers, batch_size, shuffle):
-    """Per rank, its batches in consumption order, each as (lane, batch)."""
-    units = [np.flatnonzero(spec.units.source == s) for s in range(len(plan.lanes))]
-    ranks = []
-    for r in range(world):
-        per_worker = []
-        for j in range(workers):
-            w = (j + plan.rotation) % workers
-            lanes = {
-                s: iter(
-                    itertools.chain.from_iterable(_role_batches(lane, r * workers + w, batch_size, shuffle, units[s]))
-                )
-                for s, lane in enumerate(plan.lanes)
-                if lane is not None
-            }
-            per_worker.append(
-                [(s, list(itertools.islice(lanes[s], batch_size))) for s in plan.schedules[w][plan.done[w] :].tolist()]
-            )
-        ranks.append(_rank_order(per_worker))
-    return ranks
-
-
-def _stratified_pass(plan, spec, world, workers, shuffle):
-    """Per rank, its batches in consumption order, each a list of ((unit, frame), own) from its lanes' counts."""
+def _lane_pass(plan, spec, world, workers, shuffle):
+    """Per rank, its batches in consumption order, each a list of ((unit, frame), own) filled from its lanes as the
+    worker's matrix row says (lanes in source order)."""
     units = [np.flatnonzero(spec.units.source == s) for s in range(len(plan.lanes))]
     ranks = []
     for r in range(world):
@@ -124,6 +101,7 @@ def _stratified_pass(plan, spec, world, workers, shuffle):
                     for row in plan.counts[w][plan.done[w] :]
                 ]
             )
+            assert all(next(lane, None) is None for lane in lanes.values()), "a lane yields more than its rows take"
         ranks.append(_rank_order(per_worker))
     return ranks
 
@@ -194,35 +172,40 @@ def test_random_state_on_any_layout_continues_with_what_was_not_delivered(
         assert set(own) <= set(_epoch_samples(spec))
 
 
+def _source(spec, batch):
+    return {int(spec.units.source[u]) for (u, _), _ in batch}
+
+
 @settings(max_examples=300, deadline=None)
 @given(epoch=epochs(), first=layouts, second=layouts, batch_size=st.integers(1, 4), data=st.data())
 def test_per_stream_state_on_any_layout_continues_with_what_was_not_delivered(epoch, first, second, batch_size, data):
-    """batching="per_stream": every batch from one source and, at every step, the same source on every rank; a
-    state taken after any batch count and continued on any layout delivers every sample exactly once."""
+    """batching="per_stream": every batch from one source (whole but the source's last in a worker) and, at every
+    step, the same source on every rank; a state taken after any batch count and continued on any layout delivers
+    every sample exactly once, and the same layout continues exactly."""
     lengths, counts, canonical, shuffle, _ = epoch
     spec = _spec(lengths, counts, canonical, shuffle, "pad")
     labels = [f"source {s}" for s in range(len(lengths))]
     own, resume = [], None
     for hop, (world, workers) in enumerate((first, second)):
-        plan = plan_lanes(spec, len(lengths), world, workers, batch_size, resume)
-        ranks = _lane_pass(plan, spec, world, workers, batch_size, shuffle)
+        plan = plan_lanes(spec, len(lengths), world, workers, batch_size, resume, batching="per_stream")
+        ranks = _lane_pass(plan, spec, world, workers, shuffle)
         _check_equal_steps(ranks)
         for step in zip(*ranks):
-            assert len({lane for lane, _ in step}) == 1  # one source per global batch
+            assert len({frozenset(_source(spec, batch)) for batch in step}) == 1  # one source per global batch
         for rank in ranks:
-            for lane, batch in rank:
-                assert batch and {spec.units.source[u] for (u, _), _ in batch} == {lane}
+            for batch in rank:
+                assert batch and len(_source(spec, batch)) == 1
         steps = len(ranks[0]) if hop == 1 else data.draw(st.integers(0, len(ranks[0])))
-        own += [s for rank in ranks for _, batch in rank[:steps] for s, mine in batch if mine]
-        state = {"layout": [world, workers], **lanes_state(plan, workers, steps, batch_size, interleaved=shuffle)}
+        own += [s for rank in ranks for batch in rank[:steps] for s, mine in batch if mine]
+        state = {"layout": [world, workers], **lanes_state(plan, workers, steps, interleaved=shuffle)}
+        assert state["batching"] == "per_stream"
         resume = checked_lanes_resume(_json(state), spec, labels)
         if hop == 0:
             again = _lane_pass(
-                plan_lanes(spec, len(lengths), world, workers, batch_size, resume),
+                plan_lanes(spec, len(lengths), world, workers, batch_size, resume, batching="per_stream"),
                 spec,
                 world,
                 workers,
-                batch_size,
                 shuffle,
             )
             assert [rank[steps:] for rank in ranks] == again
@@ -240,27 +223,50 @@ def test_stratified_state_on_any_layout_continues_with_what_was_not_delivered(ep
     labels = [f"source {s}" for s in range(len(lengths))]
     own, resume = [], None
     for hop, (world, workers) in enumerate((first, second)):
-        plan = plan_stratified(spec, len(lengths), world, workers, batch_size, resume)
+        plan = plan_lanes(spec, len(lengths), world, workers, batch_size, resume, batching="stratified")
         for w in range(workers):
             shares = np.asarray(plan.quotas[w]) * batch_size / max(1, sum(plan.quotas[w]))
             full = plan.counts[w][:-1]
             assert (full.sum(axis=1) == batch_size).all() and (plan.counts[w].sum(axis=0) == plan.quotas[w]).all()
             assert (np.abs(full - shares) < 1 + 0.05).all()
-        ranks = _stratified_pass(plan, spec, world, workers, shuffle)
+        ranks = _lane_pass(plan, spec, world, workers, shuffle)
         _check_equal_steps(ranks)
         for rank in ranks:
             for batch in rank:
                 assert batch, "an empty batch"
         steps = len(ranks[0]) if hop == 1 else data.draw(st.integers(0, len(ranks[0])))
         own += [s for rank in ranks for batch in rank[:steps] for s, mine in batch if mine]
-        state = {"layout": [world, workers], **stratified_state(plan, workers, steps, interleaved=shuffle)}
+        state = {"layout": [world, workers], **lanes_state(plan, workers, steps, interleaved=shuffle)}
+        assert state["batching"] == "stratified"
         resume = checked_lanes_resume(_json(state), spec, labels)
         if hop == 0:
-            again = _stratified_pass(
-                plan_stratified(spec, len(lengths), world, workers, batch_size, resume), spec, world, workers, shuffle
+            again = _lane_pass(
+                plan_lanes(spec, len(lengths), world, workers, batch_size, resume, batching="stratified"),
+                spec,
+                world,
+                workers,
+                shuffle,
             )
             assert [rank[steps:] for rank in ranks] == again
     assert sorted(own) == _epoch_samples(spec)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    epoch=epochs(), layout=layouts, batch_size=st.integers(1, 6), batching=st.sampled_from(["per_stream", "stratified"])
+)
+def test_per_stream_and_stratified_states_have_one_shape(epoch, layout, batch_size, batching):
+    """One state shape for both lane batchings: only the `batching` field and the allocation's numbers differ."""
+    lengths, counts, canonical, shuffle, _ = epoch
+    spec = _spec(lengths, counts, canonical, shuffle, "pad")
+    plan = plan_lanes(spec, len(lengths), *layout, batch_size, batching=batching)
+    state = lanes_state(plan, layout[1], 1, interleaved=shuffle)
+    assert set(state) == {"batching", "lanes", "allocation", "worker_rotation"}
+    assert set(state["allocation"]) == {"generation", "quotas", "done"} and state["batching"] == batching
+    for w, matrix in enumerate(plan.counts):
+        assert matrix.shape[1] == len(lengths) and (matrix.sum(axis=0) == plan.quotas[w]).all()
+        if batching == "per_stream":
+            assert ((matrix > 0).sum(axis=1) == 1).all()  # one-hot rows
 
 
 def test_stratified_counts_give_each_source_its_share_of_every_batch():

@@ -1,9 +1,19 @@
-"""plan/mixture.py: per-source epoch counts and partial passes (pure functions)."""
+"""plan/mixture.py: per-source epoch counts, partial passes and the lane batchings' matrices (pure functions)."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from robostream.plan.mixture import Weight, epoch_units, partial_pass, samples_per_source
+from robostream.plan.mixture import (
+    Weight,
+    epoch_units,
+    lane_batch_counts,
+    partial_pass,
+    per_stream_counts,
+    samples_per_source,
+    stratified_counts,
+)
 from robostream.plan.order import PURPOSE_MIXTURE, rng_for
 
 
@@ -57,3 +67,41 @@ def test_epoch_units_full_passes_balanced_and_fixed():
     }
     assert len(draws) > 1  # balanced: a new subset across epochs
     assert rng_for(1, 0, PURPOSE_MIXTURE, 0).integers(1 << 30) != rng_for(1, 0, PURPOSE_MIXTURE, 1).integers(1 << 30)
+
+
+quotas_lists = st.lists(st.integers(0, 40), min_size=1, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(quotas=quotas_lists, batch_size=st.integers(1, 9), shuffle=st.booleans(), worker=st.integers(0, 3))
+def test_per_stream_rows_are_one_hot_whole_but_each_sources_last(quotas, batch_size, shuffle, worker):
+    """per_stream's matrix: one source per batch, ceil(q / B) batches of each, all whole but the source's last,
+    which holds the rest of its quota; unshuffled, sources one after the other; the order a pure function of
+    (seed, epoch, worker, generation)."""
+    draw = dict(seed=5, epoch=1, worker=worker, generation=0, shuffle=shuffle)
+    counts = per_stream_counts(quotas, batch_size, **draw)
+    assert counts.shape == (sum(-(-q // batch_size) for q in quotas), len(quotas))
+    assert ((counts > 0).sum(axis=1) == 1).all() and (counts.sum(axis=0) == quotas).all()
+    sources = counts.argmax(axis=1)
+    for s in range(len(quotas)):
+        mine = counts[sources == s, s]
+        assert (mine[:-1] == batch_size).all() and (len(mine) == 0 or 1 <= mine[-1] <= batch_size)
+    if not shuffle:
+        assert (np.diff(sources) >= 0).all()
+    assert (per_stream_counts(quotas, batch_size, **draw) == counts).all()
+    assert (lane_batch_counts("per_stream", quotas, batch_size, **draw) == counts).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(quotas=quotas_lists, batch_size=st.integers(1, 9))
+def test_stratified_rows_hold_each_sources_share(quotas, batch_size):
+    """stratified's matrix: every batch but the last holds B samples, each source within about a sample of its
+    share, and each source's count over the batches is its quota."""
+    counts = stratified_counts(quotas, batch_size)
+    assert counts.shape == (-(-sum(quotas) // batch_size), len(quotas))
+    assert (counts.sum(axis=0) == quotas).all() and (counts[:-1].sum(axis=1) == batch_size).all()
+    if sum(quotas):
+        shares = np.asarray(quotas) * batch_size / sum(quotas)
+        assert (np.abs(counts[:-1] - shares) < 1 + 0.05).all()
+    draw = dict(seed=5, epoch=1, worker=0, generation=0, shuffle=True)
+    assert (lane_batch_counts("stratified", quotas, batch_size, **draw) == counts).all()
