@@ -18,7 +18,6 @@ from typing import Any, TypedDict, get_args
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
     PEERS,
-    STREAMING_DEFAULTS,
     BenchError,
     RunConfig,
     StoreApi,
@@ -32,6 +31,7 @@ from robostream.bench.runner import (
     run_config,
 )
 from robostream.datasets.sources_file import parse_source_arguments, source_arguments
+from robostream.datasets.streaming import DEFAULT_BATCHING, DEFAULT_POOL_SIZE, DEFAULT_SEED, DEFAULT_VIDEO_DECODE_DEVICE
 from robostream.storage.options import DEFAULT_READ_BUFFER, ReadOptions
 from robostream.testing.hub_store import HubServer, hub_environment
 from robostream.testing.s3_dialect import S3RangeServer
@@ -77,7 +77,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "batching",
         choices=["random", "per_stream", "stratified"],
-        default=STREAMING_DEFAULTS["batching"],
+        default=DEFAULT_BATCHING,
         help="a mixture's batches: sources mixed in each (random), one source per global batch (per_stream) or "
         "each source's share in every batch (stratified)",
     )
@@ -112,17 +112,17 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "num_batches", type=int, default=40, help="timed batches (after the warm-up)")
     _option(parser, "duration_s", type=float, default=None, help="stop the timed part after this many seconds")
     _option(parser, "warmup_batches", type=int, default=2)
-    _option(parser, "seed", type=int, default=STREAMING_DEFAULTS["seed"])
+    _option(parser, "seed", type=int, default=DEFAULT_SEED)
     _option(
         parser,
         "pool_size",
         type=int,
-        default=STREAMING_DEFAULTS["pool_size"],
+        default=DEFAULT_POOL_SIZE,
         help="live pieces per canonical stream (streaming)",
     )
     _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)
     _option(parser, "video_decoder_cache_size", type=int, default=None)
-    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default=STREAMING_DEFAULTS["video_decode_device"])
+    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default=DEFAULT_VIDEO_DECODE_DEVICE)
     _option(parser, "device", default="cpu", help="where the dummy consumer moves each batch (cpu, cuda)")
     _option(
         parser,
@@ -178,7 +178,7 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
             raise BenchError("a mixture (--sources) runs with --loader stream only, without peers")
     elif root is None and args.repo_id is None:
         raise BenchError("robostream bench needs a dataset: ROOT / --root PATH_OR_URL, or --repo_id")
-    elif args.epoch_size is not None or args.batching != STREAMING_DEFAULTS["batching"]:
+    elif args.epoch_size is not None or args.batching != DEFAULT_BATCHING:
         raise BenchError("--epoch_size and --batching apply to a mixture (--sources)")
     deltas = json.loads(args.delta_timestamps) if args.delta_timestamps else None
     if deltas is not None and args.mode:

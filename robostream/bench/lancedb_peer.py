@@ -127,7 +127,7 @@ def _dataset(params: dict[str, Any]) -> LanceDBDataset:
         delta_timestamps=params.get("delta_timestamps"),
         tolerance_s=params.get("tolerance_s") or peer.DEFAULT_TOLERANCE_S,
         return_uint8=True,
-        storage_options=object_store_options(params.get("storage_options"), uri),
+        storage_options=object_store_options(params["read_options"]["storage_options"], uri),
     )
 
 

@@ -8,7 +8,6 @@ streaming dataset splits by RANK/WORLD_SIZE, the map-style loaders use a Distrib
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import json
 import os
 import platform
@@ -23,7 +22,12 @@ from typing import Any, Literal, TypedDict
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
 from robostream.datasets.origin import open_dataset
-from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.datasets.streaming import (
+    DEFAULT_BATCHING,
+    DEFAULT_POOL_SIZE,
+    DEFAULT_SEED,
+    DEFAULT_VIDEO_DECODE_DEVICE,
+)
 from robostream.errors import RobostreamError
 from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.format.metadata import DatasetMetadata
@@ -37,10 +41,6 @@ PEER_FACTORIES = {
     "lancedb": "lancedb_peer.py:build",  # lerobot-lancedb's LanceDBDataset over its own conversion
 }
 PEERS = tuple(PEER_FACTORIES)
-# The streaming dataset's own defaults (its signature): the benchmark's options default to them, never restated.
-STREAMING_DEFAULTS = {
-    name: parameter.default for name, parameter in inspect.signature(StreamingLeRobotDataset).parameters.items()
-}
 
 
 class BenchError(RobostreamError):
@@ -77,18 +77,18 @@ class RunConfig:
     num_batches: int = 40
     duration_s: float | None = None
     warmup_batches: int = 2
-    seed: int = STREAMING_DEFAULTS["seed"]
-    pool_size: int = STREAMING_DEFAULTS["pool_size"]
+    seed: int = DEFAULT_SEED
+    pool_size: int = DEFAULT_POOL_SIZE
     video_backend: str | None = None
     video_decoder_cache_size: int | None = None
-    video_decode_device: str = STREAMING_DEFAULTS["video_decode_device"]
+    video_decode_device: str = DEFAULT_VIDEO_DECODE_DEVICE
     device: str = "cpu"
     split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None
     peer_root: str | None = None  # what a peer reads when it needs its own conversion (lancedb), folder or URL
     sources: list[dict[str, Any]] | None = None  # a mixture (robostream.Source arguments) instead of root/repo_id
     epoch_size: int | None = None  # of a mixture weighted by proportion
-    batching: str = STREAMING_DEFAULTS["batching"]  # of a mixture: "random", "per_stream" or "stratified"
+    batching: str = DEFAULT_BATCHING  # of a mixture: "random", "per_stream" or "stratified"
     store: StoreSettings | None = None  # the slow store the root is served through
 
     def name(self, rank: int | None = None) -> str:
@@ -203,8 +203,7 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
         "revision": config.revision,
         "episodes": None,
         "delta_timestamps": deltas,
-        "read_options": asdict(config.read_options),  # robostream's loaders (a JSON object of its fields)
-        "storage_options": config.read_options.storage_options,  # the peers' (lancedb reads its store with them)
+        "read_options": asdict(config.read_options),  # robostream's loaders and the LanceDB peer (its fields)
         "batch_size": config.batch_size,
         "num_workers": config.num_workers,
         "prefetch_factor": config.prefetch_factor,

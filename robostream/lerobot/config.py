@@ -9,7 +9,6 @@ revision and weight kind).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -19,7 +18,15 @@ from lerobot.configs.train import TrainPipelineConfig
 
 from robostream.datasets.mixture import Source
 from robostream.datasets.sources_file import sources_from_file
-from robostream.datasets.streaming import StreamingLeRobotDataset
+from robostream.datasets.streaming import (
+    DEFAULT_BATCHING,
+    DEFAULT_DECODE_AHEAD,
+    DEFAULT_FEATURES,
+    DEFAULT_POOL_SIZE,
+    DEFAULT_PREFETCH_PIECES,
+    DEFAULT_SAMPLING_METHOD,
+    DEFAULT_UNEVEN,
+)
 from robostream.numbers import finite_number
 from robostream.storage.options import ReadOptions
 
@@ -28,10 +35,6 @@ Weighting = Literal["proportion", "repeat", "choose"]
 STREAMING_ONLY = ("pool_size", "decode_ahead", "prefetch_pieces", "canonical_streams", "uneven")
 MIXTURE_ONLY = ("weighting", "features", "batching", "epoch_size", "sampling_method")
 AugmentWhere = Literal["workers", "device"]
-# The streaming dataset's own defaults (its signature): the options below default to them, never restated.
-STREAMING_DEFAULTS = {
-    name: parameter.default for name, parameter in inspect.signature(StreamingLeRobotDataset).parameters.items()
-}
 
 
 @dataclass
@@ -68,15 +71,15 @@ class RobostreamOptions:
     weights: list[float] | None = None
     weighting: Weighting = "proportion"
     mixture: str | None = None
-    features: Literal["strict", "union"] = STREAMING_DEFAULTS["features"]
-    batching: Literal["random", "per_stream", "stratified"] = STREAMING_DEFAULTS["batching"]
-    epoch_size: int | None = STREAMING_DEFAULTS["epoch_size"]
-    sampling_method: Literal["balanced", "fixed"] = STREAMING_DEFAULTS["sampling_method"]
-    pool_size: int = STREAMING_DEFAULTS["pool_size"]
-    decode_ahead: int = STREAMING_DEFAULTS["decode_ahead"]
-    prefetch_pieces: int = STREAMING_DEFAULTS["prefetch_pieces"]
-    canonical_streams: int | None = STREAMING_DEFAULTS["canonical_streams"]
-    uneven: Literal["pad", "drop"] = STREAMING_DEFAULTS["uneven"]
+    features: Literal["strict", "union"] = DEFAULT_FEATURES
+    batching: Literal["random", "per_stream", "stratified"] = DEFAULT_BATCHING
+    epoch_size: int | None = None
+    sampling_method: Literal["balanced", "fixed"] = DEFAULT_SAMPLING_METHOD
+    pool_size: int = DEFAULT_POOL_SIZE
+    decode_ahead: int = DEFAULT_DECODE_AHEAD
+    prefetch_pieces: int = DEFAULT_PREFETCH_PIECES
+    canonical_streams: int | None = None
+    uneven: Literal["pad", "drop"] = DEFAULT_UNEVEN
     cache_dir: str | None = None
     cache_limit: str | None = None
     augment_on: AugmentWhere = "workers"

@@ -78,7 +78,7 @@ def _params(
     return {
         "root": str(root),
         "peer_root": str(lance),
-        "storage_options": None,
+        "read_options": {"storage_options": None},
         "delta_timestamps": delta,
         "batch_size": BATCH_SIZE,
         "num_workers": num_workers,
