@@ -158,7 +158,6 @@ def open_reader(index: int, spec: Source, reading: Reading, *, lenient_windows: 
         depth_output_unit=settings.depth_output_unit,
     )
     episodes = resolve_episodes(meta, spec.episodes)
-    reading.add_storage(meta.data_storage)
     common = spec.delta_timestamps if spec.delta_timestamps is not None else settings.delta_timestamps
     source_key = {c: k for k, c in spec.feature_map.items()}
     deltas = {source_key.get(key, key): values for key, values in window_seconds(common).items()}
@@ -195,6 +194,13 @@ def open_readers(specs: Sequence[Source], reading: Reading, *, lenient_windows: 
         reading: the dataset's reading.
         lenient_windows: skip windows of common keys a source lacks (a mixture: its schema reports them).
     """
+    readers = _opened(specs, reading, lenient_windows=lenient_windows)
+    for reader in readers:  # in mixture order, whatever order the threads finished in
+        reading.add_storage(reader.meta.data_storage)
+    return readers
+
+
+def _opened(specs: Sequence[Source], reading: Reading, *, lenient_windows: bool) -> list[SourceReader]:
     if len(specs) == 1:
         return [open_reader(0, specs[0], reading, lenient_windows=lenient_windows)]
     pool = ThreadPoolExecutor(min(len(specs), SOURCES_OPENED_AT_ONCE), thread_name_prefix="robostream-open")
