@@ -9,7 +9,7 @@
 # Wall time (CI: <= 20 minutes on 2 cores). Two streams run side by side, because most tests keep one core busy
 # (a pytest process, or a lerobot interpreter importing torch) and the machine has two:
 #   foreground: ruff, then our pair's tests that need no lerobot, then (once lerobot's environment is built) the
-#     second pair's;
+#     benchmark's lerobot peer and the second pair's tests;
 #   background: mypy, then (once lerobot's environment is built: a download of several minutes that needs nothing of
 #     ours, started first) the lerobot parity tests; its output is printed when it ends.
 # The second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
@@ -56,7 +56,10 @@ lerobot_ready() {
   fi
 }
 export ROBOSTREAM_LEROBOT_PYTHON="$PWD/.venv-lerobot/bin/python"
-needs_lerobot=(tests/compat tests/bench/test_lerobot_peer.py tests/lerobot_train)
+# The tests that need lerobot's environment: the parity tests (background) and the lerobot peer (foreground, after
+# our pair's other tests: it balances the two streams).
+parity=(tests/compat tests/lerobot_train)
+peer=tests/bench/test_lerobot_peer.py
 
 echo "lint: ruff check + ruff format --check (pyproject.toml [tool.ruff])"
 .venv/bin/python -m ruff check robostream tests benchmarks examples scripts
@@ -69,19 +72,23 @@ background_log=$scratch/background.log
   .venv/bin/python -m mypy
   lerobot_ready
   echo "test: our pair (.venv), lerobot parity against $ROBOSTREAM_LEROBOT_PYTHON"
-  .venv/bin/python -m pytest "$@" "${needs_lerobot[@]}"
+  .venv/bin/python -m pytest "$@" "${parity[@]}"
 ) >"$background_log" 2>&1 &
 background=$!
 
 status=0
 echo "test: our pair (.venv), the tests that need no lerobot (mypy and the parity tests run beside them)"
-.venv/bin/python -m pytest "$@" $(printf -- '--ignore=%s ' "${needs_lerobot[@]}") || status=$?
+.venv/bin/python -m pytest "$@" $(printf -- '--ignore=%s ' "${parity[@]}" "$peer") || status=$?
 
 if [ "$status" = 0 ]; then
   lerobot_ready || status=$?
 fi
 if [ "$status" = 0 ]; then
   cat "$lerobot_log"
+  echo "test: our pair (.venv), the lerobot peer of the benchmark against $ROBOSTREAM_LEROBOT_PYTHON"
+  .venv/bin/python -m pytest "$@" "$peer" || status=$?
+fi
+if [ "$status" = 0 ]; then
   echo "test: lerobot 0.6.1's pair (.venv-lerobot)"
   .venv-lerobot/bin/python -m pytest "$@" tests/video tests/datasets tests/augment \
     tests/examples/test_train_streaming.py::test_dummy_run_reports_throughput \
