@@ -70,9 +70,10 @@ class LeRobotDataset(torch.utils.data.Dataset):
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions.
         """
         self.repo_id = repo_id
+        self.delta_timestamps = dict(delta_timestamps or {})
         settings = ReadingSettings(
             read_options=read_options,
-            delta_timestamps=dict(delta_timestamps or {}),
+            delta_timestamps=self.delta_timestamps,
             tolerance_s=tolerance_s,
             return_uint8=return_uint8,
             image_transforms=image_transforms,
@@ -88,7 +89,6 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.tolerance_s = tolerance_s
         self.image_transforms = image_transforms
         self.return_uint8 = return_uint8
-        self.delta_timestamps = dict(delta_timestamps or {})
         self.delta_offsets = (
             delta_offsets(self.delta_timestamps, self.meta.fps, tolerance_s, list(self.meta.info.features))
             if delta_timestamps
