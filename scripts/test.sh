@@ -23,6 +23,8 @@ lerobot_log=$scratch/lerobot-setup.log
 lerobot_rc=$scratch/lerobot-setup.rc
 venv_ready=$scratch/venv.ready
 main_shell=$$
+# Prints a line prefixed with the time since the start (the phases' durations show in CI's log).
+say() { printf '[%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 # Waits for a file a stream writes when it is done (while this script runs: a background job never outlives it).
 wait_for() {
@@ -41,17 +43,19 @@ wait_for() {
     bash scripts/setup_lerobot.sh
     rc=$?
   fi
+  say "lerobot's environment built (exit $rc)"
   echo "$rc" >"$lerobot_rc"
 ) >"$lerobot_log" 2>&1 &
 bash scripts/setup.sh
 touch "$venv_ready"
+say "set-up: .venv ready"
 
 # Waits until lerobot's environment is built; fails (printing its log) if building it failed.
 lerobot_ready() {
   wait_for "$lerobot_rc"
   if [ "$(cat "$lerobot_rc")" != 0 ]; then
     cat "$lerobot_log"
-    echo "test: building lerobot's environment failed (above)" >&2
+    say "test: building lerobot's environment failed (above)" >&2
     return 1
   fi
 }
@@ -61,23 +65,24 @@ export ROBOSTREAM_LEROBOT_PYTHON="$PWD/.venv-lerobot/bin/python"
 parity=(tests/compat tests/lerobot_train)
 peer=tests/bench/test_lerobot_peer.py
 
-echo "lint: ruff check + ruff format --check (pyproject.toml [tool.ruff])"
+say "lint: ruff check + ruff format --check (pyproject.toml [tool.ruff])"
 .venv/bin/python -m ruff check robostream tests benchmarks examples scripts
 .venv/bin/python -m ruff format --check robostream tests benchmarks examples scripts
 
 background_log=$scratch/background.log
 (
   set -e
-  echo "types: mypy over robostream/ (pyproject.toml [tool.mypy])"
+  say "types: mypy over robostream/ (pyproject.toml [tool.mypy])"
   .venv/bin/python -m mypy
   lerobot_ready
-  echo "test: our pair (.venv), lerobot parity against $ROBOSTREAM_LEROBOT_PYTHON"
+  say "test: our pair (.venv), lerobot parity against $ROBOSTREAM_LEROBOT_PYTHON"
   .venv/bin/python -m pytest "$@" "${parity[@]}"
+  say "lerobot parity tests done"
 ) >"$background_log" 2>&1 &
 background=$!
 
 status=0
-echo "test: our pair (.venv), the tests that need no lerobot (mypy and the parity tests run beside them)"
+say "test: our pair (.venv), the tests that need no lerobot (mypy and the parity tests run beside them)"
 .venv/bin/python -m pytest "$@" $(printf -- '--ignore=%s ' "${parity[@]}" "$peer") || status=$?
 
 if [ "$status" = 0 ]; then
@@ -85,23 +90,25 @@ if [ "$status" = 0 ]; then
 fi
 if [ "$status" = 0 ]; then
   cat "$lerobot_log"
-  echo "test: our pair (.venv), the lerobot peer of the benchmark against $ROBOSTREAM_LEROBOT_PYTHON"
+  say "test: our pair (.venv), the lerobot peer of the benchmark against $ROBOSTREAM_LEROBOT_PYTHON"
   .venv/bin/python -m pytest "$@" "$peer" || status=$?
 fi
 if [ "$status" = 0 ]; then
-  echo "test: lerobot 0.6.1's pair (.venv-lerobot)"
+  say "test: lerobot 0.6.1's pair (.venv-lerobot)"
   .venv-lerobot/bin/python -m pytest "$@" tests/video tests/datasets tests/augment \
     tests/examples/test_train_streaming.py::test_dummy_run_reports_throughput \
     --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout[4to5]" \
     --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout[12to7]" || status=$?
 fi
 
+say "foreground stream done"
 background_status=0
 wait "$background" || background_status=$?
-echo "---- mypy and the lerobot parity tests (run beside the above) ----"
+say "---- mypy and the lerobot parity tests (run beside the above) ----"
 cat "$background_log"
 if [ "$background_status" != 0 ]; then
-  echo "test: mypy or the lerobot parity tests failed (above)" >&2
+  say "test: mypy or the lerobot parity tests failed (above)" >&2
 fi
+say "done"
 rm -rf "$scratch"
 [ "$status" = 0 ] && [ "$background_status" = 0 ]
