@@ -59,6 +59,7 @@ class CameraReader:
         # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
         self.cache = reading.decoders
         self._executor = reading.decode_threads
+        self._stages = reading.stage_times
         self.frame_pool = reading.frame_pool
         self.frame_sizes = {k: feature_frame_size(meta.info.features[k]) for k in meta.video_keys}
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
@@ -120,7 +121,7 @@ class CameraReader:
         per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order).
         pooled: separate (C, H, W) frames from the frame pool (the streaming batch path gives them back); else one
         (T, C, H, W) tensor per request and camera, as `decode_many`."""
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         out: list[dict[str, Any]] = [{} for _ in requests]  # per request and camera: a tensor, or pooled frames
         by_camera: dict[str, list[int]] = {}
         for i, (_, times_by_key) in enumerate(requests):
@@ -134,7 +135,11 @@ class CameraReader:
         else:
             for future in [pool.submit(job) for job in jobs]:
                 future.result()
-        self.decode_seconds += time.perf_counter() - started
+        elapsed = time.perf_counter_ns() - started
+        self.decode_seconds += elapsed / 1e9
+        # The cameras' jobs run at once, each on a thread of the pool (as many as it has).
+        threads = 1 if pool is None else min(len(jobs), pool._max_workers)
+        self._stages.get().wait("decode", elapsed, threads=threads)
         return [{key: frames[key] for key in times_by_key} for frames, (_, times_by_key) in zip(out, requests)]
 
     def _decode_camera(
@@ -156,27 +161,44 @@ class CameraReader:
             ):
                 calls.append([])
             calls[-1].append(i)
+        stages = self._stages.get()
         for relative, group in ((r, g) for r, calls in by_file.items() for g in calls):
-            times = [
-                self.meta.episodes.video_span(requests[i][0], key).from_timestamp
-                + np.asarray(requests[i][1][key], dtype=np.float64)
-                for i in group
-            ]
+            started = time.perf_counter_ns()
             try:
-                with self._decoder(relative, key, requests[group[0]][0]) as decoder:
-                    check_frame_size(decoder, key, self.frame_sizes[key])
-                    frames, inverse = self._decode_unique(decoder, key, np.concatenate(times))
-            except RobostreamError:
-                # Decode per episode again: the failing one raises the error that names the episode, camera and
-                # times (and should all succeed alone, their frames are as checked as any).
-                for i in group:
-                    out[i][key] = self.decode(requests[i][0], key, requests[i][1][key])
-                continue
-            stops = np.cumsum([len(t) for t in times]).tolist()
-            # Each request gets its own CHW frames, laid out while hot in cache; no piece holds another's.
-            for i, start, stop in zip(group, [0, *stops[:-1]], stops):
-                picks = inverse[start:stop]
-                out[i][key] = frames_chw(frames, picks, self.frame_pool.get()) if pooled else gather_chw(frames, picks)
+                self._decode_group(key, relative, requests, group, out, pooled)
+            finally:  # one decode task: one decoder call (a failed one and its per-episode retries included)
+                stages.task("decode", time.perf_counter_ns() - started)
+
+    def _decode_group(
+        self,
+        key: str,
+        relative: str,
+        requests: Sequence[Request],
+        group: Sequence[int],
+        out: list[dict[str, Any]],
+        pooled: bool,
+    ) -> None:
+        """Camera `key`'s frames of the requests `group` from its file `relative`, in one decoder call."""
+        times = [
+            self.meta.episodes.video_span(requests[i][0], key).from_timestamp
+            + np.asarray(requests[i][1][key], dtype=np.float64)
+            for i in group
+        ]
+        try:
+            with self._decoder(relative, key, requests[group[0]][0]) as decoder:
+                check_frame_size(decoder, key, self.frame_sizes[key])
+                frames, inverse = self._decode_unique(decoder, key, np.concatenate(times))
+        except RobostreamError:
+            # Decode per episode again: the failing one raises the error that names the episode, camera and
+            # times (and should all succeed alone, their frames are as checked as any).
+            for i in group:
+                out[i][key] = self.decode(requests[i][0], key, requests[i][1][key])
+            return
+        stops = np.cumsum([len(t) for t in times]).tolist()
+        # Each request gets its own CHW frames, laid out while hot in cache; no piece holds another's.
+        for i, start, stop in zip(group, [0, *stops[:-1]], stops):
+            picks = inverse[start:stop]
+            out[i][key] = frames_chw(frames, picks, self.frame_pool.get()) if pooled else gather_chw(frames, picks)
 
 
 def open_dataset_video(

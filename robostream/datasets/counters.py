@@ -2,13 +2,16 @@
 
 A small int64 tensor in shared memory, one row per worker (so no two processes write the same cell), created with
 the dataset and inherited by forked workers (torch.multiprocessing shares it with spawned ones). The main process
-sums the rows to report frames decoded vs delivered and the decoded-frame working set of live pieces.
+sums the rows to report frames decoded vs delivered, the decoded-frame working set of live pieces, and each stage's
+tasks, busy time and wait (stages.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from robostream.datasets.stages import STAGE_FIELDS, THREAD_FIELDS
 
 MAX_WORKERS = 256
 FIELDS = (
@@ -24,6 +27,8 @@ FIELDS = (
     "in_flight_peak",
     "evicted_unread",
     "reader_fetches",
+    *STAGE_FIELDS,  # per stage of the read path: tasks, busy and wait (stages.py), the loops' wall time
+    *THREAD_FIELDS,
 )
 _COLUMN = {name: col for col, name in enumerate(FIELDS)}
 _SUMMED = {
@@ -34,6 +39,7 @@ _SUMMED = {
     "read_ahead_errors",
     "evicted_unread",
     "reader_fetches",
+    *STAGE_FIELDS,
 }
 
 

@@ -9,6 +9,7 @@ a sample through the frame reader. Live pieces are opened on their first sample 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ class EpochIterator:
         self.plan, self.role, self.worker = plan, role, worker
         self.sources, self.schema, self.mixture_batches = sources, schema, mixture_batches
         self.reading, self.counters = reading, reading.counters
+        self._stages = reading.stage_times  # this process's stage totals
         self.seed, self.epoch, self.pool_size = seed, epoch, pool_size
         self.prefetch_pieces = prefetch_pieces
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
@@ -94,24 +96,31 @@ class EpochIterator:
     def take(self, count: int) -> list[tuple[PieceReader, int]]:
         """The next `count` picks (fewer at the end of the pass) as (live piece reader, position), counted as
         emitted."""
+        started = time.perf_counter_ns()
         if self._pick_iterator is None:
             self._pick_iterator = self._picks()
         refs = [self._take(pick) for pick in itertools.islice(self._pick_iterator, count)]
         self.emitted += len(refs)
+        self._stages.get().wall(time.perf_counter_ns() - started)
         return refs
 
     def sample(self, ref: tuple[PieceReader, int]) -> dict[str, Any]:
         """One taken pick as a sample (the per-sample path)."""
+        started = time.perf_counter_ns()
         reader, position = ref
         source = self.sources[reader.source]
-        sample = source.frames.sample(reader, position, self._frames(reader, position), self.worker)
+        frames = self._frames(reader, position)  # decoded here when missing (the decode stage)
+        assembling = time.perf_counter_ns()
+        sample = source.frames.sample(reader, position, frames, self.worker)
         if self.schema is not None:
             sample = self.schema.finish(sample, reader.source, source.rename)
+        self._finished(started, assembling)
         return sample
 
     def assemble(self, refs: Sequence[tuple[PieceReader, int]], allocate: BatchAllocate) -> dict[str, Any]:
         """Taken picks (of any of the dataset's sources, from this or another pass) as one batch: the frames their
         pieces miss decoded with one call per camera file, everything written once into the batch."""
+        started = time.perf_counter_ns()
         readers = {id(reader): reader for reader, _ in refs}
         held = sum(reader.resident for reader in readers.values())
         by_source: dict[int, list[tuple[PieceReader, int]]] = {}  # not a loop over sources: there may be 1000
@@ -121,6 +130,7 @@ class EpochIterator:
             if self.sources[index].meta.video_keys:
                 self.sources[index].frames.prefill(mine, self.worker)
         self._live_frames += sum(reader.resident for reader in readers.values()) - held
+        assembling = time.perf_counter_ns()
         released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
         video = [self._frames(reader, position, released) for reader, position in refs]
         if self.mixture_batches is None:  # one dataset: every ref is of its source
@@ -128,7 +138,17 @@ class EpochIterator:
         else:
             batch = self._mixture_batch(self.mixture_batches, refs, video, allocate)
         self.reading.frame_pool.get().give(released)
+        self._finished(started, assembling)
         return batch
+
+    def _finished(self, started: int, assembling: int) -> None:
+        """A sample or batch is out (produced since `started`, assembled since `assembling`): its time counts in
+        the assemble stage and the loop's wall time, and what the stages did reaches the worker's counters."""
+        now = time.perf_counter_ns()
+        stages = self._stages.get()
+        stages.work("assemble", now - assembling)
+        stages.wall(now - started)
+        self.reading.count_stages(self.worker)
 
     def _mixture_batch(
         self,

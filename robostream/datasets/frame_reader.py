@@ -8,6 +8,7 @@ picks are fetched ahead (pick_read_ahead.py, video_read_ahead.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -78,13 +79,29 @@ class FrameReader:
     def open_piece(self, episode: int, geometry: PieceGeometry, worker: int) -> PieceReader:
         """A live piece of `episode` (its rows read now), for samples in its geometry's order."""
         return PieceReader(
-            self.rows.episode(episode),
+            self._episode_rows(episode),
             geometry.sample_frames,
             geometry.camera_frames,
             partial(self._decode, worker),
             self.decode_ahead,
             source=self.index,
         )
+
+    def _episode_rows(self, episode: int) -> EpisodeRows:
+        """The rows of `episode`, timed as the rows stage: the loop's wait, and the read itself when it runs here."""
+        stages = self.reading.stage_times.get()
+        threads = self.rows.read_ahead_threads
+        started = time.perf_counter_ns()
+        if threads:
+            # Asked for (when it was not already) so that every read runs in the row pool, timed there once.
+            self.rows.read_ahead(episode)
+        rows = self.rows.episode(episode)
+        elapsed = time.perf_counter_ns() - started
+        if threads:
+            stages.wait("rows", elapsed, threads=threads)
+        else:
+            stages.work("rows", elapsed)
+        return rows
 
     def sample(
         self, reader: PieceReader, position: int, frames: Mapping[str, Sequence[torch.Tensor]], worker: int

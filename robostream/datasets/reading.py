@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from robostream.datasets.counters import FrameCounters
+from robostream.datasets.stages import COUNTER_NAMES, StagePool, StageTimes
 from robostream.format.data_rows import RowCaches
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.numbers import finite_number
@@ -88,7 +89,8 @@ class Reading:
         self.frame_pool = ProcessLocal(FramePool)  # frames given back by the batch path, decoded into again
         self.decode_threads = ProcessLocal(partial(decode_pool, DECODE_THREADS))  # None: no core to spare
         self.row_caches = ProcessLocal(RowCaches)  # data-file footers and rows read ahead
-        self.row_threads = ProcessLocal(partial(ThreadPoolExecutor, ROW_THREADS, thread_name_prefix="robostream-rows"))
+        self.stage_times = ProcessLocal(StageTimes)  # per stage: tasks, busy and wait in this process (stages.py)
+        self.row_threads = ProcessLocal(partial(StagePool, ROW_THREADS, stage="rows", times=self.stage_times))
         self.index_threads = ProcessLocal(
             partial(ThreadPoolExecutor, INDEX_THREADS, thread_name_prefix="robostream-index")
         )  # packet indexes of camera files
@@ -110,6 +112,7 @@ class Reading:
         shared = list({id(storage.blocks): s for storage, s in zip(remote, stats)}.values())
         counters = self.counters
         counters.set(worker, "bytes_read", sum(s.bytes_read for s in stats))
+        counters.set(worker, "fetch_tasks", sum(s.requests for s in stats))
         counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in shared) * 1e6))
         counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in shared))
         counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in shared))
@@ -120,6 +123,22 @@ class Reading:
             "read_ahead_errors",
             self.read_ahead_failures.get().count + sum(s.read_ahead_failures for s in shared),
         )
+
+    def count_stages(self, worker: int) -> None:
+        """Add what this process's stages did since the last call to the worker's row of the counters (added, not
+        set: a worker of a later epoch is a new process whose totals start again)."""
+        new, wall_us, threads = self.stage_times.get().unpublished()
+        counters = self.counters
+        for (tasks_name, busy_name, wait_name, threads_name), (tasks, busy_us, wait_us), most in zip(
+            COUNTER_NAMES, new, threads
+        ):
+            if tasks:
+                counters.add(worker, tasks_name, tasks)
+                counters.add(worker, busy_name, busy_us)
+            if wait_us:
+                counters.add(worker, wait_name, wait_us)
+            counters.peak(worker, threads_name, most)
+        counters.add(worker, "worker_wall_us", wall_us)
 
 
 class Tally:

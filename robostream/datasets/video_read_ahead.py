@@ -14,12 +14,13 @@ needs them, under the same retry policy.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from robostream.datasets.reading import Reading
+from robostream.datasets.reading import INDEX_THREADS, Reading
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
@@ -63,6 +64,7 @@ class VideoReadAhead:
         """
         self.meta = meta
         self._threads = reading.index_threads
+        self._stages = reading.stage_times
         self._failures = reading.read_ahead_failures
         storage = meta.data_storage
         self.enabled = enabled and not storage.is_local and storage.cache is None and bool(meta.video_keys)
@@ -106,7 +108,11 @@ class VideoReadAhead:
                 self.meta.episodes.video_span(episode, key).from_timestamp,
             )
         relative, from_s = camera
-        file = state.files.get(relative) or self._file(relative)
+        file = state.files.get(relative)
+        if file is None:  # its index read here, in the loop (prepare reads several at once)
+            started = time.perf_counter_ns()
+            file = self._file(relative)
+            self._stages.get().wait("index", time.perf_counter_ns() - started, threads=1)
         if file.index is None or file.reader is None:
             return None
         starts, ends = file.index.byte_spans(from_s + first_s, from_s + last_s)
@@ -119,7 +125,10 @@ class VideoReadAhead:
         state = self._state.get()
         new = sorted({self.meta.video_file(episode, key) for episode, key in cameras} - state.files.keys())
         if len(new) > 1:
+            started = time.perf_counter_ns()
             list(self._threads.get().map(self._file, new))
+            threads = min(len(new), INDEX_THREADS)
+            self._stages.get().wait("index", time.perf_counter_ns() - started, threads=threads)
 
     def _index(self, reader: RangedReader) -> PacketIndex | None:
         """The file's packet index: built once per node (a file version's index never changes) and kept in the
@@ -138,6 +147,7 @@ class VideoReadAhead:
         state = self._state.get()
         file = state.files.get(relative)
         if file is None:
+            started = time.perf_counter_ns()
             try:
                 reader = self.meta.open(relative, what="video file")
                 assert isinstance(reader, RangedReader)  # enabled: a remote root without the disk cache
@@ -149,4 +159,5 @@ class VideoReadAhead:
                 file = _File(None, None)
                 self._failures.get().add()  # its frames are not fetched ahead (read_ahead_errors)
             state.files[relative] = file
+            self._stages.get().task("index", time.perf_counter_ns() - started)  # any thread: the pool's or the loop
         return file
