@@ -10,6 +10,10 @@ Definitions (the same for every loader, robostream's and lerobot's):
 - shuffle_randomness_frac: distinct episodes per batch / batch size, averaged over all batches; compare it with
   `uniform_randomness_frac`, the same figure for batches drawn uniformly at random from the same samples.
 - samples_per_source (a mixture): samples delivered from each source over the whole run (warm-up included).
+- stages (robostream's streaming loader): per stage of the read path (datasets/stages.py) over the whole run, summed
+  over workers: tasks, busy_s (the tasks' time), wait_s (the workers' loops' time until the stage's result was there;
+  fetch's is the readers' wait for bytes, inside decode's and rows'), threads (the most a worker ran it on) and
+  occupancy = busy_s / (worker_wall_s x threads), worker_wall_s being the loops' own time producing batches.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from robostream.bench.probe import CACHE_FIELDS
+from robostream.datasets.stages import STAGES, TIMED
 
 PERCENTILES = (50, 95, 99)
 CDF_POINTS = 101  # latency quantiles kept in a result for the CDF plot
@@ -52,6 +57,58 @@ def cache_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float] | Non
     totals = {name: float(sum(v[i] for v in last.values() if i < len(v))) for i, name in enumerate(CACHE_FIELDS)}
     lookups = totals["hits"] + totals["misses"]
     return {**totals, "hit_rate": totals["hits"] / lookups if lookups else 0.0}
+
+
+def stage_figures(counts: Mapping[str, int]) -> dict[str, dict[str, float | None]]:
+    """Per stage that ran: tasks, busy_s, wait_s, threads and occupancy (None where not measured: fetch's busy time
+    and threads), from the loader's counters (datasets/counters.py) and the workers' wall time."""
+    stages: dict[str, dict[str, float | None]] = {}
+    for stage in STAGES:
+        if stage in TIMED:
+            figures: dict[str, float | None] = {
+                "tasks": counts.get(f"{stage}_tasks", 0),
+                "busy_s": counts.get(f"{stage}_busy_us", 0) / 1e6,
+                "wait_s": counts.get(f"{stage}_wait_us", 0) / 1e6,
+                "threads": counts.get(f"{stage}_threads", 0),
+            }
+        else:  # fetch: the storage's requests and the readers' wait for bytes, as counted there
+            figures = {
+                "tasks": counts.get("fetch_tasks", 0),
+                "busy_s": None,
+                "wait_s": counts.get("read_wait_us", 0) / 1e6,
+                "threads": None,
+            }
+        if figures["tasks"]:
+            stages[stage] = figures
+    return with_occupancy(stages, counts.get("worker_wall_us", 0) / 1e6)
+
+
+def with_occupancy(
+    stages: Mapping[str, Mapping[str, float | None]], worker_wall_s: float
+) -> dict[str, dict[str, float | None]]:
+    """The stages with occupancy = busy_s / (worker_wall_s x threads) (None where either is unknown or zero)."""
+    out = {}
+    for stage, figures in stages.items():
+        busy, threads = figures["busy_s"], figures["threads"]
+        capacity = worker_wall_s * threads if threads else 0.0
+        out[stage] = {**figures, "occupancy": busy / capacity if busy is not None and capacity else None}
+    return out
+
+
+def merge_stages(per_rank: Sequence[Mapping[str, Any]]) -> tuple[dict[str, dict[str, float | None]], float]:
+    """The ranks' stages as one job's: tasks, busy and wait summed, the most threads, occupancy over the summed
+    wall time; and that wall time."""
+    wall = float(sum(r["worker_wall_s"] for r in per_rank))
+    merged: dict[str, dict[str, float | None]] = {}
+    for rank in per_rank:
+        for stage, figures in rank["stages"].items():
+            into = merged.setdefault(stage, {"tasks": 0, "busy_s": None, "wait_s": 0.0, "threads": None})
+            for key in ("tasks", "wait_s", "busy_s"):
+                if figures[key] is not None:
+                    into[key] = (into[key] or 0) + figures[key]
+            if figures["threads"] is not None:
+                into["threads"] = max(into["threads"] or 0, figures["threads"])
+    return with_occupancy(merged, wall), wall
 
 
 def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
@@ -113,6 +170,9 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     ):
         if key in counts:
             out[key] = counts[key]
+    if counts.get("worker_wall_us"):
+        out["worker_wall_s"] = counts["worker_wall_us"] / 1e6
+        out["stages"] = stage_figures(counts)
     cache = cache_totals(records)
     if cache is not None:
         out["video_decoder_cache"] = cache
@@ -177,6 +237,8 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
     for key in ("decoded_frames_per_s", "bytes_read"):
         if all(key in r for r in per_rank):
             out[key] = float(sum(r[key] for r in per_rank))
+    if all("stages" in r for r in per_rank):
+        out["stages"], out["worker_wall_s"] = merge_stages(per_rank)
     if all("samples_per_source" in r for r in per_rank):
         width = max(len(r["samples_per_source"]) for r in per_rank)
         out["samples_per_source"] = (

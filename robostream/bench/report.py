@@ -57,16 +57,24 @@ def load_results(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | N
 
 
 def flat_row(result: Mapping[str, Any]) -> dict[str, Any]:
-    """One CSV row: config fields, then scalar metrics (nested dicts flattened as `outer.inner`)."""
+    """One CSV row: config fields, then scalar metrics (nested dicts flattened as `outer.inner`, at any depth:
+    `stages.decode.busy_s`)."""
     row: dict[str, Any] = {}
     for key, value in result["config"].items():
         row[key] = json.dumps(value) if isinstance(value, (dict, list)) else value
-    for key, value in result["metrics"].items():
-        if isinstance(value, dict):
-            row.update({f"{key}.{k}": v for k, v in value.items()})
-        elif not isinstance(value, list):
-            row[key] = value
+    row.update(flat_metrics(result["metrics"]))
     return row
+
+
+def flat_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalar metrics by dotted name (lists, such as the latency CDF, left out)."""
+    flat: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_metrics(value, f"{prefix}{key}."))
+        elif not isinstance(value, list):
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def write_csv(folder: Path, results: Iterable[Mapping[str, Any]]) -> Path:
@@ -135,6 +143,10 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     if mixtures:
         lines.append("")
         lines.extend(mixture_line(r) for r in mixtures)
+    staged = [r for r in results if r["metrics"].get("stages")]
+    for result in staged:
+        lines.append("")
+        lines.extend(stage_table(result))
     served = [r for r in results if "store" in r["metrics"]]
     if served:
         lines.append("")
@@ -148,6 +160,38 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
             + (f" (mean of {runs}, before and after the runs)." if runs else ".")
         )
     return "\n".join(lines) + "\n"
+
+
+STAGE_HEADERS = ("stage", "tasks", "busy s", "ms/task", "wait s", "threads", "occupancy %")
+
+
+def stage_table(result: Mapping[str, Any]) -> list[str]:
+    """Where a run's time went, per stage of its read path (bench/metrics.py: stage_figures): a markdown table under
+    a line naming the run and its workers' wall time; '-' where a figure is not measured (fetch's busy time)."""
+
+    def cell(value: float | None, fmt: str) -> str:
+        return "-" if value is None else fmt.format(value)
+
+    metrics = result["metrics"]
+    lines = [
+        f"Stages, {label(result)} (the workers' loops: {metrics['worker_wall_s']:.2f} s; wait: the loops' time "
+        "until a stage's result was there, fetch's inside decode's and rows'):",
+        "| " + " | ".join(STAGE_HEADERS) + " |",
+        "|" + "---|" * len(STAGE_HEADERS),
+    ]
+    for stage, figures in metrics["stages"].items():
+        busy, tasks, occupancy = figures["busy_s"], figures["tasks"], figures["occupancy"]
+        cells = [
+            stage,
+            f"{tasks:.0f}",
+            cell(busy, "{:.2f}"),
+            cell(None if busy is None or not tasks else 1e3 * busy / tasks, "{:.2f}"),
+            cell(figures["wait_s"], "{:.2f}"),
+            cell(figures["threads"], "{:.0f}"),
+            cell(None if occupancy is None else 100 * occupancy, "{:.1f}"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def mixture_line(result: Mapping[str, Any]) -> str:

@@ -67,6 +67,9 @@ def test_every_run_writes_its_figures(bench_out):
         assert result["info"]["decoder"] == "torchcodec"
         if config["loader"] == "stream":  # short runs include the look-ahead of live pieces: no tight bound here
             assert m["decoded_per_delivered"] > 0
+            stages = m["stages"]  # the worker's read path, stage by stage
+            assert {"rows", "decode", "assemble"} <= set(stages) and m["worker_wall_s"] > 0
+            assert all(s["tasks"] > 0 and s["busy_s"] > 0 and 0 <= s["wait_s"] for s in stages.values())
     reference = json.loads((bench_out / "reference_decode.json").read_text())
     assert 0 < reference["frames"] <= 60 and reference["frames_per_s"] > 0  # the same share of every file
     assert len(reference["runs_frames_per_s"]) == 2  # measured before and after the runs
@@ -82,12 +85,14 @@ def test_csv_holds_one_row_per_run(bench_out):
         ("stream", "single"),
     ]
     assert all(float(r["frames_per_s"]) > 0 and "video_decoder_cache.hit_rate" in r for r in rows)
+    assert all(float(r["stages.decode.busy_s"]) > 0 for r in rows if r["loader"] == "stream")  # nested: dotted
 
 
 def test_report_renders_table_and_plots(bench_out, capsys):
     assert main(["bench-report", str(bench_out)]) == 0
     text = (bench_out / "report.md").read_text()
-    assert text.count("robostream stream") == 2 and "x raw decode" in text
+    assert text.count("| robostream stream") == 2 and "x raw decode" in text
+    assert text.count("| stage | tasks | busy s |") == 2  # each streaming run's stages
     for png in ("throughput.png", "latency_cdf.png"):
         assert (bench_out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -104,3 +104,50 @@ def test_weighted_percentiles_weigh_values():
     values = np.array([1.0, 10.0])
     assert weighted_percentiles(values, np.array([99, 1]), [50])[0] == pytest.approx(1.0, abs=0.1)
     assert weighted_percentiles(values, np.array([1, 99]), [50])[0] == pytest.approx(10.0, abs=0.1)
+
+
+def _staged_trace(wall_us, decode_busy_us, decode_threads):
+    trace = _trace([1.0, 2.0])
+    trace["counts"] = {
+        "worker_wall_us": wall_us,
+        "rows_tasks": 4,
+        "rows_busy_us": 400_000,
+        "rows_wait_us": 100_000,
+        "rows_threads": 16,
+        "decode_tasks": 10,
+        "decode_busy_us": decode_busy_us,
+        "decode_wait_us": 1_500_000,
+        "decode_threads": decode_threads,
+        "assemble_tasks": 2,
+        "assemble_busy_us": 200_000,
+        "assemble_wait_us": 200_000,
+        "assemble_threads": 1,
+        "fetch_tasks": 7,
+        "read_wait_us": 300_000,
+    }
+    return trace
+
+
+def test_stages_busy_wait_and_occupancy_over_the_workers_wall_time():
+    m = summarize(_staged_trace(2_000_000, 2_000_000, 2), warmup_batches=1)
+    stages = m["stages"]
+    assert list(stages) == ["fetch", "rows", "decode", "assemble"]  # in pipeline order; index never ran
+    assert m["worker_wall_s"] == pytest.approx(2.0)
+    assert stages["decode"] == pytest.approx(
+        {"tasks": 10, "busy_s": 2.0, "wait_s": 1.5, "threads": 2, "occupancy": 0.5}  # 2 s of 2 threads x 2 s
+    )
+    assert stages["rows"]["occupancy"] == pytest.approx(0.4 / (2.0 * 16))
+    assert stages["assemble"]["occupancy"] == pytest.approx(0.1)
+    # fetch: the storage's requests and the readers' wait for bytes (read_wait_us, not counted again); no busy time
+    assert stages["fetch"] == {"tasks": 7, "busy_s": None, "wait_s": 0.3, "threads": None, "occupancy": None}
+    assert "stages" not in summarize(_trace([1.0, 2.0]), warmup_batches=1)  # a peer's loader counts nothing
+
+
+def test_aggregate_merges_the_ranks_stages():
+    ranks = [summarize(_staged_trace(2_000_000, busy, threads), 1) for busy, threads in ((2_000_000, 2), (0, 4))]
+    job = aggregate(ranks, nodes=1)
+    assert job["worker_wall_s"] == pytest.approx(4.0)
+    decode = job["stages"]["decode"]
+    assert decode["tasks"] == 20 and decode["busy_s"] == pytest.approx(2.0) and decode["threads"] == 4
+    assert decode["occupancy"] == pytest.approx(2.0 / (4.0 * 4))
+    assert job["stages"]["fetch"]["busy_s"] is None and job["stages"]["fetch"]["wait_s"] == pytest.approx(0.6)
