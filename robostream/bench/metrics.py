@@ -12,8 +12,9 @@ Definitions (the same for every loader, robostream's and lerobot's):
 - samples_per_source (a mixture): samples delivered from each source over the whole run (warm-up included).
 - stages (robostream's streaming loader): per stage of the read path (datasets/stages.py) over the whole run, summed
   over workers: tasks, busy_s (the tasks' time), wait_s (the workers' loops' time until the stage's result was there;
-  fetch's is the readers' wait for bytes, inside decode's and rows'), threads (the most a worker ran it on) and
-  occupancy = busy_s / (worker_wall_s x threads), worker_wall_s being the loops' own time producing batches.
+  fetch's: the reading threads' wait for bytes, summed over threads that wait at once), threads (the most a worker
+  ran it on) and occupancy = busy_s / (worker_wall_s x threads), worker_wall_s being the loops' own time producing
+  batches.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def stage_table(result: Mapping[str, Any]) -> list[str]:
     metrics = result["metrics"]
     lines = [
         f"Stages, {label(result)} (the workers' loops: {metrics['worker_wall_s']:.2f} s; wait: the loops' time "
-        "until a stage's result was there, fetch's inside decode's and rows'):",
+        "until a stage's result was there; fetch's: the reading threads' wait for bytes, summed):",
         "| " + " | ".join(STAGE_HEADERS) + " |",
         "|" + "---|" * len(STAGE_HEADERS),
     ]

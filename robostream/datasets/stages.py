@@ -3,8 +3,8 @@
 A streaming consumer's pipeline (what SPDL's pipeline reports per stage, here per DataLoader worker):
 
 - `fetch`: remote bytes; its tasks are the storage's range requests and its wait the readers' wait for blocks
-  (`read_wait_us`, counted by the storage: the readers are the decoders and the row reads, so this wait lies inside
-  theirs); its busy time is not measured.
+  (`read_wait_us`, counted by the storage over the threads that read: decoders and row reads, several at once, so
+  it may exceed the loop's own time); its busy time is not measured.
 - `rows`: an episode's data rows (in the row pool ahead of their pieces for remote data, else in the loop).
 - `index`: a camera file's packet index (remote data, the index pool or the loop).
 - `decode`: one decoder call over a camera file's frames for several pieces (decode pool or the loop).
