@@ -8,6 +8,8 @@ tasks, busy time and wait (stages.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 
@@ -63,6 +65,19 @@ class FrameCounters:
         cells, row, col = self._cells, worker % MAX_WORKERS, _COLUMN[field]
         if value > cells[row, col]:
             cells[row, col] = value
+
+    def record(
+        self, worker: int, *, added: Iterable[tuple[str, int]] = (), peaks: Iterable[tuple[str, int]] = ()
+    ) -> None:
+        """Several of a worker's counts at once (`add` of each of `added`, `peak` of each of `peaks`) through one
+        view of the table: the stages' counts are published per batch, or per sample on the per-sample path."""
+        cells, row = self._cells, worker % MAX_WORKERS
+        for field, amount in added:
+            cells[row, _COLUMN[field]] += amount
+        for field, value in peaks:
+            col = _COLUMN[field]
+            if value > cells[row, col]:
+                cells[row, col] = value
 
     def totals(self) -> dict[str, int]:
         """Decoded and delivered frames summed over workers; peaks as the largest of any worker."""

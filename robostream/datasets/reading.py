@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from robostream.datasets.counters import FrameCounters
-from robostream.datasets.stages import COUNTER_NAMES, StagePool, StageTimes
+from robostream.datasets.stages import FIGURE_FIELDS, THREAD_FIELDS, StagePool, StageTimes
 from robostream.format.data_rows import RowCaches
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.numbers import finite_number
@@ -128,17 +128,9 @@ class Reading:
         """Add what this process's stages did since the last call to the worker's row of the counters (added, not
         set: a worker of a later epoch is a new process whose totals start again)."""
         new, wall_us, threads = self.stage_times.get().unpublished()
-        counters = self.counters
-        for (tasks_name, busy_name, wait_name, threads_name), (tasks, busy_us, wait_us), most in zip(
-            COUNTER_NAMES, new, threads
-        ):
-            if tasks:
-                counters.add(worker, tasks_name, tasks)
-                counters.add(worker, busy_name, busy_us)
-            if wait_us:
-                counters.add(worker, wait_name, wait_us)
-            counters.peak(worker, threads_name, most)
-        counters.add(worker, "worker_wall_us", wall_us)
+        added = [("worker_wall_us", wall_us)]
+        added += [(name, amount) for names, figures in zip(FIGURE_FIELDS, new) for name, amount in zip(names, figures)]
+        self.counters.record(worker, added=[(n, a) for n, a in added if a], peaks=zip(THREAD_FIELDS, threads))
 
 
 class Tally:

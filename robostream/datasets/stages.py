@@ -26,22 +26,22 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Literal, ParamSpec, TypeVar
+from typing import Literal, ParamSpec, TypeVar, get_args
 
 from robostream.process_local import ProcessLocal
 
 Stage = Literal["fetch", "rows", "index", "decode", "assemble"]
-STAGES: tuple[Stage, ...] = ("fetch", "rows", "index", "decode", "assemble")
+STAGES: tuple[Stage, ...] = get_args(Stage)  # in pipeline order
 TIMED: tuple[Stage, ...] = ("rows", "index", "decode", "assemble")  # timed here; fetch's figures come from storage
 FIGURES = ("tasks", "busy_us", "wait_us")  # summed over workers
+# per timed stage, the names of its counters of FIGURES (named once, not per publish)
+FIGURE_FIELDS = tuple(tuple(f"{stage}_{figure}" for figure in FIGURES) for stage in TIMED)
 STAGE_FIELDS = (
-    *(f"{stage}_{figure}" for stage in TIMED for figure in FIGURES),
+    *(name for names in FIGURE_FIELDS for name in names),
     "fetch_tasks",  # the storage's range requests (its wait is read_wait_us)
     "worker_wall_us",  # the consumers' loops' own time (summed): occupancy's denominator
 )
 THREAD_FIELDS = tuple(f"{stage}_threads" for stage in TIMED)  # the most threads a worker ran a stage on
-# per timed stage, its counters' names: tasks, busy, wait, threads (named once, not per publish)
-COUNTER_NAMES = tuple((f"{stage}_tasks", f"{stage}_busy_us", f"{stage}_wait_us", f"{stage}_threads") for stage in TIMED)
 _ROW = {stage: row for row, stage in enumerate(TIMED)}
 
 P = ParamSpec("P")

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
-from robostream.datasets.stages import TIMED
+from robostream.datasets.stages import STAGES, TIMED, StagePool, StageTimes
+from robostream.process_local import ProcessLocal
 from robostream.synth import SynthConfig, generate
 from robostream.testing.slow_store import RangeHTTPServer
 
@@ -96,3 +97,19 @@ def test_the_slow_stores_round_trips_show_in_the_remote_stages(root):
     assert counts["index_wait_us"] >= latency_us > local["index_wait_us"]
     # The first data file's footer is a round trip away, read in the row pool (16 threads) ahead of its piece.
     assert counts["rows_busy_us"] >= latency_us and counts["rows_threads"] > 1
+
+
+def test_stage_times_publish_what_is_new_in_whole_microseconds():
+    times = ProcessLocal(StageTimes)
+    with StagePool(2, stage="rows", times=times) as pool:
+        assert list(pool.map(lambda x: x * 2, [1, 2, 3])) == [2, 4, 6]  # map goes through submit: timed
+    stages = times.get()
+    stages.work("assemble", 1_500)
+    new, wall, _ = stages.unpublished()
+    assert new[TIMED.index("rows")][0] == 3 and new[TIMED.index("assemble")] == (1, 1, 1) and wall == 0
+    stages.work("assemble", 600)  # 2.1 us in all: the rounding of the running total, not of each part
+    stages.wall(999)
+    new, wall, threads = stages.unpublished()
+    assert new[TIMED.index("assemble")] == (1, 1, 1) and new[TIMED.index("rows")] == (0, 0, 0) and wall == 0
+    assert threads[TIMED.index("assemble")] == 1
+    assert STAGES == ("fetch", "rows", "index", "decode", "assemble")
