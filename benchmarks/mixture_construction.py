@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from robostream import ReadOptions, Source, StreamingLeRobotDataset
+from robostream import Mixture, ReadOptions, Source, StreamingLeRobotDataset
 from robostream.synth import SynthConfig, generate
 from robostream.testing.hub_store import HubServer, hub_environment
 from robostream.testing.s3_dialect import S3RangeServer
@@ -42,7 +42,9 @@ def _sources(folder: Path, count: int) -> list[Path]:
 def _construct(urls: list[str], options: dict, store, label: str, api: str) -> None:
     store.reset_stats()
     started = time.perf_counter()
-    StreamingLeRobotDataset(sources=[Source(root=url) for url in urls], read_options=ReadOptions(**options))
+    StreamingLeRobotDataset(
+        mixture=Mixture(sources=[Source(root=url) for url in urls]), read_options=ReadOptions(**options)
+    )
     took = time.perf_counter() - started
     summary = store.summary(took)
     print(

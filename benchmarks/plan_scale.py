@@ -57,7 +57,7 @@ def measure(root: str, ranks: int, workers: int, resume_on: tuple[int, int], rep
             reading=dataset.reading,
             seed=dataset.seed,
             epoch=dataset.epoch,
-            pool_size=dataset.pool_size,
+            pool_size=dataset.streams.pool_size,
             prefetch_pieces=0,
         )
         return next(iterator._picks(plan.positions[iterator.rows]))

@@ -46,6 +46,7 @@ def _limit_per_core(root: str, frames: int) -> float:
 def _one_core(root: str, batches: int, decode_ahead: int) -> dict[str, float]:
     import robostream.video.decoder as decoder_module
     from robostream.datasets.loader import StreamingDataLoader
+    from robostream.datasets.stream_options import StreamOptions
     from robostream.datasets.streaming import StreamingLeRobotDataset
 
     inner = {"s": 0.0}
@@ -59,7 +60,7 @@ def _one_core(root: str, batches: int, decode_ahead: int) -> dict[str, float]:
             inner["s"] += time.perf_counter() - started
 
     decoder_module.TorchCodecVideoDecoder.get_frames_by_index = timed
-    dataset = StreamingLeRobotDataset(root=root, return_uint8=True, decode_ahead=decode_ahead)
+    dataset = StreamingLeRobotDataset(root=root, return_uint8=True, streams=StreamOptions(decode_ahead=decode_ahead))
     batches_iter = iter(StreamingDataLoader(dataset, batch_size=32))
     next(batches_iter)  # start-up (first pieces' rows) is not part of the steady state
     decode_before, inner["s"] = dataset.cameras.decode_seconds, 0.0
@@ -84,9 +85,10 @@ def _one_core(root: str, batches: int, decode_ahead: int) -> dict[str, float]:
 
 def _two_workers(root: str, batches: int, decode_ahead: int) -> float:
     from robostream.datasets.loader import StreamingDataLoader
+    from robostream.datasets.stream_options import StreamOptions
     from robostream.datasets.streaming import StreamingLeRobotDataset
 
-    dataset = StreamingLeRobotDataset(root=root, return_uint8=True, decode_ahead=decode_ahead)
+    dataset = StreamingLeRobotDataset(root=root, return_uint8=True, streams=StreamOptions(decode_ahead=decode_ahead))
     batches_iter = iter(StreamingDataLoader(dataset, batch_size=32, num_workers=2))
     for _ in range(4):
         next(batches_iter)

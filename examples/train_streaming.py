@@ -38,7 +38,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, set_seed
 from torch import nn
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.durable import make_scratch, publish, remove_scratch_left
 from robostream.plan.state import CHECKSUM, check_checksum, state_checksum
 
@@ -332,7 +332,7 @@ def make_data(
         root=args.root,
         delta_timestamps=args.delta_timestamps,
         seed=args.seed,
-        pool_size=args.pool_size,
+        streams=StreamOptions(pool_size=args.pool_size),
         return_uint8=True,
     )
     check_layout(accelerator, dataset)

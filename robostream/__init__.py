@@ -10,10 +10,13 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "DecodeOptions": "robostream.video.options",
     "LeRobotDataset": "robostream.datasets.map_style",
     "LookAheadBatchSampler": "robostream.datasets.look_ahead_sampler",
+    "Mixture": "robostream.datasets.mixture",
     "Source": "robostream.datasets.mixture",
     "ReadOptions": "robostream.storage.options",
+    "StreamOptions": "robostream.datasets.stream_options",
     "StreamingDataLoader": "robostream.datasets.loader",
     "StreamingLeRobotDataset": "robostream.datasets.streaming",
     "VideoDecoderCache": "robostream.video.cache",

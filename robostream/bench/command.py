@@ -30,12 +30,15 @@ from robostream.bench.runner import (
     resolve_launch,
     run_config,
 )
+from robostream.datasets.mixture import DEFAULT_BATCHING
 from robostream.datasets.sources_file import parse_source_arguments, source_arguments
-from robostream.datasets.streaming import DEFAULT_BATCHING, DEFAULT_POOL_SIZE, DEFAULT_SEED, DEFAULT_VIDEO_DECODE_DEVICE
+from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
+from robostream.datasets.streaming import DEFAULT_SEED
 from robostream.storage.options import DEFAULT_READ_BUFFER, ReadOptions
 from robostream.testing.hub_store import HubServer, hub_environment
 from robostream.testing.s3_dialect import S3RangeServer
 from robostream.testing.slow_store import RangeHTTPServer
+from robostream.video.options import DEFAULT_DECODE_DEVICE
 
 LOADERS = ("stream", "map")
 STORE_APIS = get_args(StoreApi)
@@ -122,7 +125,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)
     _option(parser, "video_decoder_cache_size", type=int, default=None)
-    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default=DEFAULT_VIDEO_DECODE_DEVICE)
+    _option(parser, "video_decode_device", choices=["cpu", "cuda"], default=DEFAULT_DECODE_DEVICE)
     _option(parser, "device", default="cpu", help="where the dummy consumer moves each batch (cpu, cuda)")
     _option(
         parser,

@@ -22,11 +22,13 @@ from robostream.bench.probe import BatchProbe, TimedMapDataset
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.look_ahead_sampler import LookAheadBatchSampler
 from robostream.datasets.map_style import LeRobotDataset
-from robostream.datasets.mixture import Source, SourceReader
+from robostream.datasets.mixture import Mixture, Source, SourceReader
 from robostream.datasets.ranks import resolve_rank_world
+from robostream.datasets.stream_options import StreamOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.storage.options import read_options_from
 from robostream.video.decoder import default_backend
+from robostream.video.options import DecodeOptions
 
 LOADERS = ("stream", "map")
 # Import the decoder library now, when the probe loads this module, not inside the timed first batch (the peer's
@@ -43,9 +45,11 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
         delta_timestamps=params.get("delta_timestamps"),
         return_uint8=True,
         video_backend=params.get("video_backend"),
-        video_decode_device=params["video_decode_device"],
-        video_decoder_cache_size=params.get("video_decoder_cache_size"),
+        decoding=DecodeOptions(
+            device=params["video_decode_device"], decoders_kept=params.get("video_decoder_cache_size")
+        ),
     )
+    streaming = dict(seed=params["seed"], streams=StreamOptions(pool_size=params["pool_size"]))
     if params.get("sources"):
         if params["loader"] != "stream":
             raise ValueError(f"a mixture runs with the streaming loader only, not {params['loader']!r}")
@@ -56,18 +60,12 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
             if params.get("batching") in ("per_stream", "stratified")
             else {}
         )
-        return StreamingLeRobotDataset(
-            sources=[Source(**s) for s in params["sources"]],
-            epoch_size=params.get("epoch_size"),
-            **lanes,
-            **common,
-            seed=params["seed"],
-            pool_size=params["pool_size"],
+        mixture = Mixture(
+            sources=[Source(**s) for s in params["sources"]], epoch_size=params.get("epoch_size"), **lanes
         )
+        return StreamingLeRobotDataset(mixture=mixture, **common, **streaming)
     if params["loader"] == "stream":
-        return StreamingLeRobotDataset(
-            params.get("repo_id"), **common, seed=params["seed"], pool_size=params["pool_size"]
-        )
+        return StreamingLeRobotDataset(params.get("repo_id"), **common, **streaming)
     if params["loader"] == "map":
         return LeRobotDataset(params.get("repo_id"), **common)
     raise ValueError(f"loader={params['loader']!r}: expected one of {LOADERS}")

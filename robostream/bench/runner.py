@@ -21,17 +21,15 @@ from typing import Any, Literal, TypedDict
 
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
+from robostream.datasets.mixture import DEFAULT_BATCHING
 from robostream.datasets.origin import open_dataset
-from robostream.datasets.streaming import (
-    DEFAULT_BATCHING,
-    DEFAULT_POOL_SIZE,
-    DEFAULT_SEED,
-    DEFAULT_VIDEO_DECODE_DEVICE,
-)
+from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
+from robostream.datasets.streaming import DEFAULT_SEED
 from robostream.errors import RobostreamError
 from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.format.metadata import DatasetMetadata
 from robostream.storage.options import ReadOptions
+from robostream.video.options import DEFAULT_DECODE_DEVICE
 
 HERE = Path(__file__).resolve().parent
 # Peer loaders and their factories (files loaded by path under the peer's own interpreter, see probe.py).
@@ -81,7 +79,7 @@ class RunConfig:
     pool_size: int = DEFAULT_POOL_SIZE
     video_backend: str | None = None
     video_decoder_cache_size: int | None = None
-    video_decode_device: str = DEFAULT_VIDEO_DECODE_DEVICE
+    video_decode_device: str = DEFAULT_DECODE_DEVICE
     device: str = "cpu"
     split_samples: int = 256  # single-process fetch/decode probe (0: skip)
     peer_python: str | None = None

@@ -30,6 +30,7 @@ from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.plan.windows import delta_offsets
 from robostream.process_local import ProcessLocal
 from robostream.storage.options import ReadOptions
+from robostream.video.options import DecodeOptions
 
 
 class LeRobotDataset(torch.utils.data.Dataset):
@@ -47,8 +48,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         return_uint8: bool = False,
         video_backend: Literal["torchcodec", "pyav"] | None = None,
-        video_decode_device: str = "cpu",
-        video_decoder_cache_size: int | None = None,
+        decoding: DecodeOptions | None = None,
         depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
         read_options: ReadOptions | None = None,
     ) -> None:
@@ -63,14 +63,15 @@ class LeRobotDataset(torch.utils.data.Dataset):
             image_transforms: applied to every camera tensor (float CHW, or uint8 with return_uint8).
             return_uint8: keep cameras uint8 (4x less memory and transport than float32).
             video_backend: "torchcodec" (default) or "pyav" (fallback decoder).
-            video_decode_device: "cpu", or "cuda"/"cuda:N" for NVDEC (CUDA builds of torch + torchcodec).
-            video_decoder_cache_size: open decoders kept per process (default: 2 per camera).
+            decoding: where videos are decoded and how many decoders stay open (default DecodeOptions(): on CPU,
+                2 decoders per camera, at least 4).
             depth_output_unit: depth cameras (lerobot's `is_depth_map` video features) come as float32 (1, H, W)
                 depths in "mm" (lerobot's default) or "m", and `meta.stats` of them in the same unit.
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions.
         """
         self.repo_id = repo_id
         self.delta_timestamps = dict(delta_timestamps or {})
+        decoding = decoding or DecodeOptions()
         settings = ReadingSettings(
             read_options=read_options,
             delta_timestamps=self.delta_timestamps,
@@ -79,7 +80,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             image_transforms=image_transforms,
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
-            video_decode_device=video_decode_device,
+            video_decode_device=decoding.device,
         )
         self.meta = open_dataset(
             repo_id, root, revision, read_options, video_backend, "LeRobotDataset", depth_output_unit=depth_output_unit
@@ -98,9 +99,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self._ends = np.cumsum(self.lengths)
         self.rows = DataColumns(self.meta, self.meta.derived)
         # Random access: every camera's current file stays open, plus room for the next file of each.
-        self.reading = Reading(
-            settings, decoders_kept=video_decoder_cache_size or max(4, 2 * len(self.meta.video_keys))
-        )
+        self.reading = Reading(settings, decoders_kept=decoding.decoders_kept or max(4, 2 * len(self.meta.video_keys)))
         self.cameras = CameraReader(self.meta, self.reading)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
         self.video_ahead = VideoReadAhead(self.meta, enabled=True, reading=self.reading)

@@ -1,7 +1,8 @@
 """Sources of a mixture: where each dataset comes from, how much of it an epoch takes, and under which names.
 
-`Source` is what a user writes (MosaicML's `Stream` is the model); `SourceReader` is what the streaming dataset
-builds from it in every process: the metadata, the episode selection, the decoders and the frame source. The
+`Source` is what a user writes (MosaicML's `Stream` is the model) and `Mixture` the sources together with how an
+epoch and its batches draw from them; `SourceReader` is what the streaming dataset builds from a source in every
+process: the metadata, the episode selection, the decoders and the frame source. The
 mixture's fingerprint names what a resume state depends on (sources pinned to their revision, selections,
 weights, epoch size, sampling), so a state made with another mixture is refused rather than silently misread.
 """
@@ -14,21 +15,27 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.frame_reader import FrameReader
-from robostream.datasets.mixture_schema import MixtureSchema, SchemaMode, source_specs
+from robostream.datasets.mixture_schema import FeatureMode, MixtureSchema, SchemaMode, source_specs
 from robostream.datasets.origin import open_dataset, resolve_episodes
 from robostream.datasets.reading import Reading
 from robostream.datasets.sample import SampleAssembler
 from robostream.format.metadata import DatasetMetadata
-from robostream.plan.mixture import Weight
+from robostream.numbers import finite_number
+from robostream.plan.mixture import LaneBatchingMethod, SamplingMethod, Weight
 from robostream.plan.windows import delta_offsets, window_seconds
 from robostream.storage.options import ReadOptions, read_options_from
 from robostream.storage.redact import redact_url
+
+# The defaults, published so that the benchmark and the training command default to them by name.
+DEFAULT_SAMPLING_METHOD: SamplingMethod = "balanced"
+DEFAULT_FEATURES: FeatureMode = "strict"
+DEFAULT_BATCHING: Literal["random"] | LaneBatchingMethod = "random"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +87,71 @@ class Source:
         return self.name or str(self.root if self.root is not None else self.repo_id)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Mixture:
+    """Several datasets read as one (the streaming dataset's `mixture=`): an epoch takes exactly its per-source
+    counts (full passes plus one partial pass without repeats, whole episodes where it can), shuffled together;
+    samples carry `dataset_index` (int64, 0-d).
+
+    Args:
+        sources: the datasets, in order (their position is `dataset_index`): each names a dataset, its weight
+            (proportion, repeat or choose), episodes, windows and feature_map.
+        epoch_size: samples per epoch when the sources are weighted by proportion (default: the sources' total).
+        sampling_method: the partial passes: "balanced" (a new subset every epoch) or "fixed" (the same).
+        features: "strict" (sources must have the same keys, dtypes and shapes after their feature_map) or "union"
+            (a key a source lacks is zeros there, with `<key>_is_pad` True).
+        batching: how the sources share batches: "random" (samples of all sources shuffled together: the mixture
+            holds in expectation in every batch) or "per_stream" (every global batch, i.e. the batches of all
+            ranks at one step, from one source, in a random order of sources; sources may then differ in keys and
+            shapes) or "stratified" (every batch holds each source's share of it: floor or ceil of batch_size x
+            its share of the epoch, the epoch's counts exact). per_stream and stratified need batch_size, and plan
+            each source apart: a consumer keeps live pieces of every source, so memory grows with the number of
+            sources.
+        batch_size: the loader's batch size, needed to plan batching="per_stream" or "stratified".
+    """
+
+    sources: Sequence[Source]
+    epoch_size: int | None = None
+    sampling_method: SamplingMethod = DEFAULT_SAMPLING_METHOD
+    features: FeatureMode = DEFAULT_FEATURES
+    batching: Literal["random"] | LaneBatchingMethod = DEFAULT_BATCHING
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sources, (str, Mapping)) or not isinstance(self.sources, Sequence) or not self.sources:
+            raise ValueError(f"sources={self.sources!r:.80}: expected a non-empty list of Source")
+        for i, source in enumerate(self.sources):
+            if not isinstance(source, Source):
+                raise ValueError(f"sources[{i}] is {source!r:.80}: expected a robostream.Source")
+        object.__setattr__(self, "sources", tuple(self.sources))
+        if self.epoch_size is not None:
+            finite_number(self.epoch_size, what="epoch_size", integer=True, minimum=1)
+        if self.sampling_method not in ("balanced", "fixed"):
+            raise ValueError(f"sampling_method={self.sampling_method!r}: expected 'balanced' or 'fixed'")
+        if self.features not in ("strict", "union"):
+            raise ValueError(f"features={self.features!r}: expected 'strict' (same keys everywhere) or 'union'")
+        self._check_batching()
+
+    def _check_batching(self) -> None:
+        if self.batching == "random":
+            if self.batch_size is not None:
+                raise ValueError(
+                    f"batch_size={self.batch_size!r} plans batching='per_stream' or 'stratified'; with "
+                    "batching='random' the loader's batch_size applies"
+                )
+            return
+        if self.batching not in ("per_stream", "stratified"):
+            raise ValueError(f"batching={self.batching!r}: expected 'random', 'per_stream' or 'stratified'")
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"batching={self.batching!r} needs batch_size= (the loader's), got {size!r}")
+        if self.batching == "per_stream" and self.features != "strict":
+            raise ValueError(
+                "batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
+                f"features={self.features!r} applies to batching='random'"
+            )
+
+
 @dataclass
 class SourceReader:
     """A source opened in this process: what the streaming dataset reads it with."""
@@ -111,17 +183,18 @@ def mixture_fingerprint(
     sources: Sequence[SourceReader],
     weights: Sequence[Weight],
     counts: Sequence[int],
-    *,
-    epoch_size: int | None,
-    sampling_method: str,
-    features: str,
-    batching: str,
-    batch_size: int | None,
+    mixture: Mixture,
 ) -> str:
     """A short hash of everything a mixture's epochs depend on: roots (Hub roots carry their commit), selected
     episodes and their lengths, weights, per-source counts, epoch size, sampling, feature mode and batching. A
     root's user and password are left out: a rotated password resumes the same mixture."""
-    doc: list[Any] = [epoch_size, sampling_method, features, batching, batch_size]
+    doc: list[Any] = [
+        mixture.epoch_size,
+        mixture.sampling_method,
+        mixture.features,
+        mixture.batching,
+        mixture.batch_size,
+    ]
     for reader, weight, count in zip(sources, weights, counts):
         episodes = np.asarray(reader.episodes, dtype=np.int64)
         selection = hashlib.sha256(episodes.tobytes() + reader.lengths.astype(np.int64).tobytes()).hexdigest()[:16]
@@ -227,27 +300,21 @@ def mixture_sources(
     root: str | Path | None,
     revision: str | None,
     episodes: Sequence[int] | None,
-    sources: Sequence[Source] | None,
-    epoch_size: int | None,
+    mixture: Mixture | None,
 ) -> list[Source]:
     """The sources a streaming dataset reads: the mixture's, or its one dataset as a single Source (errors name
     the arguments that do not go together)."""
-    if sources is not None:
+    if mixture is not None:
         given = [
             n
             for n, v in (("repo_id", repo_id), ("root", root), ("revision", revision), ("episodes", episodes))
             if v is not None
         ]
-        if given or not sources:
-            raise ValueError(
-                f"sources= names a mixture: pass at least one Source and no {given or 'repo_id'} "
-                "(each Source has its own)"
-            )
-        return list(sources)
-    if epoch_size is not None:
-        raise ValueError("epoch_size applies to a mixture (sources=); one dataset's epoch is all its samples")
+        if given:
+            raise ValueError(f"mixture= names its datasets: pass no {given} (each Source has its own)")
+        return list(mixture.sources)
     if root is None and repo_id is None:
-        raise ValueError("StreamingLeRobotDataset needs root= (a local folder or URL), repo_id= or sources=")
+        raise ValueError("StreamingLeRobotDataset needs root= (a local folder or URL), repo_id= or mixture=")
     return [Source(repo_id=repo_id, root=root, revision=revision, episodes=episodes)]
 
 

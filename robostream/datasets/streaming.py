@@ -3,19 +3,19 @@ buffer, splits the epoch over ranks and DataLoader workers, and resumes exactly 
 
 How an epoch is produced (all of it a pure function of metadata, seed, epoch and the canonical stream count):
 1. Episodes are permuted by (seed, epoch) and divided into C canonical streams (plan/partition.py).
-2. Each stream interleaves a pool of up to `pool_size` live pieces, each spread evenly (with random jitter) over
-   the whole stream so that all end together (plan/schedule.py); each piece is read forward, its rows read when it
-   goes live and its frames decoded in small batches and kept only while a later sample needs them
+2. Each stream interleaves a pool of up to `pool_size` live pieces (StreamOptions), each spread evenly (with random
+   jitter) over the whole stream so that all end together (plan/schedule.py); each piece is read forward, its rows
+   read when it goes live and its frames decoded in small batches and kept only while a later sample needs them
    (frame_reader.py, piece_reader.py).
 3. Consumer k of K = world_size x num_workers owns streams k, k+K, ... (segments, plan/segments.py) and reads them
    by level fill (epoch_iterator.py); worker w of every rank emits the same number of samples (pad by repeating,
-   or drop, see `uneven`), so ranks get equal batch counts; a single rank emits every sample once.
+   or drop, see StreamOptions' `uneven`), so ranks get equal batch counts; a single rank emits every sample once.
 4. A resume state holds, per segment, the position reached. The same layout continues exactly; any other layout
    re-cuts what remains of the epoch among its consumers: no sample repeated or skipped.
 
 Steps 1, 3 and 4 are pure functions (plan/epoch.py); the batching strategy chosen at construction
-(datasets/batching.py: random, or per_stream/stratified in datasets/lanes.py) picks which of them apply. This class holds the
-options, opens the sources, checks a loaded state's identity and starts each consumer's pass.
+(datasets/batching.py: random, or per_stream/stratified in datasets/lanes.py) picks which of them apply. This class
+holds the options, opens the sources, checks a loaded state's identity and starts each consumer's pass.
 
 Construction reads the metadata only (info, the locating columns of the episode table, tasks): nothing of data/ or
 videos/, so start-up and memory do not grow with the dataset; every process plans only from the episode lengths.
@@ -32,13 +32,16 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from robostream.datasets.batch_assembly import Allocate
-from robostream.datasets.batching import BatchingMethod, make_batching
+from robostream.datasets.batching import make_batching
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (
-    Source,
+    DEFAULT_BATCHING,
+    DEFAULT_FEATURES,
+    DEFAULT_SAMPLING_METHOD,
+    Mixture,
     SourceReader,
     mixture_fingerprint,
     mixture_schema,
@@ -46,32 +49,26 @@ from robostream.datasets.mixture import (
     open_readers,
     selection_fingerprint,
 )
-from robostream.datasets.mixture_schema import FeatureMode, MixtureBatches
+from robostream.datasets.mixture_schema import MixtureBatches
 from robostream.datasets.ranks import resolve_rank_world
 from robostream.datasets.reading import STREAMING_DECODERS, Reading, ReadingSettings
+from robostream.datasets.stream_options import StreamOptions
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
-from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan, Partition, Uneven
+from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan
 from robostream.plan.layout import Consumer, auto_canonical_streams
-from robostream.plan.mixture import EpochUnits, SamplingMethod, check_epoch_units, epoch_units, samples_per_source
+from robostream.plan.mixture import EpochUnits, check_epoch_units, epoch_units, samples_per_source
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
+from robostream.video.options import DecodeOptions
 
 STATE_VERSION = 3  # 3: per_stream and stratified states share one shape (an allocation of lane quotas)
-# The constructor's defaults, published so that the benchmark and the training command default to them by name.
-DEFAULT_SAMPLING_METHOD: SamplingMethod = "balanced"
-DEFAULT_FEATURES: FeatureMode = "strict"
-DEFAULT_BATCHING: BatchingMethod = "random"
+# The constructor's defaults, published so that the benchmark and the training command default to them by name
+# (those of its option groups beside each group: Mixture, StreamOptions, DecodeOptions).
 DEFAULT_TOLERANCE_S = 1e-4
 DEFAULT_SEED = 0
-DEFAULT_VIDEO_DECODE_DEVICE = "cpu"
-DEFAULT_POOL_SIZE = 8
-DEFAULT_UNEVEN: Uneven = "pad"
-DEFAULT_PARTITION: Partition = "contiguous"
-DEFAULT_DECODE_AHEAD = 4
-DEFAULT_PREFETCH_PIECES = 2
 
 
 class StreamingLeRobotDataset(IterableDataset):
@@ -85,28 +82,17 @@ class StreamingLeRobotDataset(IterableDataset):
         root: str | Path | None = None,
         revision: str | None = None,
         episodes: Sequence[int] | None = None,
-        sources: Sequence[Source] | None = None,
-        epoch_size: int | None = None,
-        sampling_method: SamplingMethod = DEFAULT_SAMPLING_METHOD,
-        features: FeatureMode = DEFAULT_FEATURES,
-        batching: BatchingMethod = DEFAULT_BATCHING,
-        batch_size: int | None = None,
+        mixture: Mixture | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         shuffle: bool = True,
         seed: int = DEFAULT_SEED,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         return_uint8: bool = False,
-        video_backend: Literal["torchcodec", "pyav"] | None = None,
-        video_decode_device: str = DEFAULT_VIDEO_DECODE_DEVICE,
-        pool_size: int = DEFAULT_POOL_SIZE,
-        canonical_streams: int | None = None,
-        uneven: Uneven = DEFAULT_UNEVEN,
-        partition: Partition = DEFAULT_PARTITION,
-        decode_ahead: int = DEFAULT_DECODE_AHEAD,
-        prefetch_pieces: int = DEFAULT_PREFETCH_PIECES,
-        video_decoder_cache_size: int | None = None,
         depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT,
+        video_backend: Literal["torchcodec", "pyav"] | None = None,
+        decoding: DecodeOptions | None = None,
+        streams: StreamOptions | None = None,
         read_options: ReadOptions | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -117,22 +103,8 @@ class StreamingLeRobotDataset(IterableDataset):
             root: a local folder or URL (hf://, s3://, http(s)://, file://) of the dataset; wins over repo_id.
             revision: the Hub revision of repo_id, pinned to its commit at construction.
             episodes: episode indices to read (default all).
-            sources: a mixture instead of one dataset (then no repo_id/root/revision/episodes): each Source names a
-                dataset, its weight (proportion, repeat or choose), episodes, windows and feature_map. An epoch
-                takes exactly its per-source counts (full passes plus one partial pass without repeats, whole
-                episodes where it can), shuffled together; samples carry `dataset_index` (int64, 0-d).
-            epoch_size: samples per epoch of a mixture weighted by proportion (default: the sources' total).
-            sampling_method: a mixture's partial passes: "balanced" (a new subset every epoch) or "fixed" (the same).
-            features: "strict" (sources must have the same keys, dtypes and shapes after their feature_map) or
-                "union" (a key a source lacks is zeros there, with `<key>_is_pad` True).
-            batching: how a mixture's sources share batches: "random" (samples of all sources shuffled together:
-                the mixture holds in expectation in every batch) or "per_stream" (every global batch, i.e. the
-                batches of all ranks at one step, from one source, in a random order of sources; sources may then
-                differ in keys and shapes) or "stratified" (every batch holds each source's share of it: floor
-                or ceil of batch_size x its share of the epoch, the epoch's counts exact). per_stream and
-                stratified need batch_size, and plan each source apart: a consumer keeps live pieces of every
-                source, so memory grows with the number of sources.
-            batch_size: the loader's batch size, needed to plan batching="per_stream" or "stratified".
+            mixture: several datasets instead of one (then no repo_id/root/revision/episodes), with how an epoch
+                and its batches draw from them; see Mixture. Samples carry `dataset_index` (int64, 0-d).
             delta_timestamps: per key, offsets in seconds (multiples of 1/fps) of a window around each frame (a
                 mixture: common key names, resolved with each source's own fps).
             tolerance_s: how far a decoded frame's timestamp may be from the asked one before it is an error.
@@ -140,56 +112,32 @@ class StreamingLeRobotDataset(IterableDataset):
             seed: the order is a pure function of (seed, epoch, canonical streams).
             image_transforms: applied to every camera tensor.
             return_uint8: keep cameras uint8 (4x less memory and transport than float32).
-            video_backend: "torchcodec" (default) or "pyav".
-            video_decode_device: "cpu", or "cuda"/"cuda:N" for NVDEC.
-            pool_size: live pieces per canonical stream. Memory: a consumer holds pool_size x C/K pieces, each
-                about (window span / window stride + 1 + decode_ahead) decoded frames per camera (single mode,
-                3 cameras 256x256: ~2.9 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
-            canonical_streams: C, the streams an epoch is cut into (default lcm(consumers, 12) at the first start,
-                then kept in the resume state). More streams mix more episodes per consumer, cut more in two.
-            uneven: how ranks are kept at equal batch counts: "pad" repeats a few samples on ranks that have fewer,
-                "drop" skips the few extra on the others.
-            partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
-            decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are
-                decoded in runs of this many samples, one seek per run (memory vs seeks: 8 is ~10% faster than 4
-                on cheap-to-decode video, for ~2x the decoded frames held).
-            prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data
-                only); 0 also turns off fetching the video bytes of the next picks ahead (which is sized by the
-                store's measured latency, within the read buffer).
-            video_decoder_cache_size: open decoders kept per process beyond those of the live pieces (default 8),
-                shared by a mixture's sources: open decoders (and file descriptors) grow with the live pieces, not
-                with the sources.
             depth_output_unit: depth cameras (lerobot's `is_depth_map` video features) come as float32 (1, H, W)
                 depths in "mm" (lerobot's default) or "m", and each source's `meta.stats` of them in the same unit.
+            video_backend: "torchcodec" (default) or "pyav".
+            decoding: where videos are decoded and how many decoders stay open (default DecodeOptions()).
+            streams: how an epoch is cut into streams and each piece read: pool size, canonical streams, uneven
+                ranks, partition, decode-ahead, prefetch (default StreamOptions()).
             read_options: how bytes are read (remote options, disk cache, read buffer); see ReadOptions. A
                 mixture's default for sources without their own `read_options`.
             rank, world_size: this process's rank (default: torch.distributed, else RANK/WORLD_SIZE, else 0 of 1).
         """
-        if uneven not in ("pad", "drop"):
-            raise ValueError(f"uneven={uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
-        if partition not in ("contiguous", "files"):
-            raise ValueError(f"partition={partition!r}: expected 'contiguous' or 'files'")
-        for name, value, least in (
-            ("pool_size", pool_size, 1),
-            ("decode_ahead", decode_ahead, 1),
-            ("prefetch_pieces", prefetch_pieces, 0),
-            ("seed", seed, 0),
-        ):
-            finite_number(value, what=name, integer=True, minimum=least)
-        if canonical_streams is not None:
-            finite_number(canonical_streams, what="canonical_streams", integer=True, minimum=1)
+        finite_number(seed, what="seed", integer=True, minimum=0)
         if (rank is None) != (world_size is None):
             raise ValueError("pass both rank= and world_size=, or neither (then they are resolved automatically)")
-        self.is_mixture = sources is not None
-        self.batching = make_batching(batching, batch_size=batch_size, mixture=self.is_mixture, features=features)
-        specs = mixture_sources(
-            repo_id=repo_id, root=root, revision=revision, episodes=episodes, sources=sources, epoch_size=epoch_size
+        decoding = decoding or DecodeOptions()
+        self.streams = streams or StreamOptions()
+        self.mixture = mixture
+        self.is_mixture = mixture is not None
+        self.batching = (
+            make_batching(mixture.batching, batch_size=mixture.batch_size, mixture=True, features=mixture.features)
+            if mixture is not None
+            else make_batching(DEFAULT_BATCHING, batch_size=None, mixture=False, features=DEFAULT_FEATURES)
         )
+        specs = mixture_sources(repo_id=repo_id, root=root, revision=revision, episodes=episodes, mixture=mixture)
         self.shuffle, self.seed = shuffle, seed
-        self.pool_size, self.uneven, self.partition = pool_size, uneven, partition
-        self.canonical_streams = canonical_streams
-        self.prefetch_pieces = prefetch_pieces
-        self.sampling_method, self.epoch_size, self.features = sampling_method, epoch_size, features
+        # A loaded resume state sets it (the stream count an epoch was started with).
+        self.canonical_streams = self.streams.canonical_streams
         self._rank_world = (rank, world_size) if rank is not None and world_size is not None else None
         self.delta_timestamps = dict(delta_timestamps or {})
         settings = ReadingSettings(
@@ -200,38 +148,30 @@ class StreamingLeRobotDataset(IterableDataset):
             image_transforms=image_transforms,
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
-            video_decode_device=video_decode_device,
-            decode_ahead=decode_ahead,
-            prefetch=prefetch_pieces > 0,
+            video_decode_device=decoding.device,
+            decode_ahead=self.streams.decode_ahead,
+            prefetch=self.streams.prefetch_pieces > 0,
             shuffle=shuffle,
         )
         # One reading for every source (a plain dataset is a mixture of one): the same decoders, pools, counters.
-        self.reading = Reading(settings, decoders_kept=video_decoder_cache_size or STREAMING_DECODERS)
+        self.reading = Reading(settings, decoders_kept=decoding.decoders_kept or STREAMING_DECODERS)
         self.sources = open_readers(specs, self.reading, lenient_windows=self.is_mixture)
         weights = [spec.weight for spec in specs]
+        epoch_size = mixture.epoch_size if mixture is not None else None
         self.samples_per_source = samples_per_source([int(r.lengths.sum()) for r in self.sources], weights, epoch_size)
         check_epoch_units(self.samples_per_source, [r.lengths for r in self.sources], weights, epoch_size)
         self.schema = self.batches_of_mixture = None
         self.fingerprint = None
         self.dataset_fingerprint = None if self.is_mixture else selection_fingerprint(self._only())
-        if self.is_mixture:
+        if mixture is not None:
             self.schema = mixture_schema(
-                self.sources, self.delta_timestamps, self.batching.schema_mode(features), return_uint8
+                self.sources, self.delta_timestamps, self.batching.schema_mode(mixture.features), return_uint8
             )
             if image_transforms is None:
                 self.batches_of_mixture = MixtureBatches(
                     self.schema, [r.frames.batch_assembler for r in self.sources], [r.rename for r in self.sources]
                 )
-            self.fingerprint = mixture_fingerprint(
-                self.sources,
-                weights,
-                self.samples_per_source,
-                epoch_size=epoch_size,
-                sampling_method=sampling_method,
-                features=features,
-                batching=batching,
-                batch_size=batch_size,
-            )
+            self.fingerprint = mixture_fingerprint(self.sources, weights, self.samples_per_source, mixture)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None  # where the next pass continues from (a checked state)
         self._iterator: EpochIterator | LaneIterator | None = None  # this process's current pass
@@ -292,14 +232,14 @@ class StreamingLeRobotDataset(IterableDataset):
             self.samples_per_source,
             seed=self.seed,
             epoch=self.epoch,
-            sampling_method=self.sampling_method,
+            sampling_method=self.mixture.sampling_method if self.mixture is not None else DEFAULT_SAMPLING_METHOD,
         )
 
     def epoch_spec(self, consumers: int) -> EpochSpec:
         """This epoch's input to the pure planner (plan/epoch.py) for a layout of `consumers` roles."""
         units = self.epoch_units()
         files = None
-        if self.partition == "files":
+        if self.streams.partition == "files":
             files = []
             for s, position in zip(units.source.tolist(), units.episode.tolist()):
                 meta, episode = self.sources[s].meta, self.sources[s].episodes[position]
@@ -312,8 +252,8 @@ class StreamingLeRobotDataset(IterableDataset):
             self.seed,
             self.epoch,
             self.shuffle,
-            self.uneven,
-            self.partition,
+            self.streams.uneven,
+            self.streams.partition,
             files,
         )
 
@@ -459,8 +399,8 @@ class StreamingLeRobotDataset(IterableDataset):
                 reading=self.reading,
                 seed=self.seed,
                 epoch=self.epoch,
-                pool_size=max(1, round(self.pool_size * share)),
-                prefetch_pieces=self.prefetch_pieces,
+                pool_size=max(1, round(self.streams.pool_size * share)),
+                prefetch_pieces=self.streams.prefetch_pieces,
             )
 
         self._iterator = self.batching.iterator(plan, worker_role, pass_over)

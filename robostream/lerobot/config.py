@@ -16,15 +16,12 @@ from typing import Literal, TypedDict
 import yaml
 from lerobot.configs.train import TrainPipelineConfig
 
-from robostream.datasets.mixture import Source
+from robostream.datasets.mixture import DEFAULT_BATCHING, DEFAULT_FEATURES, DEFAULT_SAMPLING_METHOD, Source
 from robostream.datasets.sources_file import sources_from_file
-from robostream.datasets.streaming import (
-    DEFAULT_BATCHING,
+from robostream.datasets.stream_options import (
     DEFAULT_DECODE_AHEAD,
-    DEFAULT_FEATURES,
     DEFAULT_POOL_SIZE,
     DEFAULT_PREFETCH_PIECES,
-    DEFAULT_SAMPLING_METHOD,
     DEFAULT_UNEVEN,
 )
 from robostream.numbers import finite_number
@@ -39,7 +36,8 @@ AugmentWhere = Literal["workers", "device"]
 
 @dataclass
 class RobostreamOptions:
-    """`--robostream.*`: how robostream reads the training data (see StreamingLeRobotDataset for each option).
+    """`--robostream.*`: how robostream reads the training data (see robostream.Mixture and StreamOptions for each
+    option).
 
     Args:
         weights: one weight per source of a mixture named by `--dataset.repo_id='[a,b,...]'` (default: equal

@@ -23,6 +23,8 @@ from lerobot.utils.constants import IMAGENET_STATS
 
 from robostream.datasets.loader import StreamingDataLoader
 from robostream.datasets.map_style import LeRobotDataset
+from robostream.datasets.mixture import Mixture
+from robostream.datasets.stream_options import StreamOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.format.depth import is_depth_feature
 from robostream.format.language import language_keys
@@ -207,22 +209,26 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
         tolerance_s=cfg.tolerance_s,
         depth_output_unit=cfg.dataset.depth_output_unit,
         video_backend=cfg.dataset.video_backend,
-        pool_size=options.pool_size,
-        decode_ahead=options.decode_ahead,
-        prefetch_pieces=options.prefetch_pieces,
-        canonical_streams=options.canonical_streams,
-        uneven=options.uneven,
+        streams=StreamOptions(
+            pool_size=options.pool_size,
+            decode_ahead=options.decode_ahead,
+            prefetch_pieces=options.prefetch_pieces,
+            canonical_streams=options.canonical_streams,
+            uneven=options.uneven,
+        ),
         read_options=cfg.read_options(),
     )
     if sources is not None:
         common.update(
-            sources=sources,
-            features=options.features,
-            batching=options.batching,
-            epoch_size=options.epoch_size,
-            sampling_method=options.sampling_method,
-            # the planned batch of per_stream/stratified; random batches are the loader's alone
-            batch_size=None if options.batching == "random" else cfg.batch_size,
+            mixture=Mixture(
+                sources=sources,
+                features=options.features,
+                batching=options.batching,
+                epoch_size=options.epoch_size,
+                sampling_method=options.sampling_method,
+                # the planned batch of per_stream/stratified; random batches are the loader's alone
+                batch_size=None if options.batching == "random" else cfg.batch_size,
+            )
         )
     # The windows depend on the dataset's features and fps: open it once without them to resolve them (metadata
     # only: the node cache makes the second construction cheap), as lerobot resolves them from ds_meta.

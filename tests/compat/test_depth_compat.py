@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset
 from tests.compat.test_lerobot_compat import HERE, NON_TORCHCODEC_ATOL
 from tests.lerobot_env import run
 
@@ -288,7 +288,9 @@ def test_depth_loader_batches_hold_lerobots_values(reference, workers):
 
 def test_depth_two_source_mixture_equals_lerobots(reference):
     mixture = StreamingLeRobotDataset(
-        sources=[Source(root=reference["root"]), Source(root=reference["root"])], depth_output_unit="m", seed=1
+        mixture=Mixture(sources=[Source(root=reference["root"]), Source(root=reference["root"])]),
+        depth_output_unit="m",
+        seed=1,
     )
     seen = list(mixture)
     assert sorted(int(s["dataset_index"]) for s in seen) == [0] * reference["len"] + [1] * reference["len"]

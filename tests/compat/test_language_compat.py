@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset
 from tests.compat.test_lerobot_compat import HERE, _run_lerobot
 from tests.lerobot_env import run
 
@@ -89,7 +89,9 @@ def test_language_streaming_samples_and_mixture_equal_lerobots(annotated):
     assert sorted(int(s["index"]) for s in seen) == sorted(annotated["samples"])
     for sample in seen:
         assert_like_lerobot(sample, annotated)
-    mixture = StreamingLeRobotDataset(sources=[Source(root=annotated["root"]), Source(root=annotated["root"])], seed=1)
+    mixture = StreamingLeRobotDataset(
+        mixture=Mixture(sources=[Source(root=annotated["root"]), Source(root=annotated["root"])]), seed=1
+    )
     for sample in mixture:
         assert_like_lerobot(sample, annotated)
 

@@ -6,7 +6,7 @@ import itertools
 import json
 from pathlib import Path
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from tests.helpers import fail_unless_ranks, run_torchrun
 
 ELASTIC = Path(__file__).with_name("torchrun_elastic.py")
@@ -41,7 +41,12 @@ def in_process_part(root: Path, ranks: int, workers: int, batches: int, state: d
     results = []
     for rank in range(ranks):
         dataset = StreamingLeRobotDataset(
-            root=root, seed=7, pool_size=2, uneven="pad", return_uint8=True, rank=rank, world_size=ranks
+            root=root,
+            seed=7,
+            streams=StreamOptions(pool_size=2, uneven="pad"),
+            return_uint8=True,
+            rank=rank,
+            world_size=ranks,
         )
         loader = StreamingDataLoader(dataset, batch_size=BATCH_SIZE, num_workers=workers)
         if state is not None:

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from robostream import Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.plan.mixture import MAX_EPOCH_UNITS
 from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RetryPolicy
 
 
-def _mixture(root, weights, batching="random", **kwargs):
+def _mixture(root, weights, batching="random", epoch_size=None):
     """Two selections of one dataset (the features match), weighted by `weights`."""
     planned = {} if batching == "random" else {"batch_size": 2}
     sources = [Source(root=root, episodes=[0, 1, 2], **weights[0]), Source(root=root, episodes=[3, 4], **weights[1])]
-    return StreamingLeRobotDataset(sources=sources, batching=batching, **planned, **kwargs)
+    return StreamingLeRobotDataset(
+        mixture=Mixture(sources=sources, batching=batching, epoch_size=epoch_size, **planned)
+    )
 
 
 @pytest.mark.parametrize("batching", ["random", "per_stream", "stratified"])

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.errors import DatasetFormatError, VideoDecodeError
 from robostream.format.depth import DepthCoding, codes_from_depths, depths_from_codes
 from robostream.synth import camera_key, depth_key, generate, read_depth_marker, render_depth
@@ -95,7 +95,9 @@ def test_loader_batches_equal_the_collate_of_samples(depth_root, workers):
 
 def test_a_union_mixture_fills_depth_with_float_zeros_where_a_source_has_none(depth_root, av1_root):
     dataset = StreamingLeRobotDataset(
-        sources=[Source(root=depth_root), Source(root=av1_root)], features="union", return_uint8=True, seed=2
+        mixture=Mixture(sources=[Source(root=depth_root), Source(root=av1_root)], features="union"),
+        return_uint8=True,
+        seed=2,
     )
     batches = list(StreamingDataLoader(dataset, batch_size=16, num_workers=0))
     reference = list(
@@ -110,7 +112,7 @@ def test_a_union_mixture_fills_depth_with_float_zeros_where_a_source_has_none(de
         for row in torch.nonzero(~lacking).flatten().tolist():
             check_depth(batch[DEPTH][row], int(batch["episode_index"][row]), int(batch["frame_index"][row]))
     with pytest.raises(ValueError, match=DEPTH):
-        StreamingLeRobotDataset(sources=[Source(root=depth_root), Source(root=av1_root)])  # strict
+        StreamingLeRobotDataset(mixture=Mixture(sources=[Source(root=depth_root), Source(root=av1_root)]))  # strict
 
 
 def test_depth_over_http_ranges_equals_local(depth_root, monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.format.metadata import load_metadata
 from tests.datasets.elastic_parts import in_process_part
 from tests.helpers import dataset_indices, fail_unless_ranks, run_torchrun
@@ -50,7 +50,13 @@ def test_resume_from_two_ranks_on_one_rank_with_three_workers(torchrun_results, 
     r0, r1 = torchrun_results
     assert r0["state"] == r1["state"]
     dataset = StreamingLeRobotDataset(
-        root=av1_root, episodes=episodes, seed=4, uneven="drop", return_uint8=True, rank=0, world_size=1
+        root=av1_root,
+        episodes=episodes,
+        seed=4,
+        streams=StreamOptions(uneven="drop"),
+        return_uint8=True,
+        rank=0,
+        world_size=1,
     )
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=3)
     loader.load_state_dict(r0["state"])
@@ -65,7 +71,7 @@ def test_env_rank_and_world_size_are_honoured(av1_root, monkeypatch):
     for rank in range(2):
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
-        dataset = StreamingLeRobotDataset(root=av1_root, uneven="drop")
+        dataset = StreamingLeRobotDataset(root=av1_root, streams=StreamOptions(uneven="drop"))
         counts.append([i for b in DataLoader(dataset, batch_size=8) for i in b["index"].tolist()])
     assert len(counts[0]) == len(counts[1]) and not set(counts[0]) & set(counts[1])
 

@@ -340,10 +340,12 @@ def test_map_style_positions_must_be_integers(av1_root, position):
     ],
 )
 def test_mixture_weights_must_be_finite(av1_root, weights, message):
-    from robostream import Source
+    from robostream import Mixture, Source
 
     with pytest.raises(ValueError, match=message):
-        StreamingLeRobotDataset(sources=[Source(root=av1_root, **weights), Source(root=av1_root, **weights)])
+        StreamingLeRobotDataset(
+            mixture=Mixture(sources=[Source(root=av1_root, **weights), Source(root=av1_root, **weights)])
+        )
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.datasets.collate import collate_samples
 from robostream.errors import DatasetFormatError
 from robostream.format.language import (
@@ -121,13 +121,15 @@ def test_a_window_on_a_language_column_is_refused(language_root):
 
 def test_mixture_strict_needs_the_same_language_keys(language_root, av1_root):
     with pytest.raises(ValueError, match="'language_persistent' is in source"):
-        StreamingLeRobotDataset(sources=[Source(root=language_root), Source(root=av1_root)])
+        StreamingLeRobotDataset(mixture=Mixture(sources=[Source(root=language_root), Source(root=av1_root)]))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_mixture_union_gives_empty_rows_and_a_pad_flag_where_a_source_has_none(language_root, av1_root, workers):
     kwargs = dict(
-        sources=[Source(root=language_root), Source(root=av1_root)], features="union", seed=2, return_uint8=True
+        mixture=Mixture(sources=[Source(root=language_root), Source(root=av1_root)], features="union"),
+        seed=2,
+        return_uint8=True,
     )
     samples = list(StreamingLeRobotDataset(**kwargs))
     plain = {int(s["index"]): s for s in LeRobotDataset(root=language_root)}

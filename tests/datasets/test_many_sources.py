@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.datasets.reading import STREAMING_DECODERS
 from robostream.synth import SynthConfig, generate
 
@@ -43,7 +43,10 @@ def _open_files(folder, suffix: str) -> int:
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc/self/fd")
 def test_open_decoders_and_files_are_bounded_by_live_pieces_not_sources(sources):
     dataset = StreamingLeRobotDataset(
-        sources=[Source(root=root) for root in sources], return_uint8=True, pool_size=1, canonical_streams=2, seed=1
+        mixture=Mixture(sources=[Source(root=root) for root in sources]),
+        return_uint8=True,
+        streams=StreamOptions(pool_size=1, canonical_streams=2),
+        seed=1,
     )
     cache = dataset.reading.decoders
     assert all(source.cameras.cache is cache for source in dataset.sources)
@@ -69,7 +72,10 @@ def test_open_decoders_and_files_are_bounded_by_live_pieces_not_sources(sources)
 
 def test_samples_of_many_sources_through_workers_are_each_sources_own(sources):
     dataset = StreamingLeRobotDataset(
-        sources=[Source(root=root) for root in sources[:12]], return_uint8=True, pool_size=2, seed=2
+        mixture=Mixture(sources=[Source(root=root) for root in sources[:12]]),
+        return_uint8=True,
+        streams=StreamOptions(pool_size=2),
+        seed=2,
     )
     loader = StreamingDataLoader(dataset, batch_size=5, num_workers=2)
     own = [LeRobotDataset(root=root, return_uint8=True) for root in sources[:12]]

@@ -7,6 +7,7 @@ from robostream.datasets.map_style import LeRobotDataset
 from robostream.format.metadata import load_metadata
 from robostream.synth import read_marker
 from robostream.video.decoder import BACKENDS
+from robostream.video.options import DecodeOptions
 from tests.helpers import data_column
 
 
@@ -105,7 +106,7 @@ def test_dataloader_worker_processes_and_transforms(av1_root, backend):
 
 
 def test_decoder_cache_stats_reflect_reads(av1_root):
-    dataset = LeRobotDataset(root=av1_root, video_decoder_cache_size=8)
+    dataset = LeRobotDataset(root=av1_root, decoding=DecodeOptions(decoders_kept=8))
     for position in range(10):
         dataset[position]
     stats = dataset.video_decoder_cache_stats()

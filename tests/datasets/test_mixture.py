@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from robostream import LeRobotDataset, Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.synth import SynthConfig, episode_lengths, generate
 from tests.datasets.elastic_parts import torchrun_part
 
@@ -66,7 +66,7 @@ def _equal(a, b) -> bool:
 )
 def test_exact_counts_full_passes_and_no_repeat_inside_the_partial_pass(roots, weights, epoch_size, expected):
     sources = [Source(root=roots[k], **w) for k, w in zip("abc", weights)]
-    dataset = StreamingLeRobotDataset(sources=sources, epoch_size=epoch_size, seed=3)
+    dataset = StreamingLeRobotDataset(mixture=Mixture(sources=sources, epoch_size=epoch_size), seed=3)
     assert dataset.samples_per_source == expected
     keys = [_key(s) for s in dataset]
     counts = collections.Counter(s for s, _ in keys)
@@ -88,7 +88,7 @@ def test_exact_counts_full_passes_and_no_repeat_inside_the_partial_pass(roots, w
 
 def test_samples_equal_each_sources_own_map_style_samples(roots):
     sources = [Source(root=roots["a"], choose=40), Source(root=roots["b"]), Source(root=roots["c"], repeat=0.5)]
-    dataset = StreamingLeRobotDataset(sources=sources, delta_timestamps=WINDOWS, seed=1)
+    dataset = StreamingLeRobotDataset(mixture=Mixture(sources=sources), delta_timestamps=WINDOWS, seed=1)
     maps = [LeRobotDataset(root=roots[k], delta_timestamps=WINDOWS) for k in "abc"]
     samples = list(dataset)
     assert len(samples) == 40 + 84 + 47
@@ -105,7 +105,7 @@ def test_samples_equal_each_sources_own_map_style_samples(roots):
 def test_order_is_a_function_of_seed_and_epoch_and_sampling_balanced_or_fixed(roots):
     def run(seed, epoch, method):
         sources = [Source(root=roots["a"], choose=30), Source(root=roots["c"], choose=50)]
-        dataset = StreamingLeRobotDataset(sources=sources, seed=seed, sampling_method=method)
+        dataset = StreamingLeRobotDataset(mixture=Mixture(sources=sources, sampling_method=method), seed=seed)
         dataset.set_epoch(epoch)
         return [_key(s) for s in dataset]
 
@@ -123,16 +123,19 @@ def test_loader_batches_are_the_collate_of_the_samples(roots, workers):
         Source(root=roots["b"], choose=25),
         Source(root=roots["other"], feature_map=RENAME),
     ]
-    kwargs = dict(sources=sources, features="union", delta_timestamps=WINDOWS, seed=5, pool_size=2)
-    samples = list(StreamingLeRobotDataset(**kwargs, canonical_streams=12))
-    loader = StreamingDataLoader(
-        StreamingLeRobotDataset(**kwargs, canonical_streams=12), batch_size=7, num_workers=workers
+    kwargs = dict(
+        mixture=Mixture(sources=sources, features="union"),
+        delta_timestamps=WINDOWS,
+        seed=5,
+        streams=StreamOptions(pool_size=2, canonical_streams=12),
     )
+    samples = list(StreamingLeRobotDataset(**kwargs))
+    loader = StreamingDataLoader(StreamingLeRobotDataset(**kwargs), batch_size=7, num_workers=workers)
     batches = list(loader)
     # worker w yields its role's samples: rebuild the per-sample batches in the loader's order
     per_role = []
     for role in range(max(1, workers)):
-        ds = StreamingLeRobotDataset(**kwargs, canonical_streams=12)
+        ds = StreamingLeRobotDataset(**kwargs)
         plan = ds.epoch_plan(1, max(1, workers))
         from robostream.datasets.epoch_iterator import EpochIterator
 
@@ -175,22 +178,30 @@ def test_strict_features_name_the_key_and_the_sources(roots):
         match=r"is in source \S*other but not in source \S*a \(it lacks \[.*"
         r"'observation.images.cam2'\]\).*features='union'",
     ):
-        StreamingLeRobotDataset(sources=[Source(root=roots["a"]), Source(root=roots["other"], feature_map=renamed)])
+        StreamingLeRobotDataset(
+            mixture=Mixture(sources=[Source(root=roots["a"]), Source(root=roots["other"], feature_map=renamed)])
+        )
     with pytest.raises(
         ValueError,
         match=r"feature 'observation.state' is a column of dtype float32 and shape \[6\]"
         r" in source .*a.* but .* shape \[4\] in source .*other",
     ):
-        StreamingLeRobotDataset(sources=[Source(root=roots["a"]), Source(root=roots["other"])], features="union")
+        StreamingLeRobotDataset(
+            mixture=Mixture(sources=[Source(root=roots["a"]), Source(root=roots["other"])], features="union")
+        )
     with pytest.raises(ValueError, match="feature_map renames \\['nope'\\]"):
-        StreamingLeRobotDataset(sources=[Source(root=roots["a"], feature_map={"nope": "x"})])
+        StreamingLeRobotDataset(mixture=Mixture(sources=[Source(root=roots["a"], feature_map={"nope": "x"})]))
     with pytest.raises(ValueError, match="relative weights"):
-        StreamingLeRobotDataset(sources=[Source(root=roots["a"], proportion=1), Source(root=roots["b"])])
+        StreamingLeRobotDataset(
+            mixture=Mixture(sources=[Source(root=roots["a"], proportion=1), Source(root=roots["b"])])
+        )
 
 
 def test_feature_map_and_union_fill_missing_keys_with_zeros_and_pad(roots):
     sources = [Source(root=roots["a"], choose=20), Source(root=roots["other"], feature_map=RENAME, choose=20)]
-    dataset = StreamingLeRobotDataset(sources=sources, features="union", delta_timestamps=WINDOWS, seed=2)
+    dataset = StreamingLeRobotDataset(
+        mixture=Mixture(sources=sources, features="union"), delta_timestamps=WINDOWS, seed=2
+    )
     samples = list(dataset)
     a = next(s for s in samples if int(s["dataset_index"]) == 0)
     other = next(s for s in samples if int(s["dataset_index"]) == 1)
@@ -208,8 +219,13 @@ def test_feature_map_and_union_fill_missing_keys_with_zeros_and_pad(roots):
     assert set(dataset.source_stats(1)) >= {"observation.state4", "observation.images.extra"}
 
 
-def _loader(sources, workers=2, **kwargs):
-    dataset = StreamingLeRobotDataset(sources=sources, seed=4, pool_size=2, return_uint8=True, **kwargs)
+def _loader(sources, workers=2, epoch_size=None):
+    dataset = StreamingLeRobotDataset(
+        mixture=Mixture(sources=sources, epoch_size=epoch_size),
+        seed=4,
+        streams=StreamOptions(pool_size=2),
+        return_uint8=True,
+    )
     return StreamingDataLoader(dataset, batch_size=4, num_workers=workers)
 
 
@@ -257,7 +273,10 @@ def test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part(roots, t
     spec.write_text(json.dumps({"sources": sources, "batching": batching}))
     lanes = {"batching": batching, "batch_size": 3} if batching != "random" else {}
     uninterrupted = StreamingLeRobotDataset(
-        sources=[Source(**s) for s in sources], seed=7, pool_size=2, return_uint8=True, **lanes
+        mixture=Mixture(sources=[Source(**s) for s in sources], **lanes),
+        seed=7,
+        streams=StreamOptions(pool_size=2),
+        return_uint8=True,
     )
     expected = collections.Counter(_key(s) for s in uninterrupted)
     head = torchrun_part(spec, tmp_path / "head", 2, 2, batches=5, state_file="-")
@@ -284,7 +303,10 @@ def test_per_stream_batches_hold_one_source_and_resume_exactly(roots):
 
     def loader(workers=2):
         dataset = StreamingLeRobotDataset(
-            sources=sources, batching="per_stream", batch_size=8, seed=3, return_uint8=True, delta_timestamps=WINDOWS
+            mixture=Mixture(sources=sources, batching="per_stream", batch_size=8),
+            seed=3,
+            return_uint8=True,
+            delta_timestamps=WINDOWS,
         )
         return StreamingDataLoader(dataset, batch_size=8, num_workers=workers)
 
@@ -303,10 +325,10 @@ def test_per_stream_batches_hold_one_source_and_resume_exactly(roots):
     assert head + [_key(s) for b in second for s in _rows(b)] == [_key(s) for b in whole for s in _rows(b)]
     with pytest.raises(ValueError, match="plans batching=.per_stream. for batch_size=8"):
         StreamingDataLoader(second.streaming_dataset, batch_size=4)
-    with pytest.raises(ValueError, match="features= applies to batching='random'"):
-        StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, features="union")
+    with pytest.raises(ValueError, match="features='union' applies to batching='random'"):
+        Mixture(sources=sources, batching="per_stream", batch_size=8, features="union")
     with pytest.raises(ValueError, match="needs batch_size="):
-        StreamingLeRobotDataset(sources=sources, batching="per_stream")
+        Mixture(sources=sources, batching="per_stream")
 
 
 def test_stratified_batches_hold_each_sources_share_and_resume_exactly(roots):
@@ -314,7 +336,10 @@ def test_stratified_batches_hold_each_sources_share_and_resume_exactly(roots):
 
     def loader(workers=2):
         dataset = StreamingLeRobotDataset(
-            sources=sources, batching="stratified", batch_size=8, seed=3, return_uint8=True, delta_timestamps=WINDOWS
+            mixture=Mixture(sources=sources, batching="stratified", batch_size=8),
+            seed=3,
+            return_uint8=True,
+            delta_timestamps=WINDOWS,
         )
         return StreamingDataLoader(dataset, batch_size=8, num_workers=workers)
 
@@ -334,11 +359,11 @@ def test_stratified_batches_hold_each_sources_share_and_resume_exactly(roots):
     assert head + [_key(s) for b in second for s in _rows(b)] == [_key(s) for b in whole for s in _rows(b)]
     with pytest.raises(ValueError, match="plans batching=.stratified. for batch_size=8"):
         StreamingDataLoader(second.streaming_dataset, batch_size=4)
-    per_stream = StreamingLeRobotDataset(sources=sources, batching="per_stream", batch_size=8, seed=3)
+    per_stream = StreamingLeRobotDataset(mixture=Mixture(sources=sources, batching="per_stream", batch_size=8), seed=3)
     with pytest.raises(ValueError, match="cannot continue with .* batching or batch_size"):
         per_stream.load_state_dict(state)  # one state shape: the mixture's identity tells them apart
     with pytest.raises(ValueError, match="batching='stratified' needs batch_size="):
-        StreamingLeRobotDataset(sources=sources, batching="stratified")
+        Mixture(sources=sources, batching="stratified")
 
 
 def _rows(batch):

@@ -9,7 +9,7 @@ import fsspec
 import pytest
 import torch
 
-from robostream import Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.synth import SynthConfig, generate
 
 CONFIG = SynthConfig(
@@ -51,9 +51,11 @@ def _read(dataset: StreamingLeRobotDataset, workers: int) -> list[dict]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_plain_dataset_reads_as_a_mixture_of_one_source(remote_root, workers):
-    common = dict(delta_timestamps=WINDOWS, return_uint8=True, seed=4, pool_size=2, canonical_streams=4)
+    common = dict(
+        delta_timestamps=WINDOWS, return_uint8=True, seed=4, streams=StreamOptions(pool_size=2, canonical_streams=4)
+    )
     plain = StreamingLeRobotDataset(root=remote_root, **common)
-    mixture = StreamingLeRobotDataset(sources=[Source(root=remote_root)], **common)
+    mixture = StreamingLeRobotDataset(mixture=Mixture(sources=[Source(root=remote_root)]), **common)
     got_plain, got_mixture = _read(plain, workers), _read(mixture, workers)
     assert len(got_plain) == len(got_mixture) > 1
     for a, b in zip(got_plain, got_mixture):
@@ -76,7 +78,9 @@ def test_a_plain_dataset_reads_as_a_mixture_of_one_source(remote_root, workers):
 
 
 def test_every_source_reads_through_the_datasets_one_reading(remote_root):
-    mixture = StreamingLeRobotDataset(sources=[Source(root=remote_root), Source(root=remote_root)], seed=1)
+    mixture = StreamingLeRobotDataset(
+        mixture=Mixture(sources=[Source(root=remote_root), Source(root=remote_root)]), seed=1
+    )
     reading = mixture.reading
     assert [storage for storage in reading.storages] == [source.meta.data_storage for source in mixture.sources]
     for source in mixture.sources:

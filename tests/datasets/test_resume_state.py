@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from robostream import Source
+from robostream import Mixture, Source, StreamOptions
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.plan.state import state_checksum
 
@@ -27,8 +27,8 @@ def _resigned(state):
 @pytest.mark.parametrize("world, workers", [(1, 1), (2, 3), (3, 2)])
 def test_every_state_the_dataset_writes_validates(av1_root, uneven, world, workers):
     """The invariants hold for any layout, batch size and batch count (the property the checks rely on)."""
-    writer = _dataset(av1_root, uneven=uneven, rank=0, world_size=world)
-    reader = _dataset(av1_root, uneven=uneven, rank=0, world_size=world)
+    writer = _dataset(av1_root, streams=StreamOptions(uneven=uneven), rank=0, world_size=world)
+    reader = _dataset(av1_root, streams=StreamOptions(uneven=uneven), rank=0, world_size=world)
     for batch_size in (1, 4):
         total = -(-max(writer.epoch_plan(world, workers).quotas) // batch_size) * workers
         for batches in range(0, total + 1, max(1, total // 7)):
@@ -140,15 +140,20 @@ def test_episodes_must_be_integers(av1_root, episodes):
     [
         ({"seed": float("nan")}, "seed: expected an integer"),
         ({"seed": -1}, "seed: must be >= 0"),
-        ({"pool_size": 0}, "pool_size: must be >= 1"),
-        ({"pool_size": float("nan")}, "pool_size: expected an integer"),
-        ({"decode_ahead": -1}, "decode_ahead: must be >= 1"),
-        ({"canonical_streams": 0}, "canonical_streams: must be"),
+        ({"streams": {"pool_size": 0}}, "pool_size: must be >= 1"),
+        ({"streams": {"pool_size": float("nan")}}, "pool_size: expected an integer"),
+        ({"streams": {"decode_ahead": -1}}, "decode_ahead: must be >= 1"),
+        ({"streams": {"canonical_streams": 0}}, "canonical_streams: must be"),
+        ({"streams": {"uneven": "even"}}, "uneven='even': expected 'pad'"),
+        ({"streams": {"partition": "random"}}, "partition='random': expected 'contiguous' or 'files'"),
     ],
 )
 def test_streaming_arguments_are_checked_by_name(av1_root, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        StreamingLeRobotDataset(root=av1_root, **kwargs)
+        if "streams" in kwargs:
+            StreamOptions(**kwargs["streams"])  # the option group checks its fields when it is made
+        else:
+            StreamingLeRobotDataset(root=av1_root, **kwargs)
 
 
 @pytest.mark.parametrize("epoch, message", [(-1, "epoch: must be >= 0"), (1.5, "epoch: expected an integer")])
@@ -161,7 +166,9 @@ def _lanes(root, batching):
     """A mixture of two selections of one dataset (so the features match), on rank 0 of 2."""
     sources = [Source(root=root, episodes=[0, 1, 2]), Source(root=root, episodes=[3, 4, 5, 6])]
     planned = {} if batching == "random" else {"batch_size": 2}
-    return StreamingLeRobotDataset(sources=sources, batching=batching, seed=3, rank=0, world_size=2, **planned)
+    return StreamingLeRobotDataset(
+        mixture=Mixture(sources=sources, batching=batching, **planned), seed=3, rank=0, world_size=2
+    )
 
 
 @pytest.mark.parametrize("batching", ["one dataset", "random", "per_stream", "stratified"])

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.format.metadata import load_metadata
 from robostream.plan.state import state_checksum
 from robostream.synth import SynthConfig, generate, read_marker
@@ -68,7 +68,9 @@ def test_ranks_and_workers_split_the_epoch(av1_root, uneven):
     """2 ranks x 2 real worker processes: disjoint, complete (pad) and equal per rank."""
     per_rank = []
     for rank in range(2):
-        dataset = StreamingLeRobotDataset(root=av1_root, rank=rank, world_size=2, uneven=uneven, return_uint8=True)
+        dataset = StreamingLeRobotDataset(
+            root=av1_root, rank=rank, world_size=2, streams=StreamOptions(uneven=uneven), return_uint8=True
+        )
         loader = DataLoader(dataset, batch_size=5, num_workers=2)
         per_rank.append(_batch_ids(loader))
     total = len(LeRobotDataset(root=av1_root))
@@ -82,7 +84,7 @@ def test_ranks_and_workers_split_the_epoch(av1_root, uneven):
 
 def test_one_rank_reads_every_sample_exactly_once(av1_root):
     for uneven in ("pad", "drop"):
-        ids, _ = _run({"uneven": uneven}, av1_root, num_workers=2, batch_size=5)
+        ids, _ = _run({"streams": StreamOptions(uneven=uneven)}, av1_root, num_workers=2, batch_size=5)
         assert sorted(ids) == list(range(len(LeRobotDataset(root=av1_root))))
 
 
@@ -99,7 +101,7 @@ def _run(dataset_kwargs, root, batches=None, state=None, num_workers=2, batch_si
 
 @pytest.mark.parametrize("uneven", ["pad", "drop"])
 def test_exact_resume_through_worker_processes(av1_root, uneven):
-    kwargs = {"seed": 11, "pool_size": 3, "uneven": uneven}
+    kwargs = {"seed": 11, "streams": StreamOptions(pool_size=3, uneven=uneven)}
     full, _ = _run(kwargs, av1_root)
     for stop in (1, 7, 12):
         head, state = _run(kwargs, av1_root, batches=stop)
@@ -109,7 +111,7 @@ def test_exact_resume_through_worker_processes(av1_root, uneven):
 
 
 def test_chained_resumes_are_exact(av1_root):
-    kwargs = {"seed": 12, "pool_size": 2}
+    kwargs = {"seed": 12, "streams": StreamOptions(pool_size=2)}
     full, _ = _run(kwargs, av1_root, num_workers=2, batch_size=3)
     seen, state = [], None
     for _ in range(3):
@@ -138,7 +140,7 @@ def test_resume_in_process_without_workers(av1_root):
 def test_elastic_resume_repeats_and_skips_nothing(av1_root, before, after):
     """(world, workers) before -> after: what ran before plus what runs after is the epoch, each sample once."""
     (world, workers), (new_world, new_workers) = before, after
-    kwargs = {"seed": 2, "uneven": "drop"}
+    kwargs = {"seed": 2, "streams": StreamOptions(uneven="drop")}
     consumed, states = [], []
     for rank in range(world):
         ids, state = _run(kwargs, av1_root, batches=3, num_workers=workers, rank=rank, world=world)
@@ -192,7 +194,7 @@ def test_each_frame_is_decoded_about_once(long_episodes, mode, limit):
 
     deltas = mode_delta_timestamps(mode, ["observation.images.cam0"], state_key=None)
     dataset = StreamingLeRobotDataset(
-        root=long_episodes, delta_timestamps=deltas, return_uint8=True, canonical_streams=2
+        root=long_episodes, delta_timestamps=deltas, return_uint8=True, streams=StreamOptions(canonical_streams=2)
     )
     count = sum(1 for _ in dataset)
     stats = dataset.frame_counts()

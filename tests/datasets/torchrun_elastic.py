@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from robostream import Source, StreamingDataLoader, StreamingLeRobotDataset
+from robostream import Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 
 
 def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
@@ -24,12 +24,18 @@ def main(root: str, out: str, workers: str, batches: str, state: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if root.endswith(".json"):
         spec = json.loads(Path(root).read_text())
-        where = {"sources": [Source(**source) for source in spec["sources"]], "epoch_size": spec.get("epoch_size")}
-        if spec.get("batching") in ("per_stream", "stratified"):
-            where.update(batching=spec["batching"], batch_size=3)
+        lanes = (
+            {"batching": spec["batching"], "batch_size": 3}
+            if spec.get("batching") in ("per_stream", "stratified")
+            else {}
+        )
+        sources = [Source(**source) for source in spec["sources"]]
+        where = {"mixture": Mixture(sources=sources, epoch_size=spec.get("epoch_size"), **lanes)}
     else:
         where = {"root": root}
-    dataset = StreamingLeRobotDataset(**where, seed=7, pool_size=2, uneven="pad", return_uint8=True)
+    dataset = StreamingLeRobotDataset(
+        **where, seed=7, streams=StreamOptions(pool_size=2, uneven="pad"), return_uint8=True
+    )
     loader = StreamingDataLoader(dataset, batch_size=3, num_workers=int(workers))
     if state != "-":
         loader.load_state_dict(json.loads(Path(state).read_text()))

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 
 
 def main(root: str, out: str, episodes: str) -> None:
@@ -20,7 +20,7 @@ def main(root: str, out: str, episodes: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     Path(out, f"started-{rank}").write_text(str(world))
     dataset = StreamingLeRobotDataset(
-        root=root, episodes=json.loads(episodes), seed=4, uneven="drop", return_uint8=True
+        root=root, episodes=json.loads(episodes), seed=4, streams=StreamOptions(uneven="drop"), return_uint8=True
     )  # rank and world size come from torch.distributed
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=2)
     epoch_ids, steps = [], 0

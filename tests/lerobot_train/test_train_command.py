@@ -614,12 +614,14 @@ def test_a_damaged_edited_or_foreign_data_state_is_refused(act_runs, lerobot_pyt
 
 EMPTY_EPOCHS = r"""
 import sys
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.lerobot.checkpoint import Position
 from robostream.lerobot.data import TrainingData
 from robostream.lerobot.train import batches
 # rank 0 of 100 consumers of a 49-sample epoch, each given as many samples as the one with the fewest: none
-dataset = StreamingLeRobotDataset(root=sys.argv[1], rank=0, world_size=100, canonical_streams=1, uneven="drop")
+dataset = StreamingLeRobotDataset(
+    root=sys.argv[1], rank=0, world_size=100, streams=StreamOptions(canonical_streams=1, uneven="drop")
+)
 data = TrainingData(dataset, StreamingDataLoader(dataset, batch_size=4), dataset.meta, {}, sampler=None,
                     device_augment=None)
 for resumed in (False, True):

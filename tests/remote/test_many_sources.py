@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 from torch.utils.data import DataLoader
 
-from robostream import ReadOptions, Source, StreamingLeRobotDataset
+from robostream import Mixture, ReadOptions, Source, StreamingLeRobotDataset
 from robostream.errors import DatasetFormatError
 from robostream.storage.retry import RetryPolicy
 from robostream.synth import SynthConfig, generate
@@ -53,7 +53,7 @@ def node_cache(tmp_path, monkeypatch):
 
 def _mixture(urls, options=None):
     return StreamingLeRobotDataset(
-        sources=[Source(root=url) for url in urls],
+        mixture=Mixture(sources=[Source(root=url) for url in urls]),
         seed=0,
         return_uint8=True,
         read_options=ReadOptions(retry=RETRY, **(options or {})),

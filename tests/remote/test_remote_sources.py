@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robostream import LeRobotDataset, StreamingLeRobotDataset
+from robostream import LeRobotDataset, Mixture, StreamingLeRobotDataset, StreamOptions
 from robostream.errors import TooLargeError
 from robostream.storage.options import ReadOptions
 from robostream.storage.retry import RemoteReadError, RetryPolicy
@@ -207,7 +207,11 @@ def test_read_ahead_failures_are_counted_and_the_sample_gets_the_error(av1_root,
     (root / missing).unlink()
     with RangeHTTPServer(root) as server:
         dataset = StreamingLeRobotDataset(
-            root=server.url, shuffle=False, canonical_streams=1, return_uint8=True, read_options=FAST
+            root=server.url,
+            shuffle=False,
+            streams=StreamOptions(canonical_streams=1),
+            return_uint8=True,
+            read_options=FAST,
         )
         seen = []
         with pytest.raises(MissingFileError, match=missing.replace(".", r"\.")):
@@ -237,7 +241,7 @@ def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_da
     ]
 
     def batches(sources):
-        dataset = StreamingLeRobotDataset(sources=sources, seed=2, return_uint8=True)
+        dataset = StreamingLeRobotDataset(mixture=Mixture(sources=sources), seed=2, return_uint8=True)
         return list(StreamingDataLoader(dataset, batch_size=8, num_workers=2))
 
     got, want = batches(remote), batches(local)

@@ -1,0 +1,59 @@
+"""How a streaming dataset's epoch is cut into streams and each piece of it read (`StreamOptions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from robostream.numbers import finite_number
+from robostream.plan.epoch import Partition, Uneven
+
+# The defaults, published so that the benchmark and the training command default to them by name.
+DEFAULT_POOL_SIZE = 8
+DEFAULT_UNEVEN: Uneven = "pad"
+DEFAULT_PARTITION: Partition = "contiguous"
+DEFAULT_DECODE_AHEAD = 4
+DEFAULT_PREFETCH_PIECES = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamOptions:
+    """How an epoch is cut into canonical streams, how many pieces each keeps live, and how each piece is read
+    (the streaming dataset's `streams=`).
+
+    Args:
+        pool_size: live pieces per canonical stream. Memory: a consumer holds pool_size x C/K pieces, each about
+            (window span / window stride + 1 + decode_ahead) decoded frames per camera (single mode, 3 cameras
+            256x256: ~2.9 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
+        canonical_streams: C, the streams an epoch is cut into (default lcm(consumers, 12) at the first start, then
+            kept in the resume state). More streams mix more episodes per consumer, cut more in two.
+        uneven: how ranks are kept at equal batch counts: "pad" repeats a few samples on ranks that have fewer,
+            "drop" skips the few extra on the others.
+        partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
+        decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are decoded
+            in runs of this many samples, one seek per run (memory vs seeks: 8 is ~10% faster than 4 on
+            cheap-to-decode video, for ~2x the decoded frames held).
+        prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data only);
+            0 also turns off fetching the video bytes of the next picks ahead (which is sized by the store's
+            measured latency, within the read buffer).
+    """
+
+    pool_size: int = DEFAULT_POOL_SIZE
+    canonical_streams: int | None = None
+    uneven: Uneven = DEFAULT_UNEVEN
+    partition: Partition = DEFAULT_PARTITION
+    decode_ahead: int = DEFAULT_DECODE_AHEAD
+    prefetch_pieces: int = DEFAULT_PREFETCH_PIECES
+
+    def __post_init__(self) -> None:
+        if self.uneven not in ("pad", "drop"):
+            raise ValueError(f"uneven={self.uneven!r}: expected 'pad' (repeat samples) or 'drop' (skip the tail)")
+        if self.partition not in ("contiguous", "files"):
+            raise ValueError(f"partition={self.partition!r}: expected 'contiguous' or 'files'")
+        for name, value, least in (
+            ("pool_size", self.pool_size, 1),
+            ("decode_ahead", self.decode_ahead, 1),
+            ("prefetch_pieces", self.prefetch_pieces, 0),
+        ):
+            finite_number(value, what=name, integer=True, minimum=least)
+        if self.canonical_streams is not None:
+            finite_number(self.canonical_streams, what="canonical_streams", integer=True, minimum=1)
