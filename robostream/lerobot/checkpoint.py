@@ -100,24 +100,36 @@ def data_document(position: Position, data_state: dict[str, Any] | None) -> dict
     return {**document, CHECKSUM: state_checksum(document)}
 
 
-def load(
-    checkpoint: Path, *, optimizer: Any, scheduler: Any, streaming: bool
-) -> tuple[Position, dict[str, Any] | None]:
-    """Restore optimizer, scheduler and RNG (lerobot's load_training_state); return the position and the data
-    state saved with them (None: a map-style run's).
+def read_data_document(checkpoint: Path, *, streaming: bool) -> dict[str, Any]:
+    """The checkpoint's robostream_data.json, checked whole before anything is built for the run (a damaged or
+    edited file, or one saved in the other mode, is refused before the data and the policy are made).
+
+    Args:
+        checkpoint: the checkpoint folder resumed from.
+        streaming: whether this run streams (a streaming run saves the loader's state, a map-style run none).
 
     Raises:
-        ValueError: the data file is damaged or edited, belongs to another step, or was written by the other
-            mode (`streaming`: this run's).
+        ValueError: the data file is damaged or edited, or was written by the other mode.
     """
-    path = checkpoint / TRAINING_STATE_DIR / DATA_STATE
-    document = _read_data_document(path, checkpoint)
+    document = _read_data_document(checkpoint / TRAINING_STATE_DIR / DATA_STATE, checkpoint)
     _check_mode(document, streaming, checkpoint)
+    return document
+
+
+def load(
+    checkpoint: Path, document: dict[str, Any], *, optimizer: Any, scheduler: Any
+) -> tuple[Position, dict[str, Any] | None]:
+    """Restore optimizer, scheduler and RNG (lerobot's load_training_state); return the position and the data
+    state of `document` (read_data_document's; None: a map-style run's).
+
+    Raises:
+        ValueError: the data file belongs to another step than the training state beside it.
+    """
     step, _, _ = load_training_state(checkpoint, optimizer, scheduler)
     if document["step"] != step:
         raise ValueError(
-            f"{path} is at step {document['step']} but {checkpoint / TRAINING_STATE_DIR} at step {step}:"
-            " the checkpoint is inconsistent"
+            f"{checkpoint / TRAINING_STATE_DIR / DATA_STATE} is at step {document['step']} but "
+            f"{checkpoint / TRAINING_STATE_DIR} at step {step}: the checkpoint is inconsistent"
         )
     return Position(step=step, epoch=document["epoch"]), document["data"]
 

@@ -262,6 +262,10 @@ def train(cfg: RobostreamTrainConfig) -> None:
     torch.backends.cudnn.deterministic = cfg.cudnn_deterministic
     torch.backends.cudnn.benchmark = not cfg.cudnn_deterministic
     torch.backends.cuda.matmul.allow_tf32 = True
+    # A damaged or foreign data position is refused before minutes of building the data, policy and optimizer.
+    resumed_data = (
+        checkpoint.read_data_document(cfg.checkpoint_path, streaming=cfg.dataset.streaming) if cfg.resume else None
+    )
 
     data = make_training_data(cfg, device=device, policy_config=cfg.policy)
     policy = make_policy(cfg=cfg.policy, ds_meta=data.meta, rename_map=cfg.rename_map)
@@ -273,12 +277,12 @@ def train(cfg: RobostreamTrainConfig) -> None:
     optimizer, scheduler = make_optimizer_and_scheduler(cfg, policy)
 
     position = Position()
-    if cfg.resume:
+    if resumed_data is not None:
         position, data_state = checkpoint.load(
-            cfg.checkpoint_path, optimizer=optimizer, scheduler=scheduler, streaming=data.streaming
+            cfg.checkpoint_path, resumed_data, optimizer=optimizer, scheduler=scheduler
         )
         if isinstance(data.loader, StreamingDataLoader):
-            assert data_state is not None  # checkpoint.load refuses a map-style run's checkpoint to a streaming run
+            assert data_state is not None  # read_data_document refused a map-style checkpoint to a streaming run
             data.loader.load_state_dict(data_state)
         else:
             position.epoch = resume_map_style(cfg, data, step=position.step, num_processes=accelerator.num_processes)[

@@ -32,7 +32,7 @@ import pytest
 
 from robostream.plan.state import state_checksum
 from robostream.synth import SynthConfig, generate
-from tests.helpers import dataset_indices
+from tests.helpers import dataset_indices, tree_listing
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env
 
 REPO = Path(__file__).parents[2]
@@ -220,9 +220,17 @@ def single(root: Path, out: Path, record: Path, steps: int, *extra: str) -> list
 
 @pytest.fixture(scope="module")
 def act_runs(lerobot_python: str, hf_home: Path, root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Streaming ACT with augmentations in the workers: A straight to 12 steps, B killed after step 5 and resumed."""
+    """Streaming ACT with augmentations in the workers: A straight to 12 steps, B killed after step 5 and resumed.
+    Forked workers: a spawned one imports torch and lerobot again every pass (~10 s on CI's cores, 2 passes x 3
+    runs); lerobot's default, spawn, with augmentations in its workers is trained by the language test."""
     tmp = tmp_path_factory.mktemp("act")
-    args = ["--dataset.streaming=true", "--batch_size=8", "--num_workers=1", *AUGMENT]
+    args = [
+        "--dataset.streaming=true",
+        "--batch_size=8",
+        "--num_workers=1",
+        "--dataloader_multiprocessing_context=fork",
+        *AUGMENT,
+    ]
     train(lerobot_python, hf_home, single(root, tmp / "a", tmp / "a.jsonl", 12, *args))
     train_until_killed(
         lerobot_python, hf_home, single(root, tmp / "b", tmp / "b.jsonl", 12, *args), tmp / "b.jsonl", after_steps=5
@@ -273,6 +281,52 @@ def test_checkpoints_have_lerobots_layout_and_the_data_state(act_runs):
     np.testing.assert_allclose(
         read_normalizer_mean(final / "pretrained_model", "observation.images.cam0"), [0.485, 0.456, 0.406], rtol=1e-6
     )
+
+
+def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(act_runs, lerobot_python, hf_home):
+    """Checkpoint saves delete only what they made (issue 32, defect 11): a run saved steps 4 and 8 (run A's, a
+    copy); the user keeps notes in `checkpoints/.tmp-notes/`, leaves a file `.tmp-x`, moves checkpoint 8 to another
+    disk behind a symlink (`last` names it through the link), and resumes from checkpoint 4: the resumed run saves
+    step 8 again (then 12). The notes, the file and the moved checkpoint stay as they were; `000008` becomes the
+    new checkpoint (the link replaced, not followed); no scratch folder is left; a warning names what was left
+    alone."""
+    run = act_runs / "a-copy"
+    # hard links (the copy's saves replace files, never write into them); `last` stays a link
+    shutil.copytree(act_runs / "a", run, symlinks=True, copy_function=os.link)
+    checkpoints = run / "checkpoints"
+    shutil.rmtree(checkpoints / "000012")
+    (checkpoints / "last").unlink()
+    (checkpoints / "last").symlink_to("000008")
+    (checkpoints / ".tmp-notes").mkdir()
+    (checkpoints / ".tmp-notes" / "notes.txt").write_text("lr 1e-4 diverged at step 6")
+    (checkpoints / ".tmp-x").write_text("a file")
+    moved = act_runs / "other-disk" / "000008"
+    moved.parent.mkdir()
+    shutil.move(checkpoints / "000008", moved)
+    (checkpoints / "000008").symlink_to(moved)
+    kept = tree_listing(moved)
+    assert os.readlink(checkpoints / "last") == "000008"
+
+    stderr = train(
+        lerobot_python,
+        hf_home,
+        [
+            "--resume=true",
+            f"--config_path={checkpoints / '000004' / 'pretrained_model' / 'train_config.json'}",
+            f"--output_dir={run}",
+            f"--robostream.record={act_runs / 'a-copy.jsonl'}",
+        ],
+    )
+
+    assert tree_listing(checkpoints / ".tmp-notes") == {"notes.txt": b"lr 1e-4 diverged at step 6"}
+    assert (checkpoints / ".tmp-x").read_text() == "a file"
+    assert tree_listing(moved) == kept
+    assert (checkpoints / "000008").is_dir() and not (checkpoints / "000008").is_symlink()
+    assert tensor_bytes(checkpoints / "000008" / WEIGHTS).keys() == tensor_bytes(moved / WEIGHTS).keys()
+    assert os.readlink(checkpoints / "last") == "000012"
+    names = sorted(p.name for p in checkpoints.iterdir())
+    assert names == [".tmp-notes", ".tmp-x", "000004", "000008", "000012", "last"]
+    assert "['.tmp-notes', '.tmp-x'] look like the scratch folders of robostream's checkpoint saves" in stderr
 
 
 def test_lerobots_own_loaders_take_the_checkpoint(act_runs, lerobot_python, hf_home, root):
@@ -379,7 +433,7 @@ def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_
     """torchrun (gloo): killed after step 5 and resumed on 2 processes: exact. The same checkpoint resumed on one
     process: the rest of epoch 0 is exactly the samples the 2-process run had left (each once), in other batches
     (the layout changed, so the batches' composition and the float sums differ: not bit for bit)."""
-    # forked workers (lerobot's default, spawn, is exercised by act_runs): 4 runs x 2 ranks start workers per epoch
+    # forked workers (lerobot's default, spawn, is trained by the language test): 4 runs x 2 ranks start workers
     args = [
         "--dataset.streaming=true",
         "--batch_size=4",
@@ -652,9 +706,13 @@ def test_an_epoch_without_a_batch_is_an_error_not_an_endless_loop(lerobot_python
 @pytest.mark.parametrize("streaming", ["true", "false"])
 def test_act_trains_on_a_dataset_with_language_columns(lerobot_python, hf_home, tmp_path, streaming):
     """lerobot-annotate's language columns (synth --language) reach training: map-style batches go through
-    lerobot-train's own collate (default_collate fails on their rows), streaming batches carry them as lists."""
+    lerobot-train's own collate (default_collate fails on their rows), streaming batches carry them as lists.
+    Both in lerobot's default worker context (spawn: the dataset, and the streaming run's augmentations, pickled
+    into a fresh interpreter)."""
     root = generate(tmp_path / "ds", dataclasses.replace(TINY, language=True), jobs=1)
     args = [f"--dataset.streaming={streaming}", "--batch_size=8", "--num_workers=1"]
+    if streaming == "true":
+        args += AUGMENT
     train(lerobot_python, hf_home, single(root, tmp_path / "out", tmp_path / "run.jsonl", 3, *args))
     steps = read_record(tmp_path / "run.jsonl")
     assert [r["step"] for r in steps] == [1, 2, 3] and all(math.isfinite(r["loss"][0]) for r in steps)
@@ -705,6 +763,7 @@ def test_act_trains_on_a_depth_dataset_and_resumes_exactly(lerobot_python, hf_ho
         "--dataset.streaming=true",
         "--batch_size=8",
         "--num_workers=1",
+        "--dataloader_multiprocessing_context=fork",
         f"--policy.input_features={json.dumps(inputs)}",
     ]
 
