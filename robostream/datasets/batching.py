@@ -14,7 +14,7 @@ The arithmetic is pure (plan/epoch.py); a strategy only picks which of it applie
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.lanes import LaneBatching, LaneIterator
@@ -28,8 +28,8 @@ from robostream.plan.epoch import (
     epoch_state,
     plan_epoch,
 )
+from robostream.plan.mixture import BatchingMethod
 
-BatchingMethod = Literal["random", "per_stream", "stratified"]
 # One consumer role's pass over a plan (or a lane's, keeping that share of the live pieces)
 PassFactory = Callable[..., EpochIterator]
 
@@ -121,23 +121,9 @@ class RandomBatching:
         """Any loader settings work: batches are cut from the consumer's sample sequence."""
 
 
-def make_batching(
-    batching: BatchingMethod, *, batch_size: int | None, mixture: bool, features: FeatureMode
-) -> Batching:
-    """The strategy for the dataset's `batching=` and `batch_size=` (errors name the argument and what to do)."""
+def make_batching(batching: BatchingMethod, *, batch_size: int | None) -> Batching:
+    """The strategy for a mixture's `batching` and `batch_size` (Mixture has checked that they go together)."""
     if batching == "random":
-        if batch_size is not None:
-            raise ValueError("batch_size= plans batching='per_stream'; otherwise the loader's batch_size applies")
         return RandomBatching()
-    if batching not in ("per_stream", "stratified"):
-        raise ValueError(f"batching={batching!r}: expected 'random', 'per_stream' or 'stratified'")
-    if not mixture:
-        raise ValueError(f"batching={batching!r} divides batches among the sources of a mixture: pass sources=")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batching={batching!r} needs batch_size= (the loader's), got {batch_size!r}")
-    if batching == "per_stream" and features != "strict":
-        raise ValueError(
-            "batching='per_stream' never mixes sources in a batch, so each keeps its own keys: "
-            "features= applies to batching='random'"
-        )
+    assert batch_size is not None, "Mixture checks that per_stream and stratified have a batch_size"
     return LaneBatching(batching, batch_size=batch_size)

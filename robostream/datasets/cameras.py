@@ -54,7 +54,7 @@ class CameraReader:
         self.tolerance_s = reading.settings.tolerance_s
         # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
         self.backend = reading.settings.video_backend or default_backend()
-        self.device = reading.settings.video_decode_device
+        self.device = reading.settings.decode_device
         # Each use brings its opener (`_decoder`), which must not refer back to this reader: a reference cycle would
         # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
         self.cache = reading.decoders

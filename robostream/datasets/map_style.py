@@ -80,7 +80,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             image_transforms=image_transforms,
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
-            video_decode_device=decoding.device,
+            decode_device=decoding.device,
         )
         self.meta = open_dataset(
             repo_id, root, revision, read_options, video_backend, "LeRobotDataset", depth_output_unit=depth_output_unit

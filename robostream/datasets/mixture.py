@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from robostream.datasets.reading import Reading
 from robostream.datasets.sample import SampleAssembler
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
-from robostream.plan.mixture import LaneBatchingMethod, SamplingMethod, Weight
+from robostream.plan.mixture import BatchingMethod, SamplingMethod, Weight
 from robostream.plan.windows import delta_offsets, window_seconds
 from robostream.storage.options import ReadOptions, read_options_from
 from robostream.storage.redact import redact_url
@@ -35,7 +35,7 @@ from robostream.storage.redact import redact_url
 # The defaults, published so that the benchmark and the training command default to them by name.
 DEFAULT_SAMPLING_METHOD: SamplingMethod = "balanced"
 DEFAULT_FEATURES: FeatureMode = "strict"
-DEFAULT_BATCHING: Literal["random"] | LaneBatchingMethod = "random"
+DEFAULT_BATCHING: BatchingMethod = "random"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +114,7 @@ class Mixture:
     epoch_size: int | None = None
     sampling_method: SamplingMethod = DEFAULT_SAMPLING_METHOD
     features: FeatureMode = DEFAULT_FEATURES
-    batching: Literal["random"] | LaneBatchingMethod = DEFAULT_BATCHING
+    batching: BatchingMethod = DEFAULT_BATCHING
     batch_size: int | None = None
 
     def __post_init__(self) -> None:

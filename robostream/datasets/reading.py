@@ -33,6 +33,7 @@ from robostream.storage.options import ReadOptions
 from robostream.storage.store import SharedReading, Storage
 from robostream.video.cache import VideoDecoderCache
 from robostream.video.layout import FramePool
+from robostream.video.options import DEFAULT_DECODE_DEVICE
 
 ROW_THREADS = 16  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
 DECODE_THREADS = 16  # decode threads per process at most (fewer when workers fill the cores; started as needed)
@@ -52,7 +53,7 @@ class ReadingSettings:
         image_transforms: applied to every camera tensor (None: batches are assembled whole).
         depth_output_unit: the unit of depth cameras.
         video_backend: "torchcodec" or "pyav" (None: the default backend).
-        video_decode_device: "cpu", or "cuda"/"cuda:N".
+        decode_device: where videos are decoded (DecodeOptions.device): "cpu", or "cuda"/"cuda:N".
         decode_ahead: samples of a piece whose missing frames are decoded together.
         prefetch: read the rows of upcoming pieces and the video bytes of upcoming picks ahead (remote data).
         shuffle: pieces read by residue class of their window stride (random order) or forward.
@@ -65,7 +66,7 @@ class ReadingSettings:
     image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None
     depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT
     video_backend: Literal["torchcodec", "pyav"] | None = None
-    video_decode_device: str = "cpu"
+    decode_device: str = DEFAULT_DECODE_DEVICE
     decode_ahead: int = 4
     prefetch: bool = True
     shuffle: bool = True

@@ -39,7 +39,6 @@ from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (
     DEFAULT_BATCHING,
-    DEFAULT_FEATURES,
     DEFAULT_SAMPLING_METHOD,
     Mixture,
     SourceReader,
@@ -130,9 +129,9 @@ class StreamingLeRobotDataset(IterableDataset):
         self.mixture = mixture
         self.is_mixture = mixture is not None
         self.batching = (
-            make_batching(mixture.batching, batch_size=mixture.batch_size, mixture=True, features=mixture.features)
+            make_batching(mixture.batching, batch_size=mixture.batch_size)
             if mixture is not None
-            else make_batching(DEFAULT_BATCHING, batch_size=None, mixture=False, features=DEFAULT_FEATURES)
+            else make_batching(DEFAULT_BATCHING, batch_size=None)
         )
         specs = mixture_sources(repo_id=repo_id, root=root, revision=revision, episodes=episodes, mixture=mixture)
         self.shuffle, self.seed = shuffle, seed
@@ -148,7 +147,7 @@ class StreamingLeRobotDataset(IterableDataset):
             image_transforms=image_transforms,
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
-            video_decode_device=decoding.device,
+            decode_device=decoding.device,
             decode_ahead=self.streams.decode_ahead,
             prefetch=self.streams.prefetch_pieces > 0,
             shuffle=shuffle,

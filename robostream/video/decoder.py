@@ -397,10 +397,12 @@ def open_video_decoder(
         return PyAVVideoDecoder(source, name=name, plane="gray12")
     if device != "cpu":
         if backend != "torchcodec":
-            raise ValueError(f"video_decode_device={device!r} needs video_backend='torchcodec' (PyAV decodes on CPU)")
+            raise ValueError(
+                f"decoding=DecodeOptions(device={device!r}) needs video_backend='torchcodec' (PyAV decodes on CPU)"
+            )
         if str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(
-                f"video_decode_device={device!r}: this torch build has no CUDA device available "
+                f"decoding=DecodeOptions(device={device!r}): this torch build has no CUDA device available "
                 f"(torch {torch.__version__}); use 'cpu' or install CUDA builds of torch and torchcodec"
             )
     if backend == "torchcodec":

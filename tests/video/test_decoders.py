@@ -71,7 +71,7 @@ def test_missing_file_and_unavailable_cuda_are_clear(tmp_path, av1_root):
     _, _, path, _ = _file_with_episodes(av1_root)
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the no-CUDA error cannot be provoked")
-    with pytest.raises(ValueError, match="no CUDA device"):
+    with pytest.raises(ValueError, match=r"decoding=DecodeOptions\(device='cuda'\): .*no CUDA device"):
         open_video_decoder(path, device="cuda")
-    with pytest.raises(ValueError, match="PyAV decodes on CPU"):
+    with pytest.raises(ValueError, match=r"decoding=DecodeOptions\(device='cuda'\) needs .*PyAV decodes on CPU"):
         open_video_decoder(path, backend="pyav", device="cuda")
