@@ -13,12 +13,14 @@ per node, on the first read of that file (format/data_columns.py).
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from robostream.datasets.cameras import CameraReader
 from robostream.datasets.origin import open_dataset, resolve_episodes
@@ -102,6 +104,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.reading = Reading(settings, decoders_kept=decoding.decoders_kept or max(4, 2 * len(self.meta.video_keys)))
         self.cameras = CameraReader(self.meta, self.reading)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
+        self.reading.add_storage(self.meta.data_storage)
         self.video_ahead = VideoReadAhead(self.meta, enabled=True, reading=self.reading)
         self._ahead = ProcessLocal(_AskedAhead)
 
@@ -151,6 +154,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
 
     # -- samples ---------------------------------------------------------------------------------------------
     def __getitem__(self, position: int) -> dict[str, Any]:
+        started = time.perf_counter_ns()
         episode, frame = self.locate(position)
         rows = self.rows.episode(episode)
         windows = self.assembler.windows(frame, len(rows))
@@ -160,7 +164,10 @@ class LeRobotDataset(torch.utils.data.Dataset):
         }
         self.video_ahead.fetch(episode, wanted, urgent=True)  # remote: every camera's bytes at once
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
-        return self.assembler.assemble(rows, frame, video, windows)
+        assembling = time.perf_counter_ns()
+        sample = self.assembler.assemble(rows, frame, video, windows)
+        self._produced(started, assembling)
+        return sample
 
     def __getitems__(self, positions: Sequence[int]) -> list[dict[str, Any]]:
         """The samples at `positions` (what torch's DataLoader asks for per batch), equal to `self[p]` for each;
@@ -170,6 +177,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         requests in flight (one round trip for the batch instead of one per block a decoder reads); a batch from
         `LookAheadBatchSampler` also names the worker's next batch, whose bytes are then fetched while this one
         decodes."""
+        started = time.perf_counter_ns()
         prepared, requests = self._requests(positions)
         if self.video_ahead.enabled:
             asked = self._ahead.get()
@@ -203,10 +211,26 @@ class LeRobotDataset(torch.utils.data.Dataset):
         )
         if self.video_ahead.enabled:
             self._ahead.get().served(tuple(positions))
-        return [
+        assembling = time.perf_counter_ns()
+        samples = [
             self.assembler.assemble(rows, frame, video, windows)
             for (rows, frame, windows), video in zip(prepared, decoded)
         ]
+        self._produced(started, assembling)
+        return samples
+
+    def _produced(self, started: int, assembling: int) -> None:
+        """A sample or a batch is out (asked for at `started`, assembled since `assembling`): its assembly counts in
+        the assemble stage (datasets/stages.py), its whole time in the loop's wall time, and what the stages and
+        the storage did reaches this worker's row of the counters (`reading.counters`)."""
+        now = time.perf_counter_ns()
+        stages = self.reading.stage_times.get()
+        stages.work("assemble", now - assembling)
+        stages.wall(now - started)
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        self.reading.count_stages(worker)
+        self.reading.count_reads(worker)
 
     def _requests(self, positions: Sequence[int]) -> tuple[list[tuple[Any, int, Any]], list[tuple[int, dict]]]:
         """Per position its (rows, frame, windows) and its (episode, timestamps by camera) decode request."""

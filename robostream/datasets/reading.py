@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from robostream.datasets.counters import FrameCounters
-from robostream.datasets.stages import FIGURE_FIELDS, THREAD_FIELDS, StagePool, StageTimes
+from robostream.datasets.stages import FIGURE_FIELDS, TIMED_THREAD_FIELDS, StagePool, StageTimes
 from robostream.format.data_rows import RowCaches
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.numbers import finite_number
@@ -114,6 +114,8 @@ class Reading:
         counters = self.counters
         counters.set(worker, "bytes_read", sum(s.bytes_read for s in stats))
         counters.set(worker, "fetch_tasks", sum(s.requests for s in stats))
+        counters.set(worker, "fetch_busy_us", int(sum(s.requests_s for s in stats) * 1e6))
+        counters.set(worker, "fetch_threads", sum(s.max_in_flight for s in shared))
         counters.set(worker, "read_wait_us", int(sum(s.wait_s for s in shared) * 1e6))
         counters.set(worker, "block_bytes_peak", sum(s.block_bytes_peak for s in shared))
         counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in shared))
@@ -131,7 +133,7 @@ class Reading:
         new, wall_us, threads = self.stage_times.get().unpublished()
         added = [("worker_wall_us", wall_us)]
         added += [(name, amount) for names, figures in zip(FIGURE_FIELDS, new) for name, amount in zip(names, figures)]
-        self.counters.record(worker, added=[(n, a) for n, a in added if a], peaks=zip(THREAD_FIELDS, threads))
+        self.counters.record(worker, added=[(n, a) for n, a in added if a], peaks=zip(TIMED_THREAD_FIELDS, threads))
 
 
 class Tally:

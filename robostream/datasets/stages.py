@@ -2,9 +2,10 @@
 
 A streaming consumer's pipeline (what SPDL's pipeline reports per stage, here per DataLoader worker):
 
-- `fetch`: remote bytes; its tasks are the storage's range requests and its wait the readers' wait for blocks
-  (`read_wait_us`, counted by the storage over the threads that read: decoders and row reads, several at once, so
-  it may exceed the loop's own time); its busy time is not measured.
+- `fetch`: remote bytes; its tasks are the storage's range requests, its busy time their summed durations, its
+  threads the read-ahead's requests allowed at once, and its wait the readers' wait for blocks (`read_wait_us`,
+  counted by the storage over the threads that read: decoders and row reads, several at once, so it may exceed the
+  loop's own time).
 - `rows`: an episode's data rows (in the row pool ahead of their pieces for remote data, else in the loop).
 - `index`: a camera file's packet index (remote data, the index pool or the loop).
 - `decode`: one decoder call over a camera file's frames for several pieces (decode pool or the loop).
@@ -39,9 +40,11 @@ FIGURE_FIELDS = tuple(tuple(f"{stage}_{figure}" for figure in FIGURES) for stage
 STAGE_FIELDS = (
     *(name for names in FIGURE_FIELDS for name in names),
     "fetch_tasks",  # the storage's range requests (its wait is read_wait_us)
+    "fetch_busy_us",  # their durations summed
     "worker_wall_us",  # the consumers' loops' own time (summed): occupancy's denominator
 )
-THREAD_FIELDS = tuple(f"{stage}_threads" for stage in TIMED)  # the most threads a worker ran a stage on
+TIMED_THREAD_FIELDS = tuple(f"{stage}_threads" for stage in TIMED)  # the most threads a worker ran a stage on
+THREAD_FIELDS = ("fetch_threads", *TIMED_THREAD_FIELDS)  # fetch: the read-ahead's requests allowed at once
 _ROW = {stage: row for row, stage in enumerate(TIMED)}
 
 P = ParamSpec("P")

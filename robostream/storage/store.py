@@ -20,6 +20,7 @@ import os
 import posixpath
 import re
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -166,17 +167,20 @@ def _local_version(stat: os.stat_result) -> FileVersion:
 
 
 class ByteCounter:
-    """Bytes and requests fetched from remote storage by this process (thread-safe)."""
+    """Bytes, requests and the requests' time fetched from remote storage by this process (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.bytes = 0
         self.requests = 0
+        self.requests_s = 0.0
 
-    def add(self, nbytes: int) -> None:
+    def add(self, nbytes: int, seconds: float) -> None:
+        """A request answered `nbytes` after `seconds` (retries included)."""
         with self._lock:
             self.bytes += nbytes
             self.requests += 1
+            self.requests_s += seconds
 
 
 @dataclass(frozen=True)
@@ -185,9 +189,11 @@ class StorageStats:
 
     bytes_read: int  # bytes fetched from remote storage
     requests: int  # range requests made
+    requests_s: float  # their time summed (several run at once: may exceed the wall time)
     wait_s: float  # time readers (not the read-ahead) waited for blocks
     block_bytes_peak: int  # most bytes of fetched blocks held at once
     in_flight_peak: int = 0  # most read-ahead requests under way at once
+    max_in_flight: int = 0  # read-ahead requests allowed under way at once (its threads)
     evicted_unread: int = 0  # blocks fetched ahead but evicted before a reader took them
     read_ahead_failures: int = 0  # read-ahead requests that failed (the readers then fetched for themselves)
     reader_fetches: int = 0  # blocks readers fetched themselves, a round trip each (nobody asked for them ahead)
@@ -336,9 +342,11 @@ class Storage:
         return StorageStats(
             counter.bytes,
             counter.requests,
+            counter.requests_s,
             reading.blocks.wait_s,
             reading.blocks.peak_bytes,
             reading.read_ahead.in_flight_peak,
+            reading.read_ahead.max_in_flight,
             reading.blocks.evicted_unread,
             reading.read_ahead.failures,
             reading.blocks.reader_fetches,
@@ -438,9 +446,10 @@ class Storage:
             read = partial(self.hub_ranges.whole, path, bound)
         else:
             read = partial(self.fs.cat_file, path)
+        started = time.perf_counter()
         data = call_with_retries(read, name, self.retry)
         if not self.is_local:
-            self.counter.add(len(data))
+            self.counter.add(len(data), time.perf_counter() - started)
         if len(data) > bound.size:
             raise TooLargeError(f"{name}: {len(data)} bytes or more, more than {bound.why}")
         if seen is not None and len(data) != seen.size:
@@ -649,12 +658,13 @@ class RangedReader(io.RawIOBase):
             )
             return answer.body
 
+        started = time.perf_counter()
         try:
             data = call_with_retries(once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
         except FileChangedError:
             self._storage.forget_version(self._path)  # a reader opened from now on reads the new version
             raise
-        self._storage.counter.add(len(data))
+        self._storage.counter.add(len(data), time.perf_counter() - started)
         return data
 
     def fetch_ahead(self, start: int, end: int, *, urgent: bool) -> None:

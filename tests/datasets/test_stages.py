@@ -1,7 +1,7 @@
 """Per-stage tasks, busy time and wait of a streaming epoch (datasets/stages.py), in process and through DataLoader
-workers, locally and over the slow store: every stage that ran counted, the decoder calls counted as made, waits
-within the loops' wall time, and the store's round trips showing in the remote stages (bounds the latency implies,
-never a timing threshold a loaded machine could miss)."""
+workers, locally and over the slow store, and of a map-style epoch through DataLoader workers: every stage that ran
+counted, the decoder calls counted as made, waits within the loops' wall time, and the store's round trips showing
+in the remote stages (bounds the latency implies, never a timing threshold a loaded machine could miss)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from torch.utils.data import DataLoader
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.datasets.stages import STAGES, TIMED, StagePool, StageTimes
 from robostream.process_local import ProcessLocal
 from robostream.synth import SynthConfig, generate
@@ -65,7 +66,7 @@ def _check_stages(counts: dict[str, int], *, batches: int, workers: int, wall_s:
     assert counts["assemble_wait_us"] == counts["assemble_busy_us"]
     if not remote:
         assert counts["rows_wait_us"] == counts["rows_busy_us"]
-        assert counts["fetch_tasks"] == counts["read_wait_us"] == 0
+        assert counts["fetch_tasks"] == counts["fetch_busy_us"] == counts["read_wait_us"] == 0
 
 
 def test_an_epoch_in_process_counts_every_stage_and_each_decoder_call(root):
@@ -92,11 +93,28 @@ def test_the_slow_stores_round_trips_show_in_the_remote_stages(root):
     _check_stages(counts, batches=batches, workers=0, wall_s=wall_s, remote=True)
     latency_us = LATENCY_S * 1e6
     assert counts["fetch_tasks"] > 0 and local["fetch_tasks"] == 0  # the store's requests
+    # Each request waits out the latency before its first byte: fetch is busy at least that long per request.
+    assert counts["fetch_busy_us"] >= counts["fetch_tasks"] * latency_us and counts["fetch_threads"] >= 1
     # A camera file's packet index needs its first bytes (a round trip), and the loop waits for the first ones.
     assert counts["index_tasks"] > 0 and counts["index_busy_us"] >= counts["index_tasks"] * latency_us
     assert counts["index_wait_us"] >= latency_us > local["index_wait_us"]
     # The first data file's footer is a round trip away, read in the row pool (16 threads) ahead of its piece.
     assert counts["rows_busy_us"] >= latency_us and counts["rows_threads"] > 1
+
+
+def test_a_map_style_epoch_through_workers_counts_its_decoder_calls_and_one_assembly_per_batch(root):
+    dataset = LeRobotDataset(root=str(root), delta_timestamps=WINDOWS, return_uint8=True)
+    started = time.perf_counter()
+    batches = sum(1 for _ in DataLoader(dataset, batch_size=BATCH, num_workers=2))  # __getitems__ per batch
+    wall_s = time.perf_counter() - started
+    counts = dataset.reading.counters.totals()
+    assert counts["decode_tasks"] > 0 and counts["decode_busy_us"] > 0 and counts["decode_threads"] >= 1
+    assert counts["assemble_tasks"] == batches == -(-len(dataset) // BATCH)
+    assert counts["assemble_wait_us"] == counts["assemble_busy_us"] > 0  # assembled in the loop
+    loops_us = counts["worker_wall_us"]
+    assert 0 < loops_us <= 2 * wall_s * 1e6
+    assert sum(counts[f"{stage}_wait_us"] for stage in TIMED) <= loops_us
+    assert counts["fetch_tasks"] == counts["fetch_busy_us"] == 0  # local
 
 
 def test_stage_times_publish_what_is_new_in_whole_microseconds():

@@ -10,6 +10,7 @@ import torch
 from robostream import LeRobotDataset, StreamingLeRobotDataset
 from robostream.errors import MissingFileError, TooLargeError, UnsafePathError
 from robostream.storage.options import ReadOptions
+from robostream.storage.read_ahead import DEFAULT_MAX_IN_FLIGHT
 from robostream.storage.store import RangedReader, Storage
 
 
@@ -35,7 +36,9 @@ def test_ranged_reader_reads_any_span(memory_copy):
     reader.seek(-10, io.SEEK_END)
     assert reader.read() == data[-10:]
     assert reader.read(5) == b""
-    assert storage.stats().bytes_read >= len(data)
+    stats = storage.stats()
+    assert stats.bytes_read >= len(data) and stats.requests >= 2  # the whole file, then its blocks
+    assert stats.requests_s > 0 and stats.max_in_flight == DEFAULT_MAX_IN_FLIGHT  # fetch's busy time and threads
 
 
 def test_missing_and_unsafe_paths(memory_copy):
