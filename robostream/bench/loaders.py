@@ -183,6 +183,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
             sampler, batch_size=options.pop("batch_size"), look_ahead=max(1, options["num_workers"])
         )
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
+        counts = dataset.reading.counters.totals  # the stages and remote reads its workers published
     return {
         "loader": loader,
         "frames_per_sample": frames_per_sample(dataset),

@@ -10,11 +10,11 @@ Definitions (the same for every loader, robostream's and lerobot's):
 - shuffle_randomness_frac: distinct episodes per batch / batch size, averaged over all batches; compare it with
   `uniform_randomness_frac`, the same figure for batches drawn uniformly at random from the same samples.
 - samples_per_source (a mixture): samples delivered from each source over the whole run (warm-up included).
-- stages (robostream's streaming loader): per stage of the read path (datasets/stages.py) over the whole run, summed
-  over workers: tasks, busy_s (the tasks' time), wait_s (the workers' loops' time until the stage's result was there;
-  fetch's: the reading threads' wait for bytes, summed over threads that wait at once), threads (the most a worker
-  ran it on) and occupancy = busy_s / (worker_wall_s x threads), worker_wall_s being the loops' own time producing
-  batches.
+- stages (robostream's loaders): per stage of the read path (datasets/stages.py) over the whole run, summed over
+  workers: tasks, busy_s (the tasks' time; fetch's: its requests' time, summed), wait_s (the workers' loops' time
+  until the stage's result was there; fetch's: the reading threads' wait for bytes, summed over threads that wait at
+  once), threads (the most a worker ran it on; fetch's: the read-ahead's requests allowed at once) and occupancy =
+  busy_s / (worker_wall_s x threads), worker_wall_s being the loops' own time producing batches.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def cache_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, float] | Non
 
 
 def stage_figures(counts: Mapping[str, int]) -> dict[str, dict[str, float | None]]:
-    """Per stage that ran: tasks, busy_s, wait_s, threads and occupancy (None where not measured: fetch's busy time
-    and threads), from the loader's counters (datasets/counters.py) and the workers' wall time."""
+    """Per stage that ran: tasks, busy_s, wait_s, threads and occupancy, from the loader's counters
+    (datasets/counters.py) and the workers' wall time."""
     stages: dict[str, dict[str, float | None]] = {}
     for stage in STAGES:
         if stage in TIMED:
@@ -72,12 +72,12 @@ def stage_figures(counts: Mapping[str, int]) -> dict[str, dict[str, float | None
                 "wait_s": counts.get(f"{stage}_wait_us", 0) / 1e6,
                 "threads": counts.get(f"{stage}_threads", 0),
             }
-        else:  # fetch: the storage's requests and the readers' wait for bytes, as counted there
+        else:  # fetch: the storage's requests, their time and the readers' wait for bytes, as counted there
             figures = {
                 "tasks": counts.get("fetch_tasks", 0),
-                "busy_s": None,
+                "busy_s": counts.get("fetch_busy_us", 0) / 1e6,
                 "wait_s": counts.get("read_wait_us", 0) / 1e6,
-                "threads": None,
+                "threads": counts.get("fetch_threads", 0),
             }
         if figures["tasks"]:
             stages[stage] = figures

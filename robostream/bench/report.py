@@ -167,7 +167,8 @@ STAGE_HEADERS = ("stage", "tasks", "busy s", "ms/task", "wait s", "threads", "oc
 
 def stage_table(result: Mapping[str, Any]) -> list[str]:
     """Where a run's time went, per stage of its read path (bench/metrics.py: stage_figures): a markdown table under
-    a line naming the run and its workers' wall time; '-' where a figure is not measured (fetch's busy time)."""
+    a line naming the run and its workers' wall time; '-' where a figure is unknown (a result made before fetch's busy
+    time was measured)."""
 
     def cell(value: float | None, fmt: str) -> str:
         return "-" if value is None else fmt.format(value)

@@ -123,6 +123,8 @@ def _staged_trace(wall_us, decode_busy_us, decode_threads):
         "assemble_wait_us": 200_000,
         "assemble_threads": 1,
         "fetch_tasks": 7,
+        "fetch_busy_us": 700_000,
+        "fetch_threads": 64,
         "read_wait_us": 300_000,
     }
     return trace
@@ -138,8 +140,10 @@ def test_stages_busy_wait_and_occupancy_over_the_workers_wall_time():
     )
     assert stages["rows"]["occupancy"] == pytest.approx(0.4 / (2.0 * 16))
     assert stages["assemble"]["occupancy"] == pytest.approx(0.1)
-    # fetch: the storage's requests and the readers' wait for bytes (read_wait_us, not counted again); no busy time
-    assert stages["fetch"] == {"tasks": 7, "busy_s": None, "wait_s": 0.3, "threads": None, "occupancy": None}
+    # fetch: the storage's requests, their time, the read-ahead's threads and the readers' wait for bytes
+    assert stages["fetch"] == pytest.approx(
+        {"tasks": 7, "busy_s": 0.7, "wait_s": 0.3, "threads": 64, "occupancy": 0.7 / (2.0 * 64)}
+    )
     assert "stages" not in summarize(_trace([1.0, 2.0]), warmup_batches=1)  # a peer's loader counts nothing
 
 
@@ -150,4 +154,5 @@ def test_aggregate_merges_the_ranks_stages():
     decode = job["stages"]["decode"]
     assert decode["tasks"] == 20 and decode["busy_s"] == pytest.approx(2.0) and decode["threads"] == 4
     assert decode["occupancy"] == pytest.approx(2.0 / (4.0 * 4))
-    assert job["stages"]["fetch"]["busy_s"] is None and job["stages"]["fetch"]["wait_s"] == pytest.approx(0.6)
+    fetch = job["stages"]["fetch"]
+    assert fetch["busy_s"] == pytest.approx(1.4) and fetch["wait_s"] == pytest.approx(0.6) and fetch["threads"] == 64

@@ -19,7 +19,7 @@ def test_the_report_prints_each_stage():
     lines = markdown([_result()], None).splitlines()
     start = lines.index("| stage | tasks | busy s | ms/task | wait s | threads | occupancy % |")
     assert lines[start - 1].startswith("Stages, robostream stream / single (the workers' loops: 2.00 s")
-    assert lines[start + 2] == "| fetch | 7 | - | - | 0.30 | - | - |"  # fetch's busy time is not measured
+    assert lines[start + 2] == "| fetch | 7 | - | - | 0.30 | - | - |"  # a result without fetch's busy time
     assert lines[start + 3] == "| decode | 10 | 2.00 | 200.00 | 1.50 | 2 | 50.0 |"
 
 
