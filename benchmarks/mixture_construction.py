@@ -2,12 +2,14 @@
 node cache, a new dataset), in one process. Run from the repository root:
 
     PYTHONPATH=. .venv/bin/python benchmarks/mixture_construction.py /tmp/manysrc --sources 500 --api http
+    PYTHONPATH=. .venv/bin/python benchmarks/mixture_construction.py /tmp/manysrc --sources 300 --api local
 
 FOLDER/one is a one-episode dataset (generated when missing: 3 cameras of 48x64, 34 frames) and FOLDER/src-000 ...
 are copies of it made of hard links. The store (robostream/testing/: slow_store.py HTTP, s3_dialect.py S3,
 hub_store.py the Hub emulator, sources pinned to its commit) serves FOLDER's parent with --latency_ms first-byte
-latency. Per run it prints one JSON line: construction seconds, the requests the store served, the most in flight
-and the store's CPU seconds (it shares the machine with the reader).
+latency; `--api local` reads the folders directly (no store). Per run it prints one JSON line: construction seconds,
+this process's CPU seconds, and for a store the requests it served, the most in flight and its CPU seconds (it
+shares the machine with the reader).
 """
 
 from __future__ import annotations
@@ -40,45 +42,55 @@ def _sources(folder: Path, count: int) -> list[Path]:
 
 
 def _construct(urls: list[str], options: dict, store, label: str, api: str) -> None:
-    store.reset_stats()
-    started = time.perf_counter()
+    """`store` None: local folders (no store to count)."""
+    if store is not None:
+        store.reset_stats()
+    started, cpu = time.perf_counter(), time.process_time()
     StreamingLeRobotDataset(
         mixture=Mixture(sources=[Source(root=url) for url in urls]), read_options=ReadOptions(**options)
     )
-    took = time.perf_counter() - started
-    summary = store.summary(took)
-    print(
-        json.dumps(
-            {
-                "api": api,
-                "sources": len(urls),
-                "run": label,
-                "construction_s": round(took, 2),
-                "requests": summary["requests"],
-                "in_flight_max": summary["in_flight_max"],
-                "store_cpu_s": round(summary["cpu_s"], 2),
-            }
-        ),
-        flush=True,
-    )
+    took, cpu = time.perf_counter() - started, time.process_time() - cpu
+    line = {"api": api, "sources": len(urls), "run": label, "construction_s": round(took, 2), "cpu_s": round(cpu, 2)}
+    if store is not None:
+        summary = store.summary(took)
+        line |= {
+            "requests": summary["requests"],
+            "in_flight_max": summary["in_flight_max"],
+            "store_cpu_s": round(summary["cpu_s"], 2),
+        }
+    print(json.dumps(line), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--sources", type=int, default=500)
-    parser.add_argument("--api", choices=["http", "s3", "hub"], default="http")
+    parser.add_argument("--api", choices=["local", "http", "s3", "hub"], default="http")
     parser.add_argument("--latency_ms", type=float, default=50.0)
+    parser.add_argument("--warm_runs", type=int, default=1, help="warm constructions after the cold one")
+    parser.add_argument(
+        "--node_cache",
+        type=Path,
+        help="the node cache to use (default a new, empty one): a second invocation "
+        "with the same folder measures a new process whose snapshots are current",
+    )
     args = parser.parse_args()
     folder = args.folder.resolve()
     roots = _sources(folder, args.sources)
-    os.environ["ROBOSTREAM_CACHE"] = tempfile.mkdtemp(prefix="node-cache-")  # cold, then warm
+    node_cache = str(args.node_cache) if args.node_cache else tempfile.mkdtemp(prefix="node-cache-")
+    os.environ["ROBOSTREAM_CACHE"] = node_cache  # cold (a new one), then warm
+    # The first run in a given node cache: "first" (a new process; its snapshots current when the folder was used).
+    labels = ["first" if args.node_cache else "cold", *(f"warm-{i}" for i in range(1, args.warm_runs + 1))]
     latency = args.latency_ms / 1000
+    if args.api == "local":
+        for label in labels:
+            _construct([str(root) for root in roots], {}, None, label, args.api)
+        return
     if args.api == "hub":
         repos = {f"local/{root.name}": root for root in roots}
         with HubServer(repos, latency_s=latency) as store, hub_environment(store.endpoint, Path(tempfile.mkdtemp())):
             urls = [f"hf://datasets/{repo}@{store.sha}" for repo in repos]
-            for label in ("cold", "warm"):
+            for label in labels:
                 _construct(urls, {}, store, label, args.api)
         return
     server = RangeHTTPServer if args.api == "http" else S3RangeServer
@@ -88,7 +100,7 @@ def main() -> None:
         else:
             urls = [f"s3://{folder.name}/{root.name}" for root in roots]
             options = {"storage_options": store.storage_options()}
-        for label in ("cold", "warm"):
+        for label in labels:
             _construct(urls, options, store, label, args.api)
 
 

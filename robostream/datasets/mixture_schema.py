@@ -61,7 +61,8 @@ def source_specs(
                 f"source {name}: feature_map gives two features the name {common!r} (or a reserved "
                 f"sample key); every common name must be unique"
             )
-        specs[common] = with_window(common, spec, windows.get(common))
+        window = windows.get(common)
+        specs[common] = spec if window is None else with_window(common, spec, window)  # feature_keys: no window
     return specs
 
 

@@ -132,7 +132,7 @@ def check_version(version: Any, source: str) -> None:
 
 def check_feature(name: Any, feature: Any, source: str) -> None:
     """A feature entry of info.json: a printable key, a dtype string and a shape of positive ints."""
-    if not isinstance(name, str) or not name or any(not c.isprintable() for c in name):
+    if not isinstance(name, str) or not name or not name.isprintable():
         raise DatasetFormatError(
             f"{source}: feature key {name!r} must be a non-empty string without control "
             "characters (NUL, newline, ...); rename the feature"

@@ -320,11 +320,53 @@ def load_metadata(
     data_storage = Storage(data_source, options, shared=shared)
     derived = options.derived_cache()
     revision, meta = metadata_revision(storage)
-    tables = derived.open(
+    snapshot = derived.open(
         snapshot_identity(storage.describe("meta"), revision),
         lambda folder: save_tables(read_tables(storage, meta), folder),
-        load_tables,
+        lambda folder: Snapshot(load_tables(folder)),
+        keep=True,
     )
+    if snapshot.parsed is None:  # parsed outside the cache's load: a dataset's own error is not a damaged entry
+        snapshot.parsed = parse_tables(snapshot.tables, storage)
+    info = snapshot.parsed.info
+    # The caller's own arrays: lerobot edits its metadata's stats, and the parsed ones serve every later dataset.
+    stats = {
+        key: {name: value.copy() for name, value in values.items()} for key, values in snapshot.parsed.stats.items()
+    }
+    return DatasetMetadata(
+        storage=storage,
+        data_storage=data_storage,
+        info=info,
+        episodes=snapshot.parsed.episodes,
+        tasks=dict(snapshot.parsed.tasks),  # the caller's own (lerobot edits its metadata's)
+        stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
+        derived=derived,
+        depth_unit=depth_unit,
+    )
+
+
+@dataclass(frozen=True)
+class ParsedTables:
+    """A metadata snapshot's tables parsed and checked, shared by the datasets a process constructs from it."""
+
+    info: DatasetInfo
+    episodes: EpisodeTable  # its arrays are never written
+    tasks: dict[int, str]  # copied into each DatasetMetadata
+    stats: dict[str, dict[str, np.ndarray]]  # in their recorded units; copied into each DatasetMetadata
+
+
+@dataclass
+class Snapshot:
+    """What a process loaded from a metadata snapshot: the node's derived cache keeps it for the process while the
+    snapshot is current (`DerivedCache.open(keep=True)`), so a dataset constructed again from an unchanged source
+    parses nothing (no JSON, no checks)."""
+
+    tables: MetadataTables
+    parsed: ParsedTables | None = None  # set by the first construction that parsed the tables without an error
+
+
+def parse_tables(tables: MetadataTables, storage: Storage) -> ParsedTables:
+    """The snapshot's info.json, episode table and stats parsed and checked (errors name the dataset's files)."""
     info = loads_info(tables.info_text, storage.describe(INFO_PATH))
     episodes = episode_table(tables.episode_parts, info.video_keys, info.fps, info.video_path)
     stats: dict[str, Any] = {}
@@ -335,13 +377,4 @@ def load_metadata(
             raise DatasetFormatError(
                 f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: {exc.msg}"
             ) from exc
-    return DatasetMetadata(
-        storage=storage,
-        data_storage=data_storage,
-        info=info,
-        episodes=episodes,
-        tasks=tables.tasks,
-        stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
-        derived=derived,
-        depth_unit=depth_unit,
-    )
+    return ParsedTables(info=info, episodes=episodes, tasks=tables.tasks, stats=stats)

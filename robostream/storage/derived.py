@@ -13,7 +13,10 @@ Trust: the folders live where only this user can write (storage/cache_folder.py)
 (`.complete`, written last) holds the size and sha256 of every file of the build, and no identity (a URL's
 credentials never reach the disk). A process checks each folder against its record the first time it opens it
 (one read and sha256 of the folder's files: about 0.15 s per 100 MiB, once per process and folder; the files are
-the tables, never the videos) and trusts it afterwards. A folder that fails the check or no longer loads (a truncated, edited or
+the tables, never the videos) and afterwards while its files' stats are those it had then (names, sizes,
+modification and change times, inodes: what names a local file's version everywhere in robostream; a write changes
+the change time, a replacement the inode), so a dataset constructed again sees an entry damaged since for a stat
+per file. A folder that fails the check or no longer loads (a truncated, edited or
 bit-flipped file, a file added) is moved aside and built again once, with a warning naming the folder; it never
 fails every later start. Folders are never evicted automatically: their total is about the size of the dataset's
 uncompressed tables (not its videos); remove the folder to reclaim the space.
@@ -41,6 +44,12 @@ DAMAGED = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 COMPLETE = ".complete"  # written last inside a build: the size and sha256 of each file; a folder without it is unused
 
+FileStats = tuple[tuple[str, int, int, int, int], ...]  # (name, size, mtime_ns, ctime_ns, inode) per file, sorted
+# Folders checked against their record (or built) in this process, by any DerivedCache, with their files' stats then.
+_verified: dict[Path, FileStats] = {}
+# What `open(..., keep=True)` loaded from a folder, with the folder's files' stats when it was checked.
+_kept: dict[Path, tuple[FileStats, Any]] = {}
+
 
 class DamagedEntry(ValueError):
     """A derived folder's files are not those its completion record lists."""
@@ -59,7 +68,6 @@ class DerivedCache:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = owned_folder(directory, "derived-data cache")
-        self._checked: set[Path] = set()  # folders this cache object checked (or built) in this process
 
     def folder(self, identity: str, build: Callable[[Path], None]) -> Path:
         """The folder derived from the source named by `identity`, built by `build(folder)` when missing."""
@@ -72,7 +80,7 @@ class DerivedCache:
             (staging / COMPLETE).write_text(json.dumps({"files": _digests(staging)}))
             try:
                 os.rename(staging, target)
-                self._checked.add(target)  # its record was computed from these very bytes: no second hash
+                _verified[target] = _file_stats(target)  # its record was computed from these very bytes
             except OSError:
                 if not (target / COMPLETE).is_file():
                     raise
@@ -81,36 +89,53 @@ class DerivedCache:
             shutil.rmtree(staging, ignore_errors=True)
         return target
 
-    def open(self, identity: str, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
+    def open(self, identity: str, build: Callable[[Path], None], load: Callable[[Path], T], *, keep: bool = False) -> T:
         """`load(folder)` of the folder derived from `identity` (built when missing), checked against its record
         first. A folder that fails the check or the load is moved aside and rebuilt once; if the rebuilt one
-        fails too, that error propagates (the source itself is at fault)."""
+        fails too, that error propagates (the source itself is at fault).
+
+        Args:
+            identity: what names the source's content (see the module docstring).
+            build: writes the folder's files into the folder it is given.
+            load: reads the folder.
+            keep: hold what `load` returned for this process and return that very object again while the folder's
+                files keep their stats (a small result that its callers never change: the metadata snapshot).
+        """
         folder = self.folder(identity, build)
+        kept = _kept.get(folder) if keep else None
         try:
-            self._check(folder)
-            return load(folder)
+            if kept is not None and kept[0] == _file_stats(folder):
+                return kept[1]
+            return self._load(folder, load, keep)
         except DAMAGED as exc:
             warnings.warn(
                 f"{folder}: the derived-data cache entry is damaged ({type(exc).__name__}: {exc}); rebuilding it",
                 RuntimeWarning,
                 stacklevel=2,
             )
-            self._checked.discard(folder)
+            _verified.pop(folder, None)
+            _kept.pop(folder, None)
             aside = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".broken-{folder.name}-"))
             try:
                 os.rename(folder, aside / "entry")  # atomic: other processes see the old entry or none
             except FileNotFoundError:
                 pass  # another process moved it first
             shutil.rmtree(aside, ignore_errors=True)
-        folder = self.folder(identity, build)
-        self._check(folder)
-        return load(folder)
+        return self._load(self.folder(identity, build), load, keep)
 
-    def _check(self, folder: Path) -> None:
-        """Every file of `folder` is one its completion record lists, with that size and sha256 (once per process:
-        the rows are then read from the files as they are)."""
-        if folder in self._checked:
-            return
+    def _load(self, folder: Path, load: Callable[[Path], T], keep: bool) -> T:
+        stats = self._check(folder)
+        loaded = load(folder)
+        if keep:
+            _kept[folder] = (stats, loaded)
+        return loaded
+
+    def _check(self, folder: Path) -> FileStats:
+        """Every file of `folder` is one its completion record lists, with that size and sha256 (once per process
+        while its files' stats stay those of that check: the rows are then read from the files as they are)."""
+        stats = _file_stats(folder)  # before the hash: a write during it makes the next check hash again
+        if _verified.get(folder) == stats:
+            return stats
         listed = _record(folder)
         found = _digests(folder)
         if found != listed:
@@ -119,19 +144,45 @@ class DerivedCache:
                 f"{folder}: {', '.join(wrong)}: not the file(s) its {COMPLETE} lists (added, "
                 "removed or changed since it was built)"
             )
-        self._checked.add(folder)
+        _verified[folder] = stats
+        return stats
+
+
+def _files(folder: Path) -> list[tuple[str, os.DirEntry]]:
+    """Every file of a build folder (its completion record aside) by its name relative to it, sorted."""
+    found = []
+    pending = [("", str(folder))]
+    while pending:
+        prefix, directory = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((f"{prefix}{entry.name}/", entry.path))
+                elif entry.is_file() and (prefix or entry.name != COMPLETE):
+                    found.append((prefix + entry.name, entry))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _file_stats(folder: Path) -> FileStats:
+    """The stats that name the version of each file of a build folder (its completion record too: a record
+    rewritten since must be read again)."""
+    stats = [(name, entry.stat()) for name, entry in _files(folder)]
+    record = os.stat(folder / COMPLETE)
+    return tuple(
+        (name, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+        for name, stat in [*stats, (COMPLETE, record)]
+    )
 
 
 def _digests(folder: Path) -> dict[str, list[Any]]:
     """[size, sha256] of every file in a build folder (its completion record aside), by name relative to it."""
     found: dict[str, list[Any]] = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != COMPLETE:
-            hasher = hashlib.sha256()
-            with open(path, "rb") as handle:
-                while chunk := handle.read(1 << 20):
-                    hasher.update(chunk)
-            found[path.relative_to(folder).as_posix()] = [path.stat().st_size, hasher.hexdigest()]
+    for name, entry in _files(folder):
+        hasher = hashlib.sha256()
+        with open(entry.path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                hasher.update(chunk)
+        found[name] = [os.stat(entry.path).st_size, hasher.hexdigest()]
     return found
 
 

@@ -166,6 +166,23 @@ def _local_version(stat: os.stat_result) -> FileVersion:
     return FileVersion(stat.st_size, f"{stat.st_mtime_ns}:{stat.st_ino}:{stat.st_ctime_ns}")
 
 
+def _local_versions(path: str, relative: str) -> dict[str, FileVersion]:
+    """Every file under a local folder (followed links included, as a walk sees them) with its version, by its
+    path relative to the root (`relative`: the folder's)."""
+    found: dict[str, FileVersion] = {}
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for entry in entries:
+        name = f"{relative}/{entry.name}"
+        if entry.is_dir(follow_symlinks=False):
+            found |= _local_versions(entry.path, name)
+        elif entry.is_file():
+            found[name] = _local_version(entry.stat())
+    return found
+
+
 class ByteCounter:
     """Bytes, requests and the requests' time fetched from remote storage by this process (thread-safe)."""
 
@@ -485,13 +502,7 @@ class Storage:
             raise ValueError(f"{redact_url(self.url)}: {self.protocol} cannot list folders")
         base = self._path(folder, "folder").rstrip("/")
         if self.is_local:
-            found: dict[str, FileVersion] = {}
-            for directory, _, names in os.walk(base):
-                for name in names:
-                    path = os.path.join(directory, name)
-                    relative = posixpath.join(folder, os.path.relpath(path, base).replace(os.sep, "/"))
-                    found[relative] = _local_version(os.stat(path))
-            return found
+            return _local_versions(base, folder.rstrip("/"))
         try:
             listing = call_with_retries(
                 lambda: self.fs.find(base, detail=True), f"{self.describe(folder)} (listing)", self.retry

@@ -174,6 +174,22 @@ def test_a_tampered_metadata_snapshot_is_rebuilt_not_served(root, tmp_path):
         assert LeRobotDataset(root=root, read_options=options).meta.tasks == tasks
 
 
+def test_datasets_constructed_from_one_kept_snapshot_have_their_own_stats_and_tasks(root, tmp_path):
+    """A process keeps a current snapshot parsed (issue 35): lerobot edits its dataset's metadata (e.g. ImageNet
+    stats for the cameras), and that edit must not reach another dataset constructed from the same snapshot."""
+    options = ReadOptions(cache_dir=tmp_path / "cache", cache_limit="1gb")
+    first = LeRobotDataset(root=root, read_options=options).meta
+    key = next(k for k, values in first.stats.items() if {"mean", "std"} <= values.keys())
+    mean, std = first.stats[key]["mean"].copy(), first.stats[key]["std"].copy()
+    first.stats[key]["mean"] += 7  # in place
+    first.stats[key]["std"] = std + 7  # replaced
+    first.tasks[0] = "EDITED"
+    second = LeRobotDataset(root=root, read_options=options).meta
+    np.testing.assert_array_equal(second.stats[key]["mean"], mean)
+    np.testing.assert_array_equal(second.stats[key]["std"], std)
+    assert second.tasks[0] != "EDITED"
+
+
 def _shared_folder(path: Path) -> Path:
     path.mkdir()
     path.chmod(0o1777)  # like /tmp: every user may create entries in it
