@@ -63,7 +63,20 @@ def run(python: str, hf_home: Path, args: Sequence[str], **env: str) -> str:
     """Run the script `args[0]` with `args[1:]` in `python`, offline, and return its stdout; a failure fails the
     test with the output's tail. Scripts run in a lerobot interpreter kept for the session (one per interpreter,
     HF_HOME and environment): importing torch and lerobot is most of a lerobot script's time (10-15 s on CI's cores,
-    ~15 scripts a session)."""
+    ~15 scripts a session). Anything else (`-c CODE`, `-m module`) runs in a fresh interpreter."""
+    if not args[0].endswith(".py"):
+        proc = subprocess.run(
+            [python, *args],
+            capture_output=True,
+            text=True,
+            timeout=SUBPROCESS_TIMEOUT_S,
+            env=offline_env(hf_home, **env),
+        )
+        if proc.returncode != 0:
+            pytest.fail(
+                f"{python} {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
+        return proc.stdout
     return _runner(python, hf_home, tuple(sorted(env.items()))).run(list(args))
 
 
