@@ -36,6 +36,9 @@ from tests.helpers import dataset_indices, tree_listing
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env
 
 REPO = Path(__file__).parents[2]
+# Each launch is bounded by SUBPROCESS_TIMEOUT_S (its stacks printed when it overruns: stacks_of); a test launches
+# up to 4 runs, one after another, on a busy 2-core machine: the test's own limit is their sum.
+pytestmark = pytest.mark.timeout(4 * SUBPROCESS_TIMEOUT_S + 60)
 TINY = SynthConfig(
     episodes=4,
     cameras=2,
@@ -95,7 +98,8 @@ WEIGHTS = Path("pretrained_model") / "model.safetensors"
 def command_env(hf_home: Path) -> dict[str, str]:
     # One torch thread: on a busy 2-core machine two OpenMP threads spin against other processes; runs compared
     # with each other use the same setting, so the arithmetic is the same.
-    return offline_env(hf_home, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # PYTHONFAULTHANDLER: a run stuck past its time prints every thread's stack when sent SIGABRT (stacks_of).
+    return offline_env(hf_home, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
 
 
 def launcher(python: str, processes: int) -> list[str]:
@@ -114,16 +118,34 @@ def launcher(python: str, processes: int) -> list[str]:
 
 
 def train(python: str, hf_home: Path, args: list[str], *, processes: int = 1) -> str:
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [*launcher(python, processes), *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=SUBPROCESS_TIMEOUT_S,
         env=command_env(hf_home),
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"train {' '.join(args)} did not finish in {SUBPROCESS_TIMEOUT_S} s:\n{stacks_of(proc)}")
     if proc.returncode != 0:
-        pytest.fail(f"train {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
-    return proc.stderr
+        pytest.fail(f"train {' '.join(args)} failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-4000:]}")
+    return stderr
+
+
+def stacks_of(proc: subprocess.Popen) -> str:
+    """A stuck run's every thread's stack (faulthandler prints them on SIGABRT: PYTHONFAULTHANDLER) in each of its
+    processes, then the run killed: what a hang report needs."""
+    signal_tree(proc.pid, signal.SIGABRT)
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        signal_tree(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+    signal_tree(proc.pid, signal.SIGKILL)
+    return stderr[-20000:]
 
 
 def train_until_killed(
@@ -143,21 +165,23 @@ def train_until_killed(
         if proc.poll() is not None:
             pytest.fail(f"the run to kill ended first ({proc.returncode}):\n{proc.stderr.read()[-4000:]}")
         if time.monotonic() > deadline:
-            kill_tree(proc.pid)
-            pytest.fail(f"the run to kill did not reach step {after_steps} in {SUBPROCESS_TIMEOUT_S} s")
+            pytest.fail(
+                f"the run to kill did not reach step {after_steps} in {SUBPROCESS_TIMEOUT_S} s:\n{stacks_of(proc)}"
+            )
         time.sleep(0.02)
-    kill_tree(proc.pid)
+    signal_tree(proc.pid, signal.SIGKILL)
     proc.wait()
     proc.stderr.close()
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and every descendant at once, as a node failure would: torchrun starts its ranks in
-    sessions of their own, so its process group alone would leave them running."""
-    tree = psutil.Process(pid)
-    for process in [*tree.children(recursive=True), tree]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(signal.SIGKILL)
+def signal_tree(pid: int, signum: int) -> None:
+    """Signal a process and every descendant at once (SIGKILL: as a node failure would): torchrun starts its ranks
+    in sessions of their own, so its process group alone would leave them running."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        tree = psutil.Process(pid)
+        for process in [*tree.children(recursive=True), tree]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signum)
 
 
 def resume(output_dir: Path) -> list[str]:
