@@ -9,12 +9,15 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
+import resource
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict, get_args
 
+from robostream.bench.cores import pinned_here, split_cores
 from robostream.bench.report import REFERENCE, load_results, markdown, render, write_csv, write_json
 from robostream.bench.runner import (
     PEERS,
@@ -166,6 +169,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         default="http",
         help="how the slow store is read: plain HTTP ranges, the Hub's API (the loopback Hub emulator, "
         "hf://; with --peer lerobot-stream), or S3's (s3://)",
+    )
+    _option(
+        parser,
+        "with_local",
+        action="store_true",
+        help="with --store_*: run each robostream configuration on the local ROOT first, then through the store, "
+        "and report the remote/local ratios",
     )
     _option(parser, "out", default="out/bench", help="folder for JSON/CSV results")
 
@@ -340,6 +350,13 @@ def slow_store(args: argparse.Namespace) -> Iterator[ServedStore | None]:
         yield ServedStore(server, frame_bytes)
 
 
+def store_cpu_s() -> float:
+    """CPU seconds of this process's threads but the calling one so far, exited threads included: the store's
+    (its threads serve while the main thread only waits for the probe process, which is not counted here)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime - time.thread_time()
+
+
 def _sources(text: str) -> list[dict[str, Any]]:
     """--sources: a JSON list of Source arguments inline, or @FILE (JSON, or YAML for .yaml/.yml)."""
     if text.startswith("@"):
@@ -347,12 +364,37 @@ def _sources(text: str) -> list[dict[str, Any]]:
     return parse_source_arguments(text, where="--sources", syntax="json")
 
 
+def local_twin_config(config: RunConfig, root: str) -> RunConfig:
+    """`config` (a run through the slow store) reading the local dataset folder `root` the store serves."""
+    return dataclasses.replace(
+        config,
+        root=root,
+        repo_id=None,
+        revision=None,
+        read_options=dataclasses.replace(config.read_options, storage_options=None),
+        label="local",
+        store=None,
+    )
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    local_root = args.root or args.root_arg  # before the slow store points args at itself
     with slow_store(args) as store:
-        return _run_bench(args, store)
+        plan = configs(args)
+        if args.with_local:
+            if store is None:
+                raise BenchError("--with_local runs each configuration locally before the slow store: give --store_*")
+            plan = [
+                run
+                for config in plan
+                for run in (
+                    [local_twin_config(config, str(local_root)), config] if config.loader in LOADERS else [config]
+                )
+            ]
+        return _run_bench(args, plan, store)
 
 
-def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
+def _run_bench(args: argparse.Namespace, plan: list[RunConfig], store: ServedStore | None) -> int:
     from rich.console import Console
 
     from robostream.bench.reference import decode_reference
@@ -363,13 +405,13 @@ def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
     export_launch(launch)
     gather = gatherer(launch)
     out = Path(args.out)
-    plan = configs(args)
     default_backend()  # import the decoder once, so no configuration pays for it
     jobs = []
     references = []
     measure_reference = "decode" in args.reference and launch.rank == 0
 
     meta = dataset_metadata(plan[0])  # every configuration reads the same source: its metadata once
+    cores = split_cores(available=sorted(os.sched_getaffinity(0)), ranks_per_node=launch.local_world_size)
 
     def reference_run(when: str) -> None:
         root = str(meta.root)
@@ -384,17 +426,23 @@ def _run_bench(args: argparse.Namespace, store: ServedStore | None) -> int:
         if launch.rank == 0:
             console.print(f"[bold][{i}/{len(plan)}][/] {config.name()} (world size {launch.world_size})")
         barrier(launch)
-        if store is not None:
-            store.server.reset_stats()
-        started = time.monotonic()
-        mine, job = run_config(config, meta, launch, gather)
-        if store is not None:  # this process's store: what its runs asked of it
+        served = store is not None and config.store is not None  # not a local twin (--with_local)
+        with pinned_here(cores.store if served else None):
+            if store is not None:
+                store.server.reset_stats()
+            started, store_cpu_from = time.monotonic(), store_cpu_s()
+            mine, job = run_config(config, meta, launch, gather, probe_cores=cores.probe)
+            store_cpu = store_cpu_s() - store_cpu_from
+        for result in (mine, job) if job is not None else (mine,):
+            result["info"] = {**result["info"], "pinning": cores.info(with_store=served)}
+        if served and store is not None:  # this process's store: what its runs asked of it
             mine["metrics"]["store"] = {
                 **store.server.summary(time.monotonic() - started),
                 "frame_bytes": store.frame_bytes,
             }
+            mine["metrics"]["store_cpu_s"] = store_cpu
             if job is not None:
-                job["metrics"]["store"] = mine["metrics"]["store"]
+                job["metrics"]["store"], job["metrics"]["store_cpu_s"] = mine["metrics"]["store"], store_cpu
         if launch.world_size > 1:
             write_json(out / f"{config.name(launch.rank)}.json", mine)
         if job is not None:

@@ -15,6 +15,16 @@ Definitions (the same for every loader, robostream's and lerobot's):
   until the stage's result was there; fetch's: the reading threads' wait for bytes, summed over threads that wait at
   once), threads (the most a worker ran it on; fetch's: the read-ahead's requests allowed at once) and occupancy =
   busy_s / (worker_wall_s x threads), worker_wall_s being the loops' own time producing batches.
+- client_cpu_s: CPU seconds (user + system) of the loader's process tree over the timed window (the probe process,
+  its memory sampler left out, as client_main_cpu_s, and its DataLoader workers, exited ones included, as
+  client_workers_cpu_s; the benchmark's own store is another process and never counts);
+  client_cpu_s_per_1000_samples divides it by the window's samples, as samples_per_s does.
+- remote reads (runs whose workers made storage requests), whole-run counters over the samples the workers produced
+  (delivered and prefetched, warm-up included: counts' frames_delivered / frames per sample; the map-style loader
+  does not count them: the samples the whole run delivered): requests_per_sample,
+  bytes_per_sample, requests_per_mb, bytes_per_delivered_frame (per camera frame) and read_wait_s_per_1000_samples
+  (the readers' wait for bytes, summed over threads).
+- store_cpu_s (set by the command, runs through the benchmark's own store): the store's CPU seconds over the run.
 """
 
 from __future__ import annotations
@@ -112,6 +122,35 @@ def merge_stages(per_rank: Sequence[Mapping[str, Any]]) -> tuple[dict[str, dict[
     return with_occupancy(merged, wall), wall
 
 
+def client_cpu_figures(main_s: float, workers_s: float, samples: float) -> dict[str, float]:
+    """The loader's process tree's CPU over the timed window: its parts, total and per 1,000 of its samples."""
+    total = main_s + workers_s
+    return {
+        "client_cpu_s": total,
+        "client_main_cpu_s": main_s,
+        "client_workers_cpu_s": workers_s,
+        "client_cpu_s_per_1000_samples": 1e3 * total / samples,
+    }
+
+
+def remote_read_figures(counts: Mapping[str, int], frames_per_sample: int, delivered: int) -> dict[str, float]:
+    """Requests, bytes and the readers' wait per sample produced (see the module docstring; `delivered`: the samples
+    the run delivered, for a loader that does not count its frames); none for a run that made no storage request
+    (local data)."""
+    requests, read = counts.get("fetch_tasks", 0), counts.get("bytes_read", 0)
+    frames = counts.get("frames_delivered") or delivered * frames_per_sample
+    if not requests or not frames:
+        return {}
+    produced = frames / frames_per_sample
+    return {
+        "requests_per_sample": requests / produced,
+        "bytes_per_sample": read / produced,
+        "requests_per_mb": requests / (read / 1e6) if read else 0.0,
+        "bytes_per_delivered_frame": read / frames,
+        "read_wait_s_per_1000_samples": counts.get("read_wait_us", 0) / 1e3 / produced,
+    }
+
+
 def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     """Per-rank figures of one run (see the module docstring for definitions)."""
     records = trace["records"]
@@ -171,6 +210,10 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     ):
         if key in counts:
             out[key] = counts[key]
+    out.update(remote_read_figures(counts, trace["frames_per_sample"], sum(len(r["episodes"]) for r in records)))
+    cpu = trace.get("client_cpu_s")
+    if cpu:
+        out.update(client_cpu_figures(cpu["main"], cpu["children"], samples))
     if counts.get("worker_wall_us"):
         out["worker_wall_s"] = counts["worker_wall_us"] / 1e6
         out["stages"] = stage_figures(counts)
@@ -238,6 +281,14 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
     for key in ("decoded_frames_per_s", "bytes_read"):
         if all(key in r for r in per_rank):
             out[key] = float(sum(r[key] for r in per_rank))
+    if all("client_cpu_s" in r for r in per_rank):
+        out.update(
+            client_cpu_figures(
+                sum(r["client_main_cpu_s"] for r in per_rank),
+                sum(r["client_workers_cpu_s"] for r in per_rank),
+                total["samples"],
+            )
+        )
     if all("stages" in r for r in per_rank):
         out["stages"], out["worker_wall_s"] = merge_stages(per_rank)
     if all("samples_per_source" in r for r in per_rank):

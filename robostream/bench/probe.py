@@ -10,9 +10,14 @@ lerobot's own interpreter and torch:
 SPEC names a factory `"module:function"` or `"/path/file.py:function"` and its parameters. The factory returns a
 dict with `loader` (an iterable of batches), `frames_per_sample` (camera frames in one sample) and optional
 callables `counts()` (frames decoded/delivered, bytes read: whole-run totals) and `split(n)` (a single-process
-pass over n samples that separates fetch from decode time). A map-style loader wraps its dataset in `TimedMapDataset` so that every sample carries how long its worker took to produce it and the worker's
-decoder-cache counters; a loader that assembles whole batches takes `BatchProbe` as its hook instead (each sample
-then carries its batch's production time divided by the batch size).
+pass over n samples that separates fetch from decode time). A map-style loader wraps its dataset in
+`TimedMapDataset` so that every sample carries how long its worker took to produce it and the worker's decoder-cache
+counters; a loader that assembles whole batches takes `BatchProbe` as its hook instead (each sample then carries its
+batch's production time divided by the batch size).
+
+SPEC's optional `cpu_affinity` (a list of core ids) pins the probe and every process it starts to those cores (the
+benchmark's own store runs on the others). The trace's `client_cpu_s` is the CPU of the probe's process tree over
+the timed window (see `consume`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import importlib
 import importlib.util
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -132,6 +138,7 @@ class MemorySampler:
         self.interval_s, self.pss_every = interval_s, max(1, round(pss_interval_s / interval_s))
         self.peak = self.baseline = self.tree_memory("rss")
         self.peak_pss = self.tree_memory("pss")
+        self.cpu_s = 0.0  # the sampler thread's own CPU: the probe's cost, left out of the loader's (tree_cpu_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
 
@@ -154,6 +161,7 @@ class MemorySampler:
             self.peak = max(self.peak, self.tree_memory("rss"))
             if ticks % self.pss_every == 0:
                 self.peak_pss = max(self.peak_pss, self.tree_memory("pss"))
+            self.cpu_s = time.thread_time()
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -175,6 +183,30 @@ def _pss(pid: int) -> int:
     except FileNotFoundError:
         pass
     return 0
+
+
+def tree_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process ("main") and by its descendants ("children"): the
+    live ones read from /proc, those that already exited and were reaped (DataLoader workers of a finished pass) from
+    getrusage(RUSAGE_CHILDREN), so every process counts once whether it is still running or not."""
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = reaped.ru_utime + reaped.ru_stime
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # a worker that exited between listing and reading
+            continue
+        children += times.user + times.system + times.children_user + times.children_system
+    return {"main": own.ru_utime + own.ru_stime, "children": children}
+
+
+def pin_process(cores: list[int]) -> None:
+    """Run every thread of this process on `cores` (threads and processes started later inherit it)."""
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), cores)
+        except ProcessLookupError:  # a thread that ended between listing and pinning
+            pass
 
 
 def load_factory(spec: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -212,17 +244,23 @@ def consume(
     warmup_batches: int,
     duration_s: float | None,
     device: str,
-) -> list[dict[str, Any]]:
+    sampler: MemorySampler,
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Pull batches until `warmup_batches + num_batches` arrived or `duration_s` passed after the warm-up.
 
     Each record: arrival time (s since `started`, i.e. since dataset construction began), time the consumer waited
     for it, its samples' episodes and production times, and the latest cache counters of the worker(s) it came from.
+    Also returns the CPU seconds of this process ("main", the memory sampler's own left out) and its workers
+    ("children") over the timed window: from the last warm-up batch's arrival to the last batch's (or to the end of
+    the pass), the window samples/s is measured over; the batches prefetched ahead at both ends balance.
     """
     target = torch.device(device)
     records: list[dict[str, Any]] = []
     progress = _progress(warmup_batches + num_batches if duration_s is None else None)
     batches = iter(bundle["loader"])
     timed_from = None
+    cpu_from = tree_cpu_s() if warmup_batches == 0 else None
+    cpu_sampler_from = sampler.cpu_s
     while len(records) < warmup_batches + num_batches:
         asked = time.perf_counter()
         try:
@@ -247,29 +285,42 @@ def consume(
             progress.update(1)
         if len(records) == warmup_batches:
             timed_from = arrived
+            cpu_from, cpu_sampler_from = tree_cpu_s(), sampler.cpu_s
         if duration_s is not None and timed_from is not None and arrived - timed_from >= duration_s:
             break
+    cpu_to = tree_cpu_s()
+    cpu = (
+        {
+            "main": cpu_to["main"] - cpu_from["main"] - (sampler.cpu_s - cpu_sampler_from),
+            "children": cpu_to["children"] - cpu_from["children"],
+        }
+        if cpu_from is not None
+        else {}
+    )
     del batches  # shuts the workers down before the memory sampler stops...
     if getattr(bundle["loader"], "_iterator", None) is not None:
         bundle["loader"]._iterator = None  # ...also persistent ones, which the DataLoader itself keeps alive
     if progress is not None:
         progress.close()
-    return records
+    return records, cpu
 
 
 def run(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Build the loader named by `spec`, consume it, and return the trace (JSON-serialisable)."""
+    if spec.get("cpu_affinity"):
+        pin_process(spec["cpu_affinity"])
     factory = load_factory(spec["factory"])
     with MemorySampler() as rss:
         started = time.perf_counter()
         bundle = factory(dict(spec["params"]))
-        records = consume(
+        records, cpu = consume(
             bundle,
             started,
             int(spec["num_batches"]),
             int(spec["warmup_batches"]),
             spec.get("duration_s"),
             spec.get("device", "cpu"),
+            rss,
         )
         counts = bundle["counts"]() if bundle.get("counts") else None
     split = bundle["split"](int(spec["split_samples"])) if bundle.get("split") and spec.get("split_samples") else None
@@ -281,7 +332,8 @@ def run(spec: Mapping[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": rss.peak,
         "baseline_rss_bytes": rss.baseline,
         "peak_pss_bytes": rss.peak_pss,
-        "info": bundle.get("info", {}),
+        "client_cpu_s": cpu,
+        "info": {**bundle.get("info", {}), "cpu_affinity": sorted(os.sched_getaffinity(0))},
     }
 
 

@@ -147,6 +147,10 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     for result in staged:
         lines.append("")
         lines.extend(stage_table(result))
+    costed = [r for r in results if "client_cpu_s" in r["metrics"] or "requests_per_sample" in r["metrics"]]
+    if costed:
+        lines.append("")
+        lines.extend(cost_line(r, local_twin(r, results)) for r in costed)
     served = [r for r in results if "store" in r["metrics"]]
     if served:
         lines.append("")
@@ -195,6 +199,64 @@ def stage_table(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+# What a remote run and its local twin may differ in: where the data is and how it is read.
+WHERE = frozenset({"label", "root", "repo_id", "revision", "read_options", "store", "peer_root"})
+
+
+def local_twin(result: Mapping[str, Any], results: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The local run among `results` that a run through the benchmark's store repeats (the same configuration but
+    where the data is); None for a local run or one without a twin."""
+    if not result["config"].get("store"):
+        return None
+
+    def same(config: Mapping[str, Any]) -> str:
+        return json.dumps({k: v for k, v in config.items() if k not in WHERE}, sort_keys=True)
+
+    wanted = same(result["config"])
+    return next(
+        (
+            r
+            for r in results
+            if not r["config"].get("store")
+            and "://" not in str(r["config"].get("root"))
+            and r["config"].get("repo_id") is None
+            and same(r["config"]) == wanted
+        ),
+        None,
+    )
+
+
+def cost_line(result: Mapping[str, Any], twin: Mapping[str, Any] | None) -> str:
+    """What a run cost the client and the store (bench/metrics.py): client CPU per 1,000 samples and the workers'
+    share of it, the readers' wait, requests and bytes per sample, requests per MB, bytes per delivered camera frame,
+    the store's CPU; with a local twin, samples/s and client CPU per 1,000 samples as ratios remote/local."""
+    m = result["metrics"]
+    parts = []
+    if "client_cpu_s" in m:
+        workers = m["client_workers_cpu_s"] / m["client_cpu_s"] if m["client_cpu_s"] else 0.0
+        parts.append(
+            f"client CPU {m['client_cpu_s_per_1000_samples']:.2f} s per 1,000 samples ({100 * workers:.0f}% workers)"
+        )
+    if "requests_per_sample" in m:
+        parts.append(
+            f"readers waited {m['read_wait_s_per_1000_samples']:.2f} s per 1,000 samples; "
+            f"{m['requests_per_sample']:.3f} requests and {m['bytes_per_sample'] / 1e3:.1f} KB per sample, "
+            f"{m['requests_per_mb']:.2f} requests per MB, {m['bytes_per_delivered_frame'] / 1e3:.1f} KB per "
+            "delivered camera frame"
+        )
+    if "store_cpu_s" in m:
+        parts.append(f"store CPU {m['store_cpu_s']:.2f} s")
+    if twin is not None:
+        t = twin["metrics"]
+        ratios = [f"samples/s {m['samples_per_s'] / t['samples_per_s']:.2f}x"]
+        if m.get("client_cpu_s_per_1000_samples") and t.get("client_cpu_s_per_1000_samples"):
+            ratios.append(
+                f"client CPU per sample {m['client_cpu_s_per_1000_samples'] / t['client_cpu_s_per_1000_samples']:.2f}x"
+            )
+        parts.append(f"vs local: {', '.join(ratios)}")
+    return f"Costs, {result['config']['label']} {label(result)}: " + "; ".join(parts)
+
+
 def mixture_line(result: Mapping[str, Any]) -> str:
     """A mixture run: its construction time (main process), peak PSS per source and samples per source (listed up
     to 12 sources, else their range)."""
@@ -212,7 +274,7 @@ def mixture_line(result: Mapping[str, Any]) -> str:
 def store_line(result: Mapping[str, Any]) -> str:
     """What a run read from the slow store: its settings, requests, requests in flight, bytes served (and as a
     multiple of the video bytes of the frames the run decoded, at the dataset's mean bytes per frame), and the time
-    the readers waited for bytes (streaming: summed over workers)."""
+    the readers waited for bytes (streaming: summed over workers); its CPU is in the run's cost line."""
     settings, load = result["config"].get("store") or {}, result["metrics"]["store"]
     metrics = result["metrics"]
     knobs = ", ".join(
@@ -232,8 +294,6 @@ def store_line(result: Mapping[str, Any]) -> str:
             f"{metrics.get('reader_fetches', 0)} blocks themselves, {metrics.get('evicted_unread', 0)} blocks "
             "fetched ahead were evicted unread"
         )
-    if "cpu_s" in load:  # the store runs on the readers' machine: what it took from them
-        line += f"; the store itself used {load['cpu_s']:.1f} CPU-s"
     return line
 
 

@@ -191,7 +191,9 @@ def local_device(device: str, environ: Mapping[str, str] | None = None) -> str:
     return f"cuda:{env.get('LOCAL_RANK', 0)}" if device == "cuda" else device
 
 
-def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
+def probe_spec(
+    config: RunConfig, deltas: dict[str, list[float]] | None, cpu_affinity: list[int] | None = None
+) -> dict[str, Any]:
     factory = f"{HERE / PEER_FACTORIES[config.loader]}" if config.loader in PEERS else "robostream.bench.loaders:build"
     params = {
         "loader": config.loader,
@@ -224,6 +226,7 @@ def probe_spec(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict
         "duration_s": config.duration_s,
         "device": local_device(config.device),
         "split_samples": config.split_samples,
+        "cpu_affinity": cpu_affinity,
     }
 
 
@@ -241,12 +244,14 @@ def run_echoing_stderr(command: list[str], keep: int = 8192) -> tuple[int, str]:
     return process.wait(), tail.decode(errors="replace")
 
 
-def run_probe(config: RunConfig, deltas: dict[str, list[float]] | None) -> dict[str, Any]:
-    """Run one configuration in a fresh process and return its trace."""
+def run_probe(
+    config: RunConfig, deltas: dict[str, list[float]] | None, cpu_affinity: list[int] | None = None
+) -> dict[str, Any]:
+    """Run one configuration in a fresh process (on `cpu_affinity`'s cores, if given) and return its trace."""
     with tempfile.TemporaryDirectory(prefix="robostream-bench-") as tmp:
         spec_path, trace_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "trace.json")
         with open(spec_path, "w") as fh:
-            json.dump(probe_spec(config, deltas), fh)
+            json.dump(probe_spec(config, deltas, cpu_affinity), fh)
         command = probe_command(config, spec_path, trace_path)
         returncode, tail = run_echoing_stderr(command)
         if returncode != 0 or not os.path.exists(trace_path):
@@ -304,12 +309,17 @@ def host_info() -> dict[str, Any]:
 
 
 def run_config(
-    config: RunConfig, meta: DatasetMetadata, launch: Launch, gather: Callable[[dict[str, Any]], list[dict[str, Any]]]
+    config: RunConfig,
+    meta: DatasetMetadata,
+    launch: Launch,
+    gather: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    probe_cores: list[int] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """This rank's result and, on rank 0, the job-wide one (None elsewhere); `meta` is the benchmarked dataset's."""
+    """This rank's result and, on rank 0, the job-wide one (None elsewhere); `meta` is the benchmarked dataset's,
+    `probe_cores` the cores the probe runs on (None: any)."""
     try:
         deltas = resolve_deltas(config, meta)
-        trace = run_probe(config, deltas)
+        trace = run_probe(config, deltas, probe_cores)
         summary = summarize(trace, config.warmup_batches)
         if config.sources:  # the episodes every source selects
             lengths = [

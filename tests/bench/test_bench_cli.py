@@ -278,7 +278,7 @@ def test_the_slow_store_serves_the_dataset_and_reports_requests_in_flight(av1_ro
         assert "read_wait_us" in result["metrics"]
     err = capsys.readouterr().err
     assert "Slow store (latency_ms 5, max_in_flight 3, api http), " in err and "x the frames' video bytes" in err
-    assert "readers waited" in err and "the store itself used" in err
+    assert "readers waited" in err and "; store CPU " in err and "client CPU " in err
     assert main(["bench", "http://127.0.0.1:9/ds", "--store_latency_ms", "5", "--out", str(tmp_path / "x")]) == 2
     assert "serve a local dataset folder" in capsys.readouterr().err
     assert main(["bench", str(av1_root), "--store_mbps", "0", "--out", str(tmp_path / "x")]) == 2

@@ -156,3 +156,36 @@ def test_aggregate_merges_the_ranks_stages():
     assert decode["occupancy"] == pytest.approx(2.0 / (4.0 * 4))
     fetch = job["stages"]["fetch"]
     assert fetch["busy_s"] == pytest.approx(1.4) and fetch["wait_s"] == pytest.approx(0.6) and fetch["threads"] == 64
+
+
+def test_client_cpu_per_1000_timed_samples_and_remote_reads_per_sample_produced():
+    trace = _trace([1.0, 2.0, 3.0])  # 2 timed batches of 4 samples, 3 frames each
+    trace["client_cpu_s"] = {"main": 0.5, "children": 1.5}
+    # 40 samples produced (120 frames: the 12 delivered and those prefetched), 20 requests of 2 MB in all
+    trace["counts"] = {
+        "frames_decoded": 120,
+        "frames_delivered": 120,
+        "fetch_tasks": 20,
+        "bytes_read": 2_000_000,
+        "read_wait_us": 400_000,
+    }
+    m = summarize(trace, warmup_batches=1)
+    assert m["client_cpu_s"] == 2.0 and m["client_main_cpu_s"] == 0.5 and m["client_workers_cpu_s"] == 1.5
+    assert m["client_cpu_s_per_1000_samples"] == pytest.approx(2.0 / 8 * 1000)
+    assert m["requests_per_sample"] == pytest.approx(0.5) and m["bytes_per_sample"] == pytest.approx(50_000)
+    assert m["requests_per_mb"] == pytest.approx(10.0) and m["bytes_per_delivered_frame"] == pytest.approx(2e6 / 120)
+    assert m["read_wait_s_per_1000_samples"] == pytest.approx(0.4 / 40 * 1000)
+    local = _trace([1.0, 2.0])
+    local["counts"] = {
+        "frames_decoded": 24,
+        "frames_delivered": 24,
+        "fetch_tasks": 0,
+        "bytes_read": 0,
+        "read_wait_us": 0,
+    }
+    assert "requests_per_sample" not in summarize(local, warmup_batches=1)  # no storage request: no such figures
+    uncounted = {**trace, "counts": {"fetch_tasks": 6, "bytes_read": 600_000}}  # map-style: no frames counted
+    assert summarize(uncounted, warmup_batches=1)["requests_per_sample"] == pytest.approx(6 / 12)  # 12 delivered
+    ranks = [summarize(trace, 1), summarize(trace, 1)]
+    job = aggregate(ranks, nodes=1)
+    assert job["client_cpu_s"] == 4.0 and job["client_cpu_s_per_1000_samples"] == pytest.approx(4.0 / 16 * 1000)

@@ -1,6 +1,6 @@
 """The benchmark's text report from hand-made results: the per-stage table and the CSV's dotted names."""
 
-from robostream.bench.report import flat_row, markdown
+from robostream.bench.report import cost_line, flat_row, local_twin, markdown
 
 
 def _result():
@@ -27,3 +27,44 @@ def test_the_csv_row_names_nested_figures_with_dots():
     row = flat_row(_result())
     assert row["stages.decode.occupancy"] == 0.5 and row["stages.fetch.busy_s"] is None
     assert "latency_cdf_ms" not in row and row["loader"] == "stream"
+
+
+def _run(label, store, samples_per_s, cpu_per_1000, **extra):
+    config = {"loader": "stream", "mode": "single", "label": label, "root": "/data/ds", "store": store}
+    if store:
+        config["root"] = "http://127.0.0.1:4000"
+    metrics = {
+        "samples_per_s": samples_per_s,
+        "client_cpu_s": 2.0,
+        "client_workers_cpu_s": 1.5,
+        "client_cpu_s_per_1000_samples": cpu_per_1000,
+        **extra,
+    }
+    return {"config": config, "metrics": metrics}
+
+
+def test_a_run_through_the_store_is_set_beside_its_local_twin():
+    local = _run("local", None, 2000.0, 0.8)
+    remote = _run(
+        "slow50ms",
+        {"latency_ms": 50.0},
+        1600.0,
+        1.0,
+        requests_per_sample=0.14,
+        bytes_per_sample=40_000.0,
+        requests_per_mb=3.5,
+        bytes_per_delivered_frame=13_000.0,
+        read_wait_s_per_1000_samples=0.25,
+        store_cpu_s=0.6,
+    )
+    other = {**local, "config": {**local["config"], "num_workers": 4}}  # another configuration: no twin
+    assert local_twin(remote, [other, local, remote]) is local and local_twin(local, [local, remote]) is None
+    assert cost_line(remote, local) == (
+        "Costs, slow50ms robostream stream / single: client CPU 1.00 s per 1,000 samples (75% workers); readers "
+        "waited 0.25 s per 1,000 samples; 0.140 requests and 40.0 KB per sample, 3.50 requests per MB, 13.0 KB per "
+        "delivered camera frame; store CPU 0.60 s; vs local: samples/s 0.80x, client CPU per sample 1.25x"
+    )
+    assert (
+        cost_line(local, None)
+        == "Costs, local robostream stream / single: client CPU 0.80 s per 1,000 samples (75% workers)"
+    )

@@ -1,0 +1,68 @@
+"""Which cores the benchmark's own store and the loader under test run on.
+
+On a machine with cores to spare (MIN_CORES_TO_PIN or more) the store (threads of the `robostream bench` process)
+gets STORE_CORES of its own and the probe process, with its DataLoader workers, the rest: the store's CPU then never
+competes with the loader's, and samples/s and client CPU measure the loader alone. Local runs get the same probe
+cores, so a local run and a remote run compare on equal cores. With fewer cores, or several ranks on a node (each
+with its own store), nothing is pinned; the result's info says which it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from robostream.bench.probe import pin_process
+
+MIN_CORES_TO_PIN = 4
+STORE_CORES = 1  # the store's CPU is a small share of a run (it only serves ranges)
+
+
+@dataclass(frozen=True)
+class CoreSplit:
+    """The cores of the store and of the probe (None: not pinned), and why."""
+
+    store: list[int] | None
+    probe: list[int] | None
+    why: str
+
+    def info(self, *, with_store: bool) -> dict[str, Any]:
+        """What a result's info records: the cores each side ran on (None: unpinned, or no store)."""
+        return {"store_cores": self.store if with_store else None, "probe_cores": self.probe, "why": self.why}
+
+
+def split_cores(*, available: Sequence[int], ranks_per_node: int) -> CoreSplit:
+    """The store's cores (the last STORE_CORES of `available`) and the probe's (the others) where there are enough.
+
+    Args:
+        available: the cores this process may run on (os.sched_getaffinity(0)).
+        ranks_per_node: benchmark processes sharing the node (each runs its own store).
+    """
+    cores = sorted(available)
+    if ranks_per_node > 1:
+        return CoreSplit(None, None, f"not pinned: {ranks_per_node} ranks share the node's {len(cores)} cores")
+    if len(cores) < MIN_CORES_TO_PIN:
+        return CoreSplit(
+            None, None, f"not pinned: {len(cores)} cores, fewer than {MIN_CORES_TO_PIN} (the store shares them)"
+        )
+    return CoreSplit(
+        cores[-STORE_CORES:], cores[:-STORE_CORES], f"pinned: the store on {STORE_CORES} core, the loader on the rest"
+    )
+
+
+@contextlib.contextmanager
+def pinned_here(cores: list[int] | None) -> Iterator[None]:
+    """Every thread of this process (the store's; the threads they start inherit it) on `cores` meanwhile, then
+    back where they were (None: left as they are)."""
+    if cores is None:
+        yield
+        return
+    before = sorted(os.sched_getaffinity(0))
+    pin_process(cores)
+    try:
+        yield
+    finally:
+        pin_process(before)
