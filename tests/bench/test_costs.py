@@ -128,3 +128,20 @@ def test_the_report_prints_the_costs_and_the_remote_local_ratios(remote_and_loca
 def test_with_local_needs_the_store(av1_root, tmp_path, capsys):
     assert main(["bench", str(av1_root), "--with_local", "--out", str(tmp_path)]) == 2
     assert "--with_local" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs 2 cores to split")
+def test_with_cores_to_spare_the_store_and_the_loader_run_on_their_own(av1_root, tmp_path, monkeypatch):
+    """The pinned path end to end, on this machine's cores as if they were enough: the probe (and its workers) on
+    the loader's cores, the store's on its own, and this process's cores as they were afterwards."""
+    import robostream.bench.cores
+
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr(robostream.bench.cores, "MIN_CORES_TO_PIN", len(cores))
+    args = ["bench", str(av1_root), "--mode", "single", "--loader", "stream", "--batch_size", "4", "--num_workers"]
+    args += ["1", "--num_batches", "3", "--split_samples", "0", "--store_latency_ms", "5", "--out", str(tmp_path)]
+    assert main(args) == 0
+    info = json.loads((tmp_path / "slow5ms_stream_single_b4_w1_cpu.json").read_text())["info"]
+    assert info["pinning"]["store_cores"] == cores[-1:] and info["pinning"]["probe_cores"] == cores[:-1]
+    assert info["cpu_affinity"] == cores[:-1]  # what the probe process itself ran on
+    assert os.sched_getaffinity(0) == set(cores)
