@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import re
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -326,19 +327,16 @@ def load_metadata(
         lambda folder: Snapshot(load_tables(folder)),
         keep=True,
     )
-    if snapshot.parsed is None:  # parsed outside the cache's load: a dataset's own error is not a damaged entry
-        snapshot.parsed = parse_tables(snapshot.tables, storage)
-    info = snapshot.parsed.info
+    parsed = snapshot.parse(storage)  # outside the cache's load: a dataset's own error is not a damaged entry
+    info = parsed.info
     # The caller's own arrays: lerobot edits its metadata's stats, and the parsed ones serve every later dataset.
-    stats = {
-        key: {name: value.copy() for name, value in values.items()} for key, values in snapshot.parsed.stats.items()
-    }
+    stats = {key: {name: value.copy() for name, value in values.items()} for key, values in parsed.stats.items()}
     return DatasetMetadata(
         storage=storage,
         data_storage=data_storage,
         info=info,
-        episodes=snapshot.parsed.episodes,
-        tasks=dict(snapshot.parsed.tasks),  # the caller's own (lerobot edits its metadata's)
+        episodes=parsed.episodes,
+        tasks=dict(parsed.tasks),  # the caller's own (lerobot edits its metadata's)
         stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
         derived=derived,
         depth_unit=depth_unit,
@@ -355,14 +353,25 @@ class ParsedTables:
     stats: dict[str, dict[str, np.ndarray]]  # in their recorded units; copied into each DatasetMetadata
 
 
-@dataclass
 class Snapshot:
     """What a process loaded from a metadata snapshot: the node's derived cache keeps it for the process while the
     snapshot is current (`DerivedCache.open(keep=True)`), so a dataset constructed again from an unchanged source
     parses nothing (no JSON, no checks)."""
 
-    tables: MetadataTables
-    parsed: ParsedTables | None = None  # set by the first construction that parsed the tables without an error
+    def __init__(self, tables: MetadataTables) -> None:
+        self._tables: MetadataTables | None = tables  # dropped once parsed: the parsed tables are what is kept
+        self._parsed: ParsedTables | None = None
+        self._lock = threading.Lock()  # sources of one dataset may share a snapshot, and open in threads
+
+    def parse(self, storage: Storage) -> ParsedTables:
+        """The tables parsed and checked: the first call parses them (an error, the dataset's, is raised again by
+        every later call), the later ones return the same object."""
+        with self._lock:
+            if self._parsed is None:
+                assert self._tables is not None
+                self._parsed = parse_tables(self._tables, storage)
+                self._tables = None
+            return self._parsed
 
 
 def parse_tables(tables: MetadataTables, storage: Storage) -> ParsedTables:
