@@ -166,7 +166,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         assembling = time.perf_counter_ns()
         sample = self.assembler.assemble(rows, frame, video, windows)
-        self._produced(started, assembling)
+        self._produced(started, assembling, frames=sum(len(times) for times in wanted.values()))
         return sample
 
     def __getitems__(self, positions: Sequence[int]) -> list[dict[str, Any]]:
@@ -216,19 +216,23 @@ class LeRobotDataset(torch.utils.data.Dataset):
             self.assembler.assemble(rows, frame, video, windows)
             for (rows, frame, windows), video in zip(prepared, decoded)
         ]
-        self._produced(started, assembling)
+        frames = sum(len(times) for _, wanted in requests for times in wanted.values())
+        self._produced(started, assembling, frames=frames)
         return samples
 
-    def _produced(self, started: int, assembling: int) -> None:
-        """A sample or a batch is out (asked for at `started`, assembled since `assembling`): its assembly counts in
-        the assemble stage (datasets/stages.py), its whole time in the loop's wall time, and what the stages and
-        the storage did reaches this worker's row of the counters (`reading.counters`)."""
+    def _produced(self, started: int, assembling: int, *, frames: int) -> None:
+        """A sample or a batch is out (asked for at `started`, assembled since `assembling`, `frames` camera frames
+        decoded for it, each delivered: map-style decodes what is asked): its assembly counts in the assemble stage
+        (datasets/stages.py), its whole time in the loop's wall time, and what the stages and the storage did
+        reaches this worker's row of the counters (`reading.counters`)."""
         now = time.perf_counter_ns()
         stages = self.reading.stage_times.get()
         stages.work("assemble", now - assembling)
         stages.wall(now - started)
         info = get_worker_info()
         worker = info.id if info is not None else 0
+        self.reading.counters.add(worker, "frames_decoded", frames)
+        self.reading.counters.add(worker, "frames_delivered", frames)
         self.reading.count_stages(worker)
         self.reading.count_reads(worker)
 
