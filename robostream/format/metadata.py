@@ -28,6 +28,7 @@ from robostream.format.episodes import EpisodeTable, episode_table, read_episode
 from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
 from robostream.format.language import SAY_TOOL_SCHEMA
 from robostream.format.metadata_snapshot import (
+    SNAPSHOT_KEY,
     MetadataTables,
     load_tables,
     revision_token,
@@ -325,7 +326,7 @@ def load_metadata(
         snapshot_identity(storage.describe("meta"), revision),
         lambda folder: save_tables(read_tables(storage, meta), folder),
         lambda folder: Snapshot(load_tables(folder)),
-        keep=True,
+        keep_as=f"{SNAPSHOT_KEY}|{storage.describe('meta')}",
     )
     parsed = snapshot.parse(storage)  # outside the cache's load: a dataset's own error is not a damaged entry
     info = parsed.info
@@ -355,8 +356,8 @@ class ParsedTables:
 
 class Snapshot:
     """What a process loaded from a metadata snapshot: the node's derived cache keeps it for the process while the
-    snapshot is current (`DerivedCache.open(keep=True)`), so a dataset constructed again from an unchanged source
-    parses nothing (no JSON, no checks)."""
+    snapshot is current (`DerivedCache.open(keep_as=...)`, one per dataset location), so a dataset constructed
+    again from an unchanged source parses nothing (no JSON, no checks)."""
 
     def __init__(self, tables: MetadataTables) -> None:
         self._tables: MetadataTables | None = tables  # dropped once parsed: the parsed tables are what is kept

@@ -15,9 +15,9 @@ bytes where nothing else names it. What finding the revision costs:
   plus one for the first missing (named by ETag, else Last-Modified; a file with neither is read whole and named
   by its bytes). A build reuses the bytes read here.
 A snapshot whose revision no longer matches is never read: the changed dataset has another key and is read anew.
-A process keeps each snapshot it parsed (format/metadata.py `Snapshot`, held by `DerivedCache.open(keep=True)` while
-the folder's files keep their stats): a dataset constructed again from a source whose revision is unchanged pays
-finding the revision (the above) and no parse, JSON or pyarrow work.
+A process keeps the snapshot it last parsed of each dataset (format/metadata.py `Snapshot`, held by
+`DerivedCache.open(keep_as=...)` while the folder's files keep their stats): a dataset constructed again from a
+source whose revision is unchanged pays finding the revision (the above) and no parse, JSON or pyarrow work.
 """
 
 from __future__ import annotations

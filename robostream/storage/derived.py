@@ -47,8 +47,8 @@ COMPLETE = ".complete"  # written last inside a build: the size and sha256 of ea
 FileStats = tuple[tuple[str, int, int, int, int], ...]  # (name, size, mtime_ns, ctime_ns, inode) per file, sorted
 # Folders checked against their record (or built) in this process, by any DerivedCache, with their files' stats then.
 _verified: dict[Path, FileStats] = {}
-# What `open(..., keep=True)` loaded from a folder, with the folder's files' stats when it was checked.
-_kept: dict[Path, tuple[FileStats, Any]] = {}
+# What `open(..., keep_as=name)` loaded, by that name: the folder, its files' stats when it was checked, the object.
+_kept: dict[str, tuple[Path, FileStats, Any]] = {}
 
 
 class DamagedEntry(ValueError):
@@ -89,7 +89,9 @@ class DerivedCache:
             shutil.rmtree(staging, ignore_errors=True)
         return target
 
-    def open(self, identity: str, build: Callable[[Path], None], load: Callable[[Path], T], *, keep: bool = False) -> T:
+    def open(
+        self, identity: str, build: Callable[[Path], None], load: Callable[[Path], T], *, keep_as: str | None = None
+    ) -> T:
         """`load(folder)` of the folder derived from `identity` (built when missing), checked against its record
         first. A folder that fails the check or the load is moved aside and rebuilt once; if the rebuilt one
         fails too, that error propagates (the source itself is at fault).
@@ -98,15 +100,17 @@ class DerivedCache:
             identity: what names the source's content (see the module docstring).
             build: writes the folder's files into the folder it is given.
             load: reads the folder.
-            keep: hold what `load` returned for this process and return that very object again while the folder's
-                files keep their stats (a small result that its callers never change: the metadata snapshot).
+            keep_as: hold what `load` returned for this process under this name (one object per name: a dataset's
+                location, so a changed dataset's new folder replaces its old one) and return that very object again
+                while it is this folder's and the folder's files keep their stats (a small result that its callers
+                never change: the metadata snapshot).
         """
         folder = self.folder(identity, build)
-        kept = _kept.get(folder) if keep else None
+        kept = _kept.get(keep_as) if keep_as is not None else None
         try:
-            if kept is not None and kept[0] == _file_stats(folder):
-                return kept[1]
-            return self._load(folder, load, keep)
+            if kept is not None and kept[0] == folder and kept[1] == _file_stats(folder):
+                return kept[2]
+            return self._load(folder, load, keep_as)
         except DAMAGED as exc:
             warnings.warn(
                 f"{folder}: the derived-data cache entry is damaged ({type(exc).__name__}: {exc}); rebuilding it",
@@ -114,20 +118,19 @@ class DerivedCache:
                 stacklevel=2,
             )
             _verified.pop(folder, None)
-            _kept.pop(folder, None)
             aside = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".broken-{folder.name}-"))
             try:
                 os.rename(folder, aside / "entry")  # atomic: other processes see the old entry or none
             except FileNotFoundError:
                 pass  # another process moved it first
             shutil.rmtree(aside, ignore_errors=True)
-        return self._load(self.folder(identity, build), load, keep)
+        return self._load(self.folder(identity, build), load, keep_as)
 
-    def _load(self, folder: Path, load: Callable[[Path], T], keep: bool) -> T:
+    def _load(self, folder: Path, load: Callable[[Path], T], keep_as: str | None) -> T:
         stats = self._check(folder)
         loaded = load(folder)
-        if keep:
-            _kept[folder] = (stats, loaded)
+        if keep_as is not None:
+            _kept[keep_as] = (folder, stats, loaded)
         return loaded
 
     def _check(self, folder: Path) -> FileStats:
