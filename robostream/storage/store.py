@@ -175,7 +175,7 @@ def _local_versions(path: str, relative: str) -> dict[str, FileVersion]:
     except (FileNotFoundError, NotADirectoryError):
         return found
     for entry in entries:
-        name = f"{relative}/{entry.name}"
+        name = f"{relative}/{entry.name}" if relative else entry.name
         if entry.is_dir(follow_symlinks=False):
             found |= _local_versions(entry.path, name)
         elif entry.is_file():
