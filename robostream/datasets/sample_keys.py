@@ -66,7 +66,7 @@ def with_window(key: str, spec: KeySpec, window: int | None) -> KeySpec:
             "sample carries its own frame's rows, the persistent ones included); remove it from "
             "delta_timestamps"
         )
-    return replace(spec, window=window)
+    return spec if spec.window == window else replace(spec, window=window)  # one copy fewer per key and source
 
 
 def pad_key(key: str) -> str:
