@@ -25,9 +25,9 @@ stamp=.venv/.robostream-installed
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  # --no-compile: pip would byte-compile every module of torch and the rest (about 2 of the set-up's 4 minutes on
-  # CI's 2 cores); Python compiles what is imported, once, on first import.
-  .venv/bin/python -m pip install -q --no-compile -c scripts/constraints.txt -e ".[test,s3,distributed]"
+  # pip byte-compiles what it installs (minutes of a core): keep it. Machines here set PYTHONDONTWRITEBYTECODE=1,
+  # so a module left uncompiled would be compiled again at every import, in every test interpreter.
+  .venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[test,s3,distributed]"
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import torch, torchcodec.decoders, av; print('setup: torch', torch.__version__, '| torchcodec', torchcodec.__version__, '| PyAV', av.__version__)"

@@ -35,8 +35,8 @@ pins="$VENV/lerobot-pins.txt"
 if [ ! -f "$pins" ]; then
   echo "setup_lerobot: installing lerobot[dataset,diffusion]==$LEROBOT_VERSION into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # --no-compile: byte-compiling every installed module costs minutes of a core; imports compile what they use.
-  "$VENV/bin/python" -m pip install -q --no-compile "lerobot[dataset,diffusion]==$LEROBOT_VERSION" psutil
+  # Byte-compiled at install (PYTHONDONTWRITEBYTECODE=1 here: nothing would be compiled later, once per import).
+  "$VENV/bin/python" -m pip install -q "lerobot[dataset,diffusion]==$LEROBOT_VERSION" psutil
   "$VENV/bin/python" -m pip freeze --exclude-editable > "$pins.tmp"
   mv "$pins.tmp" "$pins"
 fi
@@ -57,7 +57,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "s3fs==$fsspec"
     .venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(boto3|botocore|aiobotocore|s3transfer|moto)=='
   } > "$constraints"
-  "$VENV/bin/python" -m pip install -q --no-compile -c "$constraints" -e ".[test,s3,train]"
+  "$VENV/bin/python" -m pip install -q -c "$constraints" -e ".[test,s3,train]"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" -c "import lerobot, torch, torchcodec; print('setup_lerobot: lerobot', lerobot.__version__, '| torch', torch.__version__, '| torchcodec', torchcodec.__version__)"
