@@ -33,6 +33,21 @@ AV1_CONFIG = SynthConfig(
     video_file_mb=0.03,
     seed=3,
 )
+# A small two-camera H.264 dataset with several data and video files (tests of the read path's resources).
+SMALL_H264_CONFIG = SynthConfig(
+    episodes=4,
+    cameras=2,
+    fps=20,
+    episode_length=15,
+    state_dim=4,
+    seed=3,
+    height=64,
+    width=64,
+    codec="h264",
+    gop=10,
+    data_file_mb=0.01,
+    video_file_mb=0.04,
+)
 H264_CONFIG = SynthConfig(
     episodes=4,
     cameras=2,

@@ -3,6 +3,7 @@ the same decoders opened, the same frames decoded and bytes read), in process an
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import fsspec
@@ -10,22 +11,10 @@ import pytest
 import torch
 
 from robostream import Mixture, Source, StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
-from robostream.synth import SynthConfig, generate
+from robostream.synth import generate
+from tests.helpers import SMALL_H264_CONFIG
 
-CONFIG = SynthConfig(
-    episodes=4,
-    cameras=2,
-    fps=20,
-    episode_length=15,
-    state_dim=4,
-    seed=3,
-    height=64,
-    width=64,
-    codec="h264",
-    gop=10,
-    data_file_mb=0.01,
-    video_file_mb=0.04,
-)
+CONFIG = dataclasses.replace(SMALL_H264_CONFIG, seed=3)
 WINDOWS = {"observation.state": [-0.1, 0.0], "observation.images.cam0": [-0.1, 0.0]}
 # Counts that do not depend on thread timing (waits and in-flight peaks do).
 COUNTED = ("frames_decoded", "frames_delivered", "peak_piece_frames", "bytes_read", "read_ahead_errors")

@@ -5,6 +5,7 @@ in the remote stages (bounds the latency implies, never a timing threshold a loa
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,23 +15,11 @@ from torch.utils.data import DataLoader
 from robostream import LeRobotDataset, StreamingDataLoader, StreamingLeRobotDataset
 from robostream.datasets.stages import STAGES, TIMED, StagePool, StageTimes
 from robostream.process_local import ProcessLocal
-from robostream.synth import SynthConfig, generate
+from robostream.synth import generate
 from robostream.testing.slow_store import RangeHTTPServer
+from tests.helpers import SMALL_H264_CONFIG
 
-CONFIG = SynthConfig(
-    episodes=4,
-    cameras=2,
-    fps=20,
-    episode_length=15,
-    state_dim=4,
-    seed=5,
-    height=64,
-    width=64,
-    codec="h264",
-    gop=10,
-    data_file_mb=0.01,
-    video_file_mb=0.04,
-)
+CONFIG = dataclasses.replace(SMALL_H264_CONFIG, seed=5)
 WINDOWS = {"observation.images.cam0": [-0.1, 0.0]}
 BATCH = 5
 LATENCY_S = 0.05
