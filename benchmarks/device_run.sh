@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Issue 37's GPU-machine check: NVDEC vs CPU decoding and 16-core CPU scaling (BENCHMARKS.md, "GPU machine: NVDEC
+# vs CPU, 16-core scaling (issue 37)"). The machine has torch 2.11+cu130 but no torchcodec, no FFmpeg and no network,
+# so everything travels in the git-excluded folder .devbundle/ (prepared by hand, see BENCHMARKS.md):
+#   av-15.1.0-cp312.tar.xz      PyAV 15.1's wheel, unpacked: robostream's fallback decoder, and its bundled FFmpeg 7.1
+#                               (built with nvdec/cuvid) is the FFmpeg torchcodec loads here
+#   whl/torchcodec-0.11.1-*.whl torchcodec for torch 2.11 from PyPI: CPU-only (the CUDA wheels live on PyTorch's own
+#                               index, which cannot be reached from where the bundle is made)
+#   torchcodec-0.11-src.tar.xz  torchcodec's release/0.11 C++ sources: built here with ENABLE_CUDA=1 against the
+#                               machine's torch, replacing the wheel's FFmpeg-7 libraries
+#   ffmpeg7-headers.tar.xz      FFmpeg 7.1's headers (Debian trixie's libav*-dev) for that build
+#   npp13.tar.xz                NPP's core and color-conversion libraries and headers (torchcodec 0.11 links them)
+#   data/h264, data/av1         `robostream synth` datasets (480x640, 3 cameras, 150-frame episodes)
+# Run from the repository root:  OUT=/some/folder bash benchmarks/device_run.sh
+# Every step is guarded: a failure is logged verbatim and the later steps still run.
+set -u -o pipefail
+
+BUNDLE=${BUNDLE:-.devbundle}
+OUT=${OUT:-/tmp/device_out}
+WORK=${WORK:-/tmp/devwork}
+PYTHON=${PYTHON:-python3}
+BUILD_TORCHCODEC=${BUILD_TORCHCODEC:-1}
+ENABLE_CUDA=${ENABLE_CUDA:-1}  # 0: a CPU-only build (a dry run of the build where there is no CUDA)
+JOBS=${JOBS:-$(nproc)}
+TOTAL_S=${TOTAL_S:-380}  # the whole script's seconds: the measurements get what the set-up and the build leave
+SITE=$WORK/site
+FFMPEG=$WORK/ffmpeg
+NPP=$WORK/npp
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT" "$WORK" "$SITE" "$FFMPEG/lib"
+# cmake, ninja and pybind11 are pip packages of the machine's Python: their scripts sit beside its interpreter
+PATH="$("$PYTHON" -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
+if [ -d /usr/local/cuda/bin ]; then export CUDA_HOME=/usr/local/cuda PATH="/usr/local/cuda/bin:$PATH"; fi
+
+step() { echo "=== $1 ($(date +%T))"; }
+
+step "environment"
+{
+    nvidia-smi || echo "nvidia-smi failed"
+    echo "--- ldconfig -p | grep -i nvcuvid"
+    ldconfig -p | grep -i nvcuvid || echo "(none in the ldconfig cache)"
+    echo "--- libnvcuvid files"
+    find /usr /opt /lib /lib64 -name 'libnvcuvid.so*' 2>/dev/null || true
+    ls -la /usr/local/nvidia/lib64 2>/dev/null | grep -i "cuvid\|libcuda\.so" || echo "(no /usr/local/nvidia/lib64 match)"
+    echo "--- NPP in the image"
+    find /usr /opt /lib /lib64 -name 'libnppicc.so*' 2>/dev/null || true
+    echo "--- tools"
+    command -v cmake ninja make pkg-config nvcc
+    nvcc --version | tail -2
+    "$PYTHON" -c 'import sys, torch; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    nproc
+} 2>&1 | tee "$OUT/environment.txt"
+
+step "unpack PyAV 15.1 and the torchcodec 0.11.1 CPU wheel into $SITE"
+tar -xJf "$BUNDLE/av-15.1.0-cp312.tar.xz" -C "$SITE" || echo "FAILED: unpack PyAV"
+"$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$BUNDLE"/whl/torchcodec-*.whl || echo "FAILED: install torchcodec wheel"
+
+step "FFmpeg prefix: PyAV's libraries under the sonames torchcodec opens"
+tar -xJf "$BUNDLE/ffmpeg7-headers.tar.xz" -C "$FFMPEG"
+for lib in avutil avcodec avformat avdevice avfilter swscale swresample; do
+    file=$(ls "$SITE"/av.libs/lib$lib-*.so.* | head -1)
+    major=$(basename "$file" | sed -E 's/.*\.so\.([0-9]+).*/\1/')
+    ln -sf "$file" "$FFMPEG/lib/lib$lib.so.$major"
+    ln -sf "$file" "$FFMPEG/lib/lib$lib.so"
+done
+ls -la "$FFMPEG/lib"
+strings "$SITE"/av.libs/libavcodec-*.so.* | grep -E '^(h264|hevc|av1)_(nvdec|cuvid)$' | sort | tr '\n' ' '; echo
+
+tar -xJf "$BUNDLE/npp13.tar.xz" -C "$WORK"
+export LD_LIBRARY_PATH="$FFMPEG/lib:$SITE/av.libs:$NPP/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the driver's folder, where libnvcuvid.so.1 (NVDEC) sits on such machines when the ldconfig cache lacks it
+if [ -d /usr/local/nvidia/lib64 ]; then LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/nvidia/lib64"; fi
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ "$BUILD_TORCHCODEC" = 1 ]; then
+    step "build torchcodec 0.11 with ENABLE_CUDA=$ENABLE_CUDA against this torch and FFmpeg 7.1"
+    (
+        set -e
+        rm -rf "$WORK/tcsrc" "$WORK/tcbuild"
+        mkdir -p "$WORK/tcsrc"
+        tar -xJf "$BUNDLE/torchcodec-0.11-src.tar.xz" -C "$WORK/tcsrc"
+        # no pkg-config FFmpeg here: name the prefix with torchcodec's own add_ffmpeg_target (its S3 build's helper)
+        sed -i 's|add_ffmpeg_target_with_pkg_config(ffmpeg_major_version)|add_ffmpeg_target(7 "$ENV{TORCHCODEC_FFMPEG_PREFIX}")\n    set(ffmpeg_major_version 7)|' \
+            "$WORK/tcsrc/src/torchcodec/_core/CMakeLists.txt"
+        grep -n "add_ffmpeg_target(7" "$WORK/tcsrc/src/torchcodec/_core/CMakeLists.txt"
+        generator=()
+        if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+        TORCHCODEC_FFMPEG_PREFIX=$FFMPEG cmake -S "$WORK/tcsrc" -B "$WORK/tcbuild" "${generator[@]}" \
+            -DCMAKE_BUILD_TYPE=Release \
+            -DCMAKE_INSTALL_PREFIX="$WORK/tcinstall" \
+            -DTorch_DIR="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch" \
+            -Dpybind11_DIR="$("$PYTHON" -m pybind11 --cmakedir)" \
+            -DPYTHON_VERSION="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')" \
+            -DENABLE_CUDA="$ENABLE_CUDA" \
+            -DTORCHCODEC_DISABLE_COMPILE_WARNING_AS_ERROR=ON \
+            -DCUDA_nppi_LIBRARY="$NPP/lib/libnppc.so.13" \
+            -DCUDA_nppicc_LIBRARY="$NPP/lib/libnppicc.so.13" \
+            -DCMAKE_CXX_FLAGS="-I$NPP/include"
+        cmake --build "$WORK/tcbuild" -j "$JOBS"
+        cmake --install "$WORK/tcbuild"
+        cp "$WORK"/tcinstall/libtorchcodec_*7.so "$SITE/torchcodec/"
+        ldd "$SITE/torchcodec/libtorchcodec_core7.so" | grep -E "npp|avcodec|not found" || true
+    ) > "$OUT/build.txt" 2>&1 && echo "build OK" || { echo "FAILED: torchcodec CUDA build (tail of build.txt):"; tail -40 "$OUT/build.txt"; }
+fi
+
+step "measurements"
+"$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --out "$OUT" --budget_s $((TOTAL_S - SECONDS - 10)) ||
+    echo "FAILED: device_decode.py exited $?"
+step "done"
