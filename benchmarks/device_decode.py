@@ -6,7 +6,10 @@ PYTHONPATH and LD_LIBRARY_PATH); writes `device_decode.json` to --out and prints
 runs under `_guarded`: a failure is recorded verbatim (type, message, traceback tail) and the next step runs, since one
 run on a lent machine has to bring back every answer it can. Steps past the time budget are recorded as skipped.
 
-    python benchmarks/device_decode.py --bundle .devbundle --out OUT [--budget_s 330]
+    python benchmarks/device_decode.py --bundle .devbundle --out OUT --group GROUP [--budget_s 330]
+
+One process per group (device_run.sh runs them in turn): a crash inside a native library (a segfault) ends only its
+group, and the results of every group gather in the one JSON file.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class Recorder:
     def __init__(self, *, out: Path, budget_s: float) -> None:
         self.path = out / "device_decode.json"
         self.deadline = time.monotonic() + budget_s
-        self.results: dict[str, Any] = {}
+        self.results: dict[str, Any] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def guarded(self, name: str, step: Callable[[], Any], *, needs_s: float = 0.0) -> Any:
         """Run `step`, record its result (or its failure, verbatim) under `name`; None when it failed or was skipped.
@@ -100,7 +103,6 @@ def sync(device: str) -> None:
 
 
 def environment() -> dict[str, Any]:
-    import av
     import torchcodec
     from torchcodec._core import get_ffmpeg_library_versions
 
@@ -114,11 +116,15 @@ def environment() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torchcodec": torchcodec.__version__,
         "torchcodec_ffmpeg": get_ffmpeg_library_versions(),
-        "pyav": av.__version__,
-        "pyav_ffmpeg": av.library_versions,
         "robostream_default_backend": default_backend(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def pyav_environment() -> dict[str, Any]:
+    import av
+
+    return {"pyav": av.__version__, "pyav_ffmpeg": av.library_versions}
 
 
 def first_frame(path: Path, *, device: str, backend: CudaBackend) -> dict[str, Any]:
@@ -274,36 +280,58 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", type=Path, default=Path(".devbundle"))
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--budget_s", type=float, default=330.0, help="seconds for all steps; later ones are skipped")
+    parser.add_argument("--budget_s", type=float, default=330.0, help="seconds for these steps; later ones are skipped")
+    parser.add_argument("--group", choices=GROUPS, required=True, help="which steps (one process per group)")
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
-    h264_root, av1_root = options.bundle / "data" / "h264", options.bundle / "data" / "av1"
     record = Recorder(out=options.out, budget_s=options.budget_s)
+    GROUPS[options.group](record, options.bundle / "data" / "h264", options.bundle / "data" / "av1")
 
+
+def environment_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     record.guarded("environment", environment)
+
+
+def pyav_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    record.guarded("pyav", pyav_environment)
+
+
+def cuda_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     h264 = videos(h264_root)
     record.guarded("cuda_first_frame_ffmpeg", lambda: first_frame(h264[0], device="cuda", backend="ffmpeg"))
     record.guarded("cuda_first_frame_beta", lambda: first_frame(h264[0], device="cuda", backend="beta"))
 
+
+def av1_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     av1 = videos(av1_root)
     record.guarded("av1_cpu", lambda: first_frame(av1[0], device="cpu", backend="ffmpeg"))
     record.guarded("av1_cuda_ffmpeg", lambda: av1_stages(av1[0], backend="ffmpeg"))
     record.guarded("av1_cuda_beta", lambda: av1_stages(av1[0], backend="beta"))
     record.guarded("av1_cuda_robostream", lambda: robostream_av1_cuda(av1[0]))
 
+
+def raw_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    h264 = videos(h264_root)
     record.guarded("raw_h264_cpu", lambda: raw_decode(h264, device="cpu", backend="ffmpeg"), needs_s=15)
     record.guarded("raw_h264_cuda_ffmpeg", lambda: raw_decode(h264, device="cuda", backend="ffmpeg"), needs_s=15)
     record.guarded("raw_h264_cuda_beta", lambda: raw_decode(h264, device="cuda", backend="beta"), needs_s=15)
 
-    # most wanted first: the decode device through our loaders, then the CPU scaling, then the CPU runs that repeat
-    # the scaling's worker counts with the map loader and sarm windows
+
+def loader_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    # most wanted first: the decode device through our loaders; the CPU runs at 1 and 2 workers come after scaling
     for device, workers in [("cuda", 0), ("cuda", 1), ("cuda", 2), ("cpu", 0)]:
         loader_run(record, h264_root, device=device, workers=workers)
+
+
+def scaling_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     for workers in SCALING_WORKERS:
         args = ["--mode", "single", "--loader", "stream", "--video_decode_device", "cpu", "--num_workers", str(workers)]
         record.guarded(
             f"scaling_cpu_w{workers}", lambda args=args: bench(h264_root, args=args, timeout_s=60), needs_s=15
         )
+
+
+def more_loader_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     for workers in (1, 2):
         loader_run(record, h264_root, device="cpu", workers=workers)
 
@@ -324,6 +352,17 @@ def loader_run(record: Recorder, root: Path, *, device: str, workers: int) -> No
     ]
     record.guarded(f"loader_{device}_w{workers}", lambda: bench(root, args=args, timeout_s=60), needs_s=30)
 
+
+GROUPS: dict[str, Callable[[Recorder, Path, Path], None]] = {
+    "environment": environment_steps,
+    "cuda": cuda_steps,
+    "av1": av1_steps,
+    "raw": raw_steps,
+    "loaders": loader_steps,
+    "scaling": scaling_steps,
+    "pyav": pyav_steps,
+    "more_loaders": more_loader_steps,
+}
 
 if __name__ == "__main__":
     main()

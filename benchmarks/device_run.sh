@@ -67,8 +67,15 @@ done
 ls -la "$FFMPEG/lib"
 strings "$SITE"/av.libs/libavcodec-*.so.* | grep -E '^(h264|hevc|av1)_(nvdec|cuvid)$' | sort | tr '\n' ' '; echo
 
-tar -xJf "$BUNDLE/npp13.tar.xz" -C "$WORK"
-export LD_LIBRARY_PATH="$FFMPEG/lib:$SITE/av.libs:$NPP/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NPP: the image's CUDA toolkit's where it has one (seen: CUDA 13.0's), else the carried NPP 13.0.3
+if [ -e /usr/local/cuda/lib64/libnppicc.so ]; then
+    NPP_LIB=/usr/local/cuda/lib64 NPP_INCLUDE=/usr/local/cuda/include
+else
+    tar -xJf "$BUNDLE/npp13.tar.xz" -C "$WORK"
+    NPP_LIB=$NPP/lib NPP_INCLUDE=$NPP/include
+fi
+echo "NPP: $NPP_LIB"
+export LD_LIBRARY_PATH="$FFMPEG/lib:$SITE/av.libs:$NPP_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # the driver's folder, where libnvcuvid.so.1 (NVDEC) sits on such machines when the ldconfig cache lacks it
 if [ -d /usr/local/nvidia/lib64 ]; then LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/nvidia/lib64"; fi
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -95,17 +102,44 @@ if [ "$BUILD_TORCHCODEC" = 1 ]; then
             -DPYTHON_VERSION="$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')" \
             -DENABLE_CUDA="$ENABLE_CUDA" \
             -DTORCHCODEC_DISABLE_COMPILE_WARNING_AS_ERROR=ON \
-            -DCUDA_nppi_LIBRARY="$NPP/lib/libnppc.so.13" \
-            -DCUDA_nppicc_LIBRARY="$NPP/lib/libnppicc.so.13" \
-            -DCMAKE_CXX_FLAGS="-I$NPP/include"
+            -DCUDA_nppi_LIBRARY="$NPP_LIB/libnppc.so" \
+            -DCUDA_nppicc_LIBRARY="$NPP_LIB/libnppicc.so" \
+            -DCMAKE_CXX_FLAGS="-I$NPP_INCLUDE"
         cmake --build "$WORK/tcbuild" -j "$JOBS"
         cmake --install "$WORK/tcbuild"
+        mkdir -p "$WORK/cpu_wheel_libs"
+        cp "$SITE"/torchcodec/libtorchcodec_*7.so "$WORK/cpu_wheel_libs/"
         cp "$WORK"/tcinstall/libtorchcodec_*7.so "$SITE/torchcodec/"
         ldd "$SITE/torchcodec/libtorchcodec_core7.so" | grep -E "npp|avcodec|not found" || true
     ) > "$OUT/build.txt" 2>&1 && echo "build OK" || { echo "FAILED: torchcodec CUDA build (tail of build.txt):"; tail -40 "$OUT/build.txt"; }
 fi
 
-step "measurements"
-"$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --out "$OUT" --budget_s $((TOTAL_S - SECONDS - 10)) ||
-    echo "FAILED: device_decode.py exited $?"
+export PYTHONFAULTHANDLER=1  # a segfault prints the Python stack that led to it
+step "smoke tests, one process each (rc 139: segfault)"
+h264_file=$(ls "$BUNDLE"/data/h264/videos/*/chunk-000/file-000.mp4 | head -1)
+decode="from torchcodec.decoders import VideoDecoder as V, set_cuda_backend as B"
+smoke() {
+    echo "--- $1"
+    timeout 60 "$PYTHON" -c "$2" 2>&1 | tail -25
+    echo "rc=${PIPESTATUS[0]}"
+}
+smoke "import av alone" "import av; print(av.__version__)"
+smoke "import torch, then av" "import torch, av; print(av.__version__)"
+smoke "import torch, then torchcodec" "import torch, torchcodec.decoders; print(torchcodec.__version__)"
+if [ "$(tail -1 <<<"$(smoke x 'import torch, torchcodec.decoders' 2>&1)")" != "rc=0" ] && [ -d "$WORK/cpu_wheel_libs" ]; then
+    echo "torchcodec's CUDA build does not import: the CPU wheel's FFmpeg-7 libraries back in place"
+    cp "$WORK"/cpu_wheel_libs/*.so "$SITE/torchcodec/"
+    smoke "import torch, then torchcodec (CPU wheel)" "import torch, torchcodec.decoders; print(torchcodec.__version__)"
+fi
+smoke "decode on cpu" "import torch; $decode; print(V('$h264_file').get_frame_at(0).data.shape)"
+smoke "decode on cuda (ffmpeg)" "import torch; $decode; print(V('$h264_file', device='cuda').get_frame_at(0).data.device)"
+smoke "decode on cuda (beta)" "import torch; $decode
+with B('beta'): d = V('$h264_file', device='cuda')
+print(d.get_frame_at(0).data.device, d.cpu_fallback)"
+
+step "measurements, one process per group"
+for group in environment cuda av1 raw loaders scaling pyav more_loaders; do
+    "$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --out "$OUT" --group $group \
+        --budget_s $((TOTAL_S - SECONDS - 10)) || echo "FAILED: group $group exited $?"
+done
 step "done"
