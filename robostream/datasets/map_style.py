@@ -162,7 +162,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             k: self.assembler.timestamps(rows, frames)
             for k, frames in self.assembler.video_frames(frame, windows[0]).items()
         }
-        self.video_ahead.fetch(episode, wanted, urgent=True)  # remote: every camera's bytes at once
+        self.video_ahead.fetch(episode, wanted, need="now")  # remote: every camera's bytes at once
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         assembling = time.perf_counter_ns()
         sample = self.assembler.assemble(rows, frame, video, windows)
@@ -196,14 +196,14 @@ class LeRobotDataset(torch.utils.data.Dataset):
                 ]
             )
             for episode, wanted in requests:
-                self.video_ahead.fetch(episode, wanted, urgent=True)
+                self.video_ahead.fetch(episode, wanted, need="now")
             for key, batch in upcoming:
                 asked.ask(
                     key,
                     [
                         span
                         for episode, wanted in batch
-                        for span in self.video_ahead.fetch(episode, wanted, urgent=False)
+                        for span in self.video_ahead.fetch(episode, wanted, need="soon")
                     ],
                 )
         decoded = (

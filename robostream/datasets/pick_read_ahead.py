@@ -7,8 +7,12 @@ the storage's read-ahead in pick order, until the bytes asked for ahead reach th
 rate the decoders take fetched bytes x a request's time, storage/read_ahead.py): the next samples' frames of every
 live piece come first, the rest of each piece behind them, and the first batch costs about one round trip.
 
-A piece is read forward, so a pick asks only for the bytes past what its piece asked for already; when a piece is
-done, the blocks fetched for it that no decoder read are released (they no longer count as ahead).
+A piece is read forward, so a pick asks only for the bytes past what its piece asked for already: its own sample's
+bytes in a request of their own (they come first), and the rest of the piece a chunk ahead of it, about half a chunk
+per request, so that a piece costs a few large ranged GETs rather than one per 64 KiB block (object stores cap GETs
+per second per key prefix: docs/scale-out.md). A chunk is the read buffer's free half shared by the live pieces'
+cameras (at most 16 MiB, storage/read_ahead.py), so the bytes asked for ahead stay within it. When a piece is done,
+the blocks fetched for it that no decoder read are released (they no longer count as ahead).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 from robostream.datasets.frame_reader import FrameReader
 from robostream.plan.epoch import EpochPlan, Pick
 from robostream.plan.piece import PieceGeometry
+from robostream.storage.read_ahead import SEQUENTIAL_REQUEST_BYTES
 from robostream.storage.store import RangedReader
 
 FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
@@ -36,8 +41,9 @@ class _Piece:
     reader: FrameReader  # of the piece's source
     episode: int
     frames: dict[str, np.ndarray]  # per camera, (samples, T) frames in the piece's sample order (its geometry)
-    # per camera: the file's reader and each sample's byte span (start, end arrays); None: nothing known
-    located: dict[str, tuple[RangedReader, np.ndarray, np.ndarray] | None] | None = None
+    # per camera: the file's reader, each sample's byte span (start, end arrays) and the piece's last byte; None:
+    # nothing known
+    located: dict[str, tuple[RangedReader, np.ndarray, np.ndarray, int] | None] | None = None
     asked: dict[str, tuple[int, int]] = field(default_factory=dict)  # per camera: last position's start, span end
     spans: dict[str, tuple[RangedReader, int, int]] = field(default_factory=dict)  # per camera: bytes asked for
 
@@ -66,6 +72,7 @@ class PickReadAhead:
         self.decode_ahead = decode_ahead
         self._pieces: dict[tuple[int, int], _Piece] = {}
         self._remote = [r for r in readers if r.video_ahead.enabled]
+        self._live_cameras = 0  # cameras of the pieces taken from the plan and not done (they share the buffer)
 
     @property
     def enabled(self) -> bool:
@@ -106,6 +113,7 @@ class PickReadAhead:
         """The consumer took the piece's last sample: what was fetched for it and not read leaves the ahead."""
         entry = self._pieces.pop((stream, piece), None)
         if entry is not None:
+            self._live_cameras -= len(entry.frames)
             for reader, start, end in entry.spans.values():
                 reader.release(start, end)
 
@@ -126,6 +134,7 @@ class PickReadAhead:
             reader.rows.read_ahead(episode)  # its rows too, in the background
             entry = _Piece(reader, episode, self._geometry(stream, piece).camera_frames)
             self._pieces[(stream, piece)] = entry
+            self._live_cameras += len(entry.frames)
         return entry
 
     def _ask(self, entry: _Piece, position: int) -> None:
@@ -133,25 +142,40 @@ class PickReadAhead:
             video, fps = entry.reader.video_ahead, entry.reader.meta.fps
             entry.located = {}
             for key, frames in entry.frames.items():
-                located = video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
-                if located is not None:  # a sample's frames are decoded with the next decode_ahead samples'
-                    reader, starts, ends = located
-                    located = reader, *decode_runs(starts, ends, self.decode_ahead)
-                entry.located[key] = located
+                spans = video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
+                if spans is not None:  # a sample's frames are decoded with the next decode_ahead samples'
+                    reader, starts, ends = spans
+                    starts, ends = decode_runs(starts, ends, self.decode_ahead)
+                    entry.located[key] = (reader, starts, ends, int(ends.max()) if len(ends) else 0)
+                else:
+                    entry.located[key] = None
+        share = self._chunk_bytes(entry)
         for key, located in entry.located.items():
             if located is None:
                 continue
-            reader, starts, ends = located
+            reader, starts, ends, last = located
+            chunk = max(reader.block_size, share)
             start, end = int(starts[position]), int(ends[position])
             previous = entry.asked.get(key)
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
             after = previous[1] if previous is not None and start >= previous[0] else 0
-            if end > after:
-                reader.fetch_ahead(max(start, after), end, urgent=False)
+            if end > after:  # this sample's own bytes, in a request of their own: they are needed first
+                reader.fetch_ahead(max(start, after), end, need="soon")
+                after = end
+            if after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests
+                ahead = min(last, end + chunk)
+                reader.fetch_ahead(after, ahead, need="later", request_bytes=chunk)
+                after = ahead
             held = entry.spans.get(key)
-            entry.spans[key] = (reader, min(start, held[1]), max(end, held[2])) if held else (reader, start, end)
-            entry.asked[key] = (start, max(end, after))
+            entry.spans[key] = (reader, min(start, held[1]), max(after, held[2])) if held else (reader, start, after)
+            entry.asked[key] = (start, after)
+
+    def _chunk_bytes(self, entry: _Piece) -> int:
+        """Bytes of a piece's camera asked for ahead of its reader: the read buffer's free half shared by the live
+        pieces' cameras, half of it for what they asked and did not read yet (at most SEQUENTIAL_REQUEST_BYTES)."""
+        blocks = entry.reader.video_ahead.read_ahead.blocks
+        return min(SEQUENTIAL_REQUEST_BYTES, blocks.budget_bytes // 4 // max(1, self._live_cameras))
 
 
 def decode_runs(starts: np.ndarray, ends: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ from robostream.datasets.reading import INDEX_THREADS, Reading
 from robostream.errors import RobostreamError
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
-from robostream.storage.read_ahead import ReadAhead
+from robostream.storage.read_ahead import Need, ReadAhead
 from robostream.storage.store import RangedReader
 from robostream.video.packet_index import (
     PacketIndex,
@@ -76,10 +76,10 @@ class VideoReadAhead:
         return self.meta.data_storage.read_ahead
 
     def fetch(
-        self, episode: int, times_by_key: Mapping[str, np.ndarray], *, urgent: bool
+        self, episode: int, times_by_key: Mapping[str, np.ndarray], *, need: Need
     ) -> list[tuple[RangedReader, int, int]]:
-        """Fetch, per camera, the bytes that decoding the frames at these episode times reads; returns the spans
-        asked for (to release those fetched ahead that no decoder read, see RangedReader.release)."""
+        """Fetch, per camera, the bytes that decoding the frames at these episode times reads (`need`: see
+        storage/read_ahead.py); returns the spans asked for (to release those fetched ahead that no decoder read, see RangedReader.release)."""
         asked = []
         for key, times in times_by_key.items():
             spans = (
@@ -89,7 +89,7 @@ class VideoReadAhead:
             )
             if spans is not None:
                 reader, (start,), (end,) = spans
-                reader.fetch_ahead(int(start), int(end), urgent=urgent)
+                reader.fetch_ahead(int(start), int(end), need=need)
                 asked.append((reader, int(start), int(end)))
         return asked
 
@@ -153,7 +153,7 @@ class VideoReadAhead:
                 assert isinstance(reader, RangedReader)  # enabled: a remote root without the disk cache
                 moov = moov_span(reader)
                 if moov is not None:  # in one request: FFmpeg would read it a chunk (a round trip) at a time
-                    reader.fetch_ahead(*moov, urgent=True)
+                    reader.fetch_ahead(*moov, need="now")
                 file = _File(reader, self._index(reader))
             except EXPECTED:
                 file = _File(None, None)

@@ -269,7 +269,7 @@ class DataRowReader:
         if groups and hasattr(data_file.source, "fetch_ahead"):
             # Remote: the row groups' bytes in one merged request before pyarrow reads them column chunk by
             # column chunk (each a round trip otherwise), outside the file's lock so other episodes' fetches overlap.
-            data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), urgent=True)
+            data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), need="now")
         try:
             with data_file.lock:
                 table = (

@@ -2,11 +2,13 @@
 
 A reader of a remote file pays a round trip (20-100 ms on object storage) for every block it misses. The datasets
 know which bytes their decoders will read next (storage gets them as plain ranges of files) and hand them here:
-- `fetch(reader, start, end, urgent=True)`: needed now (the map-style batch being decoded); marked as being
+- `fetch(reader, start, end, need="now")`: needed now (the map-style batch being decoded); marked as being
   fetched at once, so a decoder asking for them waits for this fetch instead of making its own, and served first.
-- `fetch(..., urgent=False)`: needed soon (a streaming consumer's next picks); fetched in the order submitted, as
+- `fetch(..., need="soon")`: needed soon (a streaming consumer's next picks); fetched in the order submitted, as
   long as the blocks fetched ahead and not read yet stay within the free half of the read buffer
   (BlockCache.prefetch_room): fetching ahead never evicts a block before its use, and memory stays bounded.
+- `fetch(..., need="later")`: further ahead (the rest of a piece read forward, in large requests); as "soon", after
+  every "soon" request waiting, so a large range never holds back the next samples' bytes.
 
 Ranges are cut into block-aligned requests of up to `request_bytes`, contiguous missing blocks merged, and run on up
 to `max_in_flight` threads (each request one ranged GET on the filesystem's event loop). How far ahead a consumer
@@ -25,7 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from robostream.storage.blocks import BlockCache, BlockKey
 
@@ -33,7 +35,13 @@ from robostream.storage.blocks import BlockCache, BlockKey
 # asks for a span per live piece and camera at once; later it needs about take rate x request time / request size).
 DEFAULT_MAX_IN_FLIGHT = 64
 REQUEST_BYTES = 2 << 20  # most bytes of one merged request: per connection ~20 ms of transfer at 100 MB/s
+# Most bytes of one request of a forward read (a streaming piece), asked for with `request_bytes`: object stores
+# cap requests per second per key prefix (S3: 5,500 GETs/s) and advise 8-16 MB ranges.
+SEQUENTIAL_REQUEST_BYTES = 16 << 20
 EWMA = 0.2  # weight of the newest measurement
+
+Need = Literal["now", "soon", "later"]
+URGENCY: dict[Need, int] = {"now": 0, "soon": 1, "later": 2}
 
 
 class RangeSource(Protocol):
@@ -52,7 +60,7 @@ class RangeSource(Protocol):
 
 @dataclass(eq=False)
 class _Task:
-    urgency: int  # 0: needed now, 1: ahead
+    urgency: int  # URGENCY of its Need
     seq: int
     source: RangeSource
     first: int  # first block
@@ -89,16 +97,17 @@ class ReadAhead:
         blocks.on_taken = self._wake
 
     # -- what the datasets call ------------------------------------------------------------------------------
-    def fetch(self, source: RangeSource, start: int, end: int, *, urgent: bool) -> None:
-        """Fetch bytes [start, end) of `source` into the block cache, in the background."""
+    def fetch(self, source: RangeSource, start: int, end: int, *, need: Need, request_bytes: int | None = None) -> None:
+        """Fetch bytes [start, end) of `source` into the block cache, in the background, in requests of at most
+        `request_bytes` (default: the read-ahead's `request_bytes`); `need` orders them (module docstring)."""
         end = min(end, source.size())
         if end <= start:
             return
         size = source.block_size
         first, stop = start // size, -(-end // size)
-        per_request = max(1, self.request_bytes // size)
+        per_request = max(1, (request_bytes or self.request_bytes) // size)
         tasks = []
-        if urgent:
+        if need == "now":
             claimed = [index for _, index in self.blocks.claim((source.key, i) for i in range(first, stop))]
             for run in _runs(claimed, per_request):
                 tasks.append(_Task(0, next(self._seq), source, run[0], run[-1] + 1, True))
@@ -106,7 +115,7 @@ class ReadAhead:
             for lo in range(first, stop, per_request):
                 hi = min(stop, lo + per_request)
                 if not all(self.blocks.cached((source.key, i)) for i in range(lo, hi)):
-                    tasks.append(_Task(1, next(self._seq), source, lo, hi, False))
+                    tasks.append(_Task(URGENCY[need], next(self._seq), source, lo, hi, False))
         if not tasks:
             return
         with self._cond:

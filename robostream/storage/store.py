@@ -46,7 +46,7 @@ from robostream.storage.integrity import (
 )
 from robostream.storage.options import ReadOptions
 from robostream.storage.paths import check_relative, local_path
-from robostream.storage.read_ahead import ReadAhead
+from robostream.storage.read_ahead import Need, ReadAhead
 from robostream.storage.redact import redact_url
 from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
 
@@ -678,9 +678,10 @@ class RangedReader(io.RawIOBase):
         self._storage.counter.add(len(data), time.perf_counter() - started)
         return data
 
-    def fetch_ahead(self, start: int, end: int, *, urgent: bool) -> None:
-        """Fetch bytes [start, end) into the block cache in the background (see storage/read_ahead.py)."""
-        self._storage.read_ahead.fetch(self, start, end, urgent=urgent)
+    def fetch_ahead(self, start: int, end: int, *, need: Need, request_bytes: int | None = None) -> None:
+        """Fetch bytes [start, end) into the block cache in the background, in requests of at most
+        `request_bytes` (see storage/read_ahead.py)."""
+        self._storage.read_ahead.fetch(self, start, end, need=need, request_bytes=request_bytes)
 
     def release(self, start: int, end: int) -> None:
         """Bytes [start, end) fetched ahead will not be read by the reader that asked for them: they no longer
@@ -695,7 +696,7 @@ class RangedReader(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         if end - self._pos > self._block_size:  # several blocks (a parquet column chunk): one merged request
-            self.fetch_ahead(self._pos, end, urgent=True)
+            self.fetch_ahead(self._pos, end, need="now")
         parts = []
         while self._pos < end:
             index, offset = divmod(self._pos, self._block_size)
@@ -712,7 +713,7 @@ class RangedReader(io.RawIOBase):
         blocks = -(-self._size // self._block_size)
         for first in range(0, blocks, window):
             stop = min(blocks, first + window)
-            self.fetch_ahead(first * self._block_size, stop * self._block_size, urgent=True)
+            self.fetch_ahead(first * self._block_size, stop * self._block_size, need="now")
             for index in range(first, stop):
                 out.write(self._block(index))
 
