@@ -138,7 +138,8 @@ with B('beta'): d = V('$h264_file', device='cuda')
 print(d.get_frame_at(0).data.device, d.cpu_fallback)"
 
 step "measurements, one process per group"
-for group in environment cuda av1 raw loaders scaling pyav more_loaders; do
+# scaling before the loaders: the loaders' cuda runs can take their whole time limit
+for group in cuda av1 av1_ffmpeg av1_robostream raw scaling loaders pyav more_loaders environment; do
     "$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --out "$OUT" --group $group \
         --budget_s $((TOTAL_S - SECONDS - 10)) || echo "FAILED: group $group exited $?"
 done
