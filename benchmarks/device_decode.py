@@ -32,7 +32,7 @@ import torch
 CudaBackend = Literal["ffmpeg", "beta"]
 RAW_STEP_S = 3.0  # timed seconds of each raw-decode measurement
 BENCH_DURATION_S = 3.0  # timed seconds of each loader configuration
-SCALING_WORKERS = (1, 2, 4, 8, 14)
+SCALING_WORKERS = tuple(int(n) for n in os.environ.get("SCALING_WORKERS", "1 2 4 8 14").split())
 LOADER_WORKERS = (0, 1, 2)
 
 

@@ -139,7 +139,7 @@ print(d.get_frame_at(0).data.device, d.cpu_fallback)"
 
 step "measurements, one process per group"
 # scaling before the loaders: the loaders' cuda runs can take their whole time limit
-for group in cuda av1 av1_ffmpeg av1_robostream raw scaling loaders pyav more_loaders environment; do
+for group in ${RUN_GROUPS:-cuda av1 av1_ffmpeg av1_robostream raw scaling loaders pyav more_loaders environment}; do
     "$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --out "$OUT" --group $group \
         --budget_s $((TOTAL_S - SECONDS - 10)) || echo "FAILED: group $group exited $?"
 done
