@@ -198,13 +198,15 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         counts.get("frames_decoded") or sum(len(r["episodes"]) for r in records) * trace["frames_per_sample"]
     )
     # remote bytes and the readers' wait for them, read-ahead requests in flight, blocks fetched ahead and evicted
-    # unread; reused vs new batch buffers
+    # unread, requests retried (throttles among them); reused vs new batch buffers
     for key in (
         "bytes_read",
         "read_wait_us",
         "in_flight_peak",
         "evicted_unread",
         "reader_fetches",
+        "retries",
+        "throttled",
         "pooled_batches",
         "fresh_batches",
     ):

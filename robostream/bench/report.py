@@ -292,7 +292,8 @@ def store_line(result: Mapping[str, Any]) -> str:
         line += (
             f"; readers waited {metrics['read_wait_us'] / 1e6:.1f} s for bytes and fetched "
             f"{metrics.get('reader_fetches', 0)} blocks themselves, {metrics.get('evicted_unread', 0)} blocks "
-            "fetched ahead were evicted unread"
+            f"fetched ahead were evicted unread; {metrics.get('retries', 0)} requests retried "
+            f"({metrics.get('throttled', 0)} throttled: 429/503 SlowDown)"
         )
     return line
 

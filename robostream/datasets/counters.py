@@ -29,6 +29,8 @@ FIELDS = (
     "in_flight_peak",
     "evicted_unread",
     "reader_fetches",
+    "retries",
+    "throttled",
     *STAGE_FIELDS,  # per stage of the read path: tasks, busy and wait (stages.py), the loops' wall time
     *THREAD_FIELDS,
 )
@@ -41,6 +43,8 @@ _SUMMED = {
     "read_ahead_errors",
     "evicted_unread",
     "reader_fetches",
+    "retries",
+    "throttled",
     *STAGE_FIELDS,
 }
 

@@ -121,6 +121,8 @@ class Reading:
         counters.set(worker, "in_flight_peak", max(s.in_flight_peak for s in shared))
         counters.set(worker, "evicted_unread", sum(s.evicted_unread for s in shared))
         counters.set(worker, "reader_fetches", sum(s.reader_fetches for s in shared))
+        counters.set(worker, "retries", sum(s.retries for s in stats))
+        counters.set(worker, "throttled", sum(s.throttled for s in stats))
         counters.set(
             worker,
             "read_ahead_errors",

@@ -17,6 +17,11 @@ measured here), so the requests in flight cover the store's latency at the rate 
 
 A read-ahead request that fails is counted (`failures`) and left to the reader: its own read of the same block
 retries under the same policy and raises the error where the sample needs the bytes.
+
+When the store throttles (429, or S3's 503 SlowDown: it wants fewer requests per second), every request of the
+process slows down, not only the one that met it: `throttled()` halves the requests allowed in flight, and each
+round of that many answered requests allows one more again, up to `max_in_flight` (additive increase,
+multiplicative decrease, as TCP and the AWS SDKs' adaptive retry mode back off).
 """
 
 from __future__ import annotations
@@ -89,6 +94,9 @@ class ReadAhead:
         self._idle = 0
         self.in_flight = 0
         self.in_flight_peak = 0
+        self.allowed = self.max_in_flight  # requests allowed under way at once (fewer after a throttle)
+        self.allowed_low = 0  # the fewest allowed after a throttle (0: never throttled)
+        self._answered_since_cut = 0
         self.requests = 0
         self.failures = 0
         self.request_s = 0.0  # EWMA of one request's time (first byte + transfer)
@@ -128,6 +136,13 @@ class ReadAhead:
                 self._idle += 1
                 threading.Thread(target=self._run, name="robostream-read-ahead", daemon=True).start()
             self._cond.notify(len(tasks))
+
+    def throttled(self) -> None:
+        """The store asked for fewer requests: half as many allowed in flight (at least one)."""
+        with self._cond:
+            self.allowed = max(1, self.allowed // 2)
+            self.allowed_low = min(self.allowed_low or self.allowed, self.allowed)
+            self._answered_since_cut = 0
 
     def ahead_bytes(self) -> int:
         """Bytes asked for ahead and not yet taken by a reader: queued, under way, or fetched and unread."""
@@ -169,7 +184,8 @@ class ReadAhead:
         """The next task this thread may run: an urgent one, or an ahead one when the buffer has room."""
         with self._cond:
             while True:
-                if self._queue:
+                busy = self._threads - self._idle  # tasks taken by the other threads
+                if self._queue and busy < self.allowed:
                     head = self._queue[0]
                     nbytes = (head.stop - head.first) * head.source.block_size
                     if head.claimed or self.blocks.prefetch_room(self._pending + nbytes):
@@ -230,6 +246,11 @@ class ReadAhead:
             with self._cond:
                 self.requests += 1
                 self.request_s = took if not self.request_s else (1 - EWMA) * self.request_s + EWMA * took
+                self._answered_since_cut += 1
+                if self.allowed < self.max_in_flight and self._answered_since_cut >= self.allowed:
+                    self.allowed += 1
+                    self._answered_since_cut = 0
+                    self._cond.notify()
             for key, index in zip(keys, run):
                 offset = (index - run[0]) * size
                 self.blocks.fulfil(key, data[offset : offset + size], ahead=not task.claimed)

@@ -1,7 +1,8 @@
 """Retries with exponential backoff and jitter for remote reads.
 
 Transient failures (connection resets, timeouts, HTTP 5xx, 408 and 429 with Retry-After) are retried up to a
-bound; anything else (404, 403, a malformed request) fails at once, and an IntegrityError (a changed file, a
+bound; a throttle (429, 503: S3's SlowDown) is also reported to the caller (`on_retry`), whose read-ahead then
+halves its requests in flight (storage/read_ahead.py), as object stores ask of a client over their request rate; anything else (404, 403, a malformed request) fails at once, and an IntegrityError (a changed file, a
 checksum mismatch) passes through unchanged. After the bound, the error names what was being read, how many
 attempts were made and what the last one met (a timeout: which deadline passed): never a hang, never a silently
 short read. Messages never hold a user or password written in a URL (storage/redact.py).
@@ -10,6 +11,7 @@ short read. Messages never hold a user or password written in a URL (storage/red
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import time
 from collections.abc import Callable
@@ -91,6 +93,17 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
+def is_throttle(exc: BaseException) -> bool:
+    """The store asks for fewer requests: HTTP 429 or 503 (S3's SlowDown), on the error or its cause (s3fs turns
+    botocore's SlowDown into an OSError with errno EBUSY)."""
+    for error in (exc, exc.__cause__):
+        if error is not None and (
+            http_status(error) in (429, 503) or (isinstance(error, OSError) and error.errno == errno.EBUSY)
+        ):
+            return True
+    return False
+
+
 def is_timeout(exc: BaseException) -> bool:
     """A deadline passed: asyncio's, aiohttp's and fsspec's timeouts (whose text is empty), botocore's."""
     return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timeout" in type(exc).__name__
@@ -113,9 +126,11 @@ def call_with_retries(
     policy: RetryPolicy,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[BaseException], None] | None = None,
 ) -> T:
-    """Run `read`, retrying transient failures; `what` names the URL and byte range for the final error (redacted
-    there: the success path does no work for it)."""
+    """Run `read`, retrying transient failures (each one, before its backoff, handed to `on_retry`: counted by the
+    storage); `what` names the URL and byte range for the final error (redacted there: the success path does no work
+    for it)."""
     for attempt in range(policy.max_attempts):
         try:
             return read()
@@ -138,6 +153,8 @@ def call_with_retries(
                     f"{redact_url(what)}: still failing after {policy.max_attempts} attempts (last error "
                     f"{describe_error(exc, policy)}); check the server or raise {remedy}"
                 ) from exc
+            if on_retry is not None:
+                on_retry(exc)
             rng = rng or random.Random()  # made on the first retry: seeding one per request cost ~2% of its CPU
             sleep(policy.delay(attempt, retry_after(exc), rng))
     raise AssertionError("unreachable")

@@ -48,7 +48,7 @@ from robostream.storage.options import ReadOptions
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.read_ahead import Need, ReadAhead
 from robostream.storage.redact import redact_url
-from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status
+from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status, is_throttle
 
 # The unit of the block cache. Range requests fetch runs of blocks (storage/read_ahead.py merges them up to 2 MiB),
 # so the block is not the request size: it is the granularity of what is kept and of what a random read costs.
@@ -191,6 +191,8 @@ class ByteCounter:
         self.bytes = 0
         self.requests = 0
         self.requests_s = 0.0
+        self.retries = 0
+        self.throttled = 0
 
     def add(self, nbytes: int, seconds: float) -> None:
         """A request answered `nbytes` after `seconds` (retries included)."""
@@ -198,6 +200,12 @@ class ByteCounter:
             self.bytes += nbytes
             self.requests += 1
             self.requests_s += seconds
+
+    def retried(self, *, throttled: bool) -> None:
+        """A request failed in a way worth retrying (`throttled`: the store asked for fewer requests)."""
+        with self._lock:
+            self.retries += 1
+            self.throttled += throttled
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,9 @@ class StorageStats:
     evicted_unread: int = 0  # blocks fetched ahead but evicted before a reader took them
     read_ahead_failures: int = 0  # read-ahead requests that failed (the readers then fetched for themselves)
     reader_fetches: int = 0  # blocks readers fetched themselves, a round trip each (nobody asked for them ahead)
+    retries: int = 0  # requests retried (transient failures, throttles included)
+    throttled: int = 0  # of those, the store's asks for fewer requests (429, 503 SlowDown)
+    allowed_in_flight_low: int = 0  # the fewest read-ahead requests allowed at once after a throttle (0: none)
 
 
 class _ProcessState:
@@ -352,6 +363,14 @@ class Storage:
     def counter(self) -> ByteCounter:
         return self._process.get().counter
 
+    def retried(self, exc: BaseException) -> None:
+        """A request of this storage failed and is retried: counted, and a throttle (429, 503 SlowDown) halves the
+        read-ahead's requests in flight (storage/read_ahead.py)."""
+        throttled = is_throttle(exc)
+        self.counter.retried(throttled=throttled)
+        if throttled:
+            self.read_ahead.throttled()
+
     def stats(self) -> StorageStats:
         """This process's reads of this storage so far (bytes and requests its own; the rest, of the blocks and
         read-ahead, shared with the storages it shares them with)."""
@@ -367,6 +386,9 @@ class Storage:
             reading.blocks.evicted_unread,
             reading.read_ahead.failures,
             reading.blocks.reader_fetches,
+            counter.retries,
+            counter.throttled,
+            reading.read_ahead.allowed_low,
         )
 
     @property
@@ -420,7 +442,7 @@ class Storage:
             if self.protocol in ("http", "https")
             else (lambda: _info_version(self.protocol, self.fs.info(path)))
         )
-        version = call_with_retries(read, f"{self.describe(relative)} (size)", self.retry)
+        version = call_with_retries(read, f"{self.describe(relative)} (size)", self.retry, on_retry=self.retried)
         # The version a reader of this file opens (see open): a probe followed by an open asks the server once.
         self._process.get().versions.setdefault(path, version)
         return version
@@ -464,7 +486,7 @@ class Storage:
         else:
             read = partial(self.fs.cat_file, path)
         started = time.perf_counter()
-        data = call_with_retries(read, name, self.retry)
+        data = call_with_retries(read, name, self.retry, on_retry=self.retried)
         if not self.is_local:
             self.counter.add(len(data), time.perf_counter() - started)
         if len(data) > bound.size:
@@ -477,7 +499,10 @@ class Storage:
         """Relative paths matching a glob under the root (filesystems that can list)."""
         base = self.root.rstrip("/") + "/"
         found = call_with_retries(
-            lambda: self.fs.glob(base + pattern), f"{self.describe(pattern)} (listing)", self.retry
+            lambda: self.fs.glob(base + pattern),
+            f"{self.describe(pattern)} (listing)",
+            self.retry,
+            on_retry=self.retried,
         )
         return sorted(str(p)[len(base) :] if str(p).startswith(base) else str(p) for p in found)
 
@@ -505,7 +530,10 @@ class Storage:
             return _local_versions(base, folder.rstrip("/"))
         try:
             listing = call_with_retries(
-                lambda: self.fs.find(base, detail=True), f"{self.describe(folder)} (listing)", self.retry
+                lambda: self.fs.find(base, detail=True),
+                f"{self.describe(folder)} (listing)",
+                self.retry,
+                on_retry=self.retried,
             )
         except FileNotFoundError:
             return {}
@@ -671,7 +699,9 @@ class RangedReader(io.RawIOBase):
 
         started = time.perf_counter()
         try:
-            data = call_with_retries(once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry)
+            data = call_with_retries(
+                once, f"{self.name} bytes {start}-{end - 1}", self._storage.retry, on_retry=self._storage.retried
+            )
         except FileChangedError:
             self._storage.forget_version(self._path)  # a reader opened from now on reads the new version
             raise

@@ -250,3 +250,29 @@ def test_a_mixture_of_http_s3_and_local_sources_equals_the_local_mixture(http_da
         assert a.keys() == b.keys()
         for key in b:
             assert torch.equal(a[key], b[key]) if isinstance(b[key], torch.Tensor) else a[key] == b[key], key
+
+
+@pytest.mark.parametrize("source", ["http", "s3"])
+def test_slow_down_answers_are_retried_counted_and_halve_the_requests_in_flight(
+    source, http_dataset, s3_dataset, s3_server, av1_root, make_fault_proxy
+):
+    """A store over its request rate answers 503 SlowDown (S3's XML error through s3fs; plain 503 over HTTP): each
+    one is retried after a backoff and counted as a throttle, the process's read-ahead allows half as many requests
+    in flight, and the epoch is the local one."""
+
+    def slow_down(n, method, path):
+        return http_status(503) if "videos/" in path and n % 5 == 3 and n <= 40 else None
+
+    if source == "http":
+        proxy = make_fault_proxy(http_dataset.url, slow_down)
+        root, options = proxy.url, FAST
+    else:
+        proxy = make_fault_proxy(s3_server.endpoint_url, slow_down)
+        root = s3_dataset[0]
+        options = ReadOptions(storage_options=s3_server.storage_options(proxy.url), retry=FAST_RETRY)
+    remote = StreamingLeRobotDataset(root=root, seed=3, return_uint8=True, read_options=options)
+    _assert_same(remote, StreamingLeRobotDataset(root=av1_root, seed=3, return_uint8=True))
+    stats = remote.meta.data_storage.stats()  # the video files' storage
+    faults = proxy.stats()["faults"]
+    assert faults > 0 and stats.throttled == faults and stats.retries >= faults
+    assert 1 <= stats.allowed_in_flight_low <= stats.max_in_flight // 2

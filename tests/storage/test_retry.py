@@ -1,8 +1,9 @@
 import random
+import time
 
 import pytest
 
-from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, is_transient
+from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, is_throttle, is_transient
 
 
 class Status(Exception):
@@ -54,3 +55,58 @@ def test_permanent_failures_fail_at_once(exc):
         call_with_retries(read, "u", RetryPolicy(), random.Random(0), lambda s: None)
     assert len(calls) == 1
     assert not is_transient(exc)
+
+
+class _Status(Exception):
+    def __init__(self, status):
+        super().__init__(f"status {status}")
+        self.status = status
+
+
+def test_throttles_are_told_apart_from_other_transient_failures():
+    """429 and 503 (S3's SlowDown, which s3fs turns into OSError EBUSY) ask for fewer requests; a 500 or a reset
+    is only retried. Each retry reaches on_retry before its backoff."""
+    import errno
+
+    slow_down = OSError(errno.EBUSY, "SlowDown: Please reduce your request rate.")
+    assert is_throttle(_Status(503)) and is_throttle(_Status(429)) and is_throttle(slow_down)
+    wrapped = OSError("s3fs")
+    wrapped.__cause__ = _Status(503)
+    assert is_throttle(wrapped)
+    assert not is_throttle(_Status(500)) and not is_throttle(ConnectionResetError())
+    seen = []
+    answers = iter([_Status(503), _Status(500)])
+
+    def read():
+        error = next(answers, None)
+        if error is not None:
+            raise error
+        return "ok"
+
+    assert call_with_retries(read, "u", RetryPolicy(), sleep=lambda s: None, on_retry=seen.append) == "ok"
+    assert [e.status for e in seen] == [503, 500]
+
+
+def test_a_throttle_halves_the_requests_in_flight_and_answers_restore_them():
+    """Multiplicative decrease on each throttle, one more allowed per round of that many answered requests."""
+    from robostream.storage.blocks import BlockCache
+    from robostream.storage.read_ahead import ReadAhead
+
+    class Bytes:  # an in-memory file: the read-ahead's answers without a server
+        key, block_size = "mem", 1024
+
+        def size(self):
+            return 1 << 20
+
+        def fetch_range(self, start, end):
+            return bytes(end - start)
+
+    ahead = ReadAhead(BlockCache(64 << 20), max_in_flight=16, request_bytes=1024)
+    ahead.throttled()
+    ahead.throttled()
+    assert (ahead.allowed, ahead.allowed_low) == (4, 4)
+    ahead.fetch(Bytes(), 0, 1 << 20, need="soon")  # 1,024 one-block requests
+    deadline = time.monotonic() + 30
+    while ahead.requests < 1024 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ahead.requests == 1024 and ahead.allowed == 16 and ahead.allowed_low == 4
