@@ -27,7 +27,7 @@ import numpy as np
 from robostream.datasets.frame_reader import FrameReader
 from robostream.plan.epoch import EpochPlan, Pick
 from robostream.plan.piece import PieceGeometry
-from robostream.storage.read_ahead import SEQUENTIAL_REQUEST_BYTES
+from robostream.storage.read_ahead import SEQUENTIAL_REQUEST_BYTES, ReadAhead
 from robostream.storage.store import RangedReader
 
 FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
@@ -73,6 +73,8 @@ class PickReadAhead:
         self._pieces: dict[tuple[int, int], _Piece] = {}
         self._remote = [r for r in readers if r.video_ahead.enabled]
         self._live_cameras = 0  # cameras of the pieces taken from the plan and not done (they share the buffer)
+        self._read_aheads: list[ReadAhead] | None = None
+        self._buffer_bytes: int | None = None
 
     @property
     def enabled(self) -> bool:
@@ -81,13 +83,19 @@ class PickReadAhead:
     def __call__(self, picks: Iterator[Pick]) -> Iterator[Pick]:
         window: deque[Pick] = deque()
         exhausted = False
+        unchecked = 0  # picks handed out since the depth was last found deep enough
         while True:
             # At most one round per pick handed out: the first pick leaves once the first round's bytes are
             # asked for (the first batch waits for its own bytes, not for the whole depth's), and the window
-            # grows to its depth while the consumer decodes.
-            if not exhausted and (
-                len(window) < MIN_PICKS_AHEAD or (len(window) < MAX_PICKS_AHEAD and self._wants_more())
-            ):
+            # grows to its depth while the consumer decodes. Past the minimum, the depth is checked once per
+            # round's worth of picks handed out (a check reads shared counters under locks: ~80 us).
+            if not exhausted and len(window) >= MIN_PICKS_AHEAD and len(window) < MAX_PICKS_AHEAD:
+                unchecked += 1
+                wanted = unchecked >= PICKS_PER_ROUND and self._wants_more()
+                unchecked = 0 if unchecked >= PICKS_PER_ROUND else unchecked
+            else:
+                wanted = not exhausted and len(window) < MIN_PICKS_AHEAD
+            if wanted:
                 taken = list(itertools.islice(picks, PICKS_PER_ROUND))
                 exhausted = len(taken) < PICKS_PER_ROUND
                 entries = [self._entry(pick) for pick in taken]
@@ -118,7 +126,9 @@ class PickReadAhead:
                 reader.release(start, end)
 
     def _wants_more(self) -> bool:
-        ahead = [r.video_ahead.read_ahead for r in self._remote]
+        if self._read_aheads is None:  # this process's (the pass runs in one process), each shared one once
+            self._read_aheads = list({id(a): a for a in (r.video_ahead.read_ahead for r in self._remote)}.values())
+        ahead = self._read_aheads
         return sum(r.ahead_bytes() for r in ahead) < max(r.depth_bytes(FLOOR_BYTES) for r in ahead)
 
     def _entry(self, pick: Pick) -> _Piece | None:
@@ -154,12 +164,15 @@ class PickReadAhead:
             if located is None:
                 continue
             reader, starts, ends, last = located
-            chunk = max(reader.block_size, share)
             start, end = int(starts[position]), int(ends[position])
             previous = entry.asked.get(key)
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
             after = previous[1] if previous is not None and start >= previous[0] else 0
+            chunk = max(reader.block_size, share)
+            if end <= after and (after >= last or after - end >= chunk // 2):
+                entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
+                continue
             if end > after:  # this sample's own bytes, in a request of their own: they are needed first
                 reader.fetch_ahead(max(start, after), end, need="soon")
                 after = end
@@ -174,8 +187,9 @@ class PickReadAhead:
     def _chunk_bytes(self, entry: _Piece) -> int:
         """Bytes of a piece's camera asked for ahead of its reader: the read buffer's free half shared by the live
         pieces' cameras, half of it for what they asked and did not read yet (at most SEQUENTIAL_REQUEST_BYTES)."""
-        blocks = entry.reader.video_ahead.read_ahead.blocks
-        return min(SEQUENTIAL_REQUEST_BYTES, blocks.budget_bytes // 4 // max(1, self._live_cameras))
+        if self._buffer_bytes is None:  # this process's read buffer (the pass runs in one process)
+            self._buffer_bytes = entry.reader.video_ahead.read_ahead.blocks.budget_bytes
+        return min(SEQUENTIAL_REQUEST_BYTES, self._buffer_bytes // 4 // max(1, self._live_cameras))
 
 
 def decode_runs(starts: np.ndarray, ends: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray]:

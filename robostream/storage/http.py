@@ -151,6 +151,8 @@ async def _body(response: aiohttp.ClientResponse, name: str, limit: BodyLimit) -
         raise TooLargeError(
             f"{name}: the server announces {announced} bytes (Content-Length), more than {limit.why}; nothing was read"
         )
+    if announced is not None:  # within the limit: read whole by aiohttp, which stops at Content-Length
+        return await response.read()
     body = bytearray()
     async for chunk in response.content.iter_chunked(CHUNK):
         body += chunk

@@ -727,11 +727,11 @@ class RangedReader(io.RawIOBase):
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         if end - self._pos > self._block_size:  # several blocks (a parquet column chunk): one merged request
             self.fetch_ahead(self._pos, end, need="now")
+        # Slices of memoryviews, joined once: a decoder's 64 KiB reads straddle two blocks, copied once, not twice.
         parts = []
         while self._pos < end:
             index, offset = divmod(self._pos, self._block_size)
-            block = self._block(index)
-            chunk = block[offset : offset + (end - self._pos)]
+            chunk = memoryview(self._block(index))[offset : offset + (end - self._pos)]
             parts.append(chunk)
             self._pos += len(chunk)
         return b"".join(parts)
