@@ -97,6 +97,7 @@ class ReadAhead:
         self.allowed = self.max_in_flight  # requests allowed under way at once (fewer after a throttle)
         self.allowed_low = 0  # the fewest allowed after a throttle (0: never throttled)
         self._answered_since_cut = 0
+        self._later_busy = 0  # "later" requests under way
         self.requests = 0
         self.failures = 0
         self.request_s = 0.0  # EWMA of one request's time (first byte + transfer)
@@ -188,9 +189,13 @@ class ReadAhead:
                 if self._queue and busy < self.allowed:
                     head = self._queue[0]
                     nbytes = (head.stop - head.first) * head.source.block_size
-                    if head.claimed or self.blocks.prefetch_room(self._pending + nbytes):
+                    # "later" ranges take at most half the requests allowed: the others stay free for the
+                    # "soon" and "now" ones that arrive while they transfer
+                    later_ok = head.urgency < URGENCY["later"] or 2 * self._later_busy < self.allowed
+                    if later_ok and (head.claimed or self.blocks.prefetch_room(self._pending + nbytes)):
                         heapq.heappop(self._queue)
                         self._idle -= 1
+                        self._later_busy += head.urgency == URGENCY["later"]
                         if not head.claimed:
                             self._queued_bytes -= nbytes
                             self._pending += nbytes
@@ -214,6 +219,7 @@ class ReadAhead:
                 with self._cond:
                     if not task.claimed:
                         self._pending -= (task.stop - task.first) * task.source.block_size
+                    self._later_busy -= task.urgency == URGENCY["later"]
                     self._idle += 1
                     self._cond.notify()
 
