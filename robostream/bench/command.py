@@ -115,6 +115,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(parser, "batch_size", type=int, default=32)
     _option(parser, "num_workers", type=int, default=2)
     _option(parser, "prefetch_factor", type=int, default=2)
+    _option(
+        parser,
+        "map_sampler",
+        choices=["look_ahead", "plain"],
+        default="look_ahead",
+        help="map-style batches: LookAheadBatchSampler (their worker's next batches fetched ahead), or plain: "
+        "torch's BatchSampler over a RandomSampler, as DataLoader(dataset, batch_size, shuffle=True) makes them",
+    )
     _option(parser, "num_batches", type=int, default=40, help="timed batches (after the warm-up)")
     _option(parser, "duration_s", type=float, default=None, help="stop the timed part after this many seconds")
     _option(parser, "warmup_batches", type=int, default=2)
@@ -222,6 +230,7 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         batch_size=args.batch_size,
         num_workers=args.num_workers,
         prefetch_factor=args.prefetch_factor,
+        map_sampler=args.map_sampler,
         num_batches=args.num_batches,
         duration_s=args.duration_s,
         warmup_batches=args.warmup_batches,

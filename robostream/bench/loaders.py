@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
 
 from robostream.bench.probe import BatchProbe, TimedMapDataset
 from robostream.datasets.loader import StreamingDataLoader
@@ -178,9 +178,14 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
             if world > 1
             else torch.utils.data.RandomSampler(dataset, generator=generator)
         )
-        # Batches that name their worker's next batches: a remote dataset fetches their bytes while this one decodes.
-        batches = LookAheadBatchSampler(
-            sampler, batch_size=options.pop("batch_size"), look_ahead=max(1, options["num_workers"])
+        batch_size = options.pop("batch_size")
+        batches: Sampler[list[int]] = (
+            # Batches that name their worker's next batches: a remote dataset fetches their bytes while this one
+            # decodes.
+            LookAheadBatchSampler(sampler, batch_size=batch_size, look_ahead=max(1, options["num_workers"]))
+            if params["map_sampler"] == "look_ahead"
+            # What DataLoader(dataset, batch_size, shuffle=True) makes: each batch fetched when its worker gets it.
+            else BatchSampler(sampler, batch_size=batch_size, drop_last=False)
         )
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
         counts = dataset.reading.counters.totals  # the stages and remote reads its workers published
@@ -191,6 +196,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
         "split": lambda samples: _split(params, samples),
         "info": {
             "loader": params["loader"],
+            **({"map_sampler": params["map_sampler"]} if not isinstance(dataset, StreamingLeRobotDataset) else {}),
             "decoder": _readers(dataset)[0].cameras.backend,
             "video_decode_device": _readers(dataset)[0].cameras.device,
             "uint8": True,

@@ -57,6 +57,9 @@ class StoreSettings(TypedDict):
     api: StoreApi
 
 
+MapSampler = Literal["look_ahead", "plain"]
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One benchmark configuration: which loader reads which data how, and how long it is measured."""
@@ -72,6 +75,7 @@ class RunConfig:
     batch_size: int = 32
     num_workers: int = 2
     prefetch_factor: int = 2
+    map_sampler: MapSampler = "look_ahead"  # map-style batches: LookAheadBatchSampler, or torch's plain ones
     num_batches: int = 40
     duration_s: float | None = None
     warmup_batches: int = 2
@@ -207,6 +211,7 @@ def probe_spec(
         "batch_size": config.batch_size,
         "num_workers": config.num_workers,
         "prefetch_factor": config.prefetch_factor,
+        "map_sampler": config.map_sampler,
         "seed": config.seed,
         "pool_size": config.pool_size,
         "video_backend": config.video_backend,

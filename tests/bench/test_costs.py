@@ -75,6 +75,7 @@ def remote_and_local(av1_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("costs")
     args = ["bench", str(av1_root), "--mode", "single", "--loader", "stream", "map", "--batch_size", "8"]
     args += ["--num_workers", "2", "--num_batches", "1000", "--split_samples", "0", "--store_latency_ms", "50"]
+    args += ["--map_sampler", "plain"]  # the map runs' batches as DataLoader(shuffle=True) makes them
     assert main([*args, "--with_local", "--out", str(out)]) == 0
     return {
         loader: tuple(json.loads((out / f"{where}_{loader}_single_b8_w2_cpu.json").read_text()) for where in WHERE)
@@ -94,6 +95,7 @@ def test_client_cpu_is_the_loaders_process_tree_workers_included(remote_and_loca
         assert m["client_cpu_s_per_1000_samples"] == pytest.approx(1e3 * m["client_cpu_s"] / m["samples"])
         assert result["info"]["cpu_affinity"]
         assert set(result["info"]["pinning"]) == {"store_cores", "probe_cores", "why"}
+        assert result["info"].get("map_sampler") == (None if loader == "stream" else "plain")
 
 
 @pytest.mark.parametrize("loader", ["stream", "map"])
