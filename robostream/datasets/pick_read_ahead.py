@@ -8,11 +8,13 @@ rate the decoders take fetched bytes x a request's time, storage/read_ahead.py):
 live piece come first, the rest of each piece behind them, and the first batch costs about one round trip.
 
 A piece is read forward, so a pick asks only for the bytes past what its piece asked for already: its own sample's
-bytes in a request of their own (they come first), and the rest of the piece a chunk ahead of it, about half a chunk
-per request, so that a piece costs a few large ranged GETs rather than one per 64 KiB block (object stores cap GETs
-per second per key prefix: docs/scale-out.md). A chunk is the read buffer's free half shared by the live pieces'
-cameras (at most 16 MiB, storage/read_ahead.py), so the bytes asked for ahead stay within it. When a piece is done,
-the blocks fetched for it that no decoder read are released (they no longer count as ahead).
+bytes, then the rest of the piece a chunk ahead of it, about half a chunk per request, so that a piece costs a few
+large ranged GETs rather than one per 64 KiB block (object stores cap GETs per second per key prefix:
+docs/scale-out.md). A chunk up to REQUEST_BYTES adds little transfer to a round trip and comes in the sample's own
+request; a larger one in a request of its own behind it ("later", so it never holds back the next samples' bytes).
+A chunk is the read buffer's free half shared by the live pieces' cameras (at most 16 MiB, storage/read_ahead.py),
+so the bytes asked for ahead stay within it. When a piece is done, the blocks fetched for it that no decoder read
+are released (they no longer count as ahead).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 from robostream.datasets.frame_reader import FrameReader
 from robostream.plan.epoch import EpochPlan, Pick
 from robostream.plan.piece import PieceGeometry
-from robostream.storage.read_ahead import SEQUENTIAL_REQUEST_BYTES, ReadAhead
+from robostream.storage.read_ahead import REQUEST_BYTES, SEQUENTIAL_REQUEST_BYTES, ReadAhead
 from robostream.storage.store import RangedReader
 
 FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
@@ -173,7 +175,12 @@ class PickReadAhead:
             if end <= after and (after >= last or after - end >= chunk // 2):
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
                 continue
-            if end > after:  # this sample's own bytes, in a request of their own: they are needed first
+            if end > after and chunk <= REQUEST_BYTES:
+                # a small chunk adds little transfer to the round trip: this sample's bytes and the chunk in one
+                ahead = min(last, end + chunk)
+                reader.fetch_ahead(max(start, after), ahead, need="soon", request_bytes=ahead - max(start, after))
+                after = ahead
+            elif end > after:  # this sample's own bytes, in a request of their own: they are needed first
                 reader.fetch_ahead(max(start, after), end, need="soon")
                 after = end
             if after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests
