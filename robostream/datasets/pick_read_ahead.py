@@ -86,17 +86,26 @@ class PickReadAhead:
         window: deque[Pick] = deque()
         exhausted = False
         unchecked = 0  # picks handed out since the depth was last found deep enough
+        handed_out = 0
         while True:
-            # At most one round per pick handed out: the first pick leaves once the first round's bytes are
-            # asked for (the first batch waits for its own bytes, not for the whole depth's), and the window
-            # grows to its depth while the consumer decodes. Past the minimum, the depth is checked once per
-            # round's worth of picks handed out (a check reads shared counters under locks: ~80 us).
-            if not exhausted and len(window) >= MIN_PICKS_AHEAD and len(window) < MAX_PICKS_AHEAD:
+            # At most one round per pick handed out, and the window's floor ramps up with the picks handed out:
+            # none ahead while the first round is handed out (the first batch's picks are pulled before any is
+            # decoded: it waits for its own pieces' bytes and rows, not for the requests of the pieces of the
+            # whole depth, ~1-3 ms of client CPU each), then growing a pick per pick handed out up to
+            # MIN_PICKS_AHEAD (a batch or more ahead from the second batch on: its bytes come while one decodes).
+            # Past the floor, the depth is checked once per round's worth of picks handed out (a check reads
+            # shared counters under locks).
+            floor = max(1, min(MIN_PICKS_AHEAD, handed_out - PICKS_PER_ROUND))
+            if exhausted or len(window) >= MAX_PICKS_AHEAD:
+                wanted = False
+            elif len(window) < floor:
+                wanted = True
+            elif floor < MIN_PICKS_AHEAD:
+                wanted = False  # still ramping up
+            else:
                 unchecked += 1
                 wanted = unchecked >= PICKS_PER_ROUND and self._wants_more()
                 unchecked = 0 if unchecked >= PICKS_PER_ROUND else unchecked
-            else:
-                wanted = not exhausted and len(window) < MIN_PICKS_AHEAD
             if wanted:
                 taken = list(itertools.islice(picks, PICKS_PER_ROUND))
                 exhausted = len(taken) < PICKS_PER_ROUND
@@ -117,6 +126,7 @@ class PickReadAhead:
                 window.extend(taken)
             if not window:
                 return
+            handed_out += 1
             yield window.popleft()
 
     def done(self, stream: int, piece: int) -> None:
