@@ -70,7 +70,7 @@ class _Task:
     source: RangeSource
     first: int  # first block
     stop: int  # block after the last
-    claimed: bool  # urgent tasks claim their blocks when submitted
+    claimed: bool  # "now" tasks claim their blocks when submitted
 
     def __lt__(self, other: _Task) -> bool:
         return (self.urgency, self.seq) < (other.urgency, other.seq)
@@ -182,7 +182,8 @@ class ReadAhead:
             self._cond.notify()
 
     def _next(self) -> _Task:
-        """The next task this thread may run: an urgent one, or an ahead one when the buffer has room."""
+        """The next task this thread may run, while fewer than `allowed` are under way: a "now" one, or one ahead
+        when the buffer has room ("later" ones within half of `allowed`)."""
         with self._cond:
             while True:
                 busy = self._threads - self._idle  # tasks taken by the other threads
