@@ -14,6 +14,7 @@ each caller a lock with it). Never share a decoder across a fork: DataLoader wor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -98,6 +99,19 @@ def default_backend() -> str:
     return "torchcodec" if torchcodec_available() else "pyav"
 
 
+def nvdec_backend() -> contextlib.AbstractContextManager[object]:
+    """Where a torchcodec VideoDecoder opened on "cuda" gets torchcodec's own NVDEC decoder: set_cuda_backend("beta")
+    in torchcodec 0.9-0.12, whose default is FFmpeg's CUDA path (on an H100, 640x480 H.264: 17.5 random frames/s
+    against 1,063, and 496 on one CPU thread; it also crashed the process on AV1, which Hopper cannot decode, where
+    "beta" falls back to the CPU and says so: BENCHMARKS.md "GPU machine"); 0.13 made it the default ("nvdec") and
+    still takes "beta". A torchcodec without set_cuda_backend has FFmpeg's path only."""
+    try:
+        from torchcodec.decoders import set_cuda_backend
+    except ImportError:
+        return contextlib.nullcontext()
+    return set_cuda_backend("beta")
+
+
 class TorchCodecVideoDecoder:
     """torchcodec's VideoDecoder, finding frames by their presentation time where a file needs it.
 
@@ -123,12 +137,13 @@ class TorchCodecVideoDecoder:
         self.seek_mode: str = options.get("seek_mode", "custom_frame_mappings")  # how frames are found (diagnostics)
         try:
             # torchcodec reads any file object with read and seek (its docs), though its annotation names two classes
-            self._decoder = _TorchCodecDecoder(
-                source,  # type: ignore[arg-type]
-                device=device,
-                dimension_order="NCHW",
-                **options,
-            )
+            with nvdec_backend() if str(device).startswith("cuda") else contextlib.nullcontext():
+                self._decoder = _TorchCodecDecoder(
+                    source,  # type: ignore[arg-type]
+                    device=device,
+                    dimension_order="NCHW",
+                    **options,
+                )
         except (RuntimeError, ValueError) as exc:
             raise VideoDecodeError(f"{path}: torchcodec could not open the video on {device!r}: {exc}") from exc
         meta = self._decoder.metadata

@@ -5,7 +5,7 @@ import torch
 from robostream.errors import FrameToleranceError, MissingFileError
 from robostream.format.metadata import load_metadata
 from robostream.synth import read_marker
-from robostream.video.decoder import BACKENDS, open_video_decoder
+from robostream.video.decoder import BACKENDS, nvdec_backend, open_video_decoder
 from robostream.video.lookup import frame_indices
 from tests.helpers import decode_at_timestamps
 
@@ -75,3 +75,11 @@ def test_missing_file_and_unavailable_cuda_are_clear(tmp_path, av1_root):
         open_video_decoder(path, device="cuda")
     with pytest.raises(ValueError, match=r"decoding=DecodeOptions\(device='cuda'\) needs .*PyAV decodes on CPU"):
         open_video_decoder(path, backend="pyav", device="cuda")
+
+
+def test_cuda_decoders_open_under_torchcodecs_own_nvdec_backend():
+    """torchcodec's FFmpeg CUDA path decoded random frames 60x slower than its own NVDEC decoder on an H100 and
+    crashed on AV1 (BENCHMARKS.md "GPU machine"): CUDA decoders open under set_cuda_backend("beta"), which every
+    torchcodec since 0.9 accepts (0.13 maps it to its default "nvdec"); the installed one must still take it."""
+    with nvdec_backend():  # a name the installed torchcodec refuses raises here (ValueError)
+        pass
