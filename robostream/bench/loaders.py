@@ -161,6 +161,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     options = _loader_options(params)
     loader: StreamingDataLoader | DataLoader
     counts: Callable[[], dict[str, int]] | None = None
+    loader_info: dict[str, str] = {}  # what only this kind of loader has
     if isinstance(dataset, StreamingLeRobotDataset):
         # The loader users run, timed through its on_batch hook (per-batch production time, cache counters).
         streaming = loader = StreamingDataLoader(dataset, on_batch=BatchProbe(stats), **options)
@@ -188,6 +189,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
             else BatchSampler(sampler, batch_size=batch_size, drop_last=False)
         )
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
+        loader_info["map_sampler"] = params["map_sampler"]
         counts = dataset.reading.counters.totals  # the stages and remote reads its workers published
     return {
         "loader": loader,
@@ -196,7 +198,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
         "split": lambda samples: _split(params, samples),
         "info": {
             "loader": params["loader"],
-            **({"map_sampler": params["map_sampler"]} if not isinstance(dataset, StreamingLeRobotDataset) else {}),
+            **loader_info,
             "decoder": _readers(dataset)[0].cameras.backend,
             "video_decode_device": _readers(dataset)[0].cameras.device,
             "uint8": True,

@@ -185,14 +185,10 @@ class PickReadAhead:
             if end <= after and (after >= last or after - end >= chunk // 2):
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
                 continue
-            if end > after and chunk <= REQUEST_BYTES:
-                # a small chunk adds little transfer to the round trip: this sample's bytes and the chunk in one
-                ahead = min(last, end + chunk)
-                reader.fetch_ahead(max(start, after), ahead, need="soon", request_bytes=ahead - max(start, after))
-                after = ahead
-            elif end > after:  # this sample's own bytes, in a request of their own: they are needed first
-                reader.fetch_ahead(max(start, after), end, need="soon")
-                after = end
+            if end > after:  # this sample's own bytes first, with the chunk when it adds little to the round trip
+                begin, stop = max(start, after), (min(last, end + chunk) if chunk <= REQUEST_BYTES else end)
+                reader.fetch_ahead(begin, stop, need="soon", request_bytes=stop - begin if stop > end else None)
+                after = stop
             if after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests
                 ahead = min(last, end + chunk)
                 reader.fetch_ahead(after, ahead, need="later", request_bytes=chunk)
