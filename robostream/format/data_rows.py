@@ -152,6 +152,10 @@ class _DataFile:
     episode_lo: np.ndarray  # per row group: smallest episode_index (statistics), -1 when unknown
     episode_hi: np.ndarray  # per row group: largest episode_index, int64 max when unknown
     lock: threading.Lock  # a parquet reader serves one read at a time
+    users: int = 0  # reads in progress: a file in use is never closed, so never evicted
+
+    def close(self) -> None:
+        self.parquet.close(force=True)  # also a remote reader handed in (it holds a disk-cache pin)
 
 
 class LRU(OrderedDict):
@@ -238,11 +242,13 @@ class DataRowReader:
             caches.pending.put((self.meta.root, episode), self._pool.get().submit(self._read, episode), PENDING_READS)
 
     def _file(self, relative: str, episode: int) -> _DataFile:
+        """The open data file, counted as in use: the caller hands it back with `_release`."""
         caches = self._caches.get()
         name = self.meta.describe(relative)
         with caches.lock:
             found = caches.files.touch(name)
             if found is not None:
+                found.users += 1
                 return found
         source = self.meta.open(relative, what=f"data file of episode {episode}")
         try:
@@ -252,12 +258,47 @@ class DataRowReader:
         names = parquet.schema_arrow.names
         missing = [k for k in self.wanted if k not in names]
         if missing:
+            parquet.close(force=True)
             raise DatasetFormatError(f"{name}: data file lacks column(s) {missing} declared in info.json")
         lo, hi = _episode_ranges(parquet, names.index("episode_index"))
-        data_file = _DataFile(parquet, source, lo, hi, threading.Lock())
+        data_file = _DataFile(parquet, source, lo, hi, threading.Lock(), users=1)
+        closable: list[_DataFile] = []
         with caches.lock:
-            caches.files.put(name, data_file, self.footers)
-        return data_file
+            found = caches.files.touch(name)
+            if found is not None:  # another thread opened it meanwhile: one open copy per file
+                found.users += 1
+                closable.append(data_file)
+            else:
+                caches.files[name] = data_file
+                # The least recently used files no read is using, down to `footers` (more only while more reads
+                # than that are in progress at once; the next opening trims them).
+                idle = [key for key, kept in caches.files.items() if kept.users == 0]
+                closable.extend(caches.files.pop(key) for key in idle[: max(0, len(caches.files) - self.footers)])
+        for unused in closable:
+            unused.close()
+        return found or data_file
+
+    def _release(self, data_file: _DataFile) -> None:
+        with self._caches.get().lock:
+            data_file.users -= 1
+
+    def _row_groups(self, data_file: _DataFile, name: str, episode: int) -> pa.Table | None:
+        """The row groups of `data_file` that may hold `episode` (None: no row group does)."""
+        groups = np.flatnonzero((data_file.episode_lo <= episode) & (episode <= data_file.episode_hi)).tolist()
+        if not groups:
+            return None
+        if hasattr(data_file.source, "fetch_ahead"):
+            # Remote: the row groups' bytes in one merged request before pyarrow reads them column chunk by
+            # column chunk (each a round trip otherwise), outside the file's lock so other episodes' fetches overlap.
+            data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), need="now")
+        try:
+            with data_file.lock:
+                return data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False)
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetFormatError(
+                f"{described(name, data_file.source)}: row groups {groups[:8]} of episode "
+                f"{episode} are unreadable: {exc}"
+            ) from exc
 
     def _read(self, episode: int) -> EpisodeRows:
         relative = self.meta.data_file(episode)
@@ -265,23 +306,10 @@ class DataRowReader:
         row = self.meta.episodes.row_of(episode)
         expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
         data_file = self._file(relative, episode)
-        groups = np.flatnonzero((data_file.episode_lo <= episode) & (episode <= data_file.episode_hi)).tolist()
-        if groups and hasattr(data_file.source, "fetch_ahead"):
-            # Remote: the row groups' bytes in one merged request before pyarrow reads them column chunk by
-            # column chunk (each a round trip otherwise), outside the file's lock so other episodes' fetches overlap.
-            data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), need="now")
         try:
-            with data_file.lock:
-                table = (
-                    data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False)
-                    if groups
-                    else None
-                )
-        except (OSError, pa.ArrowException) as exc:
-            raise DatasetFormatError(
-                f"{described(name, data_file.source)}: row groups {groups[:8]} of episode "
-                f"{episode} are unreadable: {exc}"
-            ) from exc
+            table = self._row_groups(data_file, name, episode)
+        finally:
+            self._release(data_file)
         if table is None or table.num_rows == 0:
             raise DatasetFormatError(
                 f"{name}: no data rows for episode {episode} (the episode table says index "

@@ -4,6 +4,8 @@ written without statistics. Both datasets must give exactly the samples of the o
 
 from __future__ import annotations
 
+import os
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -73,3 +75,40 @@ def test_only_the_episodes_row_groups_are_read(av1_root, tmp_path, row_group_siz
         assert 2 <= candidates < data_file.parquet.metadata.num_row_groups
     else:  # one group holds several episodes: that one is read
         assert candidates == 1
+
+
+def _open_parquet_files(root) -> set[str]:
+    """The data files of `root` this process holds open."""
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(root)) and target.endswith(".parquet"):
+            held.add(target)
+    return held
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc/self/fd")
+def test_open_data_files_stay_within_footers_and_a_file_in_use_is_never_closed(av1_root, tmp_path):
+    """Evicted files are closed when evicted (not whenever the garbage collector runs), one open copy per file, and
+    never while a read is using them: the open files are `footers`, more only while more reads are in progress."""
+    root = copy_tree(av1_root, tmp_path / "ds")
+    meta = load_metadata(root)
+    reader = DataRowReader(meta, footers=1)
+    by_file: dict[str, int] = {}
+    for episode in meta.episodes.episode_index.tolist():
+        by_file.setdefault(meta.data_file(int(episode)), int(episode))
+    (first, a), (second, b), (third, c) = list(by_file.items())[:3]
+    for episode in meta.episodes.episode_index.tolist() * 2:
+        reader.episode(int(episode))
+        assert len(_open_parquet_files(root)) == 1
+    in_use = reader._file(first, a)
+    assert reader._file(first, a) is in_use  # the same open copy
+    other = reader._file(second, b)
+    assert len(_open_parquet_files(root)) == 2, "a file in use was closed to make room"
+    for done in (in_use, in_use, other):
+        reader._release(done)
+    reader.episode(c)  # the next opening trims the files no read uses
+    assert _open_parquet_files(root) == {str(root / third)}
