@@ -161,7 +161,7 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
     options = _loader_options(params)
     loader: StreamingDataLoader | DataLoader
     counts: Callable[[], dict[str, int]] | None = None
-    loader_info: dict[str, str] = {}  # what only this kind of loader has
+    loader_info: dict[str, Any] = {}  # what only this kind of loader has
     if isinstance(dataset, StreamingLeRobotDataset):
         # The loader users run, timed through its on_batch hook (per-batch production time, cache counters).
         streaming = loader = StreamingDataLoader(dataset, on_batch=BatchProbe(stats), **options)
@@ -191,6 +191,10 @@ def build(params: dict[str, Any]) -> dict[str, Any]:
         loader = DataLoader(TimedMapDataset(dataset, stats), batch_sampler=batches, **options)
         loader_info["map_sampler"] = params["map_sampler"]
         counts = dataset.reading.counters.totals  # the stages and remote reads its workers published
+    if params["video_decode_device"] != "cpu":
+        # which decoder serves each camera (a camera the GPU cannot decode falls back to the CPU): found here, in
+        # the main process, by the routing the spawned workers follow
+        loader_info["camera_decoders"] = dataset.camera_decoders()
     return {
         "loader": loader,
         "frames_per_sample": frames_per_sample(dataset),

@@ -193,6 +193,10 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     if counts.get("frames_delivered"):
         out["decoded_per_delivered"] = counts["frames_decoded"] / counts["frames_delivered"]
         out["decoded_frames_per_s"] = out["frames_per_s"] * out["decoded_per_delivered"]
+    if counts.get("frames_decoded_gpu") or counts.get("frames_decoded_cpu_fallback"):
+        # cameras asked on a GPU: where their frames were decoded (the whole run's)
+        out["frames_decoded_gpu"] = counts["frames_decoded_gpu"]
+        out["frames_decoded_cpu_fallback"] = counts["frames_decoded_cpu_fallback"]
     # The whole run's frames (warm-up included, as a store's bytes served are): decoded when counted, else delivered.
     out["run_frames"] = (
         counts.get("frames_decoded") or sum(len(r["episodes"]) for r in records) * trace["frames_per_sample"]

@@ -151,6 +151,10 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
     if costed:
         lines.append("")
         lines.extend(cost_line(r, local_twin(r, results)) for r in costed)
+    decoded_on = [r for r in results if r.get("info", {}).get("camera_decoders")]
+    if decoded_on:
+        lines.append("")
+        lines.extend(decoders_line(r) for r in decoded_on)
     served = [r for r in results if "store" in r["metrics"]]
     if served:
         lines.append("")
@@ -268,6 +272,18 @@ def mixture_line(result: Mapping[str, Any]) -> str:
     pss = result["metrics"].get("peak_pss_mib")
     if pss:
         line += f"; peak PSS {pss / len(counts):.2f} MiB per source"
+    return line
+
+
+def decoders_line(result: Mapping[str, Any]) -> str:
+    """A run asked to decode on a GPU: which decoder served each camera, and where its frames were decoded."""
+    where = "; ".join(f"{camera}: {decoder}" for camera, decoder in result["info"]["camera_decoders"].items())
+    m = result["metrics"]
+    line = f"Decoders, {label(result)}: {where}"
+    if "frames_decoded_gpu" in m:
+        line += (
+            f"; frames decoded on the GPU {m['frames_decoded_gpu']:,}, on the CPU {m['frames_decoded_cpu_fallback']:,}"
+        )
     return line
 
 

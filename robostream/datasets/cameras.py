@@ -15,6 +15,7 @@ on its frames are final values, which no step scales by 1/255 or augments.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from functools import partial
@@ -22,6 +23,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from robostream.datasets.reading import Reading
 from robostream.errors import RobostreamError, VideoDecodeError
@@ -30,7 +32,7 @@ from robostream.format.episodes import EpisodeTable
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
 from robostream.storage.cache import described
-from robostream.video.decoder import Plane, VideoDecoder, default_backend, open_video_decoder
+from robostream.video.decoder import GpuFallback, Plane, VideoDecoder, default_backend, open_video_decoder
 from robostream.video.layout import frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
 
@@ -55,6 +57,11 @@ class CameraReader:
         # Resolving the backend imports torchcodec (~2 s) here, once, so forked DataLoader workers inherit it.
         self.backend = reading.settings.video_backend or default_backend()
         self.device = reading.settings.decode_device
+        self.gpu_fallback = reading.settings.decode_gpu_fallback
+        # What each camera's files hold, as info.json says (lerobot records it): a GPU that cannot decode it is
+        # known before any open (video/nvdec.py); None: the open finds out.
+        self.codecs = {k: (meta.info.features[k].get("info") or {}).get("video.codec") for k in meta.video_keys}
+        self._counters = reading.counters
         # Each use brings its opener (`_decoder`), which must not refer back to this reader: a reference cycle would
         # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
         self.cache = reading.decoders
@@ -75,6 +82,7 @@ class CameraReader:
             with self._decoder(relative, key, episode_index) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
                 frames, inverse = self._decode_unique(decoder, key, times, context)
+                self._count_device(decoder, len(times))
                 return gather_chw(frames, inverse)
         except RobostreamError as exc:
             if context in str(exc):
@@ -86,8 +94,36 @@ class CameraReader:
         (see VideoDecoderCache.use; the cache is the dataset's, shared by its sources: files are named by their full
         location)."""
         device = "cpu" if key in self.meta.depth_codings else self.device
-        opener = partial(open_camera_file, self.meta, relative, self.backend, device, key, episode_index)
+        opener = partial(
+            open_camera_file,
+            self.meta,
+            relative,
+            self.backend,
+            device,
+            key,
+            episode_index,
+            codec=self.codecs[key],
+            gpu_fallback=self.gpu_fallback,
+        )
         return self.cache.use(self.meta.describe(relative), self.backend, device, opener=opener)
+
+    def camera_decoders(self) -> dict[str, str]:
+        """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or
+        "cpu (GPU fallback: why)" for a camera asked on a GPU that cannot decode it."""
+        described = {}
+        for key in self.meta.video_keys:
+            episode = int(self.meta.episodes.episode_index[0])
+            with self._decoder(self.meta.video_file(episode, key), key, episode) as decoder:
+                described[key] = f"cpu (GPU fallback: {decoder.fallback})" if decoder.fallback else decoder.device
+        return described
+
+    def _count_device(self, decoder: VideoDecoder, frames: int) -> None:
+        """Frames of a camera asked on a GPU: decoded there, or on the CPU where it cannot (frame_counts())."""
+        if decoder.device == "cpu" and decoder.fallback is None:
+            return  # the CPU was asked for
+        info = get_worker_info()
+        field = "frames_decoded_cpu_fallback" if decoder.fallback else "frames_decoded_gpu"
+        self._counters.add(info.id if info is not None else 0, field, frames)
 
     def _decode_unique(
         self, decoder: VideoDecoder, key: str, times: np.ndarray, context: str = ""
@@ -188,6 +224,7 @@ class CameraReader:
             with self._decoder(relative, key, requests[group[0]][0]) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
                 frames, inverse = self._decode_unique(decoder, key, np.concatenate(times))
+                self._count_device(decoder, len(inverse))
         except RobostreamError:
             # Decode per episode again: the failing one raises the error that names the episode, camera and
             # times (and should all succeed alone, their frames are as checked as any).
@@ -202,24 +239,46 @@ class CameraReader:
 
 
 def open_dataset_video(
-    meta: DatasetMetadata, relative: str, backend: str | None, device: str, *, plane: Plane = "rgb"
+    meta: DatasetMetadata,
+    relative: str,
+    backend: str | None,
+    device: str,
+    *,
+    plane: Plane = "rgb",
+    codec: str | None = None,
+    gpu_fallback: GpuFallback = "cpu",
 ) -> VideoDecoder:
     """Open a video file of the dataset (local path, or ranged remote reads) as a decoder of `plane` (a depth
-    camera's: "gray12"), checked against info.json's frame rate."""
+    camera's: "gray12"), checked against info.json's frame rate; on a GPU, `codec` and `gpu_fallback` as
+    `open_video_decoder` takes them."""
     source = meta.open(relative, what="video file")
-    decoder = open_video_decoder(source, backend, device, name=described(meta.describe(relative), source), plane=plane)
+    name = described(meta.describe(relative), source)
+    decoder = open_video_decoder(
+        source, backend, device, name=name, plane=plane, codec=codec, gpu_fallback=gpu_fallback
+    )
     check_frame_rate(decoder, meta.fps)
     return decoder
 
 
 def open_camera_file(
-    meta: DatasetMetadata, relative: str, backend: str | None, device: str, key: str, episode_index: int
+    meta: DatasetMetadata,
+    relative: str,
+    backend: str | None,
+    device: str,
+    key: str,
+    episode_index: int,
+    *,
+    codec: str | None = None,
+    gpu_fallback: GpuFallback = "cpu",
 ) -> VideoDecoder:
     """Open camera `key`'s video file `relative`, the one holding `episode_index` (`open_dataset_video`), and check
-    the spans of the episodes in it against its stream (`check_spans_in_stream`)."""
-    decoder = open_dataset_video(
-        meta, relative, backend, device, plane="gray12" if key in meta.depth_codings else "rgb"
-    )
+    the spans of the episodes in it against its stream (`check_spans_in_stream`). A camera the GPU cannot decode
+    warns once per process (the warning names the camera and why)."""
+    plane: Plane = "gray12" if key in meta.depth_codings else "rgb"
+    decoder = open_dataset_video(meta, relative, backend, device, plane=plane, codec=codec, gpu_fallback=gpu_fallback)
+    if decoder.fallback:
+        # Not the file in the text: Python shows a warning once per text, so once per camera and process.
+        warnings.warn(f"camera {key!r} is decoded on the CPU: {decoder.fallback}", RuntimeWarning, stacklevel=2)
     check_spans_in_stream(decoder, meta.episodes, key, episode_index)
     return decoder
 

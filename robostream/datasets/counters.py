@@ -19,6 +19,8 @@ MAX_WORKERS = 256
 FIELDS = (
     "frames_decoded",
     "frames_delivered",
+    "frames_decoded_gpu",  # frames of cameras asked on a GPU: decoded there (NVDEC)
+    "frames_decoded_cpu_fallback",  # or on the CPU, where the GPU cannot decode the camera's codec
     "peak_piece_frames",
     "peak_live_frames",
     "peak_live_pieces",
@@ -38,6 +40,8 @@ _COLUMN = {name: col for col, name in enumerate(FIELDS)}
 _SUMMED = {
     "frames_decoded",
     "frames_delivered",
+    "frames_decoded_gpu",
+    "frames_decoded_cpu_fallback",
     "bytes_read",
     "read_wait_us",
     "read_ahead_errors",

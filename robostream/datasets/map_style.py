@@ -83,6 +83,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
             decode_device=decoding.device,
+            decode_gpu_fallback=decoding.gpu_fallback,
         )
         self.meta = open_dataset(
             repo_id, root, revision, read_options, video_backend, "LeRobotDataset", depth_output_unit=depth_output_unit
@@ -135,6 +136,17 @@ class LeRobotDataset(torch.utils.data.Dataset):
     def video_decoder_cache_stats(self) -> dict[str, float | int]:
         """This process's decoder-cache statistics (each DataLoader worker has its own)."""
         return self.cameras.cache.stats()
+
+    def frame_counts(self) -> dict[str, int]:
+        """Frames decoded and delivered over this process and its DataLoader workers (of cameras asked on a GPU:
+        decoded there, `frames_decoded_gpu`, or on the CPU where it cannot, `frames_decoded_cpu_fallback`), each
+        stage's tasks, busy time and wait, and for remote data the bytes read and the time readers waited."""
+        return self.reading.counters.totals()
+
+    def camera_decoders(self) -> dict[str, str]:
+        """Where each camera is decoded: "cpu", "cuda:N", or "cpu (GPU fallback: why)" (opens each camera's first
+        file in this process)."""
+        return self.cameras.camera_decoders()
 
     def locate(self, position: int) -> tuple[int, int]:
         """(episode index, frame within the episode) of the frame at `position`."""

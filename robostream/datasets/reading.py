@@ -32,6 +32,7 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.options import ReadOptions
 from robostream.storage.store import SharedReading, Storage
 from robostream.video.cache import VideoDecoderCache
+from robostream.video.decoder import GpuFallback
 from robostream.video.layout import FramePool
 from robostream.video.options import DEFAULT_DECODE_DEVICE
 
@@ -54,6 +55,7 @@ class ReadingSettings:
         depth_output_unit: the unit of depth cameras.
         video_backend: "torchcodec" or "pyav" (None: the default backend).
         decode_device: where videos are decoded (DecodeOptions.device): "cpu", or "cuda"/"cuda:N".
+        decode_gpu_fallback: a camera the GPU cannot decode: "cpu" or "error" (DecodeOptions.gpu_fallback).
         decode_ahead: samples of a piece whose missing frames are decoded together.
         prefetch: read the rows of upcoming pieces and the video bytes of upcoming picks ahead (remote data).
         shuffle: pieces read by residue class of their window stride (random order) or forward.
@@ -67,6 +69,7 @@ class ReadingSettings:
     depth_output_unit: DepthUnit = DEFAULT_DEPTH_UNIT
     video_backend: Literal["torchcodec", "pyav"] | None = None
     decode_device: str = DEFAULT_DECODE_DEVICE
+    decode_gpu_fallback: GpuFallback = "cpu"
     decode_ahead: int = 4
     prefetch: bool = True
     shuffle: bool = True

@@ -148,6 +148,7 @@ class StreamingLeRobotDataset(IterableDataset):
             depth_output_unit=depth_output_unit,
             video_backend=video_backend,
             decode_device=decoding.device,
+            decode_gpu_fallback=decoding.gpu_fallback,
             decode_ahead=self.streams.decode_ahead,
             prefetch=self.streams.prefetch_pieces > 0,
             shuffle=shuffle,
@@ -437,8 +438,20 @@ class StreamingLeRobotDataset(IterableDataset):
         """Frames decoded and delivered over this process and its DataLoader workers, the peak decoded-frame
         working set (of one live piece, of all live pieces of a worker, the most pieces live at once), and for
         remote data the bytes read, the time readers waited for them (us) and the peak bytes of fetched blocks
-        held by a worker."""
+        held by a worker; of cameras asked on a GPU, the frames decoded there (`frames_decoded_gpu`) and on the CPU
+        where it cannot decode them (`frames_decoded_cpu_fallback`)."""
         return self.reading.counters.totals()
+
+    def camera_decoders(self) -> dict[str, str]:
+        """Where each camera is decoded: "cpu", "cuda:N", or "cpu (GPU fallback: why)" (opens each camera's first
+        file in this process); a mixture's cameras are keyed "source label: camera"."""
+        if not self.is_mixture:
+            return self.sources[0].cameras.camera_decoders()
+        return {
+            f"{source.label}: {key}": where
+            for source in self.sources
+            for key, where in source.cameras.camera_decoders().items()
+        }
 
 
 def _identity(fingerprint: str | None) -> str:

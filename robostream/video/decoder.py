@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
+from robostream.video.nvdec import REFUSALS, gpu_of
 from robostream.video.packet_index import PacketIndex, read_packet_index
 from robostream.video.versions import mismatch
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from av import VideoFrame
 
 BACKENDS = ("torchcodec", "pyav")
+GpuFallback = Literal["cpu", "error"]  # a camera the GPU cannot decode: decoded on the CPU, or refused
 Plane = Literal["rgb", "gray12"]
 PLANES: tuple[str, ...] = get_args(Plane)
 GRAY12_FORMATS = ("gray12le", "gray12be")  # one 12-bit gray plane (FFmpeg's decoders give the native-endian one)
@@ -47,6 +49,8 @@ class VideoDecoder(Protocol):
     width: int
     calls: int  # decoding requests served
     seeks: int  # jumps in the frame sequence asked for (see count_jumps)
+    device: str  # where it decodes: "cpu" or "cuda:N" (its frames come out there)
+    fallback: str | None  # why it decodes on the CPU though a GPU was asked for (None: it was not, or it does not)
 
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
         """Frames at the given (in-range) indices as (N, C, H, W) and their pts in seconds (N,): uint8 RGB (C=3)
@@ -127,10 +131,14 @@ class TorchCodecVideoDecoder:
     one) lists frames FFmpeg does not show: the pts check refuses the frames that would come out wrong.
     """
 
-    def __init__(self, source: str | BinaryIO, device: str = "cpu", name: str | None = None) -> None:
+    def __init__(
+        self, source: str | BinaryIO, device: str = "cpu", name: str | None = None, *, fallback: str | None = None
+    ) -> None:
         from torchcodec.decoders import VideoDecoder as _TorchCodecDecoder
 
         self.path = name or str(source)
+        self.device = "cpu" if device == "cpu" else str(torch.device(device))
+        self.fallback = fallback
         self._source = source  # keeps a file object (or a cache pin) alive as long as the decoder
         path = self.path
         options = _seek_options(source)
@@ -156,8 +164,16 @@ class TorchCodecVideoDecoder:
         self.fps = float(meta.average_fps)
         self.end_s = float(meta.end_stream_seconds or (meta.begin_stream_seconds or 0.0) + self.num_frames / self.fps)
         self.height, self.width = int(meta.height), int(meta.width)
+        self.codec: str | None = meta.codec
         self.calls = self.seeks = 0
         self._last: int | None = None  # last frame index decoded
+
+    def gpu_refusal(self) -> str | None:
+        """On a GPU: why torchcodec's NVDEC decoder decodes this file on the CPU instead (its `cpu_fallback`, known
+        at open), else None."""
+        # torchcodec < 0.9 has no cpu_fallback (nor its NVDEC decoder): nothing to probe, the table decided.
+        status = getattr(self._decoder, "cpu_fallback", None)
+        return str(status) if self.device != "cpu" and status else None
 
     def _count(self, indices: Sequence[int]) -> None:
         self.calls += 1
@@ -283,6 +299,8 @@ class PyAVVideoDecoder:
         self._pending: VideoFrame | None = None  # the next decoded frame not yet consumed
         self._last_time = -np.inf  # time of the last frame taken from the generator
         self.calls = self.seeks = 0
+        self.device: str = "cpu"
+        self.fallback: str | None = None
 
     def _count_packets(self) -> int:
         count = sum(1 for p in self._container.demux(self._stream) if p.size)
@@ -389,9 +407,15 @@ def open_video_decoder(
     name: str | None = None,
     *,
     plane: Plane = "rgb",
+    codec: str | None = None,
+    gpu_fallback: GpuFallback = "cpu",
 ) -> VideoDecoder:
     """Open a video (a path, or a seekable binary file object such as a ranged remote reader) with the named
     backend (default: torchcodec when available) on `device` ("cpu" or "cuda"); `name` is used in errors.
+
+    On a GPU, a file whose codec the GPU's NVDEC does not decode (`codec`, what the file is said to hold, checked
+    against video/nvdec.py's table before opening; else torchcodec's own verdict at open) is decoded on the CPU,
+    the decoder's `fallback` saying why, or refused when `gpu_fallback` is "error".
 
     plane: "rgb" gives uint8 RGB frames (N, 3, H, W); "gray12" gives a depth map's 12-bit codes as int16
     (N, 1, H, W), exactly as written. A gray12 stream is decoded by PyAV on the CPU whatever backend and device are
@@ -423,5 +447,29 @@ def open_video_decoder(
     if backend == "torchcodec":
         if not torchcodec_available():
             raise VideoDecodeError("torchcodec is not importable (missing FFmpeg libraries?); use video_backend='pyav'")
+        if device != "cpu":
+            return _open_on_gpu(source, device, name or str(source), codec, gpu_fallback)
         return TorchCodecVideoDecoder(source, device=device, name=name)
     return PyAVVideoDecoder(source, name=name)
+
+
+def _open_on_gpu(
+    source: str | BinaryIO, device: str, name: str, codec: str | None, gpu_fallback: GpuFallback
+) -> TorchCodecVideoDecoder:
+    """A torchcodec decoder on the GPU, or on the CPU where the GPU cannot decode the file (see open_video_decoder)."""
+    gpu = gpu_of(device)
+    refusals = REFUSALS.get()
+    reason = refusals.reason(gpu, codec)
+    if reason is None:
+        decoder = TorchCodecVideoDecoder(source, device=device, name=name)
+        refused = decoder.gpu_refusal()
+        if refused is None:
+            return decoder
+        reason = refusals.found(gpu, decoder.codec or "unnamed", refused)
+    if gpu_fallback == "error":
+        raise VideoDecodeError(
+            f"{name}: {reason}, and decoding=DecodeOptions(gpu_fallback='error') asks for GPU decoding only: "
+            "decode this camera on the CPU (gpu_fallback='cpu'), or re-encode it to a codec the GPU decodes "
+            "(`robostream transcode SRC OUT --codec h264`)"
+        )
+    return TorchCodecVideoDecoder(source, device="cpu", name=name, fallback=reason)
