@@ -263,6 +263,9 @@ def bench(root: Path, *, args: list[str], timeout_s: float) -> dict[str, Any]:
             config, metrics = result["config"], result["metrics"]
             name = f"{config['loader']}/{config['mode']}/w{config['num_workers']}/{config['video_decode_device']}"
             runs[name] = {
+                "camera_decoders": result.get("info", {}).get("camera_decoders"),
+                "frames_decoded_gpu": metrics.get("frames_decoded_gpu"),
+                "frames_decoded_cpu_fallback": metrics.get("frames_decoded_cpu_fallback"),
                 "frames_per_s": round(metrics["frames_per_s"], 1),
                 "samples_per_s": round(metrics["samples_per_s"], 1),
                 "data_wait_frac": round(metrics["data_wait_frac"], 3),
@@ -286,6 +289,79 @@ def main() -> None:
     options.out.mkdir(parents=True, exist_ok=True)
     record = Recorder(out=options.out, budget_s=options.budget_s)
     GROUPS[options.group](record, options.bundle / "data" / "h264", options.bundle / "data" / "av1")
+
+
+def camera_routing(root: Path) -> dict[str, Any]:
+    """robostream's per-camera routing on this GPU: which decoder serves each camera, where the frames come out, how
+    far they are from the CPU decoder's, and what gpu_fallback="error" says (issue 37's fallback, for real)."""
+    from robostream import DecodeOptions, LeRobotDataset
+
+    cpu = LeRobotDataset(root=root, return_uint8=True)
+    positions = random.Random(0).sample(range(len(cpu)), 12)
+    out: dict[str, Any] = {}
+    for fallback in ("cpu", "error"):
+        gpu = LeRobotDataset(root=root, return_uint8=True, decoding=DecodeOptions(device="cuda", gpu_fallback=fallback))
+        try:
+            started = time.perf_counter()
+            where = gpu.camera_decoders()
+            opened = time.perf_counter() - started
+            devices, worst = set(), 0
+            for position in positions:
+                mine, theirs = gpu[position], cpu[position]
+                for key in cpu.meta.video_keys:
+                    devices.add(f"{key}: {mine[key].device}")
+                    worst = max(worst, int((mine[key].cpu().int() - theirs[key].int()).abs().max()))
+            counts = gpu.frame_counts()
+            out[fallback] = {
+                "camera_decoders": where,
+                "open_s": round(opened, 2),
+                "frame_devices": sorted(devices),
+                "max_abs_diff_vs_cpu": worst,
+                "frames_decoded_gpu": counts["frames_decoded_gpu"],
+                "frames_decoded_cpu_fallback": counts["frames_decoded_cpu_fallback"],
+            }
+        # gpu_fallback="error" on a codec the GPU lacks must refuse: its text is the finding
+        except Exception as exc:  # noqa: BLE001
+            out[fallback] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def gpu_tests() -> dict[str, Any]:
+    """The GPU tests of the suite (tests/video/test_gpu_routing.py), which skip where there is no GPU."""
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=-ra",
+        "tests/video/test_gpu_routing.py",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    return {"command": " ".join(command[1:]), "exit": done.returncode, "tail": (done.stdout + done.stderr)[-2500:]}
+
+
+def routing_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    record.guarded("routing_h264", lambda: camera_routing(h264_root), needs_s=20)
+    record.guarded("routing_av1", lambda: camera_routing(av1_root), needs_s=20)
+
+
+def gpu_test_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    record.guarded("gpu_tests", gpu_tests, needs_s=60)
+
+
+def transcoded_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    """`robostream transcode`'s outputs of one 256x256 AV1 dataset (data/t256_*): raw random access on the CPU and
+    on NVDEC, then the loaders on the H.264 one (issue 37's target: ~6,000 random frames/s per H100 at 256x256)."""
+    base = h264_root.parent
+    for name in ("t256_h264", "t256_hevc", "t256_av1"):
+        files = videos(base / name)
+        record.guarded(f"raw_{name}_cpu", lambda f=files: raw_decode(f, device="cpu", backend="ffmpeg"), needs_s=12)
+        record.guarded(f"raw_{name}_cuda", lambda f=files: raw_decode(f, device="cuda", backend="beta"), needs_s=12)
+    for device, workers in [("cuda", 1), ("cpu", 1), ("cuda", 2), ("cpu", 2), ("cuda", 0)]:
+        loader_run(record, base / "t256_h264", device=device, workers=workers, label="t256_h264_")
 
 
 def environment_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
@@ -347,7 +423,7 @@ def more_loader_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None
         loader_run(record, h264_root, device="cpu", workers=workers)
 
 
-def loader_run(record: Recorder, root: Path, *, device: str, workers: int) -> None:
+def loader_run(record: Recorder, root: Path, *, device: str, workers: int, label: str = "") -> None:
     """Both loaders, single and sarm windows, decoding on `device` with `workers` DataLoader workers."""
     args = [
         "--mode",
@@ -363,7 +439,7 @@ def loader_run(record: Recorder, root: Path, *, device: str, workers: int) -> No
     ]
     # four runs per call: over 60 s on the H100 machine (2026-11-26), and the FFmpeg CUDA backend's random access
     # crawls (17.5 frames/s), so cuda runs may still end at the limit
-    record.guarded(f"loader_{device}_w{workers}", lambda: bench(root, args=args, timeout_s=150), needs_s=60)
+    record.guarded(f"loader_{label}{device}_w{workers}", lambda: bench(root, args=args, timeout_s=150), needs_s=60)
 
 
 GROUPS: dict[str, Callable[[Recorder, Path, Path], None]] = {
@@ -377,6 +453,9 @@ GROUPS: dict[str, Callable[[Recorder, Path, Path], None]] = {
     "scaling": scaling_steps,
     "pyav": pyav_steps,
     "more_loaders": more_loader_steps,
+    "routing": routing_steps,
+    "gpu_tests": gpu_test_steps,
+    "transcoded": transcoded_steps,
 }
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #                               machine's torch, replacing the wheel's FFmpeg-7 libraries
 #   ffmpeg7-headers.tar.xz      FFmpeg 7.1's headers (Debian trixie's libav*-dev) for that build
 #   npp13.tar.xz                NPP's core and color-conversion libraries and headers (torchcodec 0.11 links them)
+#   pylib/                      pytest and its pure-Python dependencies (the GPU tests of the suite)
 #   data/h264, data/av1         `robostream synth` datasets (480x640, 3 cameras, 150-frame episodes)
 # Run from the repository root:  OUT=/some/folder bash benchmarks/device_run.sh
 # Every step is guarded: a failure is logged verbatim and the later steps still run.
@@ -79,7 +80,7 @@ export LD_LIBRARY_PATH="$FFMPEG/lib:$SITE/av.libs:$NPP_LIB${LD_LIBRARY_PATH:+:$L
 # the driver's folder, where libnvcuvid.so.1 (NVDEC) sits on such machines when the ldconfig cache lacks it
 if [ -d /usr/local/nvidia/lib64 ]; then LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/nvidia/lib64"; fi
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD:$SITE:$PWD/$BUNDLE/pylib${PYTHONPATH:+:$PYTHONPATH}"
 
 if [ "$BUILD_TORCHCODEC" = 1 ]; then
     step "build torchcodec 0.11 with ENABLE_CUDA=$ENABLE_CUDA against this torch and FFmpeg 7.1"
