@@ -229,8 +229,9 @@ class ReadAhead:
         indices = list(range(task.first, task.stop))
         if not task.claimed:
             indices = [index for _, index in self.blocks.claim((source.key, i) for i in indices)]
-        for run in _runs(indices, len(indices) or 1):
-            keys: list[BlockKey] = [(source.key, i) for i in run]
+        mine = set(indices)  # a request may span blocks others claimed: only these are this task's to fill
+        for run in _requests(indices):
+            keys: list[BlockKey] = [(source.key, i) for i in run if i in mine]
             start, end = run[0] * size, min(source.size(), (run[-1] + 1) * size)
             with self._cond:
                 self.in_flight += 1
@@ -258,13 +259,26 @@ class ReadAhead:
                     self.allowed += 1
                     self._answered_since_cut = 0
                     self._cond.notify()
-            for key, index in zip(keys, run):
-                offset = (index - run[0]) * size
+            for key in keys:
+                offset = (key[1] - run[0]) * size
                 self.blocks.fulfil(key, data[offset : offset + size], ahead=not task.claimed)
 
 
 class _Idle(Exception):
     """A read-ahead thread found nothing to do for a while and ends."""
+
+
+def _requests(indices: Sequence[int]) -> list[list[int]]:
+    """The requests that fetch a task's claimed blocks (sorted): one per run of consecutive blocks, or one for the
+    whole span when the blocks others claimed in between (a decoder that overtook the queued range fetches its
+    block itself) are at most a quarter of it: a request costs more than a few blocks fetched twice (object stores
+    cap requests per second per key prefix), and the blocks in between are not filled twice (see `_do`)."""
+    if not indices:
+        return []
+    span = indices[-1] - indices[0] + 1
+    if span - len(indices) <= span // 4:
+        return [list(indices)] if span == len(indices) else [list(range(indices[0], indices[-1] + 1))]
+    return _runs(indices, len(indices))
 
 
 def _runs(indices: Sequence[int], most: int) -> list[list[int]]:

@@ -203,6 +203,6 @@ def test_a_streamed_piece_is_fetched_in_a_few_large_requests(long_episodes_root)
     assert remote.keys() == local.keys() and all(remote[i].equal(local[i]) for i in local)
     assert blocks >= 8, "the file must span many blocks for the count to mean anything"
     # Its index (the moov box: up to 2 reads), then per episode: its first sample's bytes, the rest in one range;
-    # plus up to 2 when the decoder overtakes a queued range (seen once in a loaded full run): it fetches that block
-    # itself and the range, claimed later, skips it in two requests. One request per block would be 11 or more.
+    # plus one per piece when its decoder overtakes the queued range (seen in a loaded run): it fetches that block
+    # itself, and the range stays one request around it. One request per block would be 11 or more.
     assert requests <= 2 + 2 * 2 + 2, f"{requests} requests for a {blocks}-block file of 2 pieces"

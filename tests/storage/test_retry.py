@@ -110,3 +110,39 @@ def test_a_throttle_halves_the_requests_in_flight_and_answers_restore_them():
     while ahead.requests < 1024 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert ahead.requests == 1024 and ahead.allowed == 16 and ahead.allowed_low == 4
+
+
+def test_a_queued_range_a_reader_overtook_is_still_one_request():
+    """A decoder that reaches a block of a range still queued fetches that block itself; the range's request then
+    still covers the whole span (one GET, not one per side of that block), and fills only its own blocks."""
+    from robostream.storage.blocks import BlockCache
+    from robostream.storage.read_ahead import ReadAhead
+
+    class Bytes:  # an in-memory file that records the ranges asked of it
+        key, block_size = "mem", 1024
+
+        def __init__(self):
+            self.asked = []
+
+        def size(self):
+            return 16 * 1024
+
+        def fetch_range(self, start, end):
+            self.asked.append((start, end))
+            return bytes(range(256)) * ((end - start) // 256)
+
+    blocks = BlockCache(64 << 20)
+    source = Bytes()
+    overtaken = [("mem", 3), ("mem", 9)]
+    assert blocks.claim(overtaken) == overtaken  # two readers fetching their own blocks
+    ahead = ReadAhead(blocks, max_in_flight=4, request_bytes=16 * 1024)
+    ahead.fetch(source, 0, 16 * 1024, need="later")
+    deadline = time.monotonic() + 30
+    while ahead.requests < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert source.asked == [(0, 16 * 1024)]
+    for key in overtaken:  # the readers' own fetches fill their blocks: the range left them alone
+        blocks.fulfil(key, b"R" * 1024, ahead=False)
+    for i in range(16):
+        mine = blocks.get(("mem", i), fetch=lambda: pytest.fail("every block was fetched already"))
+        assert mine == (b"R" * 1024 if ("mem", i) in overtaken else bytes(range(256)) * 4)
