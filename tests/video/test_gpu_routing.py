@@ -94,3 +94,21 @@ def test_on_a_gpu_each_camera_decodes_where_it_can_with_frames_equal_to_the_cpus
     )
     counts = gpu.frame_counts()
     assert counts["frames_decoded_gpu" if decodable else "frames_decoded_cpu_fallback"] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (NVDEC) and a CUDA build of torchcodec")
+def test_on_a_gpu_the_streaming_batches_hold_the_cpus_frames(any_root):
+    """The streaming loader's batch path on a GPU (whole batches assembled from frames decoded there, or on the CPU
+    for a codec the GPU lacks): every sample once, frames as the CPU decoder gives them."""
+    cpu = {int(s["index"]): s for s in StreamingLeRobotDataset(root=any_root, seed=0, return_uint8=True)}
+    gpu = StreamingLeRobotDataset(root=any_root, seed=0, return_uint8=True, decoding=DecodeOptions(device="cuda"))
+    seen = 0
+    for batch in DataLoader(gpu, batch_size=8, num_workers=0):
+        for row, index in enumerate(batch["index"].tolist()):
+            for key in gpu.meta.video_keys:
+                mine = batch[key][row].cpu().int()
+                assert np.abs(mine.numpy() - cpu[index][key].int().numpy()).max() <= 8
+            seen += 1
+    assert seen == len(cpu)
+    counts = gpu.frame_counts()
+    assert counts["frames_decoded_gpu"] + counts["frames_decoded_cpu_fallback"] == counts["frames_decoded"]
