@@ -1,4 +1,4 @@
-"""The `robostream` command: synth, inspect, bench, bench-report, convert, verify, train."""
+"""The `robostream` command: synth, inspect, bench, bench-report, convert, transcode, verify, train."""
 
 from __future__ import annotations
 
@@ -65,18 +65,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from robostream.convert import EngineOptions, convert
+    from robostream.convert import convert
     from robostream.convert.finalize import is_v30
 
-    engine = EngineOptions(
-        tasks=args.tasks,
-        partition=args.partition,
-        time=args.time,
-        cpus_per_task=args.cpus_per_task,
-        mem_per_cpu_gb=args.mem_per_cpu_gb,
-        logging_dir=args.logging_dir,
-        venv_path=args.venv_path,
-    )
+    engine = _engine_options(args)
     log = lambda line: print(line, file=sys.stderr)
     root, repo_id = _convert_source(args, log)
     summary: dict[str, Any]  # printed as JSON
@@ -101,6 +93,49 @@ def _convert(args: argparse.Namespace) -> int:
         from robostream.convert.hub import push_v30
 
         summary["hub"] = push_v30(Path(summary["output"]), repo_id, branch=args.branch)
+    print(json.dumps(summary))
+    return 0
+
+
+def _engine_options(args: argparse.Namespace):
+    """The datatrove executors' options (`add_engine_arguments`) of a convert or transcode command."""
+    from robostream.convert import EngineOptions
+
+    return EngineOptions(
+        tasks=args.tasks,
+        partition=args.partition,
+        time=args.time,
+        cpus_per_task=args.cpus_per_task,
+        mem_per_cpu_gb=args.mem_per_cpu_gb,
+        logging_dir=args.logging_dir,
+        venv_path=args.venv_path,
+    )
+
+
+def _transcode(args: argparse.Namespace) -> int:
+    from robostream.convert.transcode import transcode
+
+    summary = transcode(
+        args.src,
+        out=args.out,
+        codec=args.codec,
+        gop=args.gop,
+        crf=args.crf,
+        preset=args.preset,
+        cameras=args.cameras,
+        work_dir=args.work_dir,
+        workers=args.workers,
+        executor=args.executor,
+        engine=_engine_options(args),
+        lease_s=args.lease_s,
+        max_attempts=args.max_attempts,
+        dry_run=args.dry_run,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    if args.push is not None and not args.dry_run and "submitted" not in summary:
+        from robostream.convert.hub import push_v30
+
+        summary["hub"] = push_v30(Path(summary["output"]), args.push, branch=args.branch)
     print(json.dumps(summary))
     return 0
 
@@ -141,24 +176,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
         "dataset REPO_ID (its v2.1 revision is downloaded, converted and pushed)",
     )
     parser.add_argument("--out", default=None, help="write the v3.0 dataset here instead (must not exist)")
-    parser.add_argument(
-        "--work-dir",
-        default=None,
-        help="plan, leases and the dataset being built (default: "
-        "beside the output; must be on its filesystem). Rerun the same command to resume",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="processes (local) or datatrove tasks")
-    parser.add_argument("--executor", choices=["local", "datatrove-local", "slurm", "ray"], default="local")
     parser.add_argument("--data-file-size-in-mb", type=float, default=100.0)
     parser.add_argument("--video-file-size-in-mb", type=float, default=200.0)
-    parser.add_argument(
-        "--lease-s",
-        type=float,
-        default=60.0,
-        help="a file's lease expires after this long without a heartbeat (then others take over)",
-    )
-    parser.add_argument("--max-attempts", type=int, default=3, help="failures of one file that fail the run")
-    parser.add_argument("--dry-run", action="store_true", help="preflight and plan only")
     hub = parser.add_argument_group("Hub (SRC is a repo id, or --repo-id names where to push a local folder)")
     hub.add_argument("--repo-id", default=None, help="push the result to this Hub dataset")
     hub.add_argument(
@@ -167,6 +186,27 @@ def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     hub.add_argument("--revision", default="v2.1", help="the v2.1 revision to download (tag, branch or commit)")
     hub.add_argument("--branch", default="main", help="the branch the v3.0 files are pushed to (tag v3.0 last)")
     hub.add_argument("--no-push", action="store_true", help="convert only: no Hub mutation at all")
+    add_engine_arguments(parser)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where a convert or transcode runs: workers, executor, work dir, leases, and datatrove's options."""
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="plan, leases and the dataset being built (default: "
+        "beside the output; must be on its filesystem). Rerun the same command to resume",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="processes (local) or datatrove tasks")
+    parser.add_argument("--executor", choices=["local", "datatrove-local", "slurm", "ray"], default="local")
+    parser.add_argument(
+        "--lease-s",
+        type=float,
+        default=60.0,
+        help="a file's lease expires after this long without a heartbeat (then others take over)",
+    )
+    parser.add_argument("--max-attempts", type=int, default=3, help="failures of one file that fail the run")
+    parser.add_argument("--dry-run", action="store_true", help="preflight and plan only")
     engine = parser.add_argument_group("datatrove executors (slurm, ray)")
     engine.add_argument("--tasks", type=int, default=0, help="datatrove tasks (default: --workers)")
     engine.add_argument("--partition", default=None)
@@ -243,6 +283,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_convert_arguments(convert)
     convert.set_defaults(run=_convert)
+    transcode = sub.add_parser(
+        "transcode",
+        help="re-encode a v3.0 dataset's cameras for GPU decoding (no B-frames, a keyframe every --gop frames, "
+        "timestamps kept; on convert's executors, resumable)",
+    )
+    transcode.add_argument("src", help="the v3.0 dataset folder (read only)")
+    transcode.add_argument("out", help="where the transcoded dataset appears when complete (must not exist)")
+    transcode.add_argument("--codec", required=True, help="h264, hevc or av1 (NVDEC on A100/H100/H200: no av1)")
+    transcode.add_argument("--gop", type=int, required=True, help="a keyframe every GOP frames (1: every frame)")
+    transcode.add_argument("--crf", type=int, default=None, help="quality (default: h264 23, hevc 28, av1 30)")
+    transcode.add_argument(
+        "--preset", default=None, help="encoder speed preset (default: h264 veryfast, hevc fast, av1 12)"
+    )
+    transcode.add_argument(
+        "--cameras", nargs="+", default=None, help="cameras to re-encode (default: every RGB video camera)"
+    )
+    pushing = transcode.add_mutually_exclusive_group()
+    pushing.add_argument("--push", metavar="REPO_ID", default=None, help="push the result to this Hub dataset")
+    pushing.add_argument("--no-push", action="store_true", help="no Hub mutation at all (the default)")
+    transcode.add_argument("--branch", default="main", help="the branch --push writes (tag v3.0 last)")
+    add_engine_arguments(transcode)
+    transcode.set_defaults(run=_transcode)
     verify = sub.add_parser("verify", help="check a v3.0 dataset's rows, frame counts and first/last frames")
     verify.add_argument("root")
     verify.add_argument("--tolerance-s", type=float, default=1e-4)

@@ -16,8 +16,9 @@ from datatrove.pipeline.base import PipelineStep
 
 from robostream.convert.executors import EngineOptions, failed_task_message
 from robostream.convert.finish import finish_conversion
+from robostream.convert.jobs import load_job
 from robostream.convert.manifest import WorkDir
-from robostream.convert.worker import ConversionFailed, WorkerOptions, load_plan, run_worker
+from robostream.convert.worker import ConversionFailed, WorkerOptions, run_worker
 
 
 class ConvertFiles(PipelineStep):
@@ -56,7 +57,7 @@ def _check_files_done(work_dir: Path, options: WorkerOptions, executor: str, log
     work = WorkDir(work_dir, lease_s=options.lease_s)
     if not work.plan_path.exists():
         return  # finished and cleaned up by another process sharing the work dir
-    unfinished = [t.output for t in load_plan(work).tasks if not work.is_done(t.task_id)]
+    unfinished = [t.output for t in load_job(work).tasks if not work.is_done(t.task_id)]
     if unfinished:
         raise ConversionFailed(
             failed_task_message(work, options)

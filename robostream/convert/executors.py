@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robostream.convert.jobs import load_job
 from robostream.convert.manifest import WorkDir
-from robostream.convert.worker import ConversionFailed, WorkerOptions, load_plan, run_worker
+from robostream.convert.worker import ConversionFailed, WorkerOptions, run_worker
 
 EXIT_TASK_FAILED = 3
 PLAN_POLL_S = 0.02
@@ -69,7 +70,7 @@ def failed_task_message(work: WorkDir, options: WorkerOptions) -> str | None:
         work: the conversion's work dir (its plan and failure records).
         options: the attempt limit, and since when failures count.
     """
-    for task in load_plan(work).tasks:
+    for task in load_job(work).tasks:
         failures = work.failures(task.task_id, since=options.since)
         if len(failures) >= options.max_attempts:
             return (
@@ -113,7 +114,7 @@ class LocalPool:
 
     def run(self, on_tick: Callable[[], None] = lambda: None, tick_s: float = 0.5) -> None:
         work = WorkDir(self.work_dir, lease_s=self.options.lease_s)
-        task_ids = [t.task_id for t in load_plan(work).tasks]
+        task_ids = [t.task_id for t in load_job(work).tasks]
         self.start()
         idle_deaths = 0
         try:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import av
@@ -37,6 +38,17 @@ def output_schema(schema: pa.Schema, image_keys: list[str]) -> pa.Schema:
         typ = IMAGE_TYPE if field.name in image_keys else _variable_lists(field.type)
         fields.append(pa.field(field.name, typ))
     return pa.schema(fields)
+
+
+def check_unchanged(inputs: list[tuple[Path, int]]) -> None:
+    """Refuse input files whose size differs from the one recorded at planning (changed during the job)."""
+    for path, size in inputs:
+        actual = os.path.getsize(path)  # FileNotFoundError names the path
+        if actual != size:
+            raise DatasetFormatError(
+                f"{path}: {actual} bytes, but {size} when the job was planned; the input changed "
+                "during the job: remove the work dir and start again"
+            )
 
 
 def write_data_file(inputs: list[Path], output: Path, image_keys: list[str]) -> int:

@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,20 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
+def place_file(stage: Path, tmp: Path, rel: str, write: Callable[[Path], object]) -> None:
+    """Publish a file at `stage / rel`: `write` makes it at a scratch name in `tmp`, fsynced, then renamed there (a
+    crash leaves the old file or the whole new one; rerunning writes it again)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    scratch = tmp / Path(rel).name
+    write(scratch)
+    with scratch.open("rb") as handle:
+        os.fsync(handle.fileno())
+    target = stage / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(scratch, target)
+    fsync_dir(target.parent)
+
+
 def write_metadata(
     stage: Path,
     tmp: Path,
@@ -156,17 +171,9 @@ def write_metadata(
     """Write meta/ of the staged dataset (each file to a temp name in `tmp`, fsynced, then renamed).
 
     episode_stats: per-episode stats stacked along axis 0, as `format.v21.read_episode_stats` returns them."""
-    tmp.mkdir(parents=True, exist_ok=True)
 
     def place(rel: str, write) -> None:
-        scratch = tmp / Path(rel).name
-        write(scratch)
-        with scratch.open("rb") as handle:
-            os.fsync(handle.fileno())
-        target = stage / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(scratch, target)
-        fsync_dir(target.parent)
+        place_file(stage, tmp, rel, write)
 
     table = episodes_table(dataset, plan, tasks, episode_stats)
     for (chunk_index, file_index), part in episode_table_files(table):

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from robostream.convert.finalize import is_v30, swap, write_metadata
+from robostream.convert.finalize import is_v30, swap
+from robostream.convert.jobs import load_job
 from robostream.convert.manifest import Owner, WorkDir, read_json
 from robostream.convert.workdir import JOURNAL, claim_work_dir, holds_conversion, remove_work_dir
-from robostream.convert.worker import Heartbeat, WorkerOptions, load_plan
+from robostream.convert.worker import Heartbeat, WorkerOptions
 from robostream.errors import RobostreamError
-from robostream.format.v21 import read_info_v21, read_v21
+from robostream.format.v21 import read_info_v21
 
 FINALIZE = "finalize"  # the lease name of the finalize step
 
@@ -36,10 +39,29 @@ class Targets:
         return self.work / JOURNAL
 
 
+def finished_output(
+    out: str | Path, work_dir: str | Path | None, *, matches: Callable[[dict[str, Any]], bool]
+) -> Path | None:
+    """`out` when it already holds a finished job's result: a v3.0 dataset whose info.json `matches` what the
+    command asks for, and no job of it under way (what a command started after the others sharing its work dir
+    finished finds: a late task of a SLURM array, a rerun). None otherwise.
+
+    Args:
+        out: the output folder.
+        work_dir: the work dir; None: beside the output.
+        matches: whether the output's info.json is what this command would make.
+    """
+    out = Path(out).absolute()
+    work = Path(work_dir).absolute() if work_dir is not None else out.parent / f".{out.name}.robostream-convert"
+    if holds_conversion(work) or not is_v30(out):
+        return None
+    made = read_json(out / "meta" / "info.json")
+    return out if isinstance(made, dict) and matches(made) else None
+
+
 def finished_conversion(root: str | Path, out: str | Path | None, work_dir: str | Path | None) -> Path | None:
-    """`out` when it already holds a finished conversion of `root` (a v3.0 dataset with the input's episodes,
-    frames and fps, and no conversion of it under way): what a command started after the others sharing its work
-    dir finished finds (a late task of a SLURM array, a rerun). None otherwise.
+    """`out` when it already holds a finished conversion of `root` (`finished_output`: a v3.0 dataset with the
+    input's episodes, frames and fps). None otherwise, and for an in-place conversion.
 
     Args:
         root: the v2.1 input.
@@ -48,15 +70,12 @@ def finished_conversion(root: str | Path, out: str | Path | None, work_dir: str 
     """
     if out is None:
         return None
-    out = Path(out).absolute()
-    work = Path(work_dir).absolute() if work_dir is not None else out.parent / f".{out.name}.robostream-convert"
-    if holds_conversion(work) or not is_v30(out):
-        return None
-    made, given = read_json(out / "meta" / "info.json"), read_info_v21(Path(root).absolute())
-    same = isinstance(made, dict) and all(
-        made.get(key) == given.get(key) for key in ("total_episodes", "total_frames", "fps")
-    )
-    return out if same else None
+
+    def same_counts(made: dict[str, Any]) -> bool:
+        given = read_info_v21(Path(root).absolute())
+        return all(made.get(key) == given.get(key) for key in ("total_episodes", "total_frames", "fps"))
+
+    return finished_output(out, work_dir, matches=same_counts)
 
 
 def claim_targets(root: str | Path, out: str | Path | None, work_dir: str | Path | None) -> Targets:
@@ -105,8 +124,8 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
     work = WorkDir(targets.work, lease_s=options.lease_s)
     if not work.plan_path.exists():
         return False  # finished and cleaned up by another process a moment ago
-    plan = load_plan(work)
-    unfinished = [t.output for t in plan.tasks if not work.is_done(t.task_id)]
+    job = load_job(work)
+    unfinished = [t.output for t in job.tasks if not work.is_done(t.task_id)]
     if unfinished:
         raise RobostreamError(
             f"{targets.work}: {len(unfinished)} file(s) not converted yet (e.g. {unfinished[0]}); "
@@ -117,9 +136,7 @@ def _finalize(targets: Targets, options: WorkerOptions) -> bool:
         return False
     heartbeat = Heartbeat(work, lease)  # finalize of 100k episodes takes a minute: keep others from taking over
     try:
-        write_metadata(
-            work.staging, targets.work / "tmp", read_v21(targets.root), plan, plan.tasks, work.load_episode_stats()
-        )
+        job.finish_staging(work, targets.work / "tmp")
         if heartbeat.lost:
             raise RobostreamError(
                 f"{targets.work}: lost the finalize lease (stalled longer than the lease?); another process finalizes"

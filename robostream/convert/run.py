@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from robostream.convert.executors import EngineOptions, LocalPool
 from robostream.convert.finish import Targets, claim_targets, complete_swap, finalize_or_wait, finished_conversion
 from robostream.convert.manifest import WorkDir
+from robostream.convert.plan import FileTask
 from robostream.convert.planning import ConversionPlan, fingerprint, make_plan, preflight_report
 from robostream.convert.progress import Progress
 from robostream.convert.workdir import remove_work_dir
@@ -53,6 +55,16 @@ def _plan(targets: Targets, data_mb: float, video_mb: float, workers: int, log) 
 EXECUTORS = ("local", "datatrove-local", "slurm", "ray")
 
 
+def check_engine_arguments(*, workers: Any, executor: Any, lease_s: Any, max_attempts: Any) -> None:
+    """Refuse, before anything is read or written, engine arguments that would fail late (0 workers would wait for
+    nobody)."""
+    finite_number(workers, what="workers", integer=True, minimum=1)
+    finite_number(max_attempts, what="max_attempts", integer=True, minimum=1)
+    finite_number(lease_s, what="lease_s", positive=True)
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r}: expected one of {EXECUTORS}")
+
+
 def _check_arguments(
     *,
     workers: Any,
@@ -62,15 +74,10 @@ def _check_arguments(
     lease_s: Any,
     max_attempts: Any,
 ) -> None:
-    """Refuse, before anything is read or written, arguments that would fail late or write invalid JSON (a NaN
-    or infinite size limit lands in info.json; 0 workers would wait for nobody)."""
-    finite_number(workers, what="workers", integer=True, minimum=1)
-    finite_number(max_attempts, what="max_attempts", integer=True, minimum=1)
+    """`check_engine_arguments`, and the size limits (a NaN or infinite one would land in info.json)."""
+    check_engine_arguments(workers=workers, executor=executor, lease_s=lease_s, max_attempts=max_attempts)
     finite_number(data_file_size_in_mb, what="data_file_size_in_mb", positive=True)
     finite_number(video_file_size_in_mb, what="video_file_size_in_mb", positive=True)
-    finite_number(lease_s, what="lease_s", positive=True)
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor={executor!r}: expected one of {EXECUTORS}")
 
 
 def convert(
@@ -125,17 +132,80 @@ def convert(
             "conversion of it is under way: nothing to do"
         )
         return {"output": str(finished), "already_converted": True, "seconds": round(time.time() - started, 3)}
+    summary, plan = run_job(
+        src,
+        out,
+        work_dir,
+        lambda targets: _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log),
+        workers=workers,
+        executor=executor,
+        engine=engine,
+        options=WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started),
+        dry_run=dry_run,
+        log=log,
+    )
+    if plan is None or "files_resumed" not in summary:  # not finished here (see run_job)
+        return summary
+    return {
+        "output": summary.pop("output"),
+        "input_kept": None if out is not None else str(Path(src).absolute()) + "_old",
+        "episodes": plan.episodes,
+        "frames": int(plan.data["rows"].sum()),
+        **summary,
+        "lerobot_version_matched": LEROBOT_VERSION,
+    }
+
+
+class Planned(Protocol):
+    """A job's plan, as the engine sees it."""
+
+    @property
+    def tasks(self) -> list[FileTask]: ...
+
+
+P = TypeVar("P", bound=Planned)
+
+
+def run_job(
+    src: str | Path,
+    out: str | Path | None,
+    work_dir: str | Path | None,
+    plan_job: Callable[[Targets], P],
+    *,
+    workers: int,
+    executor: Literal["local", "datatrove-local", "slurm", "ray"],
+    engine: EngineOptions,
+    options: WorkerOptions,
+    dry_run: bool,
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], P | None]:
+    """Claim the work dir, plan a job (or resume the work dir's plan), run its file tasks on the executor, then
+    finalize: the engine `convert()` and `transcode()` share (the job itself is named in the plan: jobs.py).
+
+    Args:
+        src, out, work_dir: the input, the output (None: in place) and the work dir (None: beside the output).
+        plan_job: loads the work dir's plan (the same job only) or plans and saves it; returns the plan.
+        workers: processes (local) or datatrove tasks.
+        executor: "local" (a process pool here), "datatrove-local", "slurm" or "ray".
+        engine: datatrove executor options.
+        options: leases, attempts, and since when failures count (`options.since`: the command's start).
+        dry_run: plan only.
+        log: where progress lines go.
+    Returns:
+        The summary, with "files_resumed" when the job finished here (else: a swap completed, a dry run's plan, a
+        SLURM submission or "finished_by_another_process"), and the plan (None when only a swap was completed).
+    """
+    started = options.since
     targets = claim_targets(src, out, work_dir)
     if targets.journal.exists():  # a crash during the swap: complete it
         complete_swap(targets)
-        return {"output": str(targets.destination), "resumed": "swap", "seconds": time.time() - started}
-    options = WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started)
+        return {"output": str(targets.destination), "resumed": "swap", "seconds": round(time.time() - started, 3)}, None
     pool = LocalPool(targets.work, workers=workers, options=options) if executor == "local" and not dry_run else None
     fresh = not (targets.work / "plan.json").exists()
     if pool is not None and fresh:
         pool.start()  # the workers import their libraries while this process plans (resuming: after the count)
     try:
-        plan = _plan(targets, data_file_size_in_mb, video_file_size_in_mb, workers, log)
+        plan = plan_job(targets)
     except BaseException:
         if pool is not None:
             pool.stop()
@@ -145,8 +215,8 @@ def convert(
     planned = time.time()
     tasks = plan.tasks
     if dry_run:
-        return {"output": None, "plan": str(targets.work / "plan.json"), "files": len(tasks)}
-    work = WorkDir(targets.work, lease_s=lease_s)
+        return {"output": None, "plan": str(targets.work / "plan.json"), "files": len(tasks)}, plan
+    work = WorkDir(targets.work, lease_s=options.lease_s)
     if not fresh:
         check_done(work, tasks)
     already = 0 if fresh else sum(work.is_done(t.task_id) for t in tasks)
@@ -173,21 +243,18 @@ def convert(
                 "submitted": job,
                 "files": len(tasks),
                 "note": "SLURM runs the files and then the finalize job; rerun this command to follow or resume",
-            }
+            }, plan
     progress.close()
     written = sum(work.done_size(t.task_id) or 0 for t in tasks)
-    converted = time.time()
+    done = time.time()
     if not finalize_or_wait(targets, options):
         return {
             "output": str(targets.destination),
             "finished_by_another_process": True,
             "seconds": round(time.time() - started, 3),
-        }
+        }, plan
     return {
         "output": str(targets.destination),
-        "input_kept": None if targets.out else str(targets.root) + "_old",
-        "episodes": plan.episodes,
-        "frames": int(plan.data["rows"].sum()),
         "files": len(tasks),
         "files_resumed": already,
         "bytes_written": written,
@@ -195,7 +262,6 @@ def convert(
         "executor": executor,
         "seconds": round(time.time() - started, 3),
         "seconds_plan": round(planned - started, 3),
-        "seconds_files": round(converted - planned, 3),
-        "seconds_finalize": round(time.time() - converted, 3),
-        "lerobot_version_matched": LEROBOT_VERSION,
-    }
+        "seconds_files": round(done - planned, 3),
+        "seconds_finalize": round(time.time() - done, 3),
+    }, plan

@@ -1,4 +1,4 @@
-"""One conversion worker: claim a task's lease, produce its file, publish it, repeat until every task is done.
+"""One worker of a conversion or transcode (jobs.py): claim a task's lease, produce its file, publish it, repeat until every task is done.
 
 The same loop runs in the local pool's processes, in datatrove tasks on SLURM or Ray, and on any extra machine
 pointed at the same work dir; which task runs where is decided only by the leases (see manifest.py).
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robostream.convert.faults import crash_point
-from robostream.convert.file_tasks import write_data_file, write_video_file
+from robostream.convert.jobs import ConversionJob, Job, load_job
 from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text
 from robostream.convert.plan import FileTask
 from robostream.convert.planning import ConversionPlan
 from robostream.durable import fsync_dir
-from robostream.errors import DatasetFormatError, RobostreamError
-from robostream.format.v21 import V21Layout, read_layout
+from robostream.errors import RobostreamError
+from robostream.format.v21 import V21Layout
 
 POLL_PER_TASK_S = 0.01
 
@@ -59,40 +59,6 @@ class Heartbeat:
         self._thread.join()
 
 
-def load_plan(work: WorkDir) -> ConversionPlan:
-    plan = ConversionPlan.load(work.plan_path)
-    if plan is None:
-        raise RobostreamError(
-            f"{work.plan_path}: no conversion plan; start the conversion with `robostream "
-            "convert` (it plans before any worker runs)"
-        )
-    return plan
-
-
-def task_inputs(task: FileTask, layout: V21Layout, plan: ConversionPlan) -> list[tuple[Path, int]]:
-    """(path, size in bytes recorded at planning) of every input file of `task`."""
-    episodes = range(task.span.first, task.span.end)
-    if task.video_key is None:  # a data file
-        return [(layout.path(layout.data_file(e)), int(plan.data["bytes"][e])) for e in episodes]
-    sizes = plan.videos[task.video_key]["bytes"]
-    return [(layout.path(layout.video_file(e, task.video_key)), int(sizes[e])) for e in episodes]
-
-
-def produce(task: FileTask, inputs: list[tuple[Path, int]], out: Path, image_keys: list[str]) -> int:
-    """Write the task's output file at `out`; returns its size (fsynced)."""
-    for path, size in inputs:
-        actual = os.path.getsize(path)  # FileNotFoundError names the path
-        if actual != size:
-            raise DatasetFormatError(
-                f"{path}: {actual} bytes, but {size} when the conversion was planned; the "
-                "input changed during the conversion: remove the work dir and start again"
-            )
-    paths = [p for p, _ in inputs]
-    if task.kind == "data":
-        return write_data_file(paths, out, image_keys)
-    return write_video_file(paths, out)
-
-
 def publish(work: WorkDir, lease: Lease, task: FileTask, produced: Path, size: int) -> int:
     """Move an attempt's output into the staging dataset (first attempt wins) and mark the task done."""
     final = work.staging / task.output
@@ -115,21 +81,26 @@ def publish(work: WorkDir, lease: Lease, task: FileTask, produced: Path, size: i
     return final_size
 
 
-def run_task(work: WorkDir, lease: Lease, task: FileTask, layout: V21Layout, plan: ConversionPlan) -> int | None:
-    """Run one leased task; returns the bytes published, or None when the lease was lost (output dropped)."""
+def run_leased_task(work: WorkDir, lease: Lease, task: FileTask, job: Job) -> int | None:
+    """Run one leased task of `job`; returns the bytes published, or None when the lease was lost (output dropped)."""
     work.clean_attempts(task.task_id, keep=lease.attempt)
     folder = work.attempt_dir(lease)
     folder.mkdir(parents=True, exist_ok=True)
     heartbeat = Heartbeat(work, lease)
     try:
         produced = folder / Path(task.output).name
-        size = produce(task, task_inputs(task, layout, plan), produced, layout.image_keys)
+        size = job.produce(task, produced)
         if heartbeat.lost or not work.holds(heartbeat.lease):
             return None  # taken over after our lease expired: the new holder publishes
         return publish(work, heartbeat.lease, task, produced, size)
     finally:
         heartbeat.stop()
         work.clean_attempts(task.task_id)
+
+
+def run_task(work: WorkDir, lease: Lease, task: FileTask, layout: V21Layout, plan: ConversionPlan) -> int | None:
+    """`run_leased_task` of a conversion's task (tests/convert/test_manifest.py calls it so; the engine does not)."""
+    return run_leased_task(work, lease, task, ConversionJob(plan, layout))
 
 
 def check_done(work: WorkDir, tasks: list[FileTask]) -> None:
@@ -149,12 +120,11 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
     work = WorkDir(work_dir, lease_s=options.lease_s)
     if not work.plan_path.exists():
         return 0  # finished (and cleaned up) by another process before this worker started
-    plan = load_plan(work)
-    layout = read_layout(plan.source)
+    job = load_job(work)
     # Longest tasks first, so that the last to finish are short and workers end together. A task's time goes with
     # its number of input files (opening and probing each one: ~4-5 ms per episode file, data or video), not with
     # its bytes (a data file is few bytes but as many files as a video file).
-    tasks = sorted(plan.tasks, key=lambda t: -(t.span.end - t.span.first))
+    tasks = sorted(job.tasks, key=lambda t: -(t.span.end - t.span.first))
     owner = Owner.current()
     ran = 0
     while True:
@@ -176,7 +146,7 @@ def run_worker(work_dir: str | Path, options: WorkerOptions = WorkerOptions()) -
                 continue
             claimed = True
             try:
-                if run_task(work, lease, task, layout, plan) is not None:
+                if run_leased_task(work, lease, task, job) is not None:
                     ran += 1
             except (OSError, RobostreamError, ValueError) as exc:
                 # Recorded and retried; after max_attempts the run fails with this message (above).
