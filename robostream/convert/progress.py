@@ -12,8 +12,8 @@ from robostream.convert.plan import FileTask
 
 
 class Progress:
-    def __init__(self, work: WorkDir, tasks: list[FileTask], *, log: Callable[[str], None]) -> None:
-        self.work, self.tasks, self.log = work, tasks, log
+    def __init__(self, work: WorkDir, tasks: list[FileTask], *, command: str, log: Callable[[str], None]) -> None:
+        self.work, self.tasks, self.command, self.log = work, tasks, command, log
         self.pending = {t.task_id for t in tasks if not work.is_done(t.task_id)}
         self.written = 0
         self.started = time.monotonic()
@@ -25,7 +25,7 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn("convert"),
+                TextColumn(command),
                 BarColumn(),
                 TextColumn("{task.completed}/{task.total} files"),
                 TextColumn("{task.fields[rate]}"),
@@ -33,7 +33,7 @@ class Progress:
                 transient=True,
             )
             self._bar_task = self._bar.add_task(
-                "convert", total=self.total, completed=self.total - len(self.pending), rate=""
+                command, total=self.total, completed=self.total - len(self.pending), rate=""
             )
             self._bar.start()
 
@@ -49,7 +49,7 @@ class Progress:
             self._bar.update(self._bar_task, completed=done, rate=f"{rate:.1f} MB/s")
         elif done * 10 // self.total > self._reported_tenth:
             self._reported_tenth = done * 10 // self.total
-            self.log(f"convert: {done}/{self.total} files, {self.written / 1024**2:.1f} MB at {rate:.1f} MB/s")
+            self.log(f"{self.command}: {done}/{self.total} files, {self.written / 1024**2:.1f} MB at {rate:.1f} MB/s")
 
     def close(self) -> None:
         self.tick()

@@ -142,6 +142,7 @@ def convert(
         engine=engine,
         options=WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started),
         dry_run=dry_run,
+        command="convert",
         log=log,
     )
     if plan is None or "files_resumed" not in summary:  # not finished here (see run_job)
@@ -177,6 +178,7 @@ def run_job(
     engine: EngineOptions,
     options: WorkerOptions,
     dry_run: bool,
+    command: Literal["convert", "transcode"],
     log: Callable[[str], None],
 ) -> tuple[dict[str, Any], P | None]:
     """Claim the work dir, plan a job (or resume the work dir's plan), run its file tasks on the executor, then
@@ -190,6 +192,7 @@ def run_job(
         engine: datatrove executor options.
         options: leases, attempts, and since when failures count (`options.since`: the command's start).
         dry_run: plan only.
+        command: what the progress lines say is running.
         log: where progress lines go.
     Returns:
         The summary, with "files_resumed" when the job finished here (else: a swap completed, a dry run's plan, a
@@ -220,7 +223,7 @@ def run_job(
     if not fresh:
         check_done(work, tasks)
     already = 0 if fresh else sum(work.is_done(t.task_id) for t in tasks)
-    progress = Progress(work, tasks, log=log)
+    progress = Progress(work, tasks, command=command, log=log)
     if executor == "local":
         assert pool is not None  # made above for every local run but a dry run (returned above)
         pool.run(on_tick=progress.tick)

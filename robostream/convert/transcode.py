@@ -116,6 +116,7 @@ def transcode(
         engine=engine,
         options=WorkerOptions(lease_s=lease_s, max_attempts=max_attempts, since=started),
         dry_run=dry_run,
+        command="transcode",
         log=log,
     )
     if plan is None or "files_resumed" not in summary:  # not finished here (see run_job)
