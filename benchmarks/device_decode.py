@@ -352,16 +352,14 @@ def gpu_test_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     record.guarded("gpu_tests", gpu_tests, needs_s=60)
 
 
-def transcoded_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
-    """`robostream transcode`'s outputs of one 256x256 AV1 dataset (data/t256_*): raw random access on the CPU and
-    on NVDEC, then the loaders on the H.264 one (issue 37's target: ~6,000 random frames/s per H100 at 256x256)."""
-    base = h264_root.parent
-    for name in ("t256_h264", "t256_hevc", "t256_av1"):
-        files = videos(base / name)
+def codec_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
+    """Raw decoding of the HEVC transcode (data/hevc) and the AV1 source on the CPU and on NVDEC (the H.264
+    transcode is the `raw` group's): the bundle's three datasets are one AV1 dataset and its `robostream transcode`
+    outputs (BENCHMARKS.md "GPU decoding per camera")."""
+    for name, root in (("hevc", h264_root.parent / "hevc"), ("av1", av1_root)):
+        files = videos(root)
         record.guarded(f"raw_{name}_cpu", lambda f=files: raw_decode(f, device="cpu", backend="ffmpeg"), needs_s=12)
         record.guarded(f"raw_{name}_cuda", lambda f=files: raw_decode(f, device="cuda", backend="beta"), needs_s=12)
-    for device, workers in [("cuda", 1), ("cpu", 1), ("cuda", 2), ("cpu", 2), ("cuda", 0)]:
-        loader_run(record, base / "t256_h264", device=device, workers=workers, label="t256_h264_")
 
 
 def environment_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
@@ -397,13 +395,12 @@ def av1_robostream_steps(record: Recorder, h264_root: Path, av1_root: Path) -> N
 def raw_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     h264 = videos(h264_root)
     record.guarded("raw_h264_cpu", lambda: raw_decode(h264, device="cpu", backend="ffmpeg"), needs_s=15)
-    record.guarded("raw_h264_cuda_ffmpeg", lambda: raw_decode(h264, device="cuda", backend="ffmpeg"), needs_s=15)
     record.guarded("raw_h264_cuda_beta", lambda: raw_decode(h264, device="cuda", backend="beta"), needs_s=15)
 
 
 def loader_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     # most wanted first: the decode device through our loaders; the CPU runs at 1 and 2 workers come after scaling
-    for device, workers in [("cuda", 0), ("cuda", 1), ("cuda", 2), ("cpu", 0)]:
+    for device, workers in [("cuda", 1), ("cpu", 1), ("cuda", 2), ("cpu", 2), ("cuda", 0)]:
         loader_run(record, h264_root, device=device, workers=workers)
 
 
@@ -423,7 +420,7 @@ def more_loader_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None
         loader_run(record, h264_root, device="cpu", workers=workers)
 
 
-def loader_run(record: Recorder, root: Path, *, device: str, workers: int, label: str = "") -> None:
+def loader_run(record: Recorder, root: Path, *, device: str, workers: int) -> None:
     """Both loaders, single and sarm windows, decoding on `device` with `workers` DataLoader workers."""
     args = [
         "--mode",
@@ -439,7 +436,7 @@ def loader_run(record: Recorder, root: Path, *, device: str, workers: int, label
     ]
     # four runs per call: over 60 s on the H100 machine (2026-11-26), and the FFmpeg CUDA backend's random access
     # crawls (17.5 frames/s), so cuda runs may still end at the limit
-    record.guarded(f"loader_{label}{device}_w{workers}", lambda: bench(root, args=args, timeout_s=150), needs_s=60)
+    record.guarded(f"loader_{device}_w{workers}", lambda: bench(root, args=args, timeout_s=150), needs_s=60)
 
 
 GROUPS: dict[str, Callable[[Recorder, Path, Path], None]] = {
@@ -455,7 +452,7 @@ GROUPS: dict[str, Callable[[Recorder, Path, Path], None]] = {
     "more_loaders": more_loader_steps,
     "routing": routing_steps,
     "gpu_tests": gpu_test_steps,
-    "transcoded": transcoded_steps,
+    "codecs": codec_steps,
 }
 
 if __name__ == "__main__":

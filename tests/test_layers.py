@@ -33,7 +33,7 @@ LAYERS: dict[str, set[str]] = {
     "datasets": {"plan", "storage", "video", "format"},
     "summary": {"format"},
     "synth": {"format", "video", "writer"},
-    "convert": {"format"},
+    "convert": {"format", "video"},
     "testing": set(),
     "bench": {"datasets", "storage", "video", "format", "testing"},
     "augment": set(),

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robostream.convert.faults import crash_point
-from robostream.convert.jobs import ConversionJob, Job, load_job
+from robostream.convert.jobs import Job, load_job
 from robostream.convert.manifest import Lease, Owner, WorkDir, failure_text
 from robostream.convert.plan import FileTask
-from robostream.convert.planning import ConversionPlan
 from robostream.durable import fsync_dir
 from robostream.errors import RobostreamError
-from robostream.format.v21 import V21Layout
 
 POLL_PER_TASK_S = 0.01
 
@@ -96,11 +94,6 @@ def run_leased_task(work: WorkDir, lease: Lease, task: FileTask, job: Job) -> in
     finally:
         heartbeat.stop()
         work.clean_attempts(task.task_id)
-
-
-def run_task(work: WorkDir, lease: Lease, task: FileTask, layout: V21Layout, plan: ConversionPlan) -> int | None:
-    """`run_leased_task` of a conversion's task (tests/convert/test_manifest.py calls it so; the engine does not)."""
-    return run_leased_task(work, lease, task, ConversionJob(plan, layout))
 
 
 def check_done(work: WorkDir, tasks: list[FileTask]) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from robostream.convert import finalize
+from robostream.convert.jobs import ConversionJob
 from robostream.convert.manifest import Lease, Owner, WorkDir
 from robostream.convert.planning import make_plan
-from robostream.convert.worker import run_task
+from robostream.convert.worker import run_leased_task
 from robostream.format.v21 import read_layout
 from tests.helpers import DATA_MB, VIDEO_MB
 
@@ -56,7 +57,7 @@ def test_a_late_writer_publishes_nothing(v21_root: Path, tmp_path: Path):
     task = plan.tasks[-1]
     late = WorkDir(tmp_path, lease_s=-1).try_claim(task.task_id, Owner("other-host", 7, 0.0))
     WorkDir(tmp_path).try_claim(task.task_id, Owner.current())  # took over the expired lease
-    assert run_task(WorkDir(tmp_path), late, task, read_layout(v21_root), plan) is None
+    assert run_leased_task(WorkDir(tmp_path), late, task, ConversionJob(plan, read_layout(v21_root))) is None
     assert not (tmp_path / "staging" / task.output).exists() and not WorkDir(tmp_path).is_done(task.task_id)
     assert not [p for p in (tmp_path / "attempts").rglob("*") if p.is_file()]  # its attempt is cleaned up
 
