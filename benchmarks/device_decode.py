@@ -33,7 +33,8 @@ CudaBackend = Literal["ffmpeg", "beta"]
 RAW_STEP_S = 3.0  # timed seconds of each raw-decode measurement
 BENCH_DURATION_S = 3.0  # timed seconds of each loader configuration
 SCALING_WORKERS = tuple(int(n) for n in os.environ.get("SCALING_WORKERS", "1 2 4 8 14").split())
-LOADER_WORKERS = (0, 1, 2)
+# which loader runs, as device:workers (a rerun asks for the ones the last run had no time for)
+LOADER_RUNS = [run.split(":") for run in os.environ.get("LOADER_RUNS", "cuda:1 cpu:1 cuda:2 cpu:2 cuda:0").split()]
 
 
 class Recorder:
@@ -400,8 +401,8 @@ def raw_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
 
 def loader_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:
     # most wanted first: the decode device through our loaders; the CPU runs at 1 and 2 workers come after scaling
-    for device, workers in [("cuda", 1), ("cpu", 1), ("cuda", 2), ("cpu", 2), ("cuda", 0)]:
-        loader_run(record, h264_root, device=device, workers=workers)
+    for device, workers in LOADER_RUNS:
+        loader_run(record, h264_root, device=device, workers=int(workers))
 
 
 def scaling_steps(record: Recorder, h264_root: Path, av1_root: Path) -> None:

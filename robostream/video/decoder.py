@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol, TypedDict, get_args
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
+from robostream.process_local import ProcessLocal
 from robostream.video.nvdec import REFUSALS, gpu_of
 from robostream.video.packet_index import PacketIndex, read_packet_index
 from robostream.video.versions import mismatch
@@ -31,6 +33,10 @@ from robostream.video.versions import mismatch
 if TYPE_CHECKING:
     from av import VideoFrame
 
+# torchcodec's NVDEC decoders of one process, called from two threads at once, crashed the process on an H100
+# (segfault in get_frames_at, two camera threads decoding; BENCHMARKS.md "GPU decoding per camera"): every call into
+# a GPU decoder, opening included, holds this process's lock. The engine is shared by the process's decoders anyway.
+_GPU_CALLS = ProcessLocal(threading.Lock)
 BACKENDS = ("torchcodec", "pyav")
 GpuFallback = Literal["cpu", "error"]  # a camera the GPU cannot decode: decoded on the CPU, or refused
 Plane = Literal["rgb", "gray12"]
@@ -143,9 +149,10 @@ class TorchCodecVideoDecoder:
         path = self.path
         options = _seek_options(source)
         self.seek_mode: str = options.get("seek_mode", "custom_frame_mappings")  # how frames are found (diagnostics)
+        self._calls = _GPU_CALLS.get() if self.device != "cpu" else contextlib.nullcontext()
         try:
             # torchcodec reads any file object with read and seek (its docs), though its annotation names two classes
-            with nvdec_backend() if str(device).startswith("cuda") else contextlib.nullcontext():
+            with self._calls, nvdec_backend() if self.device != "cpu" else contextlib.nullcontext():
                 self._decoder = _TorchCodecDecoder(
                     source,  # type: ignore[arg-type]
                     device=device,
@@ -172,7 +179,8 @@ class TorchCodecVideoDecoder:
         """On a GPU: why torchcodec's NVDEC decoder decodes this file on the CPU instead (its `cpu_fallback`, known
         at open), else None."""
         # torchcodec < 0.9 has no cpu_fallback (nor its NVDEC decoder): nothing to probe, the table decided.
-        status = getattr(self._decoder, "cpu_fallback", None)
+        with self._calls:
+            status = getattr(self._decoder, "cpu_fallback", None)
         return str(status) if self.device != "cpu" and status else None
 
     def _count(self, indices: Sequence[int]) -> None:
@@ -183,7 +191,8 @@ class TorchCodecVideoDecoder:
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
         self._count(indices)
         try:
-            batch = self._decoder.get_frames_at(indices=list(indices))
+            with self._calls:
+                batch = self._decoder.get_frames_at(indices=list(indices))
         except (RuntimeError, IndexError, ValueError) as exc:
             raise VideoDecodeError(f"{self.path}: decoding frames {list(indices)[:8]}... failed: {exc}") from exc
         return batch.data, batch.pts_seconds.cpu().numpy().astype(np.float64)
@@ -196,7 +205,8 @@ class TorchCodecVideoDecoder:
         shown = np.clip(shown, begin, np.nextafter(self.end_s, begin))
         self._count(np.floor((shown - begin) * self.fps).astype(np.int64).tolist())
         try:
-            batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
+            with self._calls:
+                batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
         except (RuntimeError, IndexError, ValueError) as exc:
             raise VideoDecodeError(
                 f"{self.path}: decoding frames near {shown[:4].tolist()}... s failed: {exc}"

@@ -112,3 +112,13 @@ def test_on_a_gpu_the_streaming_batches_hold_the_cpus_frames(any_root):
     assert seen == len(cpu)
     counts = gpu.frame_counts()
     assert counts["frames_decoded_gpu"] + counts["frames_decoded_cpu_fallback"] == counts["frames_decoded"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (NVDEC) and a CUDA build of torchcodec")
+def test_on_a_gpu_decoders_opened_in_one_thread_serve_the_camera_threads_at_once(h264_root):
+    """Seen on an H100: GPU decoders opened by one thread, then called by two camera threads at once, crashed the
+    process (segfault in torchcodec); a process's calls into its GPU decoders are serialised."""
+    gpu = LeRobotDataset(root=h264_root, return_uint8=True, decoding=DecodeOptions(device="cuda"))
+    assert set(gpu.camera_decoders().values()) == {"cuda:0"}  # every camera's decoder opened here, in this thread
+    for position in range(0, len(gpu), 3):
+        assert all(gpu[position][key].device.type == "cuda" for key in gpu.meta.video_keys)
