@@ -33,10 +33,35 @@ from robostream.video.versions import mismatch
 if TYPE_CHECKING:
     from av import VideoFrame
 
-# torchcodec's NVDEC decoders of one process, called from two threads at once, crashed the process on an H100
-# (segfault in get_frames_at, two camera threads decoding; BENCHMARKS.md "GPU decoding per camera"): every call into
-# a GPU decoder, opening included, holds this process's lock. The engine is shared by the process's decoders anyway.
+# On an H100, GPU decoders opened by one thread and then called from the camera threads crashed the process
+# (segfault in torchcodec's get_frames_at; decoders opened by the camera threads themselves never did): a thread
+# that never ran CUDA work has no CUDA context current, which NVDEC's calls need. So every thread makes the device's
+# context current once before its first call into a GPU decoder (`_gpu_thread_ready`), and calls into one process's
+# GPU decoders, opening included, hold one lock (the crash also had two threads decoding at once; the engine is
+# shared by the process's decoders anyway). BENCHMARKS.md "GPU decoding per camera".
 _GPU_CALLS = ProcessLocal(threading.Lock)
+_GPU_THREADS = threading.local()  # per thread: the devices whose context this thread has made current
+
+
+def _gpu_thread_ready(device: str) -> None:
+    """Make `device`'s CUDA context current in this thread, once: a kernel launch does (torchcodec makes a CUDA
+    tensor with torch.zeros for the same reason when it opens a decoder)."""
+    ready = getattr(_GPU_THREADS, "devices", None)
+    if ready is None:
+        ready = _GPU_THREADS.devices = set()
+    if device not in ready:
+        torch.zeros(1, device=device)
+        ready.add(device)
+
+
+@contextlib.contextmanager
+def _gpu_call(device: str) -> Iterator[None]:
+    """Around every call into a GPU decoder: this thread's context current, the process's GPU calls one at a time."""
+    _gpu_thread_ready(device)
+    with _GPU_CALLS.get():
+        yield
+
+
 BACKENDS = ("torchcodec", "pyav")
 GpuFallback = Literal["cpu", "error"]  # a camera the GPU cannot decode: decoded on the CPU, or refused
 Plane = Literal["rgb", "gray12"]
@@ -149,10 +174,10 @@ class TorchCodecVideoDecoder:
         path = self.path
         options = _seek_options(source)
         self.seek_mode: str = options.get("seek_mode", "custom_frame_mappings")  # how frames are found (diagnostics)
-        self._calls = _GPU_CALLS.get() if self.device != "cpu" else contextlib.nullcontext()
+        self._calls = functools.partial(_gpu_call, self.device) if self.device != "cpu" else contextlib.nullcontext
         try:
             # torchcodec reads any file object with read and seek (its docs), though its annotation names two classes
-            with self._calls, nvdec_backend() if self.device != "cpu" else contextlib.nullcontext():
+            with self._calls(), nvdec_backend() if self.device != "cpu" else contextlib.nullcontext():
                 self._decoder = _TorchCodecDecoder(
                     source,  # type: ignore[arg-type]
                     device=device,
@@ -179,7 +204,7 @@ class TorchCodecVideoDecoder:
         """On a GPU: why torchcodec's NVDEC decoder decodes this file on the CPU instead (its `cpu_fallback`, known
         at open), else None."""
         # torchcodec < 0.9 has no cpu_fallback (nor its NVDEC decoder): nothing to probe, the table decided.
-        with self._calls:
+        with self._calls():
             status = getattr(self._decoder, "cpu_fallback", None)
         return str(status) if self.device != "cpu" and status else None
 
@@ -191,7 +216,7 @@ class TorchCodecVideoDecoder:
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
         self._count(indices)
         try:
-            with self._calls:
+            with self._calls():
                 batch = self._decoder.get_frames_at(indices=list(indices))
         except (RuntimeError, IndexError, ValueError) as exc:
             raise VideoDecodeError(f"{self.path}: decoding frames {list(indices)[:8]}... failed: {exc}") from exc
@@ -205,7 +230,7 @@ class TorchCodecVideoDecoder:
         shown = np.clip(shown, begin, np.nextafter(self.end_s, begin))
         self._count(np.floor((shown - begin) * self.fps).astype(np.int64).tolist())
         try:
-            with self._calls:
+            with self._calls():
                 batch = self._decoder.get_frames_played_at(seconds=shown.tolist())
         except (RuntimeError, IndexError, ValueError) as exc:
             raise VideoDecodeError(
@@ -471,7 +496,7 @@ def _open_on_gpu(
     refusals = REFUSALS.get()
     reason = refusals.reason(gpu, codec)
     if reason is None:
-        decoder = TorchCodecVideoDecoder(source, device=device, name=name)
+        decoder = TorchCodecVideoDecoder(source, device=gpu.device, name=name)
         refused = decoder.gpu_refusal()
         if refused is None:
             return decoder
