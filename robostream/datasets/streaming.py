@@ -444,11 +444,11 @@ class StreamingLeRobotDataset(IterableDataset):
 
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded: "cpu", "cuda:N", or "cpu (GPU fallback: why)" (opens each camera's first
-        file in this process); a mixture's cameras are keyed "source label: camera"."""
+        file in this process); a mixture's cameras are keyed "source N (label): camera" (N: its place in the mixture)."""
         if not self.is_mixture:
             return self.sources[0].cameras.camera_decoders()
         return {
-            f"{source.label}: {key}": where
+            f"source {source.index} ({source.label}): {key}": where
             for source in self.sources
             for key, where in source.cameras.camera_decoders().items()
         }

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from robostream import DecodeOptions, LeRobotDataset, StreamingLeRobotDataset
+from robostream import DecodeOptions, LeRobotDataset, Mixture, Source, StreamingLeRobotDataset
 from robostream.video.nvdec import Gpu, Refusals, nvdec_codecs
 
 H100 = Gpu("cuda:0", "NVIDIA H100 80GB HBM3", (9, 0))
@@ -67,6 +67,11 @@ def test_cpu_decoding_reports_cpu_per_camera_and_counts_no_gpu_frames(av1_root):
     dataset[3]
     assert dataset.frame_counts()["frames_decoded_gpu"] == 0
     assert dataset.camera_decoders() == dict.fromkeys(dataset.meta.video_keys, "cpu")
+    mixture = StreamingLeRobotDataset(
+        mixture=Mixture(sources=[Source(root=av1_root), Source(root=av1_root, episodes=[0])])
+    )
+    keys = [f"source {i} ({s.label}): {key}" for i, s in enumerate(mixture.sources) for key in s.meta.video_keys]
+    assert mixture.camera_decoders() == dict.fromkeys(keys, "cpu") and len(keys) == 2 * len(stream.meta.video_keys)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (NVDEC) and a CUDA build of torchcodec")
