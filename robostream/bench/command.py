@@ -35,7 +35,7 @@ from robostream.bench.runner import (
 )
 from robostream.datasets.mixture import DEFAULT_BATCHING
 from robostream.datasets.sources_file import parse_source_arguments, source_arguments
-from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
+from robostream.datasets.stream_options import DEFAULT_DECODE_AHEAD, DEFAULT_POOL_SIZE
 from robostream.datasets.streaming import DEFAULT_SEED
 from robostream.storage.options import DEFAULT_READ_BUFFER, ReadOptions
 from robostream.testing.hub_store import HubServer, hub_environment
@@ -133,6 +133,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_POOL_SIZE,
         help="live pieces per canonical stream (streaming)",
+    )
+    _option(
+        parser,
+        "decode_ahead",
+        type=int,
+        default=DEFAULT_DECODE_AHEAD,
+        help="samples of a piece whose frames are decoded in one call (streaming: memory vs seeks)",
     )
     _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)
     _option(parser, "video_decoder_cache_size", type=int, default=None)
@@ -236,6 +243,7 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         warmup_batches=args.warmup_batches,
         seed=args.seed,
         pool_size=args.pool_size,
+        decode_ahead=args.decode_ahead,
         video_backend=args.video_backend,
         video_decoder_cache_size=args.video_decoder_cache_size,
         video_decode_device=args.video_decode_device,

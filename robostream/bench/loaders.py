@@ -3,7 +3,7 @@ torch DataLoader, set up as a training job would set them up.
 
 `build(params)` runs inside the probe process. params: loader ("stream" | "map"), root, repo_id, revision,
 episodes, read_options (a JSON object of ReadOptions' fields), delta_timestamps, batch_size, num_workers,
-prefetch_factor, seed, pool_size, video_backend, video_decode_device, video_decoder_cache_size, pin_memory; a
+prefetch_factor, seed, pool_size, decode_ahead, video_backend, video_decode_device, video_decoder_cache_size, pin_memory; a
 mixture: sources (robostream.Source arguments), epoch_size and batching instead of root/repo_id.
 """
 
@@ -49,7 +49,10 @@ def _dataset(params: dict[str, Any]) -> LeRobotDataset | StreamingLeRobotDataset
             device=params["video_decode_device"], decoders_kept=params.get("video_decoder_cache_size")
         ),
     )
-    streaming = dict(seed=params["seed"], streams=StreamOptions(pool_size=params["pool_size"]))
+    streaming = dict(
+        seed=params["seed"],
+        streams=StreamOptions(pool_size=params["pool_size"], decode_ahead=params["decode_ahead"]),
+    )
     if params.get("sources"):
         if params["loader"] != "stream":
             raise ValueError(f"a mixture runs with the streaming loader only, not {params['loader']!r}")
