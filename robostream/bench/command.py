@@ -35,7 +35,7 @@ from robostream.bench.runner import (
 )
 from robostream.datasets.mixture import DEFAULT_BATCHING
 from robostream.datasets.sources_file import parse_source_arguments, source_arguments
-from robostream.datasets.stream_options import DEFAULT_DECODE_AHEAD, DEFAULT_POOL_SIZE
+from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
 from robostream.datasets.streaming import DEFAULT_SEED
 from robostream.storage.options import DEFAULT_READ_BUFFER, ReadOptions
 from robostream.testing.hub_store import HubServer, hub_environment
@@ -138,8 +138,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "decode_ahead",
         type=int,
-        default=DEFAULT_DECODE_AHEAD,
-        help="samples of a piece whose frames are decoded in one call (streaming: memory vs seeks)",
+        default=None,
+        help="samples of a piece whose frames are decoded in one call (streaming: memory vs seeks; default by the "
+        "frame size: 8 up to 3 cameras of 256x256, else 4)",
     )
     _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)
     _option(parser, "video_decoder_cache_size", type=int, default=None)

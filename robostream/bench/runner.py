@@ -23,7 +23,7 @@ from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
 from robostream.datasets.mixture import DEFAULT_BATCHING
 from robostream.datasets.origin import open_dataset
-from robostream.datasets.stream_options import DEFAULT_DECODE_AHEAD, DEFAULT_POOL_SIZE
+from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
 from robostream.datasets.streaming import DEFAULT_SEED
 from robostream.errors import RobostreamError
 from robostream.format.depth import DEFAULT_DEPTH_UNIT
@@ -81,7 +81,7 @@ class RunConfig:
     warmup_batches: int = 2
     seed: int = DEFAULT_SEED
     pool_size: int = DEFAULT_POOL_SIZE
-    decode_ahead: int = DEFAULT_DECODE_AHEAD
+    decode_ahead: int | None = None  # None: by the frame size (StreamOptions)
     video_backend: str | None = None
     video_decoder_cache_size: int | None = None
     video_decode_device: str = DEFAULT_DECODE_DEVICE

@@ -71,7 +71,6 @@ class EpochIterator:
             readers=[source.frames for source in sources],
             locate=self._locate,
             geometry=self._geometry,
-            decode_ahead=reading.settings.decode_ahead,
         )
         self._pick_iterator: Iterator[Pick] | None = None  # this pass's picks, once taking started
 

@@ -21,6 +21,7 @@ from robostream.datasets.cameras import CameraReader
 from robostream.datasets.piece_reader import PieceReader
 from robostream.datasets.reading import ROW_THREADS, Reading
 from robostream.datasets.sample import SampleAssembler, stack_window
+from robostream.datasets.stream_options import default_decode_ahead
 from robostream.datasets.video_read_ahead import VideoReadAhead
 from robostream.format.data_rows import DataRowReader, EpisodeRows
 from robostream.format.metadata import DatasetMetadata
@@ -56,7 +57,7 @@ class FrameReader:
         # A shuffled piece is read by residue class of its windows' stride (overlapping windows decode together).
         windows = [assembler.delta_offsets[k] for k in meta.video_keys if k in assembler.delta_offsets]
         self.stride = window_stride(windows) if settings.shuffle else 1
-        self.decode_ahead = settings.decode_ahead
+        self.decode_ahead = settings.decode_ahead or default_decode_ahead(sample_frame_bytes(cameras.frame_sizes))
         remote = settings.prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(
             meta,
@@ -170,3 +171,8 @@ class FrameReader:
         return self.cameras.decode_many(
             rows.episode, {k: self.assembler.timestamps(rows, f) for k, f in frames_by_key.items()}
         )
+
+
+def sample_frame_bytes(frame_sizes: Mapping[str, tuple[int, int] | None]) -> int:
+    """Bytes of one decoded RGB frame of each camera: what a sample's cameras hold at one instant."""
+    return sum(3 * height * width for height, width in (size for size in frame_sizes.values() if size is not None))

@@ -60,7 +60,6 @@ class PickReadAhead:
         readers: Sequence[FrameReader],
         locate: Callable[[int], tuple[int, int, int]],
         geometry: Callable[[int, int], PieceGeometry],
-        decode_ahead: int,
     ) -> None:
         """
         Args:
@@ -68,10 +67,8 @@ class PickReadAhead:
             readers: the frame reader of each source.
             locate: an epoch unit's (source, episode, first frame).
             geometry: a (stream, piece)'s geometry, computed once and shared with the frame reader.
-            decode_ahead: samples whose missing frames a piece reader decodes in one call.
         """
         self.plan, self.readers, self._locate, self._geometry = plan, readers, locate, geometry
-        self.decode_ahead = decode_ahead
         self._pieces: dict[tuple[int, int], _Piece] = {}
         self._remote = [r for r in readers if r.video_ahead.enabled]
         self._live_cameras = 0  # cameras of the pieces taken from the plan and not done (they share the buffer)
@@ -167,7 +164,7 @@ class PickReadAhead:
                 spans = video.spans(entry.episode, key, frames.min(axis=1) / fps, frames.max(axis=1) / fps)
                 if spans is not None:  # a sample's frames are decoded with the next decode_ahead samples'
                     reader, starts, ends = spans
-                    starts, ends = decode_runs(starts, ends, self.decode_ahead)
+                    starts, ends = decode_runs(starts, ends, entry.reader.decode_ahead)
                     entry.located[key] = (reader, starts, ends, int(ends.max()) if len(ends) else 0)
                 else:
                     entry.located[key] = None

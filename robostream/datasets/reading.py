@@ -56,7 +56,8 @@ class ReadingSettings:
         video_backend: "torchcodec" or "pyav" (None: the default backend).
         decode_device: where videos are decoded (DecodeOptions.device): "cpu", or "cuda"/"cuda:N".
         decode_gpu_fallback: a camera the GPU cannot decode: "cpu" or "error" (DecodeOptions.gpu_fallback).
-        decode_ahead: samples of a piece whose missing frames are decoded together.
+        decode_ahead: samples of a piece whose missing frames are decoded together (None: by each source's frame
+            size, StreamOptions.decode_ahead).
         prefetch: read the rows of upcoming pieces and the video bytes of upcoming picks ahead (remote data).
         shuffle: pieces read by residue class of their window stride (random order) or forward.
     """
@@ -70,7 +71,7 @@ class ReadingSettings:
     video_backend: Literal["torchcodec", "pyav"] | None = None
     decode_device: str = DEFAULT_DECODE_DEVICE
     decode_gpu_fallback: GpuFallback = "cpu"
-    decode_ahead: int = 4
+    decode_ahead: int | None = None
     prefetch: bool = True
     shuffle: bool = True
 

@@ -11,7 +11,19 @@ from robostream.plan.epoch import Partition, Uneven
 DEFAULT_POOL_SIZE = 8
 DEFAULT_UNEVEN: Uneven = "pad"
 DEFAULT_PARTITION: Partition = "contiguous"
-DEFAULT_DECODE_AHEAD = 4
+# decode_ahead by default (None): 8 samples for small frames, 4 for large ones (BENCHMARKS.md, fourth session's
+# issue 38 section: 8 halves the seeks, +5-15% single frames and +4-9% windows at 3 x 256x256, for +10-16% RSS; the
+# frames held grow with the frame size, +0.5 GiB per worker at 3 x 480x640).
+SMALL_FRAMES_DECODE_AHEAD = 8
+LARGE_FRAMES_DECODE_AHEAD = 4
+SMALL_FRAMES_BYTES = 640 << 10  # a sample's camera frames (one per camera, RGB) up to this: 3 x 256x256 fits
+
+
+def default_decode_ahead(sample_frame_bytes: int) -> int:
+    """decode_ahead for a source whose sample carries `sample_frame_bytes` of camera frames (one per camera)."""
+    return SMALL_FRAMES_DECODE_AHEAD if sample_frame_bytes <= SMALL_FRAMES_BYTES else LARGE_FRAMES_DECODE_AHEAD
+
+
 DEFAULT_PREFETCH_PIECES = 2
 
 
@@ -23,15 +35,16 @@ class StreamOptions:
     Args:
         pool_size: live pieces per canonical stream. Memory: a consumer holds pool_size x C/K pieces, each about
             (window span / window stride + 1 + decode_ahead) decoded frames per camera (single mode, 3 cameras
-            256x256: ~2.9 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
+            256x256, decode_ahead 8: ~5.2 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
         canonical_streams: C, the streams an epoch is cut into (default lcm(consumers, 12) at the first start, then
             kept in the resume state). More streams mix more episodes per consumer, cut more in two.
         uneven: how ranks are kept at equal batch counts: "pad" repeats a few samples on ranks that have fewer,
             "drop" skips the few extra on the others.
         partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
         decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are decoded
-            in runs of this many samples, one seek per run (memory vs seeks: 8 is ~10% faster than 4 on
-            cheap-to-decode video, for ~2x the decoded frames held).
+            in runs of this many samples, one seek per run (memory vs seeks). Default (None): per source, 8 when
+            a sample's camera frames (one per camera) take at most 640 KiB (3 cameras of 256x256), else 4: at
+            256x256, 8 halved the seeks for +5-15% single frames and +10-16% memory.
         prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data only);
             0 also turns off fetching the video bytes of the next picks ahead (which is sized by the store's
             measured latency, within the read buffer).
@@ -41,7 +54,7 @@ class StreamOptions:
     canonical_streams: int | None = None
     uneven: Uneven = DEFAULT_UNEVEN
     partition: Partition = DEFAULT_PARTITION
-    decode_ahead: int = DEFAULT_DECODE_AHEAD
+    decode_ahead: int | None = None
     prefetch_pieces: int = DEFAULT_PREFETCH_PIECES
 
     def __post_init__(self) -> None:
@@ -54,6 +67,7 @@ class StreamOptions:
             ("decode_ahead", self.decode_ahead, 1),
             ("prefetch_pieces", self.prefetch_pieces, 0),
         ):
-            finite_number(value, what=name, integer=True, minimum=least)
+            if value is not None:
+                finite_number(value, what=name, integer=True, minimum=least)
         if self.canonical_streams is not None:
             finite_number(self.canonical_streams, what="canonical_streams", integer=True, minimum=1)

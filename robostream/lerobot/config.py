@@ -19,7 +19,6 @@ from lerobot.configs.train import TrainPipelineConfig
 from robostream.datasets.mixture import DEFAULT_BATCHING, DEFAULT_FEATURES, DEFAULT_SAMPLING_METHOD, Source
 from robostream.datasets.sources_file import sources_from_file
 from robostream.datasets.stream_options import (
-    DEFAULT_DECODE_AHEAD,
     DEFAULT_POOL_SIZE,
     DEFAULT_PREFETCH_PIECES,
     DEFAULT_UNEVEN,
@@ -52,7 +51,8 @@ class RobostreamOptions:
         epoch_size: samples per epoch of a mixture weighted by proportion (default: the sources' total).
         sampling_method: a mixture's partial passes: "balanced" or "fixed".
         pool_size: live episode pieces per canonical stream (shuffle randomness vs memory).
-        decode_ahead: samples of a piece whose frames are decoded together.
+        decode_ahead: samples of a piece whose frames are decoded together (default: by the frame size, 8 up to
+            3 cameras of 256x256, else 4).
         prefetch_pieces: upcoming pieces per stream read ahead (remote data).
         canonical_streams: the streams an epoch is cut into (default: chosen at the first start, then kept).
         uneven: equal batch counts across ranks by "pad" (repeat a few samples) or "drop".
@@ -74,7 +74,7 @@ class RobostreamOptions:
     epoch_size: int | None = None
     sampling_method: Literal["balanced", "fixed"] = DEFAULT_SAMPLING_METHOD
     pool_size: int = DEFAULT_POOL_SIZE
-    decode_ahead: int = DEFAULT_DECODE_AHEAD
+    decode_ahead: int | None = None
     prefetch_pieces: int = DEFAULT_PREFETCH_PIECES
     canonical_streams: int | None = None
     uneven: Literal["pad", "drop"] = DEFAULT_UNEVEN

@@ -4,6 +4,7 @@ naming the field and the value; the datasets take them whole."""
 import pytest
 
 from robostream import DecodeOptions, LeRobotDataset, Mixture, Source, StreamingLeRobotDataset, StreamOptions
+from robostream.datasets.stream_options import default_decode_ahead
 
 
 @pytest.mark.parametrize(
@@ -67,6 +68,15 @@ def test_the_datasets_take_the_groups_whole(av1_root):
     )
     assert streaming.streams.pool_size == 3 and streaming.resolved_canonical_streams(1) == 4
     assert streaming.reading.settings.decode_ahead == 2 and streaming.reading.decoders.max_size == 5
+    assert [source.frames.decode_ahead for source in streaming.sources] == [2]
     assert StreamingLeRobotDataset(root=av1_root).streams == StreamOptions()
     mapped = LeRobotDataset(root=av1_root, decoding=DecodeOptions(decoders_kept=9))
     assert mapped.reading.decoders.max_size == 9
+
+
+def test_decode_ahead_by_default_follows_each_sources_frame_size(av1_root):
+    """8 samples per decoder call while a sample's camera frames are small (3 x 256x256 RGB and under: half the
+    seeks of 4), 4 above (the frames held grow with the frame size)."""
+    assert default_decode_ahead(3 * 256 * 256 * 3) == 8 and default_decode_ahead(3 * 480 * 640 * 3) == 4
+    small = StreamingLeRobotDataset(root=av1_root)
+    assert small.streams.decode_ahead is None and small.sources[0].frames.decode_ahead == 8
