@@ -471,7 +471,14 @@ def _run_bench(args: argparse.Namespace, plan: list[RunConfig], store: ServedSto
         reference_run("after the runs")
         rates = [r["frames_per_s"] for r in references]
         write_json(
-            out / REFERENCE, {**references[0], "frames_per_s": sum(rates) / len(rates), "runs_frames_per_s": rates}
+            out / REFERENCE,
+            {
+                **references[0],
+                "frames_per_s": sum(rates) / len(rates),
+                "runs_frames_per_s": rates,
+                "runs_load_1min": [r["load_1min"] for r in references],
+                "cores": len(os.sched_getaffinity(0)),
+            },
         )
     if launch.rank == 0:
         results, reference = load_results(out)

@@ -68,6 +68,7 @@ def decode_reference(
 ) -> dict[str, Any]:
     """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores)."""
     backend = backend or default_backend()
+    load = os.getloadavg()[0]  # before this measurement's own processes: what else the machine was running
     meta = _metadata(root)  # forked decode processes inherit it (metadata read once)
     if not meta.video_keys:
         raise ValueError(f"{root}: the dataset has no video features, there is nothing to decode")
@@ -87,4 +88,5 @@ def decode_reference(
         "frames": frames,
         "seconds": seconds,
         "frames_per_s": frames / seconds,
+        "load_1min": load,
     }

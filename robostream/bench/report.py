@@ -166,8 +166,26 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
             f"Raw decode reference ({reference['decoder']}, {reference['processes']} processes, "
             f"{reference['frames']} frames): {reference['frames_per_s']:.0f} frames/s"
             + (f" (mean of {runs}, before and after the runs)." if runs else ".")
+            + quiet_note(reference)
         )
     return "\n".join(lines) + "\n"
+
+
+QUIET_SPREAD = 0.10  # the reference moving more than this between before and after: the machine was not quiet
+
+
+def quiet_note(reference: Mapping[str, Any]) -> str:
+    """Whether the machine was quiet around the runs, so a contended reference cannot flatter the "x raw decode"
+    ratios: the reference's spread before/after, and the load average (1 min) before the first measurement (what
+    else ran; the one after counts this benchmark's own runs)."""
+    loads = reference.get("runs_load_1min")
+    rates = reference.get("runs_frames_per_s") or []
+    if len(rates) < 2 or not loads:
+        return ""
+    spread = (max(rates) - min(rates)) / max(rates)
+    cores = reference.get("cores", 1)
+    verdict = "NOT quiet: compare the ratios with care" if spread > QUIET_SPREAD or loads[0] > cores / 2 else "quiet"
+    return f" Machine {verdict}: the reference moved {100 * spread:.0f}%, load {loads[0]:.2f} before on {cores} cores."
 
 
 STAGE_HEADERS = ("stage", "tasks", "busy s", "ms/task", "wait s", "threads", "occupancy %")

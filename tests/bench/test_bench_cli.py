@@ -3,6 +3,7 @@ a real 2-process torchrun job whose ranks' figures are gathered over gloo."""
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -77,6 +78,7 @@ def test_every_run_writes_its_figures(bench_out):
     reference = json.loads((bench_out / "reference_decode.json").read_text())
     assert 0 < reference["frames"] <= 60 and reference["frames_per_s"] > 0  # the same share of every file
     assert len(reference["runs_frames_per_s"]) == 2  # measured before and after the runs
+    assert len(reference["runs_load_1min"]) == 2 and reference["cores"] >= 1  # how quiet the machine was
 
 
 def test_csv_holds_one_row_per_run(bench_out):
@@ -96,6 +98,7 @@ def test_report_renders_table_and_plots(bench_out, capsys):
     assert main(["bench-report", str(bench_out)]) == 0
     text = (bench_out / "report.md").read_text()
     assert text.count("| robostream stream") == 2 and "x raw decode" in text
+    assert re.search(r"Machine (quiet|NOT quiet: compare the ratios with care): the reference moved \d+%, load", text)
     assert text.count("| stage | tasks | busy s |") == 4  # each run's stages
     for png in ("throughput.png", "latency_cdf.png"):
         assert (bench_out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """The benchmark's text report from hand-made results: the per-stage table and the CSV's dotted names."""
 
-from robostream.bench.report import cost_line, flat_row, local_twin, markdown
+from robostream.bench.report import cost_line, flat_row, local_twin, markdown, quiet_note
 
 
 def _result():
@@ -68,3 +68,13 @@ def test_a_run_through_the_store_is_set_beside_its_local_twin():
         cost_line(local, None)
         == "Costs, local robostream stream / single: client CPU 0.80 s per 1,000 samples (75% workers)"
     )
+
+
+def test_the_reference_line_says_whether_the_machine_was_quiet():
+    """A reference that moved between before and after, or a machine busy before the runs, flatters or hides the
+    "x raw decode" ratios: the report says so next to them."""
+    base = {"runs_frames_per_s": [4100.0, 3950.0], "runs_load_1min": [0.4, 1.9], "cores": 2}
+    assert quiet_note(base).startswith(" Machine quiet: the reference moved 4%, load 0.40 before on 2 cores")
+    assert "NOT quiet" in quiet_note({**base, "runs_frames_per_s": [4500.0, 3400.0]})  # moved 24%
+    assert "NOT quiet" in quiet_note({**base, "runs_load_1min": [1.6, 1.9]})  # busy before the runs
+    assert quiet_note({"runs_frames_per_s": [4000.0]}) == ""  # measured once: nothing to say
