@@ -110,9 +110,8 @@ class CameraReader:
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or
         "cpu (GPU fallback: why)" for a camera asked on a GPU that cannot decode it."""
-        described = {}
+        described, episode = {}, int(self.meta.episodes.episode_index[0])
         for key in self.meta.video_keys:
-            episode = int(self.meta.episodes.episode_index[0])
             with self._decoder(self.meta.video_file(episode, key), key, episode) as decoder:
                 described[key] = f"cpu (GPU fallback: {decoder.fallback})" if decoder.fallback else decoder.device
         return described
