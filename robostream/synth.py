@@ -18,11 +18,14 @@ bottom corners, and the same marker with bits as depths), 12-bit codes in lossle
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -336,10 +339,12 @@ def _encoded_episodes(
             try:
                 encoded[key] = future.result(timeout=bound)
             except FutureTimeout:
+                stacks = _worker_stacks(pool, tmp)
                 _kill_workers(pool)
                 raise EncodeError(
                     f"synth: episode {episode} camera {key}: not encoded after {bound:.0f} s (a stuck encoder); its "
-                    "worker processes were killed. Run it again (the output is deterministic)"
+                    "worker processes were killed. Run it again (the output is deterministic). Where the workers "
+                    f"were:\n{stacks}"
                 ) from None
             except BrokenProcessPool as exc:
                 raise EncodeError(
@@ -349,6 +354,39 @@ def _encoded_episodes(
                     "standard input to a file)"
                 ) from exc
         yield encoded
+
+
+_stack_file = None  # a worker's open file for faulthandler (kept referenced: faulthandler writes to its descriptor)
+
+
+def _dump_stacks_on_sigusr1(tmp: str) -> None:
+    """Worker initializer: SIGUSR1 writes every thread's Python stack to `tmp`/stacks-PID.txt (from the signal
+    handler, so also while the encoder holds the thread in C)."""
+    global _stack_file
+    _stack_file = open(Path(tmp) / f"stacks-{os.getpid()}.txt", "w")  # noqa: SIM115 (open for the worker's life)
+    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+
+
+def _worker_stacks(pool: ProcessPoolExecutor, tmp: str) -> str:
+    """What each of the pool's workers was doing: its Python stacks (faulthandler, on SIGUSR1) and, per thread,
+    the kernel function it sleeps in (/proc: threads all in futex waits mean a deadlock, running ones a slow
+    encode). For the EncodeError of a stuck encoder, so a hang seen once can be diagnosed."""
+    pids = [process.pid for process in (pool._processes or {}).values() if process.pid is not None]
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    time.sleep(1.0)
+    reports = []
+    for pid in pids:
+        stacks = Path(tmp, f"stacks-{pid}.txt")
+        python = stacks.read_text() if stacks.exists() else "(no stacks written)\n"
+        try:
+            waits = [Path(task, "wchan").read_text() for task in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError as exc:  # not Linux, or the worker is gone
+            waits = [f"({exc})"]
+        waits = ["running" if wait in ("", "0") else wait for wait in waits]  # wchan is 0 on a CPU
+        states = ", ".join(f"{waits.count(w)} x {w}" for w in sorted(set(waits)))
+        reports.append(f"worker {pid}: threads in the kernel: {states}\n{python}")
+    return "\n".join(reports)
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
@@ -460,7 +498,9 @@ def generate(
         # cheap fork of it rather than a fresh interpreter importing PyAV, NumPy and Arrow (seconds on a busy
         # machine). "__main__" is the default list's entry; a server already running keeps its own list.
         forkserver.set_forkserver_preload(["__main__", __name__])
-        encoders = ProcessPoolExecutor(max_workers=jobs, mp_context=forkserver)
+        encoders = ProcessPoolExecutor(
+            max_workers=jobs, mp_context=forkserver, initializer=_dump_stacks_on_sigusr1, initargs=(tmp,)
+        )
         with writer, encoders as pool:
             encoded_episodes: Iterable[dict[str, tuple[str, dict]]]
             encoded_episodes = _encoded_episodes(pool, config, lengths, tmp, encode_timeout_s)

@@ -52,6 +52,9 @@ def test_a_stuck_encoder_fails_naming_the_episode_and_camera(tmp_path: Path):
     assert f"camera observation.images.cam0: not encoded after {STUCK_BOUND_S} s (a stuck encoder)" in stderr or (
         f"camera observation.images.cam1: not encoded after {STUCK_BOUND_S} s (a stuck encoder)" in stderr
     ), stderr[-2000:]
+    # the error says where each worker was (here: stopped, so no Python stacks, and the kernel's stop)
+    assert all(f"worker {pid}: threads in the kernel: " in stderr for pid in stopped), stderr[-2000:]
+    assert "do_signal_stop" in stderr, stderr[-2000:]
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in stopped)
     assert not (root / "meta" / "info.json").exists()  # the writer discarded its staging
 
