@@ -3,9 +3,10 @@
 `<output_dir>/checkpoints/<step>/pretrained_model/` is lerobot's (policy config and weights, processors with their
 stats, train_config.json: what `lerobot-eval --policy.path=...` and `from_pretrained` load) and `training_state/`
 too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint`. robostream adds
-`training_state/robostream_data.json`: the step, the epoch and the streaming loader's state under one checksum, so
-`--resume` continues with the batches an uninterrupted run would have seen, on any number of processes (and refuses
-a file edited, pasted from another step, or saved in the other mode). lerobot writes straight into the step's
+`training_state/robostream_data.json`: the step, the epoch, the streaming loader's state and the episodes each source
+holds out for the eval loss (`--dataset.eval_split`) under one checksum, so `--resume` continues with the batches an
+uninterrupted run would have seen, on any number of processes, holding out the same episodes (and refuses a file
+edited, pasted from another step, or saved in the other mode). lerobot writes straight into the step's
 folder; here it is written into a scratch folder beside the checkpoints (`.tmp-<step>-<random>`, marked as
 robostream's before anything is put in it) and flushed to disk, renamed into place (a step saved before, a folder
 or a link, first moved into the scratch folder: a link is removed, never followed), then `last` is replaced by a
@@ -28,6 +29,7 @@ from lerobot.common.train_utils import get_step_checkpoint_dir, load_training_st
 from lerobot.utils.constants import LAST_CHECKPOINT_LINK, TRAINING_STATE_DIR
 
 from robostream.durable import REPLACED, fsync_dir, fsync_tree, make_scratch, remove_scratch_left
+from robostream.lerobot.eval_split import HeldOut
 from robostream.plan.state import CHECKSUM, check_checksum, state_checksum
 
 DATA_STATE = "robostream_data.json"
@@ -43,13 +45,22 @@ class Position:
     epoch: int = 0
 
 
-def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num_processes: int, **parts: Any) -> Path:
+def save(
+    *,
+    cfg: Any,
+    position: Position,
+    data_state: dict[str, Any] | None,
+    held_out: HeldOut | None,
+    num_processes: int,
+    **parts: Any,
+) -> Path:
     """Write the checkpoint of `position.step` (main process only) and make it `last`.
 
     Args:
         cfg: the training config (saved as train_config.json).
         position: the step and epoch.
         data_state: the streaming loader's state_dict (None for map-style: lerobot's step arithmetic resumes it).
+        held_out: the episodes each source holds out for the eval loss (None: no eval split).
         num_processes: the processes training (recorded, as lerobot does).
         parts: policy, optimizer, scheduler, preprocessor, postprocessor for lerobot's save_checkpoint.
     """
@@ -70,7 +81,7 @@ def save(*, cfg: Any, position: Position, data_state: dict[str, Any] | None, num
     save_checkpoint(
         checkpoint_dir=new, step=position.step, cfg=cfg, num_processes=num_processes, batch_size=cfg.batch_size, **parts
     )
-    (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(data_document(position, data_state)))
+    (new / TRAINING_STATE_DIR / DATA_STATE).write_text(json.dumps(data_document(position, data_state, held_out)))
     fsync_tree(scratch)
     if os.path.lexists(final):  # a run resumed from an older checkpoint saves a step saved before: move it aside
         if named == final.resolve():  # `last` names it: it names the new one (complete) until that is in place
@@ -93,10 +104,11 @@ def _point_last(checkpoint: Path, scratch: Path) -> None:
     fsync_dir(checkpoints)
 
 
-def data_document(position: Position, data_state: dict[str, Any] | None) -> dict[str, Any]:
-    """robostream_data.json: the step and epoch with the loader's state (None: map-style) under one checksum, so
-    that none of them is edited, nor the data of another step pasted in, unnoticed (plan/state.py's rule)."""
-    document = {"step": position.step, "epoch": position.epoch, "data": data_state}
+def data_document(position: Position, data_state: dict[str, Any] | None, held_out: HeldOut | None) -> dict[str, Any]:
+    """robostream_data.json: the step and epoch with the loader's state (None: map-style) and the held-out episodes
+    (None: no eval split) under one checksum, so that none of them is edited, nor the data of another step pasted
+    in, unnoticed (plan/state.py's rule)."""
+    document = {"step": position.step, "epoch": position.epoch, "data": data_state, "held_out": held_out}
     return {**document, CHECKSUM: state_checksum(document)}
 
 
@@ -149,9 +161,9 @@ def _read_data_document(path: Path, checkpoint: Path) -> dict[str, Any]:
             f"{path} is not a JSON document ({exc}): the file is damaged (truncated?); resume from "
             "another checkpoint, or start a new run"
         ) from exc
-    if not isinstance(document, dict) or not {"step", "epoch", "data"} <= document.keys():
+    if not isinstance(document, dict) or not {"step", "epoch", "data", "held_out"} <= document.keys():
         raise ValueError(
-            f"{path}: expected an object with 'step', 'epoch', 'data' and {CHECKSUM!r}, got "
+            f"{path}: expected an object with 'step', 'epoch', 'data', 'held_out' and {CHECKSUM!r}, got "
             f"{json.dumps(document)[:80]}: the file is damaged; resume from another checkpoint"
         )
     check_checksum(document, where=str(path))

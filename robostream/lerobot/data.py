@@ -10,7 +10,9 @@ sharding): lerobot's data path with our reader in it; one dataset only.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,8 @@ from robostream.format.language import language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.format.stats import aggregate_stacked
 from robostream.lerobot.config import RobostreamTrainConfig
+from robostream.lerobot.eval_split import HeldOut, first_tasks, split_episodes
+from robostream.storage.redact import redact_url
 
 if TYPE_CHECKING:
     from robostream.augment import BatchImageTransforms
@@ -126,6 +130,18 @@ def check_stats(policy_config: Any, stats: dict[str, dict[str, np.ndarray]], ren
 
 
 @dataclass
+class Evaluation:
+    """The held-out episodes (`--dataset.eval_split`) and their loader for the eval loss: the same kind of loader
+    as training's, without augmentations; map-style: lerobot's (in order, `--max_eval_samples` as lerobot's
+    per-task subset), streaming: every held-out sample once per pass (of each source, whatever its training
+    weight), in the order of epoch 0 every time."""
+
+    held_out: HeldOut  # per source
+    # map-style: torch's over the held-out frames (accelerate's once prepared); streaming: robostream's
+    loader: StreamingDataLoader | torch.utils.data.DataLoader
+
+
+@dataclass
 class TrainingData:
     """The dataset, its loader and what the policy is made from."""
 
@@ -136,6 +152,12 @@ class TrainingData:
     delta_timestamps: dict[str, list[float]]
     sampler: EpisodeAwareSampler | None  # map-style only
     device_augment: BatchImageTransforms | None  # augmentations run on the device (else none, or in the workers)
+    evaluation: Evaluation | None = None  # with --dataset.eval_split
+
+    @property
+    def held_out(self) -> HeldOut | None:
+        """The episodes each source holds out (recorded in checkpoints); None without an eval split."""
+        return self.evaluation.held_out if self.evaluation is not None else None
 
     @property
     def streaming(self) -> bool:
@@ -193,7 +215,7 @@ def own_generator(cfg: RobostreamTrainConfig) -> torch.Generator:
 def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
     options = cfg.robostream
     sources = cfg.mixture_sources()
-    single = (
+    single: dict[str, Any] = (
         {}
         if sources is not None
         else dict(
@@ -202,6 +224,19 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
             revision=cfg.dataset.revision,
             episodes=cfg.dataset.episodes,
         )
+    )
+    mixture = (
+        Mixture(
+            sources=sources,
+            features=options.features,
+            batching=options.batching,
+            epoch_size=options.epoch_size,
+            sampling_method=options.sampling_method,
+            # the planned batch of per_stream/stratified; random batches are the loader's alone
+            batch_size=None if options.batching == "random" else cfg.batch_size,
+        )
+        if sources is not None
+        else None
     )
     common = dict(
         seed=cfg.seed or 0,
@@ -218,22 +253,11 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
         ),
         read_options=cfg.read_options(),
     )
-    if sources is not None:
-        common.update(
-            mixture=Mixture(
-                sources=sources,
-                features=options.features,
-                batching=options.batching,
-                epoch_size=options.epoch_size,
-                sampling_method=options.sampling_method,
-                # the planned batch of per_stream/stratified; random batches are the loader's alone
-                batch_size=None if options.batching == "random" else cfg.batch_size,
-            )
-        )
-    # The windows depend on the dataset's features and fps: open it once without them to resolve them (metadata
-    # only: the node cache makes the second construction cheap), as lerobot resolves them from ds_meta.
+    # The windows depend on the dataset's features and fps, the split on its episodes' tasks: open it once without
+    # either to find them (metadata only: the node cache makes the later constructions cheap), as lerobot resolves
+    # the windows from ds_meta.
     try:
-        probe = StreamingLeRobotDataset(**single, **common)
+        probe = StreamingLeRobotDataset(**single, mixture=mixture, **common)
     except ValueError as exc:
         if sources is not None:
             exc.add_note(
@@ -241,31 +265,94 @@ def _streaming(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
                 "(and episodes, revision, weight); --robostream.features=union fills missing keys"
             )
         raise
-    meta = MixtureMetadata.of(probe) if sources is not None else probe.meta
+    delta_timestamps = (
+        resolve_delta_timestamps(policy_config, MixtureMetadata.of(probe) if mixture is not None else probe.meta) or {}
+    )
+    chosen = [s.episodes for s in mixture.sources] if mixture is not None else [cfg.dataset.episodes]
+    split = _split(cfg, [(reader.meta, given, reader.label) for reader, given in zip(probe.sources, chosen)])
+    train_args, eval_args = dict(single, mixture=mixture), None
+    if split is not None:
+        train, held_out = split
+        if mixture is None:
+            train_args["episodes"], eval_args = train[0], dict(single, episodes=held_out[0])
+        else:
+            train_args["mixture"] = dataclasses.replace(
+                mixture, sources=[dataclasses.replace(s, episodes=e) for s, e in zip(mixture.sources, train)]
+            )
+            # every held-out sample once per pass, whatever the source's training weight
+            eval_sources = [
+                dataclasses.replace(s, episodes=e, proportion=None, repeat=1.0, choose=None)
+                for s, e in zip(mixture.sources, held_out)
+            ]
+            eval_mixture = Mixture(sources=eval_sources, features=options.features)
+            eval_args = dict(mixture=eval_mixture)
+    dataset = StreamingLeRobotDataset(**train_args, **common, delta_timestamps=delta_timestamps)
+    meta = MixtureMetadata.of(dataset) if mixture is not None else dataset.meta  # counted with the training episodes
     if cfg.dataset.use_imagenet_stats:
         use_imagenet_stats(meta)
-    delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
-    dataset = StreamingLeRobotDataset(**single, **common, delta_timestamps=delta_timestamps)
     augment = _augment(cfg, image_keys(meta))
     in_workers = augment is not None and options.augment_on == "workers"
-    loader = StreamingDataLoader(
-        dataset,
-        batch_size=cfg.batch_size,
-        num_workers=cfg.num_workers,
-        pin_memory=device.type == "cuda",
-        batch_transform=augment if in_workers else None,
-        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-        multiprocessing_context=cfg.dataloader_multiprocessing_context if cfg.num_workers else None,
-        generator=own_generator(cfg),
-    )
+    loader = _streaming_loader(cfg, dataset, device, augment if in_workers else None)
     if cfg.persistent_workers and cfg.num_workers:
         logging.info(
             "--persistent_workers does not apply to streaming: its workers start with each pass (the "
             "pass's epoch and resume position are theirs)"
         )
+    evaluation = None
+    if split is not None and eval_args is not None:
+        eval_dataset = StreamingLeRobotDataset(**eval_args, **common, delta_timestamps=delta_timestamps)
+        evaluation = Evaluation(split[1], _streaming_loader(cfg, eval_dataset, device, None))
     return TrainingData(
-        dataset, loader, meta, delta_timestamps, sampler=None, device_augment=None if in_workers else augment
+        dataset,
+        loader,
+        meta,
+        delta_timestamps,
+        sampler=None,
+        device_augment=None if in_workers else augment,
+        evaluation=evaluation,
     )
+
+
+def _streaming_loader(
+    cfg: RobostreamTrainConfig,
+    dataset: StreamingLeRobotDataset,
+    device: torch.device,
+    batch_transform: BatchImageTransforms | None,
+) -> StreamingDataLoader:
+    return StreamingDataLoader(
+        dataset,
+        batch_size=cfg.batch_size,
+        num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        batch_transform=batch_transform,
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+        multiprocessing_context=cfg.dataloader_multiprocessing_context if cfg.num_workers else None,
+        generator=own_generator(cfg),
+    )
+
+
+def _split(
+    cfg: RobostreamTrainConfig, sources: list[tuple[DatasetMetadata, Sequence[int] | None, str]]
+) -> tuple[HeldOut, HeldOut] | None:
+    """lerobot's eval split of each source ((metadata, the episodes chosen or None for all, its name)): the
+    training and the held-out episodes per source; None without `--dataset.eval_split`."""
+    if cfg.dataset.eval_split == 0:
+        return None
+    train: HeldOut = []
+    held_out: HeldOut = []
+    for meta, chosen, name in sources:
+        # in the order chosen (lerobot groups them in that order), each once
+        episodes = list(dict.fromkeys(chosen)) if chosen is not None else meta.episodes.episode_index.tolist()
+        kept, out = split_episodes(
+            episodes=episodes, first_tasks=first_tasks(meta), eval_split=cfg.dataset.eval_split, where=name
+        )
+        train.append(kept)
+        held_out.append(out)
+    logging.info(
+        f"train/eval split (--dataset.eval_split={cfg.dataset.eval_split}): "
+        + "; ".join(f"{name}: {len(t)} train, {len(h)} eval" for (_, _, name), t, h in zip(sources, train, held_out))
+    )
+    return train, held_out
 
 
 def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: Any) -> TrainingData:
@@ -286,6 +373,9 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     if cfg.dataset.use_imagenet_stats:
         use_imagenet_stats(meta)
     delta_timestamps = resolve_delta_timestamps(policy_config, meta) or {}
+    split = _split(cfg, [(meta, cfg.dataset.episodes, redact_url(meta.root))])
+    if split is not None:
+        open_args["episodes"] = split[0][0]
     dataset = LeRobotDataset(**open_args, delta_timestamps=delta_timestamps)
     ends = np.cumsum(dataset.lengths)  # our index i is the i-th frame of the selected episodes
     sampler = EpisodeAwareSampler(
@@ -298,21 +388,53 @@ def _map_style(cfg: RobostreamTrainConfig, device: torch.device, policy_config: 
     # lerobot-train's collate where the dataset has language columns (default_collate fails on their rows; lerobot's
     # drops them from the batch), torch's default elsewhere.
     collate_fn = lerobot_collate_fn if language_keys(meta.info.features) else None
+    workers = dict(
+        num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+        multiprocessing_context=cfg.dataloader_multiprocessing_context if cfg.num_workers else None,
+        persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
+    )
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=cfg.batch_size,
         sampler=sampler,
         collate_fn=collate_fn,
-        num_workers=cfg.num_workers,
-        pin_memory=device.type == "cuda",
         generator=own_generator(cfg),
-        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-        multiprocessing_context=cfg.dataloader_multiprocessing_context if cfg.num_workers else None,
-        persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
+        **workers,
     )
+    evaluation = None
+    if split is not None:
+        eval_dataset = LeRobotDataset(**{**open_args, "episodes": split[1][0]}, delta_timestamps=delta_timestamps)
+        eval_loader = torch.utils.data.DataLoader(
+            lerobot_eval_subset(eval_dataset, cfg.max_eval_samples),
+            batch_size=cfg.batch_size,
+            shuffle=False,
+            collate_fn=collate_fn,
+            **workers,
+        )
+        evaluation = Evaluation(split[1], eval_loader)
     return TrainingData(
-        dataset, loader, meta, delta_timestamps, sampler=sampler, device_augment=_augment(cfg, image_keys(meta))
+        dataset,
+        loader,
+        meta,
+        delta_timestamps,
+        sampler=sampler,
+        device_augment=_augment(cfg, image_keys(meta)),
+        evaluation=evaluation,
     )
+
+
+def lerobot_eval_subset(dataset: LeRobotDataset, max_samples: int) -> torch.utils.data.Dataset:
+    """lerobot-train's `--max_eval_samples` (0: every held-out frame): max_samples // tasks frames of each task (by
+    frame `task_index`, at least one), the first ones in the dataset's order."""
+    if max_samples <= 0:
+        return dataset
+    task_of_frame = np.concatenate([dataset.rows.episode(e).columns["task_index"] for e in dataset.episodes])
+    tasks = sorted(set(task_of_frame.tolist()))
+    per_task = max(1, max_samples // len(tasks))
+    selected = [i for t in tasks for i in np.flatnonzero(task_of_frame == t)[:per_task].tolist()]
+    return torch.utils.data.Subset(dataset, selected)
 
 
 def resume_sampler(data: TrainingData, *, step: int, batch_size: int, num_processes: int) -> dict[str, int]:

@@ -21,16 +21,21 @@ policy's `drop_n_last_frames`.
 Different: the dataset (robostream's LeRobotDataset, or StreamingLeRobotDataset with `--dataset.streaming=true`:
 one dataset or a mixture, local or remote, exactly resumable on any layout); `--dataset.image_transforms` run on
 whole batches (robostream.augment: lerobot's distribution, per-sample parameters, deterministic per (seed, epoch,
-sample)); streaming ignores `drop_n_last_frames` (as lerobot's streaming dataset does). Not supported (refused):
-reward models, evaluation in a simulation env during training (`--env.*`: evaluate checkpoints with lerobot-eval),
-held-out eval splits, sample weighting, HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP, DeepSpeed).
+sample)); streaming ignores `drop_n_last_frames` (as lerobot's streaming dataset does). `--dataset.eval_split`
+holds out lerobot's episodes (robostream/lerobot/eval_split.py) on map-style, streaming and mixtures alike (each
+source split on its own), recorded in the checkpoints; the eval loss every `--eval_steps` as lerobot-train computes
+and logs it (streaming: `--max_eval_samples` as whole batches of the held-out stream, see `eval_batches`). Not
+supported (refused): reward models, evaluation in a simulation env during training (`--env.*`: evaluate checkpoints
+with lerobot-eval), sample weighting, HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP, DeepSpeed).
 """
 
 import dataclasses
+import itertools
 import json
 import logging
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pprint import pformat
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +56,15 @@ from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.lerobot import checkpoint
 from robostream.lerobot.checkpoint import Position
 from robostream.lerobot.config import RobostreamTrainConfig
-from robostream.lerobot.data import VIDEO_BACKENDS, TrainingData, check_stats, make_training_data, resume_sampler
+from robostream.lerobot.data import (
+    VIDEO_BACKENDS,
+    Evaluation,
+    TrainingData,
+    check_stats,
+    make_training_data,
+    resume_sampler,
+)
+from robostream.lerobot.eval_split import check_recorded
 
 if TYPE_CHECKING:
     from robostream.augment import BatchImageTransforms
@@ -89,7 +102,6 @@ def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
             "--env.* evaluates in simulation during training: evaluate the "
             "checkpoints with lerobot-eval --policy.path=.../pretrained_model",
         ),
-        (cfg.dataset.eval_split > 0, "--dataset.eval_split holds out episodes for an eval loss: not supported here"),
         (cfg.sample_weighting is not None, "--sample_weighting is not supported here"),
         (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here"),
         (
@@ -236,6 +248,37 @@ def to_device(
     return augment(batch, epoch=epoch) if augment is not None else batch
 
 
+def eval_batches(evaluation: Evaluation, cfg: RobostreamTrainConfig, num_processes: int) -> Iterable[dict[str, Any]]:
+    """One eval pass's batches on this process. Map-style: lerobot's (its loader holds `--max_eval_samples`'s
+    subset). Streaming: `--max_eval_samples` (0: all) as the first batches of the held-out stream that hold at
+    least that many samples over all processes (epoch 0's order every pass: the same samples each time, drawn
+    from every task and source at random rather than lerobot's first frames of each task)."""
+    if not isinstance(evaluation.loader, StreamingDataLoader) or cfg.max_eval_samples <= 0:
+        return evaluation.loader
+    return itertools.islice(evaluation.loader, math.ceil(cfg.max_eval_samples / (cfg.batch_size * num_processes)))
+
+
+def eval_loss(
+    policy: Any,
+    batches: Iterable[dict[str, Any]],
+    preprocessor: Any,
+    camera_keys: list[str],
+    accelerator: Any,
+) -> float:
+    """lerobot-train's eval loss: the policy in eval mode, no gradients, under accelerate's autocast; the mean of
+    the batches' losses on each process, averaged over the processes (a collective: every rank calls it)."""
+    policy.eval()
+    total, count = 0.0, 0
+    with torch.no_grad(), accelerator.autocast():
+        for batch in batches:
+            loss, _ = policy.forward(preprocessor(to_device(batch, camera_keys, accelerator.device, None, 0)))
+            total += loss.item()
+            count += 1
+    policy.train()
+    mean = torch.tensor(total / max(count, 1), device=accelerator.device)
+    return float(accelerator.reduce(mean, reduction="mean").item())
+
+
 def write_record(record: Any, accelerator: Any, position: Position, loss: float, picked: dict[str, Any]) -> None:
     """One JSON line per step: the losses of every rank and the samples of the global batch (rank by rank)."""
     losses = accelerator.gather(torch.tensor([loss], dtype=torch.float64)).tolist()
@@ -268,6 +311,13 @@ def train(cfg: RobostreamTrainConfig) -> None:
     )
 
     data = make_training_data(cfg, device=device, policy_config=cfg.policy)
+    if resumed_data is not None:
+        check_recorded(
+            recorded=resumed_data["held_out"],
+            computed=data.held_out,
+            checkpoint=cfg.checkpoint_path,
+            eval_split=cfg.dataset.eval_split,
+        )
     policy = make_policy(cfg=cfg.policy, ds_meta=data.meta, rename_map=cfg.rename_map)
     if cfg.peft is not None and not is_peft_model(policy):  # a resumed PEFT run's policy comes back wrapped
         policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
@@ -298,6 +348,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         # accelerate's loader sets its own pass count (0 here) as the sampler's epoch at every iter()
         prepared.set_epoch(position.epoch)
         data.loader = prepared
+        if data.evaluation is not None:  # lerobot-train's: the held-out frames shared out over the processes
+            data.evaluation.loader = accelerator.prepare(data.evaluation.loader)
     policy.train()
 
     meters = {
@@ -350,6 +402,18 @@ def train(cfg: RobostreamTrainConfig) -> None:
                 if wandb:
                     wandb.log_dict(tracker.to_dict(), position.step)
             tracker.reset_averages()
+        if cfg.eval_steps > 0 and data.evaluation is not None and position.step % cfg.eval_steps == 0:
+            loss = eval_loss(
+                policy,
+                eval_batches(data.evaluation, cfg, accelerator.num_processes),
+                preprocessor,
+                data.meta.camera_keys,
+                accelerator,
+            )
+            if main:
+                logging.info(f"step {position.step}: eval_loss={loss:.4f}")
+                if wandb:
+                    wandb.log_dict({"eval_loss": loss}, step=position.step, mode="eval")
         if cfg.save_checkpoint and should_save_checkpoint(position.step, cfg.save_freq, cfg.steps):
             # every rank's loader is at the same step; rank 0's state describes the whole job
             data_state = data.loader.state_dict() if isinstance(data.loader, StreamingDataLoader) else None
@@ -358,6 +422,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
                     cfg=cfg,
                     position=position,
                     data_state=data_state,
+                    held_out=data.held_out,
                     num_processes=accelerator.num_processes,
                     policy=accelerator.unwrap_model(policy),
                     optimizer=optimizer,
