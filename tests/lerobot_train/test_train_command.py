@@ -675,7 +675,10 @@ def test_a_damaged_edited_or_foreign_data_state_is_refused(act_runs, lerobot_pyt
         assert f"{named}: checksum " in got[name] and "does not match its content" in got[name], got[name]
     for name in ("truncated", "empty"):
         assert f"{named} is not a JSON document" in got[name], got[name]
-    assert f"{named}: expected an object with 'step', 'epoch', 'data', 'held_out' and 'checksum', got [1, 2]" in got["a_list"]
+    assert (
+        f"{named}: expected an object with 'step', 'epoch', 'data', 'held_out' and 'checksum', got [1, 2]"
+        in got["a_list"]
+    )
     assert f"{named} is at step 4 but " in got["file_of_step_4"] and "at step 8" in got["file_of_step_4"]
     assert f"{named}: epoch 0 but its data state is of epoch 1" in got["epoch_resigned"]
     assert "resume state: no 'checksum' key" in got["data_unsigned"]
