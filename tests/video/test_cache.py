@@ -99,3 +99,42 @@ def test_concurrent_threads_count_every_lookup(video_files):
 def test_size_must_be_positive():
     with pytest.raises(ValueError, match="max_size"):
         VideoDecoderCache(max_size=0)
+
+
+def test_lanes_read_one_file_forward_on_decoders_of_their_own(video_files):
+    """Two pieces of one file read in alternation: on one shared decoder every switch is a seek; with a lane each,
+    each lane's runs continue where its last stopped (no seek after the first), and the frames are the same."""
+    path = video_files[0]
+    runs = [(0, [0, 1, 2]), (1, [20, 21, 22]), (0, [3, 4, 5]), (1, [23, 24, 25]), (0, [6, 7]), (1, [26, 27])]
+    shared, laned = VideoDecoderCache(max_size=4), VideoDecoderCache(max_size=4)
+    lanes = [laned.new_lane(), laned.new_lane()]
+    for piece, frames in runs:
+        with shared.use(path) as decoder:
+            expected, _ = decoder.get_frames_by_index(frames)
+        with laned.use(path, lane=lanes[piece]) as decoder:
+            got, _ = decoder.get_frames_by_index(frames)
+        assert got.equal(expected)
+    assert shared.stats()["seeks"] == len(runs) and shared.stats()["size"] == 1
+    assert laned.stats()["seeks"] == 2 and laned.stats()["size"] == 2 and laned.stats()["misses"] == 2
+
+
+def test_a_finished_lanes_decoder_serves_the_next_lane_and_is_evicted_first(video_files):
+    a, b = video_files[:2]
+    cache = VideoDecoderCache(max_size=1)
+    first, second = cache.new_lane(), cache.new_lane()
+    with cache.use(a, lane=first) as opened:
+        pass
+    cache.release(first)
+    with cache.use(a, lane=second) as taken:
+        assert taken is opened  # the free decoder, not a new one
+    with cache.use(a) as other:  # no lane: the lane's decoder is not free, a second one opens
+        assert other is not opened
+    assert cache.stats()["misses"] == 2
+    cache.hold(1)  # room for one more than max_size: both stay
+    with cache.use(b, lane=first):
+        pass  # one over: the free decoder (other) is closed, not the lanes' own, though it was used later
+    assert cache.stats()["evictions"] == 1
+    with cache.use(a, lane=second) as again:
+        assert again is opened
+    with cache.use(a) as reopened:
+        assert reopened is not other and reopened is not opened
