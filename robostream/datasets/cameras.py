@@ -89,12 +89,10 @@ class CameraReader:
                 raise
             raise type(exc)(f"{exc}{context}") from exc
 
-    def _decoder(
-        self, relative: str, key: str, episode_index: int, lane: int | None = None
-    ) -> ContextManager[VideoDecoder]:
-        """Borrow a decoder of one of this dataset's video files, camera `key`'s file holding `episode_index`
-        (`lane`'s own when given; see VideoDecoderCache.use; the cache is the dataset's, shared by its sources:
-        files are named by their full location)."""
+    def _decoder(self, relative: str, key: str, episode_index: int) -> ContextManager[VideoDecoder]:
+        """Borrow the decoder of one of this dataset's video files, camera `key`'s file holding `episode_index`
+        (see VideoDecoderCache.use; the cache is the dataset's, shared by its sources: files are named by their full
+        location)."""
         device = "cpu" if key in self.meta.depth_codings else self.device
         opener = partial(
             open_camera_file,
@@ -107,7 +105,7 @@ class CameraReader:
             codec=self.codecs[key],
             gpu_fallback=self.gpu_fallback,
         )
-        return self.cache.use(self.meta.describe(relative), self.backend, device, opener=opener, lane=lane)
+        return self.cache.use(self.meta.describe(relative), self.backend, device, opener=opener)
 
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or
@@ -136,31 +134,26 @@ class CameraReader:
             frames = torch.from_numpy(depths_from_codes(frames.numpy(), coding, self.meta.depth_unit))
         return frames, inverse
 
-    def decode_many(
-        self, episode_index: int, timestamps_by_key: Mapping[str, Times], *, lane: int | None = None
-    ) -> dict[str, torch.Tensor]:
+    def decode_many(self, episode_index: int, timestamps_by_key: Mapping[str, Times]) -> dict[str, torch.Tensor]:
         """Several cameras of one episode, as uint8 (T, C, H, W) each (in parallel threads when the process has
-        cores to spare); `lane`: see decode_episodes."""
-        lanes = None if lane is None else [lane]
-        return self.decode_episodes([(episode_index, timestamps_by_key)], pooled=False, lanes=lanes)[0]
+        cores to spare)."""
+        return self.decode_episodes([(episode_index, timestamps_by_key)], pooled=False)[0]
 
     @overload
     def decode_episodes(
-        self, requests: Sequence[Request], *, pooled: Literal[False], lanes: Sequence[int | None] | None = None
+        self, requests: Sequence[Request], *, pooled: Literal[False]
     ) -> list[dict[str, torch.Tensor]]: ...
 
     @overload
     def decode_episodes(
-        self, requests: Sequence[Request], *, pooled: Literal[True], lanes: Sequence[int | None] | None = None
+        self, requests: Sequence[Request], *, pooled: Literal[True]
     ) -> list[dict[str, list[torch.Tensor]]]: ...
 
     def decode_episodes(
-        self, requests: Sequence[Request], *, pooled: bool, lanes: Sequence[int | None] | None = None
+        self, requests: Sequence[Request], *, pooled: bool
     ) -> list[dict[str, torch.Tensor]] | list[dict[str, list[torch.Tensor]]]:
         """The frames `decode_many` gives for each (episode, timestamps by camera) request, with one decoder call
-        per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order),
-        or, with `lanes` (per request, VideoDecoderCache.new_lane), one per file and lane, on the lane's own
-        decoder: a live piece's forward runs then continue where its last one stopped, without seeking.
+        per camera file for all requests together (a batch's pieces share files: fewer calls, each in file order).
         pooled: separate (C, H, W) frames from the frame pool (the streaming batch path gives them back); else one
         (T, C, H, W) tensor per request and camera, as `decode_many`."""
         started = time.perf_counter_ns()
@@ -170,10 +163,7 @@ class CameraReader:
             for key in times_by_key:
                 by_camera.setdefault(key, []).append(i)
         pool = self._executor.get() if len(by_camera) > 1 else None
-        jobs = [
-            partial(self._decode_camera, key, requests, lanes, indices, out, pooled)
-            for key, indices in by_camera.items()
-        ]
+        jobs = [partial(self._decode_camera, key, requests, indices, out, pooled) for key, indices in by_camera.items()]
         if pool is None:
             for job in jobs:
                 job()
@@ -191,18 +181,15 @@ class CameraReader:
         self,
         key: str,
         requests: Sequence[Request],
-        lanes: Sequence[int | None] | None,
         indices: Sequence[int],
         out: list[dict[str, Any]],
         pooled: bool,
     ) -> None:
-        """One camera's frames of several requests: their times in each file (and lane) concatenated into one call
-        (of at most FRAMES_PER_CALL frames unless one request alone has more: the decoder's output is transient
-        memory)."""
-        by_file: dict[tuple[str, int | None], list[list[int]]] = {}
+        """One camera's frames of several requests: their times in each file concatenated into one call (of at
+        most FRAMES_PER_CALL frames unless one request alone has more: the decoder's output is transient memory)."""
+        by_file: dict[str, list[list[int]]] = {}
         for i in indices:
-            lane = None if lanes is None else lanes[i]
-            calls = by_file.setdefault((self.meta.video_file(requests[i][0], key), lane), [[]])
+            calls = by_file.setdefault(self.meta.video_file(requests[i][0], key), [[]])
             if (
                 calls[-1]
                 and sum(len(requests[j][1][key]) for j in calls[-1]) + len(requests[i][1][key]) > FRAMES_PER_CALL
@@ -210,10 +197,10 @@ class CameraReader:
                 calls.append([])
             calls[-1].append(i)
         stages = self._stages.get()
-        for (relative, lane), group in ((f, g) for f, calls in by_file.items() for g in calls):
+        for relative, group in ((r, g) for r, calls in by_file.items() for g in calls):
             started = time.perf_counter_ns()
             try:
-                self._decode_group(key, relative, lane, requests, group, out, pooled)
+                self._decode_group(key, relative, requests, group, out, pooled)
             finally:  # one decode task: one decoder call (a failed one and its per-episode retries included)
                 stages.task("decode", time.perf_counter_ns() - started)
 
@@ -221,21 +208,19 @@ class CameraReader:
         self,
         key: str,
         relative: str,
-        lane: int | None,
         requests: Sequence[Request],
         group: Sequence[int],
         out: list[dict[str, Any]],
         pooled: bool,
     ) -> None:
-        """Camera `key`'s frames of the requests `group` from its file `relative`, in one call of `lane`'s
-        decoder."""
+        """Camera `key`'s frames of the requests `group` from its file `relative`, in one decoder call."""
         times = [
             self.meta.episodes.video_span(requests[i][0], key).from_timestamp
             + np.asarray(requests[i][1][key], dtype=np.float64)
             for i in group
         ]
         try:
-            with self._decoder(relative, key, requests[group[0]][0], lane) as decoder:
+            with self._decoder(relative, key, requests[group[0]][0]) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
                 frames, inverse = self._decode_unique(decoder, key, np.concatenate(times))
                 self._count_device(decoder, len(inverse))

@@ -64,7 +64,6 @@ class EpochIterator:
         self._live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
         self._held = 0  # decoders of live pieces held open (VideoDecoderCache.hold)
-        self._lanes: set[int] = set()  # the decoder lanes of pieces whose last frames are not out yet
         # Geometry of pieces about to go live (computed by whichever needs it first: read-ahead or opening).
         self._geometries: dict[tuple[int, int], PieceGeometry] = {}
         self._fetch_ahead = PickReadAhead(
@@ -187,8 +186,6 @@ class EpochIterator:
             index, episode, _ = self._locate(pieces[piece][0])
             source = self.sources[index]
             reader = self._readers[key] = source.frames.open_piece(episode, self._geometry(stream, piece), self.worker)
-            if reader.lane is not None:
-                self._lanes.add(reader.lane)
             del self._geometries[key]  # the piece reader holds it now
             for unit, _, _ in pieces[piece + 1 : piece + 1 + self.prefetch_pieces]:
                 ahead, episode, _ = self._locate(unit)
@@ -209,13 +206,10 @@ class EpochIterator:
             self._held += decoders
 
     def release(self) -> None:
-        """The pass ended (or was abandoned): give back the room its live pieces held, and their decoders."""
+        """The pass ended (or was abandoned): give back the room its live pieces held."""
         if self._held:
             self.reading.decoders.hold(-self._held)
             self._held = 0
-        for lane in self._lanes:
-            self.reading.decoders.release(lane)
-        self._lanes.clear()
 
     def _locate(self, unit: int) -> tuple[int, int, int]:
         """The source index, episode index and first frame of an epoch unit."""
@@ -248,7 +242,4 @@ class EpochIterator:
         self.counters.peak(self.worker, "peak_live_frames", self._live_frames)
         if position == len(reader.sample_frames) - 1:
             self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
-            if reader.lane is not None:  # its decoders go to the pieces that go live next
-                self.reading.decoders.release(reader.lane)
-                self._lanes.discard(reader.lane)
         return frames

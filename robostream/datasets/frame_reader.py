@@ -78,17 +78,14 @@ class FrameReader:
         )
 
     def open_piece(self, episode: int, geometry: PieceGeometry, worker: int) -> PieceReader:
-        """A live piece of `episode` (its rows read now), for samples in its geometry's order, decoded by decoders
-        of its own (its lane: its forward runs continue without seeking; release it when the piece is done)."""
-        lane = self.reading.decoders.new_lane() if self.meta.video_keys else None
+        """A live piece of `episode` (its rows read now), for samples in its geometry's order."""
         return PieceReader(
             self._episode_rows(episode),
             geometry.sample_frames,
             geometry.camera_frames,
-            partial(self._decode, worker, lane),
+            partial(self._decode, worker),
             self.decode_ahead,
             source=self.index,
-            lane=lane,
         )
 
     def _episode_rows(self, episode: int) -> EpisodeRows:
@@ -153,7 +150,6 @@ class FrameReader:
                 for reader, wanted in requests
             ],
             pooled=True,
-            lanes=[reader.lane for reader, _ in requests],
         )
         for (reader, wanted), frames in zip(requests, decoded):
             reader.add(wanted, frames)
@@ -169,11 +165,11 @@ class FrameReader:
             self.counters.add(worker, "frames_delivered", sum(len(w) for f in frames for w in f.values()))
 
     def _decode(
-        self, worker: int, lane: int | None, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
+        self, worker: int, rows: EpisodeRows, frames_by_key: Mapping[str, np.ndarray]
     ) -> dict[str, torch.Tensor]:
         self.counters.add(worker, "frames_decoded", sum(len(f) for f in frames_by_key.values()))
         return self.cameras.decode_many(
-            rows.episode, {k: self.assembler.timestamps(rows, f) for k, f in frames_by_key.items()}, lane=lane
+            rows.episode, {k: self.assembler.timestamps(rows, f) for k, f in frames_by_key.items()}
         )
 
 

@@ -30,14 +30,11 @@ class PieceReader:
         decode: Decode,
         decode_ahead: int,
         source: int = 0,
-        lane: int | None = None,
     ) -> None:
         """needed_frames[key] is (len(sample_frames), T): the frames each sample needs from camera `key`;
-        source: the mixture source the piece belongs to; lane: the piece's own decoders (VideoDecoderCache.new_lane),
-        which `decode` uses."""
+        source: the mixture source the piece belongs to."""
         self.rows = rows
         self.source = source
-        self.lane = lane
         self.sample_frames = sample_frames
         self.needed = dict(needed_frames)
         self._decode = decode

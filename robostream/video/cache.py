@@ -2,19 +2,13 @@
 
 Opening a decoder costs a file open, a header parse and (torchcodec exact mode) a scan of the packet index, so a
 loader that jumps between a few files should keep them open. The cache is thread-safe; each entry carries a lock
-that serialises decoding on that decoder.
-
-A file may have several decoders, one per lane: a lane (a live streaming piece) reads its frames forward, and a
-decoder asked for the frame after the last it decoded goes on without seeking (torchcodec decodes it next), where
-one decoder shared by the pieces of a file seeks at every switch between them. A lane takes its file's free
-decoder (a finished lane's, or the shared one) before opening one; `release` frees a finished lane's decoders. It is per process (process_local.py): after a fork (DataLoader workers)
+that serialises decoding on that decoder. It is per process (process_local.py): after a fork (DataLoader workers)
 the child starts with an empty cache and fresh statistics; the parent's decoders are kept, unused, never freed in
 the child (freeing FFmpeg objects whose threads live in the parent hangs).
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -27,11 +21,9 @@ from robostream.video.decoder import VideoDecoder, open_video_decoder
 DecoderKey = tuple[str, str | None, str]  # (path, backend, device)
 
 
-@dataclass(eq=False)
+@dataclass
 class _Entry:
     decoder: VideoDecoder
-    key: DecoderKey
-    lane: int | None  # the lane using it, None: free (any caller's)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -40,16 +32,14 @@ class _State:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries: OrderedDict[_Entry, None] = OrderedDict()  # least recently used first
-        self.by_key: dict[DecoderKey, list[_Entry]] = {}
-        self.by_lane: dict[int, list[_Entry]] = {}
+        self.entries: OrderedDict[DecoderKey, _Entry] = OrderedDict()
         self.held = 0  # decoders of live pieces kept open beyond max_size (see VideoDecoderCache.hold)
         self.hits = self.misses = self.evictions = 0
         self.evicted_calls = self.evicted_seeks = 0  # decoding counts of decoders no longer open
 
 
 class VideoDecoderCache:
-    """LRU cache of open video decoders keyed by (path, backend, device), several per key where lanes read it.
+    """LRU cache of open video decoders keyed by (path, backend, device).
 
     One cache may serve many datasets (the sources of a mixture): then each use names the file by its full location
     and brings its own opener, and the readers `hold` room for the decoders of the pieces they have live, so the
@@ -64,46 +54,30 @@ class VideoDecoderCache:
         self.max_size = max_size
         self._opener = opener
         self._state = ProcessLocal(_State)
-        self._lanes = itertools.count()
 
-    def new_lane(self) -> int:
-        """A lane: a reader of frames in forward runs (a live piece) that keeps its own decoder per file."""
-        return next(self._lanes)
-
-    def _entry(
-        self, path: str, backend: str | None, device: str, opener: Callable[[], VideoDecoder] | None, lane: int | None
-    ) -> _Entry:
+    def _entry(self, path: str, backend: str | None, device: str, opener: Callable[[], VideoDecoder] | None) -> _Entry:
         key = (str(path), backend, device)
         state = self._state.get()
         with state.lock:
-            entry = _find(state, key, lane)
+            entry = state.entries.get(key)
             if entry is not None:
                 state.hits += 1
-                state.entries.move_to_end(entry)
+                state.entries.move_to_end(key)
                 return entry
             state.misses += 1
         # Open outside the lock: opening can take milliseconds and other threads may want other files.
-        entry = _Entry(opener() if opener is not None else self._opener(str(path), backend, device), key, lane)
+        entry = _Entry(opener() if opener is not None else self._opener(str(path), backend, device))
         with state.lock:
-            state.entries[entry] = None
-            state.by_key.setdefault(key, []).append(entry)
-            if lane is not None:
-                state.by_lane.setdefault(lane, []).append(entry)
+            state.entries[key] = entry
+            state.entries.move_to_end(key)
             self._evict(state)
         return entry
 
     def _evict(self, state: _State) -> None:
-        """Close the least recently used decoders beyond max_size plus those held, free ones first (caller holds
-        the lock)."""
+        """Close the least recently used decoders beyond max_size plus those held (caller holds the lock)."""
         while len(state.entries) > self.max_size + state.held:
             # An evicted decoder still in use by another thread stays alive until that thread drops it.
-            evicted = next((e for e in state.entries if e.lane is None), next(iter(state.entries)))
-            del state.entries[evicted]
-            state.by_key[evicted.key].remove(evicted)
-            if not state.by_key[evicted.key]:
-                del state.by_key[evicted.key]
-            if evicted.lane is not None:
-                state.by_lane[evicted.lane].remove(evicted)
+            _, evicted = state.entries.popitem(last=False)
             state.evictions += 1
             state.evicted_calls += evicted.decoder.calls
             state.evicted_seeks += evicted.decoder.seeks
@@ -116,20 +90,12 @@ class VideoDecoderCache:
         device: str = "cpu",
         *,
         opener: Callable[[], VideoDecoder] | None = None,
-        lane: int | None = None,
     ) -> Iterator[VideoDecoder]:
-        """Borrow a decoder of `path` (`lane`'s own when given, see `new_lane`), opening one on a miss (with
-        `opener` when given, else the cache's); decoding is exclusive while borrowed."""
-        entry = self._entry(path, backend, device, opener, lane)
+        """Borrow the decoder of `path`, opening it on a miss (with `opener` when given, else the cache's);
+        decoding is exclusive while borrowed."""
+        entry = self._entry(path, backend, device, opener)
         with entry.lock:
             yield entry.decoder
-
-    def release(self, lane: int) -> None:
-        """The lane has finished: its decoders become free for other lanes and callers (evicted first)."""
-        state = self._state.get()
-        with state.lock:
-            for entry in state.by_lane.pop(lane, ()):
-                entry.lane = None
 
     def hold(self, decoders: int) -> None:
         """Keep room for `decoders` more open decoders in this process (negative: give that room back): those of
@@ -146,7 +112,7 @@ class VideoDecoderCache:
         state = self._state.get()
         with state.lock:
             lookups = state.hits + state.misses
-            decoders = [entry.decoder for entry in state.entries]
+            decoders = [entry.decoder for entry in state.entries.values()]
             return {
                 "hits": state.hits,
                 "misses": state.misses,
@@ -160,17 +126,3 @@ class VideoDecoderCache:
     def clear(self) -> None:
         """Drop every open decoder and zero the statistics."""
         self._state = ProcessLocal(_State)
-
-
-def _find(state: _State, key: DecoderKey, lane: int | None) -> _Entry | None:
-    """The open decoder of `key` for `lane`: its own, else a free one (which it takes); without a lane, a free one."""
-    entries = state.by_key.get(key, ())
-    if lane is not None:
-        own = next((e for e in entries if e.lane == lane), None)
-        if own is not None:
-            return own
-    free = next((e for e in entries if e.lane is None), None)
-    if free is not None and lane is not None:
-        free.lane = lane
-        state.by_lane.setdefault(lane, []).append(free)
-    return free
