@@ -138,19 +138,6 @@ def test_map_style_holds_out_lerobots_episodes_and_refuses_another_split_on_resu
     ]
 
 
-def test_streaming_single_dataset_logs_the_eval_loss_at_the_set_steps(lerobot_python, hf_home, eight, tmp_path):
-    out = tmp_path / "stream"
-    stderr = train(
-        lerobot_python,
-        hf_home,
-        run_args(out, 4, "--dataset.streaming=true", "--dataset.repo_id=local/a", f"--dataset.root={eight}"),
-    )
-    assert_eval_logged(stderr, [2, 4])
-    assert held_out_recorded(out, 4) == [HELD_OUT_EIGHT]
-    trained = trained_indices(Path(f"{out}.jsonl"))
-    assert trained and not trained & set(dataset_indices(eight, HELD_OUT_EIGHT))
-
-
 LEROBOTS_SPLIT = r"""
 import json, sys
 from lerobot.configs.default import DatasetConfig
