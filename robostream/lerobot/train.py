@@ -24,9 +24,11 @@ whole batches (robostream.augment: lerobot's distribution, per-sample parameters
 sample)); streaming ignores `drop_n_last_frames` (as lerobot's streaming dataset does). `--dataset.eval_split`
 holds out lerobot's episodes (robostream/lerobot/eval_split.py) on map-style, streaming and mixtures alike (each
 source split on its own), recorded in the checkpoints; the eval loss every `--eval_steps` as lerobot-train computes
-and logs it (streaming: `--max_eval_samples` as whole batches of the held-out stream, see `eval_batches`). Not
+and logs it (streaming: `--max_eval_samples` as whole batches of the held-out stream, see `eval_batches`).
+`--sample_weighting.*` weighs each sample's loss with lerobot's weighter and update_policy, RA-BC's progress file
+read through robostream's storage (each source's own in a mixture: robostream/lerobot/sample_weighting.py). Not
 supported (refused): reward models, evaluation in a simulation env during training (`--env.*`: evaluate checkpoints
-with lerobot-eval), sample weighting, HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP, DeepSpeed).
+with lerobot-eval), HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP, DeepSpeed).
 """
 
 import dataclasses
@@ -65,6 +67,7 @@ from robostream.lerobot.data import (
     resume_sampler,
 )
 from robostream.lerobot.eval_split import check_recorded
+from robostream.lerobot.sample_weighting import batch_weights, make_weighter
 
 if TYPE_CHECKING:
     from robostream.augment import BatchImageTransforms
@@ -102,7 +105,6 @@ def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
             "--env.* evaluates in simulation during training: evaluate the "
             "checkpoints with lerobot-eval --policy.path=.../pretrained_model",
         ),
-        (cfg.sample_weighting is not None, "--sample_weighting is not supported here"),
         (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here"),
         (
             cfg.save_checkpoint_to_hub,
@@ -325,6 +327,11 @@ def train(cfg: RobostreamTrainConfig) -> None:
     accelerator.wait_for_everyone()
     preprocessor, postprocessor = make_processors(cfg, policy, data.meta.stats, device)
     optimizer, scheduler = make_optimizer_and_scheduler(cfg, policy)
+    weighter = make_weighter(
+        config=cfg.sample_weighting, data=data, policy=policy, device=device, read_options=cfg.read_options()
+    )
+    if weighter is not None and main:
+        logging.info(f"sample weighting: {weighter.get_stats()}")
 
     position = Position()
     if resumed_data is not None:
@@ -378,6 +385,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
         picked: dict[str, Any] | None = (
             {k: batch[k] for k in ("index", "dataset_index") if k in batch} if cfg.robostream.record else None
         )
+        weights = batch_weights(weighter, batch)
         batch = preprocessor(to_device(batch, data.meta.camera_keys, device, data.device_augment, position.epoch))
         wait = time.perf_counter() - fetch
         tracker.dataloading_s = wait
@@ -390,6 +398,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
             cfg.optimizer.grad_clip_norm,
             accelerator=accelerator,
             lr_scheduler=scheduler,
+            sample_weighter=weights,
         )
         position.step += 1
         tracker.step()
@@ -400,7 +409,10 @@ def train(cfg: RobostreamTrainConfig) -> None:
             if main:
                 logging.info(tracker)
                 if wandb:
-                    wandb.log_dict(tracker.to_dict(), position.step)
+                    logged = tracker.to_dict()
+                    if weighter is not None:  # lerobot-train's: the weighter's global stats at every log step
+                        logged.update({f"sample_weighting/{k}": v for k, v in weighter.get_stats().items()})
+                    wandb.log_dict(logged, position.step)
             tracker.reset_averages()
         if cfg.eval_steps > 0 and data.evaluation is not None and position.step % cfg.eval_steps == 0:
             loss = eval_loss(
