@@ -27,8 +27,9 @@ source split on its own), recorded in the checkpoints; the eval loss every `--ev
 and logs it (streaming: `--max_eval_samples` as whole batches of the held-out stream, see `eval_batches`).
 `--sample_weighting.*` weighs each sample's loss with lerobot's weighter and update_policy, RA-BC's progress file
 read through robostream's storage (each source's own in a mixture: robostream/lerobot/sample_weighting.py). Not
-supported (refused): reward models, evaluation in a simulation env during training (`--env.*`: evaluate checkpoints
-with lerobot-eval), HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP, DeepSpeed).
+supported (refused): reward models (REWARD_MODELS_REFUSED says why), evaluation in a simulation env during training
+(`--env.*`: evaluate checkpoints with lerobot-eval), HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP,
+DeepSpeed).
 """
 
 import dataclasses
@@ -97,9 +98,21 @@ def make_accelerator(cfg: RobostreamTrainConfig) -> Any:
     )
 
 
+# lerobot's trainable reward model SARM reads lerobot's own dataset metadata (rewards/sarm/processor_sarm.py: its
+# meta/episodes table as a `datasets.Dataset`, with the subtask annotation columns, indexed by episode position;
+# modeling_sarm.py: temporal_proportions_*.json under a local `meta/` folder); robostream's metadata keeps the
+# locating columns only, remote roots have no local folder and a mixture no single episode table.
+REWARD_MODELS_REFUSED = (
+    "--reward_model.* (reward-model training) is not supported here: SARM's targets come from lerobot's own "
+    "episode metadata (meta/episodes' subtask annotation columns, meta/temporal_proportions_*.json in a local "
+    "folder), which robostream's datasets do not carry, and the reward classifier is not wired in: train the reward "
+    "model with lerobot-train, then weigh this run's samples by its progress (--sample_weighting.type=rabc)"
+)
+
+
 def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
     for wanted, why in (
-        (cfg.is_reward_model_training, "reward models are trained by lerobot-train"),
+        (cfg.is_reward_model_training, REWARD_MODELS_REFUSED),
         (
             cfg.env is not None,
             "--env.* evaluates in simulation during training: evaluate the "

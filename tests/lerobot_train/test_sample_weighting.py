@@ -73,7 +73,7 @@ from lerobot.utils.sample_weighting import make_sample_weighter
 from robostream.lerobot.config import RobostreamTrainConfig
 from robostream.lerobot.data import make_training_data
 from robostream.lerobot.sample_weighting import batch_weights, check_per_sample_loss, make_weighter
-from robostream.lerobot.train import make_processors, to_device
+from robostream.lerobot.train import make_processors, refuse_unsupported, to_device
 
 cases = json.loads(sys.argv[1])
 cpu = torch.device("cpu")
@@ -144,6 +144,10 @@ try:
     check_per_sample_loss(types.SimpleNamespace(forward=lerobots_forward.__get__(policy)), cfg.sample_weighting)
 except ValueError as exc:
     errors["no_per_sample_loss"] = str(exc)
+try:
+    refuse_unsupported(draccus.parse(RobostreamTrainConfig, args=["--reward_model.type=sarm", "--dataset.repo_id=x"]))
+except ValueError as exc:
+    errors["reward_model"] = str(exc)
 results["errors"] = errors
 print(json.dumps(results))
 """
@@ -210,7 +214,7 @@ def test_weighted_loss_is_lerobots_and_a_mixture_weighs_each_source_by_its_own_f
     """One batch through lerobot's update_policy from the same policy state: our weights (our reader of the
     progress file, the loader's `index`) give lerobot's weights and loss, unlike no weighting; a mixture with a
     source over HTTP: each source's samples weighted as lerobot's weighter of that source weighs them; a missing
-    file and a policy without per-sample losses refused naming why."""
+    file, a policy without per-sample losses and reward-model training refused naming why."""
     first, second = roots["first"], roots["second"]
     with RangeHTTPServer(second) as server:
         cases = {
@@ -240,6 +244,7 @@ def test_weighted_loss_is_lerobots_and_a_mixture_weighs_each_source_by_its_own_f
     assert f"{roots['unweighted'] / 'sarm_progress.parquet'} not found" in errors["missing"], errors
     assert "compute_rabc_weights" in errors["missing"]
     assert "has no `reduction`" in errors["no_per_sample_loss"], errors
+    assert "--reward_model.* (reward-model training) is not supported here: SARM's targets" in errors["reward_model"]
 
 
 def test_a_weighted_mixture_trains_and_logs_the_weights(lerobot_python, hf_home, roots, tmp_path):
