@@ -27,17 +27,21 @@ class ProcessLocal(Generic[T]):
     The factory must be picklable when the owner is (a class, a module-level function or a functools.partial).
     """
 
+    # Kept on the class: at interpreter exit module globals (`os`) may already be None when a generator left in a
+    # global runs its cleanup (an epoch's `finally` gives back the decoders it held), which asks for the value.
+    _getpid = staticmethod(os.getpid)
+
     def __init__(self, factory: Callable[[], T]) -> None:
         self._factory = factory
         self._built: tuple[T] | None = None  # (the value,) once built, in process _pid (a value may be None)
         self._pid = -1
 
     def get(self) -> T:
-        if self._built is None or self._pid != os.getpid():
+        if self._built is None or self._pid != self._getpid():
             if self._built is not None:
                 # Built by the parent: freeing it here could join threads that only exist there (see above).
                 _FOREIGN.append(self._built[0])
-            self._built, self._pid = (self._factory(),), os.getpid()
+            self._built, self._pid = (self._factory(),), self._getpid()
         return self._built[0]
 
     def __getstate__(self) -> dict:
