@@ -283,13 +283,15 @@ def bench(root: Path, *, args: list[str], timeout_s: float) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", type=Path, default=Path(".devbundle"))
+    parser.add_argument("--data", type=Path, help="the datasets' folder (h264/, av1/, hevc/; default BUNDLE/data)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget_s", type=float, default=330.0, help="seconds for these steps; later ones are skipped")
     parser.add_argument("--group", choices=GROUPS, required=True, help="which steps (one process per group)")
     options = parser.parse_args()
     options.out.mkdir(parents=True, exist_ok=True)
     record = Recorder(out=options.out, budget_s=options.budget_s)
-    GROUPS[options.group](record, options.bundle / "data" / "h264", options.bundle / "data" / "av1")
+    data = options.data or options.bundle / "data"
+    GROUPS[options.group](record, data / "h264", data / "av1")
 
 
 def camera_routing(root: Path) -> dict[str, Any]:

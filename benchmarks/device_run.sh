@@ -13,6 +13,7 @@
 #   pylib/                      pytest and its pure-Python dependencies (the GPU tests of the suite)
 #   data/h264, data/av1         `robostream synth` datasets (480x640, 3 cameras, 150-frame episodes)
 # Run from the repository root:  OUT=/some/folder bash benchmarks/device_run.sh
+# (DATA=folder: other datasets than the bundle's data/, e.g. .devbundle/data480 (480x640 H.264, 3 cameras))
 # Every step is guarded: a failure is logged verbatim and the later steps still run.
 set -u -o pipefail
 
@@ -143,7 +144,7 @@ fi
 step "measurements, one process per group"
 # scaling before the loaders: the loaders' cuda runs can take their whole time limit
 for group in ${RUN_GROUPS:-cuda av1 av1_ffmpeg av1_robostream raw scaling loaders pyav more_loaders environment}; do
-    "$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --out "$OUT" --group $group \
+    "$PYTHON" benchmarks/device_decode.py --bundle "$BUNDLE" --data "${DATA:-$BUNDLE/data}" --out "$OUT" --group $group \
         --budget_s $((TOTAL_S - SECONDS - 10)) || echo "FAILED: group $group exited $?"
 done
 step "done"
