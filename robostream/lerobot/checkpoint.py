@@ -2,7 +2,8 @@
 
 `<output_dir>/checkpoints/<step>/pretrained_model/` is lerobot's (policy config and weights, processors with their
 stats, train_config.json: what `lerobot-eval --policy.path=...` and `from_pretrained` load) and `training_state/`
-too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint`. robostream adds
+too (optimizer, scheduler, RNG, step), written by lerobot's own `save_checkpoint` (under FSDP from the full state
+every rank gathered first, as lerobot-train writes it). robostream adds
 `training_state/robostream_data.json`: the step, the epoch, the streaming loader's state and the episodes each source
 holds out for the eval loss (`--dataset.eval_split`) under one checksum, so `--resume` continues with the batches an
 uninterrupted run would have seen, on any number of processes, holding out the same episodes (and refuses a file
@@ -62,7 +63,9 @@ def save(
         data_state: the streaming loader's state_dict (None for map-style: lerobot's step arithmetic resumes it).
         held_out: the episodes each source holds out for the eval loss (None: no eval split).
         num_processes: the processes training (recorded, as lerobot does).
-        parts: policy, optimizer, scheduler, preprocessor, postprocessor for lerobot's save_checkpoint.
+        parts: policy, optimizer, scheduler, preprocessor, postprocessor for lerobot's save_checkpoint, and under
+            FSDP model_state_dict and optim_state_dict: the full state gathered from every rank (lerobot's
+            gather_fsdp_state_dicts), written in place of the main process's shards.
     """
     final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, position.step)
     if final.is_file() and not final.is_symlink():
@@ -129,15 +132,23 @@ def read_data_document(checkpoint: Path, *, streaming: bool) -> dict[str, Any]:
 
 
 def load(
-    checkpoint: Path, document: dict[str, Any], *, optimizer: Any, scheduler: Any
+    checkpoint: Path, document: dict[str, Any], *, optimizer: Any, scheduler: Any, sharded: bool
 ) -> tuple[Position, dict[str, Any] | None]:
     """Restore optimizer, scheduler and RNG (lerobot's load_training_state); return the position and the data
     state of `document` (read_data_document's; None: a map-style run's).
 
+    Args:
+        checkpoint: the checkpoint folder resumed from.
+        document: its robostream_data.json (read_data_document's).
+        optimizer: the optimizer, before accelerate's prepare.
+        scheduler: the learning-rate scheduler (None: none).
+        sharded: FSDP: the optimizer is left as it is (its state is sharded by `prepare`, then loaded with
+            lerobot's load_fsdp_optimizer_state, as lerobot-train does).
+
     Raises:
         ValueError: the data file belongs to another step than the training state beside it.
     """
-    step, _, _ = load_training_state(checkpoint, optimizer, scheduler)
+    step, _, _ = load_training_state(checkpoint, optimizer, scheduler, load_optimizer=not sharded)
     if document["step"] != step:
         raise ValueError(
             f"{checkpoint / TRAINING_STATE_DIR / DATA_STATE} is at step {document['step']} but "

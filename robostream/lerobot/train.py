@@ -26,10 +26,14 @@ holds out lerobot's episodes (robostream/lerobot/eval_split.py) on map-style, st
 source split on its own), recorded in the checkpoints; the eval loss every `--eval_steps` as lerobot-train computes
 and logs it (streaming: `--max_eval_samples` as whole batches of the held-out stream, see `eval_batches`).
 `--sample_weighting.*` weighs each sample's loss with lerobot's weighter and update_policy, RA-BC's progress file
-read through robostream's storage (each source's own in a mixture: robostream/lerobot/sample_weighting.py). Not
-supported (refused): reward models (REWARD_MODELS_REFUSED says why), evaluation in a simulation env during training
-(`--env.*`: evaluate checkpoints with lerobot-eval), HF Jobs, --save_checkpoint_to_hub, sharded models (FSDP,
-DeepSpeed).
+read through robostream's storage (each source's own in a mixture: robostream/lerobot/sample_weighting.py).
+Sharded models (`accelerate launch --use_fsdp`, FSDP1) as lerobot-train shards them: every rank gathers the full
+weights and optimizer state for each checkpoint (lerobot's gather_fsdp_state_dicts; the main process writes them in
+lerobot's layout), and a resumed run loads the optimizer state after `prepare`, resharded to its processes
+(load_fsdp_optimizer_state); the data position resumes as without sharding. Not supported (refused): reward models
+(REWARD_MODELS_REFUSED says why), evaluation in a simulation env during training (`--env.*`: evaluate checkpoints
+with lerobot-eval), HF Jobs, --save_checkpoint_to_hub, FSDP2, FSDP without use_orig_params, DeepSpeed and
+Megatron-LM (SHARDING_REFUSED says why).
 """
 
 import dataclasses
@@ -43,7 +47,13 @@ from pprint import pformat
 from typing import TYPE_CHECKING, Any
 
 import torch
-from lerobot.common.train_utils import load_training_batch_size, load_training_num_processes, should_save_checkpoint
+from lerobot.common.train_utils import (
+    gather_fsdp_state_dicts,
+    load_fsdp_optimizer_state,
+    load_training_batch_size,
+    load_training_num_processes,
+    should_save_checkpoint,
+)
 from lerobot.common.wandb_utils import WandBLogger
 from lerobot.configs import parser
 from lerobot.optim.factory import make_optimizer_and_scheduler
@@ -132,15 +142,48 @@ def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
             raise ValueError(f"robostream's training command: {why}")
 
 
+# lerobot-train's sharded path is FSDP1's alone (train_utils.gather_fsdp_state_dicts, load_fsdp_optimizer_state:
+# FSDP.state_dict_type and optim_state_dict); under the others it would save rank 0's unwrapped model and its
+# optimizer.state_dict() as if nothing were sharded.
+SHARDING_REFUSED = {
+    "FSDP2": "accelerate's FSDP2 (--fsdp_version=2) is not supported: lerobot-train gathers and reshards FSDP1's "
+    "state only (FSDP.state_dict_type, FSDP.optim_state_dict); launch with --fsdp_version=1",
+    "FSDP_FLAT_PARAMS": "FSDP without use_orig_params is not supported: the optimizer, made before `prepare` as "
+    "lerobot-train makes it, would hold the parameters FSDP replaces by its flat ones, and nothing would train; "
+    "launch with --fsdp_use_orig_params=true (accelerate launch's default; FSDP_USE_ORIG_PARAMS=true)",
+    "DEEPSPEED": "accelerate's DeepSpeed (--use_deepspeed) is not supported: lerobot-train has no DeepSpeed "
+    "path (ZeRO partitions the optimizer state, and at stage 3 the weights, which lerobot's checkpoint saves "
+    "from rank 0 as if whole); shard with FSDP (--use_fsdp --fsdp_version=1)",
+    "MEGATRON_LM": "accelerate's Megatron-LM (--use_megatron_lm) is not supported: it trains Megatron's own "
+    "model classes with their own train step, not lerobot's policies; shard with FSDP (--use_fsdp "
+    "--fsdp_version=1)",
+}
+
+
 def refuse_sharded(accelerator: Any) -> None:
-    """Checkpoints are saved from the main process's unwrapped model: sharded models (FSDP, DeepSpeed) would
-    need gathering first, which lerobot-train does and this command does not."""
-    if accelerator.distributed_type.name in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
-        raise ValueError(
-            f"robostream's training command: accelerate's {accelerator.distributed_type.name} is not "
-            "supported (sharded models): launch with plain DDP (accelerate launch --multi_gpu) or "
-            "use lerobot-train"
-        )
+    """FSDP1 with the original parameters kept (use_orig_params) is lerobot-train's sharded path and this
+    command's; the other sharded modes are refused, naming the launch flag and why (SHARDING_REFUSED)."""
+    mode = accelerator.distributed_type.name
+    if mode == "FSDP" and accelerator.is_fsdp2:
+        mode = "FSDP2"
+    elif mode == "FSDP" and not accelerator.state.fsdp_plugin.use_orig_params:
+        mode = "FSDP_FLAT_PARAMS"
+    if mode in SHARDING_REFUSED:
+        raise ValueError(f"robostream's training command: {SHARDING_REFUSED[mode]}")
+
+
+def warn_unsharded(accelerator: Any) -> None:
+    """accelerate shards only on accelerators (state.py: FSDP and DeepSpeed are chosen for multi-GPU-like
+    processes, never with cpu=True, which `--policy.device=cpu` sets): asked for on CPU, it trains unsharded
+    DDP without a word."""
+    from accelerate.utils import parse_flag_from_env
+
+    for flag, mode in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DEEPSPEED")):
+        if parse_flag_from_env(flag) and accelerator.distributed_type.name != mode:
+            logging.warning(
+                f"{flag} is set but accelerate chose {accelerator.distributed_type.name} on "
+                f"{accelerator.device.type}: the model is not sharded (accelerate shards on GPUs only)"
+            )
 
 
 def is_peft_model(policy: Any) -> bool:
@@ -310,6 +353,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
     accelerator = make_accelerator(cfg)
     refuse_sharded(accelerator)
     init_logging(accelerator=accelerator)
+    warn_unsharded(accelerator)
+    sharded = accelerator.distributed_type.name == "FSDP"
     main = accelerator.is_main_process
     if main:
         logging.info(pformat(cfg.to_dict()))
@@ -349,7 +394,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
     position = Position()
     if resumed_data is not None:
         position, data_state = checkpoint.load(
-            cfg.checkpoint_path, resumed_data, optimizer=optimizer, scheduler=scheduler
+            cfg.checkpoint_path, resumed_data, optimizer=optimizer, scheduler=scheduler, sharded=sharded
         )
         if isinstance(data.loader, StreamingDataLoader):
             assert data_state is not None  # read_data_document refused a map-style checkpoint to a streaming run
@@ -361,6 +406,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
         if main:
             logging.info(f"resumed from {cfg.checkpoint_path} at step {position.step} epoch {position.epoch}")
 
+    parameters = sum(p.numel() for p in policy.parameters())  # before FSDP leaves each rank its shard
     if data.streaming:  # rank-aware by itself: accelerate must not shard it again
         policy, optimizer, scheduler = accelerator.prepare(policy, optimizer, scheduler)
     else:
@@ -370,6 +416,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         data.loader = prepared
         if data.evaluation is not None:  # lerobot-train's: the held-out frames shared out over the processes
             data.evaluation.loader = accelerator.prepare(data.evaluation.loader)
+    if sharded and resumed_data is not None:  # collective: the saved full state resharded over these processes
+        load_fsdp_optimizer_state(policy, optimizer, cfg.checkpoint_path)
     policy.train()
 
     meters = {
@@ -384,9 +432,10 @@ def train(cfg: RobostreamTrainConfig) -> None:
     )
     if main:
         logging.info(
-            f"{cfg.policy.type}: {sum(p.numel() for p in policy.parameters()):,} parameters, "
+            f"{cfg.policy.type}: {parameters:,} parameters, "
             f"{data.num_frames} frames in {data.num_episodes} episodes, windows {data.delta_timestamps}, "
-            f"batch {cfg.batch_size} x {accelerator.num_processes}, from step {position.step}, "
+            f"batch {cfg.batch_size} x {accelerator.num_processes} ({accelerator.distributed_type.name}), "
+            f"from step {position.step}, "
             f"{'streaming' if data.streaming else 'map-style'}"
         )
     record = open(cfg.robostream.record, "a", buffering=1) if cfg.robostream.record and main else None
@@ -442,6 +491,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         if cfg.save_checkpoint and should_save_checkpoint(position.step, cfg.save_freq, cfg.steps):
             # every rank's loader is at the same step; rank 0's state describes the whole job
             data_state = data.loader.state_dict() if isinstance(data.loader, StreamingDataLoader) else None
+            # FSDP: a collective; rank 0 gets the full weights and optimizer state (lerobot-train's), others {}
+            model_state, optimizer_state = gather_fsdp_state_dicts(policy, optimizer) if sharded else (None, None)
             if main:
                 saved = checkpoint.save(
                     cfg=cfg,
@@ -454,6 +505,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
                     scheduler=scheduler,
                     preprocessor=preprocessor,
                     postprocessor=postprocessor,
+                    model_state_dict=model_state,
+                    optim_state_dict=optimizer_state,
                 )
                 logging.info(f"checkpoint {saved}")
                 if wandb:
@@ -462,14 +515,20 @@ def train(cfg: RobostreamTrainConfig) -> None:
     if record:
         record.close()
     seconds, steps = time.perf_counter() - started, position.step - first
+    push = getattr(cfg.policy, "push_to_hub", False)
+    # FSDP: a collective gathering the full weights to push (lerobot-train's accelerator.get_state_dict)
+    full_weights = accelerator.get_state_dict(policy) if push and sharded else None
     if main:
         logging.info(
             f"done: {steps} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):.2f} steps/s), data wait "
             f"{1000 * waited / max(steps, 1):.1f} ms per step"
         )
-        if getattr(cfg.policy, "push_to_hub", False):
+        if push:
             unwrapped = accelerator.unwrap_model(policy)
-            unwrapped.push_model_to_hub(cfg, peft_model=unwrapped if cfg.policy.use_peft else None)
+            if cfg.policy.use_peft:
+                unwrapped.push_model_to_hub(cfg, peft_model=unwrapped)
+            else:
+                unwrapped.push_model_to_hub(cfg, state_dict=full_weights)
             preprocessor.push_to_hub(cfg.policy.repo_id)
             postprocessor.push_to_hub(cfg.policy.repo_id)
     accelerator.wait_for_everyone()
