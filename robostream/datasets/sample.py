@@ -96,9 +96,19 @@ class SampleAssembler:
         """
         depth = key in self.meta.depth_codings
         if not self.return_uint8 and not depth:
-            frames = frames.to(torch.float32) / 255.0
+            frames = unit_float(frames)
         if squeeze:
             frames = frames.squeeze(0)
         if self.image_transforms is not None and not depth:
             frames = self.image_transforms(frames)
         return frames
+
+
+def unit_float(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 frames as float32 in [0, 1], the values of lerobot's `frames.to(float32) / 255.0` (a true float32
+    division either way). CPU frames by numpy: torch would split each sample's conversion over its intra-op threads,
+    which in the training process (num_workers=0) wait for cores the decode threads hold (see batch_assembly.py's
+    _copy_window)."""
+    if frames.device.type != "cpu":
+        return frames.to(torch.float32) / 255.0
+    return torch.from_numpy(np.divide(frames.numpy(), np.float32(255.0), dtype=np.float32))
