@@ -58,6 +58,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip freeze --exclude-editable | grep -iE '^(boto3|botocore|aiobotocore|s3transfer|moto)=='
   } > "$constraints"
   "$VENV/bin/python" -m pip install -q -c "$constraints" -e ".[test,s3,train]"
+  # lerobot's `pusht` extra (its pins) for `robostream train --env.type=pusht` (tests/lerobot_train/test_env_eval.py);
+  # gym-pusht without its opencv-python: lerobot's opencv-python-headless gives it cv2 (both wheels write cv2/)
+  "$VENV/bin/python" -m pip install -q --no-deps "gym-pusht>=0.1.5,<0.2.0"
+  "$VENV/bin/python" -m pip install -q -c "$constraints" "pymunk>=6.6.0,<7.0.0" "pygame>=2.5.2,<2.7.0" "shapely>=2.0.3,<3.0.0"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" -c "import lerobot, torch, torchcodec; print('setup_lerobot: lerobot', lerobot.__version__, '| torch', torch.__version__, '| torchcodec', torchcodec.__version__)"

@@ -30,10 +30,12 @@ read through robostream's storage (each source's own in a mixture: robostream/le
 Sharded models (`accelerate launch --use_fsdp`, FSDP1) as lerobot-train shards them: every rank gathers the full
 weights and optimizer state for each checkpoint (lerobot's gather_fsdp_state_dicts; the main process writes them in
 lerobot's layout), and a resumed run loads the optimizer state after `prepare`, resharded to its processes
-(load_fsdp_optimizer_state); the data position resumes as without sharding. Not supported (refused): reward models
-(REWARD_MODELS_REFUSED says why), evaluation in a simulation env during training (`--env.*`: evaluate checkpoints
-with lerobot-eval), HF Jobs, --save_checkpoint_to_hub, FSDP2, FSDP without use_orig_params, DeepSpeed and
-Megatron-LM (SHARDING_REFUSED says why).
+(load_fsdp_optimizer_state); the data position resumes as without sharding. Evaluation in a simulation env
+(`--env.*`, `--env_eval_freq`, `--eval.*`) as lerobot-train evaluates, with lerobot's env factory and
+eval_policy_all, on the main process at its steps (robostream/lerobot/env_eval.py: its random state put back after,
+so training goes on as without it). Not supported (refused): reward models (REWARD_MODELS_REFUSED says why), HF
+Jobs, --save_checkpoint_to_hub, --eval.recording, FSDP2, FSDP without use_orig_params, DeepSpeed and Megatron-LM
+(SHARDING_REFUSED says why); env_eval refuses lerobot's async envs made by gym id and an env with FSDP.
 """
 
 import dataclasses
@@ -77,6 +79,7 @@ from robostream.lerobot.data import (
     make_training_data,
     resume_sampler,
 )
+from robostream.lerobot.env_eval import evaluate_in_env, is_env_eval_step, make_env_evaluation
 from robostream.lerobot.eval_split import check_recorded
 from robostream.lerobot.sample_weighting import batch_weights, make_weighter
 
@@ -124,9 +127,9 @@ def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
     for wanted, why in (
         (cfg.is_reward_model_training, REWARD_MODELS_REFUSED),
         (
-            cfg.env is not None,
-            "--env.* evaluates in simulation during training: evaluate the "
-            "checkpoints with lerobot-eval --policy.path=.../pretrained_model",
+            cfg.eval.recording,
+            "--eval.recording records rollouts as a dataset, which lerobot-train's evaluation during training "
+            "does not do: run lerobot-eval --eval.recording=true --policy.path=.../pretrained_model",
         ),
         (cfg.job.is_remote, "--job.target runs on HF Jobs: not supported here"),
         (
@@ -358,6 +361,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
     main = accelerator.is_main_process
     if main:
         logging.info(pformat(cfg.to_dict()))
+    env_evaluation = make_env_evaluation(cfg, main=main, sharded=sharded)  # the main process alone evaluates
     wandb = WandBLogger(cfg) if cfg.wandb.enable and cfg.wandb.project and main else None
     if cfg.seed is not None:
         set_seed(cfg.seed, accelerator=accelerator)
@@ -511,6 +515,21 @@ def train(cfg: RobostreamTrainConfig) -> None:
                 logging.info(f"checkpoint {saved}")
                 if wandb:
                     wandb.log_policy(saved)
+            accelerator.wait_for_everyone()
+        if is_env_eval_step(cfg, position.step):  # after the checkpoint, as lerobot-train: the others wait
+            if env_evaluation is not None:
+                evaluate_in_env(
+                    cfg=cfg,
+                    evaluation=env_evaluation,
+                    step=position.step,
+                    policy=accelerator.unwrap_model(policy),
+                    preprocessor=preprocessor,
+                    postprocessor=postprocessor,
+                    accelerator=accelerator,
+                    num_frames=data.num_frames,
+                    num_episodes=data.num_episodes,
+                    wandb=wandb,
+                )
             accelerator.wait_for_everyone()
     if record:
         record.close()
