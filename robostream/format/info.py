@@ -240,3 +240,17 @@ def loads_info(text: str, source: str) -> DatasetInfo:
             f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
     return parse_info(doc, source)
+
+
+def chunks_size_of(text: str, source: str) -> int:
+    """info.json's chunks_size alone, without checking the rest: where the episodes files are probed, every warm
+    construction of a plain-HTTP source (the snapshot parses the whole file once). A value loads_info would refuse
+    is refused by it, with its error."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    size = doc.get("chunks_size", DEFAULT_CHUNKS_SIZE) if isinstance(doc, dict) else None
+    if type(size) is int and size > 0:
+        return size
+    return loads_info(text, source).chunks_size

@@ -25,7 +25,7 @@ from robostream.errors import (
 )
 from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthCoding, DepthUnit, check_depth_unit, rescale_depth_stats
 from robostream.format.episodes import EpisodeTable, episode_table, read_episode_part
-from robostream.format.info import CONVERT_HINT, DatasetInfo, loads_info
+from robostream.format.info import CONVERT_HINT, DatasetInfo, chunks_size_of, loads_info
 from robostream.format.language import SAY_TOOL_SCHEMA
 from robostream.format.metadata_snapshot import (
     SNAPSHOT_KEY,
@@ -280,7 +280,7 @@ def probe_meta(storage: Storage) -> MetaFiles:
         except FileNotFoundError:
             pass
     versions = {path: FileVersion(len(data)) for path, data in fetched.items()}
-    chunks_size = loads_info(info_text, storage.describe(INFO_PATH)).chunks_size
+    chunks_size = chunks_size_of(info_text, storage.describe(INFO_PATH))
     chunk, file = 0, 0
     while True:
         relative = render_template(DEFAULT_EPISODES_PATH, what="episodes path", chunk_index=chunk, file_index=file)

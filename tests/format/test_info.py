@@ -1,9 +1,10 @@
 import json
+import re
 
 import pytest
 
 from robostream.errors import DatasetFormatError, UnsupportedVersionError
-from robostream.format.info import loads_info, parse_info
+from robostream.format.info import chunks_size_of, loads_info, parse_info
 
 BASE = {
     "codebase_version": "v3.0",
@@ -78,3 +79,23 @@ def test_language_dtype_under_another_name_is_refused():
     features = {**BASE["features"], "notes": {"dtype": "language", "shape": [1], "names": None}}
     with pytest.raises(DatasetFormatError, match="feature 'notes' has dtype 'language', which lerobot reads only as"):
         parse_info(dict(BASE, features=features), "info.json")
+
+
+@pytest.mark.parametrize("chunks_size", [1, 2, 1000, "missing", 2.0, 0, -3, "10", True, None])
+def test_chunks_size_alone_agrees_with_the_whole_parse(chunks_size):
+    """What probing the episodes files of a plain-HTTP source reads (chunks_size_of) is what loads_info reads, and a
+    value it refuses is refused with loads_info's error."""
+    doc = dict(BASE) if chunks_size == "missing" else dict(BASE, chunks_size=chunks_size)
+    text = json.dumps(doc)
+    try:
+        expected = loads_info(text, "x/meta/info.json").chunks_size
+    except DatasetFormatError as exc:
+        with pytest.raises(DatasetFormatError, match=re.escape(str(exc))):
+            chunks_size_of(text, "x/meta/info.json")
+        return
+    assert chunks_size_of(text, "x/meta/info.json") == expected
+
+
+def test_chunks_size_alone_of_malformed_json_names_file_and_line():
+    with pytest.raises(DatasetFormatError, match=r"x/meta/info.json: malformed JSON at line \d+"):
+        chunks_size_of(json.dumps(BASE)[:-5], "x/meta/info.json")
