@@ -134,7 +134,7 @@ def weighted_eval_mixture(
             f"--robostream.record={out}.jsonl",
             "--steps=6",
         ]
-        script = SCRIPTS / "train_per_sample_act.py"
-        train_until_killed(lerobot_python, hf_home, args, record=Path(f"{out}.jsonl"), after_steps=3, script=script)
-        resumed_log = train(lerobot_python, hf_home, resume(out), script=script)
+        launch = {"script": SCRIPTS / "train_per_sample_act.py", "preimported": True}
+        train_until_killed(lerobot_python, hf_home, args, record=Path(f"{out}.jsonl"), after_steps=3, **launch)
+        resumed_log = train(lerobot_python, hf_home, resume(out), **launch)
     return WeightedEvalMixture(out=out, resumed_log=resumed_log)

@@ -2,10 +2,11 @@
 torchrun's), killing a run as a node failure would, reading what a run recorded and saved, and the reference
 scripts (tests/lerobot_train/scripts/) run in lerobot's environment.
 
-Launches: each `robostream train` is a real process (its own interpreter, killed and resumed for real). The
-reference scripts, which call robostream's and lerobot's functions and print one JSON line, run one after another in
-the lerobot interpreter that tests.lerobot_env keeps for the session (run_script): importing torch and lerobot is
-~10 s of each fresh interpreter on CI's cores, paid once for all of them.
+Each `robostream train` is a process of its own, killed and resumed for real: fresh, or forked from an interpreter
+that has imported the command (`preimported=True`; launch.py says which runs are which and why). The reference
+scripts, which call robostream's and lerobot's functions and print one JSON line, run one after another in the
+lerobot interpreter that tests.lerobot_env keeps for the session (run_script). Importing torch and lerobot is ~15 s
+of a fresh interpreter on CI's cores: both pay it once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from robostream.synth import SynthConfig
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S, offline_env
 from tests.lerobot_env import run as run_in_kept_interpreter
+from tests.lerobot_train.launch import Run, start_fresh, start_preimported
 
 REPO = Path(__file__).parents[2]
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -144,7 +146,7 @@ def launcher(python: str, *, processes: int = 1, torchrun: bool = False, script:
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *program]
 
 
-def train(
+def start(
     python: str,
     hf_home: Path,
     args: list[str],
@@ -153,73 +155,61 @@ def train(
     torchrun: bool = False,
     script: Path | None = None,
     env: dict[str, str] | None = None,
-) -> str:
-    """Run a training to its end; its stderr (the log). A failure or an overrun fails the test with the log."""
-    proc = subprocess.Popen(
-        [*launcher(python, processes=processes, torchrun=torchrun, script=script), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=command_env(hf_home, env),
-        start_new_session=True,
-    )
+    preimported: bool = False,
+) -> Run:
+    """Start a run: fresh, or forked from the interpreter that has imported the command (launch.py says when each
+    is used). A preimported run is one process, in the session's environment (no `env`)."""
+    if preimported:
+        assert processes == 1 and not torchrun and not env, "a preimported run is one process of the same environment"
+        return start_preimported(python, command_env(hf_home), args, script)
+    command = [*launcher(python, processes=processes, torchrun=torchrun, script=script), *args]
+    return start_fresh(command, command_env(hf_home, env))
+
+
+def train(python: str, hf_home: Path, args: list[str], **launch: Any) -> str:
+    """Run a training (started as `start` starts it) to its end; its stderr (the log). A failure or an overrun
+    fails the test with the log."""
+    run = start(python, hf_home, args, **launch)
     try:
-        stdout, stderr = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+        code = run.wait(SUBPROCESS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"train {' '.join(args)} did not finish in {SUBPROCESS_TIMEOUT_S} s:\n{stacks_of(proc)}")
-    if proc.returncode != 0:
-        pytest.fail(f"train {' '.join(args)} failed ({proc.returncode}):\n{stdout[-3000:]}\n{stderr[-4000:]}")
-    return stderr
+        pytest.fail(f"train {' '.join(args)} did not finish in {SUBPROCESS_TIMEOUT_S} s:\n{stacks_of(run)}")
+    if code != 0:
+        stdout = run.stdout.read_text(errors="replace")
+        pytest.fail(f"train {' '.join(args)} failed ({code}):\n{stdout[-3000:]}\n{run.log()[-4000:]}")
+    return run.log()
 
 
 def train_until_killed(
-    python: str,
-    hf_home: Path,
-    args: list[str],
-    *,
-    record: Path,
-    after_steps: int,
-    processes: int = 1,
-    torchrun: bool = False,
-    script: Path | None = None,
-    env: dict[str, str] | None = None,
+    python: str, hf_home: Path, args: list[str], *, record: Path, after_steps: int, **launch: Any
 ) -> None:
-    """Start a run, SIGKILL it and every process it started once it recorded `after_steps` steps (past a
-    checkpoint)."""
-    proc = subprocess.Popen(
-        [*launcher(python, processes=processes, torchrun=torchrun, script=script), *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=command_env(hf_home, env),
-        start_new_session=True,
-    )
-    assert proc.stderr is not None
+    """Start a run (as `start` starts it), SIGKILL it and every process it started once it recorded `after_steps`
+    steps (past a checkpoint)."""
+    run = start(python, hf_home, args, **launch)
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
     while not (record.exists() and len(record.read_text().splitlines()) >= after_steps):
-        if proc.poll() is not None:
-            pytest.fail(f"the run to kill ended first ({proc.returncode}):\n{proc.stderr.read()[-4000:]}")
+        if (code := run.poll()) is not None:
+            pytest.fail(f"the run to kill ended first ({code}):\n{run.log()[-4000:]}")
         if time.monotonic() > deadline:
             pytest.fail(
-                f"the run to kill did not reach step {after_steps} in {SUBPROCESS_TIMEOUT_S} s:\n{stacks_of(proc)}"
+                f"the run to kill did not reach step {after_steps} in {SUBPROCESS_TIMEOUT_S} s:\n{stacks_of(run)}"
             )
         time.sleep(0.02)
-    signal_tree(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
+    signal_tree(run.pid, signal.SIGKILL)
+    run.wait(SUBPROCESS_TIMEOUT_S)
 
 
-def stacks_of(proc: subprocess.Popen) -> str:
+def stacks_of(run: Run) -> str:
     """A stuck run's every thread's stack (faulthandler prints them on SIGABRT: PYTHONFAULTHANDLER) in each of its
     processes, then the run killed: what a hang report needs."""
-    signal_tree(proc.pid, signal.SIGABRT)
+    signal_tree(run.pid, signal.SIGABRT)
     try:
-        _, stderr = proc.communicate(timeout=30)
+        run.wait(30)
     except subprocess.TimeoutExpired:
-        signal_tree(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-    signal_tree(proc.pid, signal.SIGKILL)
-    return stderr[-20000:]
+        signal_tree(run.pid, signal.SIGKILL)
+        run.wait(30)
+    signal_tree(run.pid, signal.SIGKILL)
+    return run.log()[-20000:]
 
 
 def signal_tree(pid: int, signum: int) -> None:

@@ -84,7 +84,7 @@ def test_map_style_holds_out_lerobots_episodes_and_refuses_another_split_on_resu
         f"--dataset.root={eight}",
         "--max_eval_samples=4",
     ]
-    stderr = train(lerobot_python, hf_home, args)
+    stderr = train(lerobot_python, hf_home, args, preimported=True)
     assert_eval_logged(stderr, [2, 4])
     assert held_out_recorded(out, 2) == held_out_recorded(out, 4) == [HELD_OUT_EIGHT]
     trained = trained_indices(Path(f"{out}.jsonl"))

@@ -73,8 +73,9 @@ def act_runs(lerobot_python: str, hf_home: Path, tiny_root: Path, tmp_path_facto
         act_args(tiny_root, tmp / "b", tmp / "b.jsonl", 12, *args),
         record=tmp / "b.jsonl",
         after_steps=5,
+        preimported=True,
     )
-    train(lerobot_python, hf_home, resume(tmp / "b"))
+    train(lerobot_python, hf_home, resume(tmp / "b"), preimported=True)
     return tmp
 
 
@@ -155,6 +156,7 @@ def test_a_save_keeps_what_it_did_not_make_and_replaces_a_linked_step_folder(act
             f"--output_dir={run}",
             f"--robostream.record={act_runs / 'a-copy.jsonl'}",
         ],
+        preimported=True,
     )
 
     assert tree_listing(checkpoints / ".tmp-notes") == {"notes.txt": b"lr 1e-4 diverged at step 6"}
@@ -198,6 +200,7 @@ def test_diffusion_trains_on_a_weighted_mixture_with_its_aggregated_stats(
             f"--output_dir={out}",
             f"--robostream.record={tmp_path / 'mix.jsonl'}",
         ],
+        preimported=True,
     )
     record = read_record(tmp_path / "mix.jsonl")
     assert [r["step"] for r in record] == [1, 2, 3, 4] and all(math.isfinite(r["loss"][0]) for r in record)
@@ -222,8 +225,9 @@ def test_map_style_resume_after_sigkill_is_exact(lerobot_python, hf_home, tiny_r
         act_args(tiny_root, tmp_path / "b", tmp_path / "b.jsonl", 14, *args),
         record=tmp_path / "b.jsonl",
         after_steps=9,
+        preimported=True,
     )
-    train(lerobot_python, hf_home, resume(tmp_path / "b"))
+    train(lerobot_python, hf_home, resume(tmp_path / "b"), preimported=True)
     a = read_record(tmp_path / "a.jsonl")
     for epoch in (0, 1):
         assert sorted(i for r in a if r["epoch"] == epoch for i in r["index"]) == dataset_indices(tiny_root)
@@ -260,6 +264,7 @@ def test_two_processes_resume_exactly_and_elastically_on_one(lerobot_python, hf_
             "--batch_size=8",
             f"--robostream.record={runs / 'c.jsonl'}",
         ],
+        preimported=True,
     )
     c = read_record(runs / "c.jsonl")
     assert [r["step"] for r in c] == [5, 6, 7, 8] and all(len(r["loss"]) == 1 for r in c)
@@ -444,7 +449,7 @@ def test_act_trains_on_a_dataset_with_language_columns(lerobot_python, hf_home, 
     args = [f"--dataset.streaming={streaming}", "--batch_size=8", "--num_workers=1"]
     if streaming == "true":
         args += AUGMENT
-    train(lerobot_python, hf_home, act_args(root, tmp_path / "out", tmp_path / "run.jsonl", 3, *args))
+    train(lerobot_python, hf_home, act_args(root, tmp_path / "out", tmp_path / "run.jsonl", 3, *args), preimported=True)
     steps = read_record(tmp_path / "run.jsonl")
     assert [r["step"] for r in steps] == [1, 2, 3] and all(math.isfinite(r["loss"][0]) for r in steps)
 
@@ -493,8 +498,10 @@ def test_act_trains_on_a_depth_dataset_and_resumes_exactly(lerobot_python, hf_ho
         ]
 
     train(lerobot_python, hf_home, depth_run("a"))
-    train_until_killed(lerobot_python, hf_home, depth_run("b"), record=tmp_path / "b.jsonl", after_steps=5)
-    train(lerobot_python, hf_home, resume(tmp_path / "b"))
+    train_until_killed(
+        lerobot_python, hf_home, depth_run("b"), record=tmp_path / "b.jsonl", after_steps=5, preimported=True
+    )
+    train(lerobot_python, hf_home, resume(tmp_path / "b"), preimported=True)
     a = read_record(tmp_path / "a.jsonl")
     assert [r["step"] for r in a] == list(range(1, 9)) and all(math.isfinite(r["loss"][0]) for r in a)
     assert sorted(i for r in a if r["epoch"] == 0 for i in r["index"]) == list(range(46)), "epoch 0: every frame"
