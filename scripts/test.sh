@@ -9,14 +9,14 @@
 # Wall time (CI: <= 20 minutes on 2 cores). Two streams run side by side, because most tests keep one core busy
 # (a pytest process, or a lerobot interpreter) and the machine has two:
 #   foreground: ruff, then our pair's tests that need no lerobot, then (once lerobot's environment is built) the
-#     benchmark's lerobot peer and the compat tests (lerobot reads what we read and write);
+#     benchmark's lerobot peer;
 #   background: mypy, then (once lerobot's environment is built: a download that needs nothing of ours, started
-#     first) the training command's tests (`robostream train` runs in lerobot's environment), then the second
-#     pair's tests; its output is printed when it ends.
-# Measured with both environments built, quiet 2 cores (2026-11-26, fifth session), compat still in the background:
-# foreground 19:27 (our pair 17:38, the peer 1:28), background 22:50 (lerobot ready 0:58, parity 18:22 of which the
-# training command 16:15 and compat 2:03, second pair 3:17). Each `robostream train` launch spends ~10 s importing
-# lerobot (diffusers' package scan alone 1.3 s): the training tests' time is mostly launches.
+#     first) the training command's tests (`robostream train` runs in lerobot's environment) and the compat tests
+#     (lerobot reads what we read and write), then the second pair's tests; its output is printed when it ends.
+# Measured with both environments built, quiet 2 cores (2026-11-26, sixth session), compat still in the foreground:
+# foreground 21:25 (our pair 18:22, the peer and compat 2:47), background 17:00 (lerobot ready 0:32, the training
+# command 11:07 (most runs forked from an interpreter that imported lerobot once: tests/lerobot_train/launch.py),
+# second pair 5:07); compat (~2 min) moved to the background to even them.
 # The second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
 # remote reads, packaging, the benchmark's CLI and peers, the CLIs' argument and report tests, the SLURM launcher's
 # shell tests and the training example's kill/resume cases: all run by the first pair), two elastic layouts of
@@ -67,10 +67,10 @@ lerobot_ready() {
   fi
 }
 export ROBOSTREAM_LEROBOT_PYTHON="$PWD/.venv-lerobot/bin/python"
-# The tests that need lerobot's environment: the training command's (background) and the benchmark's lerobot peer
-# and the compat tests (foreground, after our pair's other tests: they balance the two streams).
-training=tests/lerobot_train
-after_lerobot=(tests/bench/test_lerobot_peer.py tests/compat)
+# The tests that need lerobot's environment: the training command's and the compat tests (background) and the
+# benchmark's lerobot peer (foreground, after our pair's other tests: they balance the two streams).
+training=(tests/lerobot_train tests/compat)
+after_lerobot=(tests/bench/test_lerobot_peer.py)
 
 say "lint: ruff check + ruff format --check (pyproject.toml [tool.ruff])"
 .venv/bin/python -m ruff check robostream tests benchmarks examples scripts
@@ -83,8 +83,8 @@ background_log=$scratch/background.log
   .venv/bin/python -m mypy
   lerobot_ready
   cat "$lerobot_log"
-  say "test: our pair (.venv), the training command in lerobot's environment ($ROBOSTREAM_LEROBOT_PYTHON)"
-  .venv/bin/python -m pytest "$@" "$training"
+  say "test: our pair (.venv), the training command and the compat tests in lerobot's environment ($ROBOSTREAM_LEROBOT_PYTHON)"
+  .venv/bin/python -m pytest "$@" "${training[@]}"
   say "test: lerobot 0.6.1's pair (.venv-lerobot)"
   .venv-lerobot/bin/python -m pytest "$@" tests/video tests/datasets tests/augment \
     tests/examples/test_train_streaming.py::test_dummy_run_reports_throughput \
@@ -100,7 +100,7 @@ status=0
 say "test: our pair (.venv), the tests that need no lerobot (mypy and the lerobot tests run beside them)"
 # The elastic layout and the mixture's torchrun run that lerobot's pair runs (above) are left to it: each runs once,
 # torch.distributed is proven on both pairs, and this stream (the longer one) is ~50 s shorter.
-.venv/bin/python -m pytest "$@" $(printf -- '--ignore=%s ' "$training" "${after_lerobot[@]}") \
+.venv/bin/python -m pytest "$@" $(printf -- '--ignore=%s ' "${training[@]}" "${after_lerobot[@]}") \
   --deselect "tests/datasets/test_distributed.py::test_elastic_resume_on_any_layout[4to3]" \
   --deselect "tests/datasets/test_mixture.py::test_elastic_resume_of_a_mixture_from_2x2_to_1x3_undertorchrun_part[random]" \
   || status=$?
@@ -108,7 +108,7 @@ if [ "$status" = 0 ]; then
   lerobot_ready || status=$?
 fi
 if [ "$status" = 0 ]; then
-  say "test: our pair (.venv), the benchmark's lerobot peer and the compat tests against $ROBOSTREAM_LEROBOT_PYTHON"
+  say "test: our pair (.venv), the benchmark's lerobot peer against $ROBOSTREAM_LEROBOT_PYTHON"
   .venv/bin/python -m pytest "$@" "${after_lerobot[@]}" || status=$?
 fi
 
