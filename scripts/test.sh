@@ -16,7 +16,8 @@
 # Measured with both environments built, quiet 2 cores (2026-11-26, sixth session), compat still in the foreground:
 # foreground 21:25 (our pair 18:22, the peer and compat 2:47), background 17:00 (lerobot ready 0:32, the training
 # command 11:07 (most runs forked from an interpreter that imported lerobot once: tests/lerobot_train/launch.py),
-# second pair 5:07); compat (~2 min) moved to the background to even them.
+# second pair 5:07); compat (~2 min) moved to the background to even them: 20:57 (foreground 20:57: our pair 19:10,
+# the peer 1:26; background 19:46: training + compat 15:06, second pair 4:04).
 # The second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
 # remote reads, packaging, the benchmark's CLI and peers, the CLIs' argument and report tests, the SLURM launcher's
 # shell tests and the training example's kill/resume cases: all run by the first pair), two elastic layouts of
