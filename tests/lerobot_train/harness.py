@@ -44,18 +44,7 @@ TINY = SynthConfig(
     video_file_mb=0.02,
     seed=7,
 )
-TINY2 = SynthConfig(
-    episodes=3,
-    cameras=2,
-    height=64,
-    width=64,
-    fps=20,
-    episode_length=10,
-    state_dim=6,
-    data_file_mb=0.005,
-    video_file_mb=0.02,
-    seed=8,
-)
+TINY2 = dataclasses.replace(TINY, episodes=3, episode_length=10, seed=8)
 ACT = [
     "--policy.type=act",
     "--policy.dim_model=64",

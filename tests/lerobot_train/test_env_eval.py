@@ -14,6 +14,7 @@ The refusals (an async env made by gym id, FSDP) run in the kept lerobot interpr
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import textwrap
@@ -21,25 +22,23 @@ from pathlib import Path
 
 import pytest
 
-from robostream.synth import SynthConfig, generate
+from robostream.synth import generate
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S
 from tests.lerobot_env import run as run_in_kept_interpreter
-from tests.lerobot_train.harness import COMMON, DIFFUSION, LEROBOT_ENV, WEIGHTS, read_record, tensor_bytes, train
+from tests.lerobot_train.harness import (
+    COMMON,
+    DIFFUSION,
+    EIGHT,
+    LEROBOT_ENV,
+    WEIGHTS,
+    read_record,
+    tensor_bytes,
+    train,
+)
 
 pytestmark = pytest.mark.timeout(2 * SUBPROCESS_TIMEOUT_S + 60)
 # PushT's observations: `pixels` (96x96 RGB) -> observation.image, `agent_pos` (2) -> observation.state; action (2)
-PUSHT_LIKE = SynthConfig(
-    episodes=4,
-    cameras=1,
-    height=96,
-    width=96,
-    fps=10,
-    episode_length=12,
-    state_dim=2,
-    data_file_mb=0.005,
-    video_file_mb=0.02,
-    seed=5,
-)
+PUSHT_LIKE = dataclasses.replace(EIGHT, episodes=4, height=96, width=96, fps=10, episode_length=12, state_dim=2)
 ENV_EVAL = [
     "--env.type=pusht",
     "--env.episode_length=10",

@@ -17,24 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from robostream.synth import SynthConfig, generate
+from robostream.synth import generate
 from robostream.testing.slow_store import RangeHTTPServer
 from tests.lerobot_env import SUBPROCESS_TIMEOUT_S
-from tests.lerobot_train.harness import ACT, COMMON, read_record, run_script, write_progress
+from tests.lerobot_train.harness import ACT, COMMON, EIGHT, read_record, run_script, write_progress
 
 pytestmark = pytest.mark.timeout(2 * SUBPROCESS_TIMEOUT_S + 60)
-DATASET = SynthConfig(
-    episodes=4,
-    cameras=1,
-    height=48,
-    width=64,
-    fps=20,
-    episode_length=12,
-    state_dim=6,
-    data_file_mb=0.005,
-    video_file_mb=0.02,
-    seed=11,
-)
+DATASET = dataclasses.replace(EIGHT, episodes=4, episode_length=12, seed=11)
 WEIGHTED = [*ACT, *COMMON, "--sample_weighting.type=rabc", "--batch_size=8", "--num_workers=0"]
 
 
