@@ -161,6 +161,18 @@ def _convert_source(args: argparse.Namespace, log) -> tuple[Path, str | None]:
     return root, args.repo_id or repo_id
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from robostream.bench.command import run_bench  # torch and the loaders: only for this command
+
+    return run_bench(args)
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    from robostream.bench.command import run_report
+
+    return run_report(args)
+
+
 def _verify(args: argparse.Namespace) -> int:
     from robostream.convert.verify import verify
 
@@ -310,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--tolerance-s", type=float, default=1e-4)
     verify.set_defaults(run=_verify)
 
-    from robostream.bench.command import add_bench_arguments, add_report_arguments, run_bench, run_report
+    from robostream.bench.arguments import add_bench_arguments, add_report_arguments
 
     bench = sub.add_parser(
         "bench",
@@ -318,10 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
         "randomness, against lerobot and the raw-decode limit",
     )
     add_bench_arguments(bench)
-    bench.set_defaults(run=run_bench)
+    bench.set_defaults(run=_bench)
     report = sub.add_parser("bench-report", help="markdown table and PNG plots from `bench --out` results")
     add_report_arguments(report)
-    report.set_defaults(run=run_report)
+    report.set_defaults(run=_bench_report)
     # Listed for --help only: `main` hands `robostream train ...` to lerobot's own parser before argparse sees it.
     sub.add_parser(
         "train",

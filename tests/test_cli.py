@@ -1,9 +1,12 @@
 import json
+import subprocess
+import sys
 
 import pytest
 
 from robostream.cli import main
 from robostream.synth import read_marker
+from tests.helpers import REPO
 
 
 def test_synth_and_inspect_end_to_end(tmp_path, capsys):
@@ -204,3 +207,13 @@ def test_train_without_lerobot_says_what_to_install(capsys):
     assert main(["train", "--policy.type=act"]) == 2
     err = capsys.readouterr().err
     assert "robostream train: error: needs lerobot 0.6 and accelerate" in err and "lerobot[training]" in err
+
+
+def test_building_the_command_line_imports_no_torch():
+    """Every `robostream` command builds the whole parser first: convert, verify and inspect must not pay for
+    torch's import there (seconds of every run; the benchmark's arguments live apart from its loaders)."""
+    code = "import json, sys; from robostream.cli import build_parser; build_parser(); print(json.dumps(list(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = set(json.loads(done.stdout))
+    assert "torch" not in imported and "robostream.bench.command" not in imported

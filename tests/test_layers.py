@@ -35,7 +35,7 @@ LAYERS: dict[str, set[str]] = {
     "synth": {"format", "video", "writer"},
     "convert": {"format", "video"},
     "testing": set(),
-    "bench": {"datasets", "storage", "video", "format", "testing"},
+    "bench": {"plan", "datasets", "storage", "video", "format", "testing"},
     "augment": set(),
     "lerobot": {"plan", "datasets", "storage", "format", "augment"},
     "cli": {"bench", "convert", "summary", "synth", "lerobot"},

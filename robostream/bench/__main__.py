@@ -3,7 +3,8 @@
 import argparse
 import sys
 
-from robostream.bench.command import add_bench_arguments, run_bench
+from robostream.bench.arguments import add_bench_arguments
+from robostream.bench.command import run_bench
 
 parser = argparse.ArgumentParser(prog="python -m robostream.bench", description="Benchmark the data pipeline.")
 add_bench_arguments(parser)

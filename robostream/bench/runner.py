@@ -17,35 +17,28 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
+from robostream.bench.choices import PEER_FACTORIES, PEERS, MapSampler, StoreApi
 from robostream.bench.metrics import aggregate, summarize, uniform_randomness
 from robostream.bench.modes import mode_delta_timestamps
-from robostream.datasets.mixture import DEFAULT_BATCHING
 from robostream.datasets.origin import open_dataset
 from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
-from robostream.datasets.streaming import DEFAULT_SEED
+from robostream.datasets.streaming import DEFAULT_TOLERANCE_S
 from robostream.errors import RobostreamError
 from robostream.format.depth import DEFAULT_DEPTH_UNIT
 from robostream.format.metadata import DatasetMetadata
+from robostream.plan.mixture import DEFAULT_BATCHING
+from robostream.plan.order import DEFAULT_SEED
+from robostream.plan.windows import delta_offsets
 from robostream.storage.options import ReadOptions
 from robostream.video.options import DEFAULT_DECODE_DEVICE
 
 HERE = Path(__file__).resolve().parent
-# Peer loaders and their factories (files loaded by path under the peer's own interpreter, see probe.py).
-PEER_FACTORIES = {
-    "lerobot": "lerobot_peer.py:build",  # lerobot's LeRobotDataset, as lerobot-train builds it
-    "lerobot-stream": "lerobot_peer.py:build_streaming",  # lerobot's StreamingLeRobotDataset (Hub streaming)
-    "lancedb": "lancedb_peer.py:build",  # lerobot-lancedb's LanceDBDataset over its own conversion
-}
-PEERS = tuple(PEER_FACTORIES)
 
 
 class BenchError(RobostreamError):
     """A benchmark run failed or was configured wrongly."""
-
-
-StoreApi = Literal["http", "hub", "s3"]
 
 
 class StoreSettings(TypedDict):
@@ -55,9 +48,6 @@ class StoreSettings(TypedDict):
     mbps: float | None
     max_in_flight: int | None
     api: StoreApi
-
-
-MapSampler = Literal["look_ahead", "plain"]
 
 
 @dataclass(frozen=True)
@@ -178,15 +168,32 @@ def resolve_deltas(config: RunConfig, meta: DatasetMetadata) -> dict[str, list[f
     return mode_delta_timestamps(config.mode, meta.video_keys, state)
 
 
+def check_config(config: RunConfig, meta: DatasetMetadata) -> None:
+    """Raise what `config`'s run would fail on before measuring anything (its peer's interpreter, its windows), so
+    that a bad argument fails at once, not after the runs before it."""
+    peer_python(config)
+    deltas = resolve_deltas(config, meta)
+    if deltas and not config.sources:  # a mixture's windows name its common keys: its sources check them
+        delta_offsets(deltas, meta.fps, DEFAULT_TOLERANCE_S, list(meta.info.features))
+
+
+def peer_python(config: RunConfig) -> str | None:
+    """The interpreter a peer's probe runs under (None: robostream's loaders, this interpreter)."""
+    if config.loader not in PEERS:
+        return None
+    if not config.peer_python:
+        raise BenchError(
+            f"--peer {config.loader} needs --peer_python: an interpreter with {config.loader} "
+            "installed (it needs its own torch, so it lives in its own environment)"
+        )
+    return config.peer_python
+
+
 def probe_command(config: RunConfig, spec_path: str, trace_path: str) -> list[str]:
     """The probe process: robostream's loaders under this interpreter, the peer under its own."""
-    if config.loader in PEERS:
-        if not config.peer_python:
-            raise BenchError(
-                f"--peer {config.loader} needs --peer_python: an interpreter with {config.loader} "
-                "installed (it needs its own torch, so it lives in its own environment)"
-            )
-        return [config.peer_python, str(HERE / "probe.py"), spec_path, trace_path]
+    python = peer_python(config)
+    if python is not None:
+        return [python, str(HERE / "probe.py"), spec_path, trace_path]
     return [sys.executable, "-m", "robostream.bench.probe", spec_path, trace_path]
 
 

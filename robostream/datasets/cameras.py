@@ -32,9 +32,10 @@ from robostream.format.episodes import EpisodeTable
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
 from robostream.storage.cache import described
-from robostream.video.decoder import GpuFallback, Plane, VideoDecoder, default_backend, open_video_decoder
+from robostream.video.decoder import Plane, VideoDecoder, default_backend, open_video_decoder
 from robostream.video.layout import frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
+from robostream.video.options import GpuFallback
 
 Times = Sequence[float] | np.ndarray  # episode-relative seconds
 Request = tuple[int, Mapping[str, Times]]  # (episode, timestamps by camera)

@@ -27,7 +27,7 @@ from robostream.datasets.reading import Reading
 from robostream.datasets.sample import SampleAssembler
 from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
-from robostream.plan.mixture import BatchingMethod, SamplingMethod, Weight
+from robostream.plan.mixture import DEFAULT_BATCHING, BatchingMethod, SamplingMethod, Weight
 from robostream.plan.windows import delta_offsets, window_seconds
 from robostream.storage.options import ReadOptions, read_options_from
 from robostream.storage.redact import redact_url
@@ -35,7 +35,6 @@ from robostream.storage.redact import redact_url
 # The defaults, published so that the benchmark and the training command default to them by name.
 DEFAULT_SAMPLING_METHOD: SamplingMethod = "balanced"
 DEFAULT_FEATURES: FeatureMode = "strict"
-DEFAULT_BATCHING: BatchingMethod = "random"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,9 +32,8 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.options import ReadOptions
 from robostream.storage.store import SharedReading, Storage
 from robostream.video.cache import VideoDecoderCache
-from robostream.video.decoder import GpuFallback
 from robostream.video.layout import FramePool
-from robostream.video.options import DEFAULT_DECODE_DEVICE
+from robostream.video.options import DEFAULT_DECODE_DEVICE, GpuFallback
 
 ROW_THREADS = 16  # episodes' rows read at once ahead of their pieces (remote data: a round trip each)
 DECODE_THREADS = 16  # decode threads per process at most (fewer when workers fill the cores; started as needed)

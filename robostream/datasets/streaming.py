@@ -38,7 +38,6 @@ from robostream.datasets.epoch_iterator import EpochIterator
 from robostream.datasets.frame_reader import FrameReader
 from robostream.datasets.lanes import LaneIterator
 from robostream.datasets.mixture import (
-    DEFAULT_BATCHING,
     DEFAULT_SAMPLING_METHOD,
     Mixture,
     SourceReader,
@@ -57,7 +56,8 @@ from robostream.format.metadata import DatasetMetadata
 from robostream.numbers import finite_number
 from robostream.plan.epoch import EpochPlan, EpochSpec, LanePlan
 from robostream.plan.layout import Consumer, auto_canonical_streams
-from robostream.plan.mixture import EpochUnits, check_epoch_units, epoch_units, samples_per_source
+from robostream.plan.mixture import DEFAULT_BATCHING, EpochUnits, check_epoch_units, epoch_units, samples_per_source
+from robostream.plan.order import DEFAULT_SEED
 from robostream.plan.state import CHECKSUM, check_checksum, check_state_head, state_checksum
 from robostream.storage.options import ReadOptions
 from robostream.storage.redact import redact_url
@@ -67,7 +67,6 @@ STATE_VERSION = 3  # 3: per_stream and stratified states share one shape (an all
 # The constructor's defaults, published so that the benchmark and the training command default to them by name
 # (those of its option groups beside each group: Mixture, StreamOptions, DecodeOptions).
 DEFAULT_TOLERANCE_S = 1e-4
-DEFAULT_SEED = 0
 
 
 class StreamingLeRobotDataset(IterableDataset):

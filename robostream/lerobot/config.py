@@ -16,7 +16,7 @@ from typing import Literal, TypedDict
 import yaml
 from lerobot.configs.train import TrainPipelineConfig
 
-from robostream.datasets.mixture import DEFAULT_BATCHING, DEFAULT_FEATURES, DEFAULT_SAMPLING_METHOD, Source
+from robostream.datasets.mixture import DEFAULT_FEATURES, DEFAULT_SAMPLING_METHOD, Source
 from robostream.datasets.sources_file import sources_from_file
 from robostream.datasets.stream_options import (
     DEFAULT_POOL_SIZE,
@@ -24,6 +24,7 @@ from robostream.datasets.stream_options import (
     DEFAULT_UNEVEN,
 )
 from robostream.numbers import finite_number
+from robostream.plan.mixture import DEFAULT_BATCHING
 from robostream.storage.options import ReadOptions
 
 Weighting = Literal["proportion", "repeat", "choose"]

@@ -28,6 +28,7 @@ from robostream.plan.order import PURPOSE_LANES, PURPOSE_MIXTURE, rng_for
 SamplingMethod = Literal["balanced", "fixed"]
 LaneBatchingMethod = Literal["per_stream", "stratified"]  # the batchings that plan every source apart (lanes)
 BatchingMethod = Literal["random"] | LaneBatchingMethod  # how a mixture's sources share batches
+DEFAULT_BATCHING: BatchingMethod = "random"  # the datasets' default (the benchmark and training command use it)
 # An epoch's plan holds one unit per episode per pass (~150 bytes, built again in every process at every epoch):
 # 4M units are ~0.6 GB and seconds of planning. A weight asking for more is refused at construction rather than
 # failing later with a MemoryError (choose=10**18) or an OverflowError (repeat=1e308).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+DEFAULT_SEED = 0  # the datasets' default seed (the benchmark and the training command default to it by name)
 PURPOSE_EPISODES = 1
 PURPOSE_POOL = 2
 PURPOSE_MIXTURE = 3  # a source's partial pass in a mixture

@@ -27,6 +27,7 @@ import torch
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
 from robostream.process_local import ProcessLocal
 from robostream.video.nvdec import REFUSALS, gpu_of
+from robostream.video.options import GpuFallback
 from robostream.video.packet_index import PacketIndex, read_packet_index
 from robostream.video.versions import mismatch
 
@@ -63,7 +64,6 @@ def _gpu_call(device: str) -> Iterator[None]:
 
 
 BACKENDS = ("torchcodec", "pyav")
-GpuFallback = Literal["cpu", "error"]  # a camera the GPU cannot decode: decoded on the CPU, or refused
 Plane = Literal["rgb", "gray12"]
 PLANES: tuple[str, ...] = get_args(Plane)
 GRAY12_FORMATS = ("gray12le", "gray12be")  # one 12-bit gray plane (FFmpeg's decoders give the native-endian one)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import get_args
+from typing import Literal, get_args
 
 from robostream.numbers import finite_number
-from robostream.video.decoder import GpuFallback
 
 DEFAULT_DECODE_DEVICE = "cpu"
+GpuFallback = Literal["cpu", "error"]  # a camera the GPU cannot decode: decoded on the CPU, or refused
 
 
 @dataclass(frozen=True, kw_only=True)
