@@ -25,8 +25,11 @@ SUBPROCESS_TIMEOUT_S = 300
 
 
 def offline_env(hf_home: Path, **extra: str) -> dict[str, str]:
-    """The caller's environment without robostream's Python paths, offline, with a private HF cache."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    """The caller's environment without robostream's Python paths and pytest's note of the running test (it changes
+    with every test, and the interpreters kept for the session are kept per environment), offline, with a private HF
+    cache."""
+    dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTEST_CURRENT_TEST")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env.update(
         HF_HOME=str(hf_home),
         HF_LEROBOT_HOME=str(hf_home / "lerobot"),

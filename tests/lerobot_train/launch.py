@@ -8,7 +8,9 @@ run; a preimported launch skips it. It is a process of its own, in a session of 
 builds its data, policy and optimizer and trains as a fresh one does, is killed for real (with its DataLoader
 workers) and leaves only what it wrote to disk. What only a fresh interpreter shows (the command starts as
 `python -m`; its results do not depend on the hash seed or on state left by imports) stays shown by the fresh
-launches: the uninterrupted reference run (A) of every SIGKILL + resume comparison, and the torchrun runs.
+launches: the uninterrupted reference run (A) of every SIGKILL + resume comparison, and the torchrun runs. The kept
+interpreter has also looked up the flags' help text (scripts/help_cache.py), which draccus would otherwise rebuild
+in every fork's parse.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import psutil
 IMPORTED = r"""
 import json, os, runpy, signal, sys, traceback
 import robostream.lerobot.train  # torch, lerobot: what each fork would import
+from robostream.lerobot.config import RobostreamTrainConfig
+from tests.lerobot_train.scripts.help_cache import cache_help_text
+cache_help_text(warm_for=RobostreamTrainConfig)  # each fork's parse finds the flags' help text looked up
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 print("ready", flush=True)
 for line in sys.stdin:

@@ -9,7 +9,11 @@ import io
 import json
 import sys
 
+from help_cache import cache_help_text  # this folder is first on sys.path
+
 from robostream.lerobot.train import main
+
+cache_help_text()  # the cases' parses look the flags' help text up once
 
 errors, stderr = {}, {}
 for name, args in json.loads(sys.argv[1]).items():
