@@ -16,8 +16,7 @@ def gather_chw(frames: torch.Tensor, picks: np.ndarray) -> torch.Tensor:
     """frames[picks] as one new contiguous (n, C, H, W) tensor; frames is (N, C, H, W), usually a view of packed
     (N, H, W, C) decoder output."""
     out = torch.empty((len(picks), *frames.shape[1:]), dtype=frames.dtype, device=frames.device)
-    for slot, pick in zip(out, picks.tolist()):
-        copy_chw(slot, frames[pick])
+    _copy_picks(list(out), frames, picks)
     return out
 
 
@@ -33,14 +32,17 @@ class FramePool:
         self._bytes = 0
         self.reused = 0
 
-    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        free = self._free.get((tuple(shape), dtype))
-        if free:
-            self.reused += 1
-            frame = free.pop()
-            self._bytes -= frame.untyped_storage().nbytes()
-            return frame
-        return torch.empty(shape, dtype=dtype)
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype, count: int) -> list[torch.Tensor]:
+        """`count` buffers of one shape: reused ones first, then fresh."""
+        free = self._free.get((tuple(shape), dtype), [])
+        reused = min(count, len(free))
+        out: list[torch.Tensor] = free[len(free) - reused :]
+        if reused:
+            del free[len(free) - reused :]
+            self.reused += reused
+            self._bytes -= reused * out[0].untyped_storage().nbytes()
+        out.extend(torch.empty(shape, dtype=dtype) for _ in range(count - reused))
+        return out
 
     def give(self, frames: list[torch.Tensor]) -> None:
         """Take back frames nobody reads any more; only whole CPU tensors (not views of a larger one) are kept."""
@@ -48,12 +50,7 @@ class FramePool:
             size = frame.untyped_storage().nbytes()
             if self._bytes + size > self.max_bytes:
                 return
-            if (
-                frame.device.type == "cpu"
-                and frame.storage_offset() == 0
-                and frame.is_contiguous()
-                and size == frame.numel() * frame.element_size()
-            ):
+            if frame.is_cpu and size == frame.nbytes and frame.storage_offset() == 0 and frame.is_contiguous():
                 self._free.setdefault((tuple(frame.shape), frame.dtype), []).append(frame)
                 self._bytes += size
 
@@ -62,15 +59,26 @@ def frames_chw(frames: torch.Tensor, picks: np.ndarray, pool: FramePool | None =
     """frames[picks] as separate contiguous (C, H, W) tensors (from `pool` where given: CPU frames only). Frames
     held for a while are allocated one by one: equal-sized blocks that are reused, where blocks of varying sizes
     fragment the heap."""
-    out = []
-    for pick in picks.tolist():
-        if pool is not None and frames.device.type == "cpu":
-            frame = pool.take(frames.shape[1:], frames.dtype)
-        else:
-            frame = torch.empty(frames.shape[1:], dtype=frames.dtype, device=frames.device)
-        copy_chw(frame, frames[pick])
-        out.append(frame)
+    shape, count = frames.shape[1:], len(picks)
+    if pool is not None and frames.device.type == "cpu":
+        out = pool.take(shape, frames.dtype, count)
+    else:
+        out = [torch.empty(shape, dtype=frames.dtype, device=frames.device) for _ in range(count)]
+    _copy_picks(out, frames, picks)
     return out
+
+
+def _copy_picks(targets: list[torch.Tensor], frames: torch.Tensor, picks: np.ndarray) -> None:
+    """Copy frames[picks[i]] into the contiguous (C, H, W) targets[i]: packed uint8 CPU frames by OpenCV (the
+    output viewed as packed (N, H, W, C) once, not per frame), anything else by torch."""
+    packed = frames.permute(0, 2, 3, 1)
+    if frames.device.type != "cpu" or not packed.is_contiguous() or frames.dtype != torch.uint8:
+        for target, pick in zip(targets, picks.tolist()):
+            target.copy_(frames[pick])
+        return
+    packed_frames = packed.numpy()
+    for target, pick in zip(targets, picks.tolist()):
+        _split_into(target, packed_frames[pick])
 
 
 def copy_chw(target: torch.Tensor, frame: torch.Tensor) -> None:
@@ -79,8 +87,13 @@ def copy_chw(target: torch.Tensor, frame: torch.Tensor) -> None:
     if frame.device.type != "cpu" or not packed.is_contiguous() or frame.dtype != torch.uint8:
         target.copy_(frame)
         return
+    _split_into(target, packed.numpy())
+
+
+def _split_into(target: torch.Tensor, packed: np.ndarray) -> None:
+    """De-interleave one packed (H, W, C) uint8 frame into the contiguous (C, H, W) CPU `target`."""
     planes = list(target.numpy())
-    written = cv2.split(packed.numpy(), planes)
+    written = cv2.split(packed, planes)
     # OpenCV silently allocates new planes when the given ones do not fit: never hand out unwritten memory.
     if len(written) != len(planes) or any(w is not p for w, p in zip(written, planes)):
-        raise RuntimeError(f"cv2.split did not write into the (C, H, W) planes of a {tuple(packed.shape)} frame")
+        raise RuntimeError(f"cv2.split did not write into the (C, H, W) planes of a {packed.shape} frame")
