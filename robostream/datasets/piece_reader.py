@@ -41,27 +41,33 @@ class PieceReader:
         self.decode_ahead = max(1, decode_ahead)
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
         self.resident = 0  # decoded frames held now, all cameras
-        self._last_use: dict[str, dict[int, int]] = {}
+        # Per camera and sample, as lists (looked up per sample, not converted per sample): its window's frames,
+        # and which of them no later sample uses.
+        self._rows: dict[str, list[list[int]]] = {}
+        self._last: dict[str, list[list[bool]]] = {}
         for key, per_sample in self.needed.items():
             positions = np.repeat(np.arange(len(per_sample)), per_sample.shape[1])
             flat = per_sample.reshape(-1)
-            # The last position wins when a dict is built from pairs in increasing position order.
-            self._last_use[key] = dict(zip(flat.tolist(), positions.tolist()))
+            # A frame's last use: its first occurrence in the reversed order.
+            frames, first_from_end = np.unique(flat[::-1], return_index=True)
+            last_use = positions[::-1][first_from_end]
+            self._rows[key] = per_sample.tolist()
+            self._last[key] = (last_use[np.searchsorted(frames, flat)] == positions).reshape(per_sample.shape).tolist()
 
     def window_frames(self, position: int, released: list[torch.Tensor] | None = None) -> dict[str, list[torch.Tensor]]:
         """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
         needed (the batch path copies them straight into the batch, a sample stacks them); forgotten frames are
         appended to `released` when given."""
-        needed = {k: rows[position].tolist() for k, rows in self.needed.items()}
-        if not self._held(needed):
+        if not self._held(position):
             wanted = self._ahead(position)
             self.add(wanted, self._decode(self.rows, wanted))
-        out = {k: [self.frames[k][r] for r in rows] for k, rows in needed.items()}
-        for key, rows in needed.items():
-            last_use, store = self._last_use[key], self.frames[key]
-            for row in rows:
-                if last_use[row] <= position:
-                    frame = store.pop(row, None)
+        out = {}
+        for key, store in self.frames.items():
+            rows = self._rows[key][position]
+            out[key] = [store[r] for r in rows]
+            for row, last in zip(rows, self._last[key][position]):
+                if last:
+                    frame = store.pop(row, None)  # None: the window repeats the frame (padding)
                     if frame is not None:
                         self.resident -= 1
                         if released is not None:
@@ -71,12 +77,10 @@ class PieceReader:
     def missing(self, position: int) -> dict[str, np.ndarray]:
         """What to decode before the sample at `position`: nothing ({}) when its frames are all held, else per
         camera the frames of the next `decode_ahead` samples not held yet (one decoder call per camera)."""
-        if self._held({k: rows[position].tolist() for k, rows in self.needed.items()}):
-            return {}
-        return self._ahead(position)
+        return {} if self._held(position) else self._ahead(position)
 
-    def _held(self, needed: Mapping[str, list[int]]) -> bool:
-        return all(r in self.frames[k] for k, rows in needed.items() for r in rows)
+    def _held(self, position: int) -> bool:
+        return all(r in store for key, store in self.frames.items() for r in self._rows[key][position])
 
     def _ahead(self, position: int) -> dict[str, np.ndarray]:
         """Per camera the frames of the `decode_ahead` samples from `position` on that are not held yet."""
