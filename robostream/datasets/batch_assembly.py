@@ -10,6 +10,7 @@ shapes and values are those of `collate_samples([assemble(...) for each sample])
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,9 +150,9 @@ class BatchAssembler:
                 picks = prepared.query[key][j].tolist() if key in prepared.query else [frame]
                 images = [decode_png(cells[int(f)].as_py()) for f in picks]
                 _copy_window(out[key][int(place[j])], images, key, episode_rows.episode)
+        episodes = [episode_rows.episode for episode_rows, _ in refs]
         for key in self.meta.video_keys:
-            for i, (episode_rows, _), window in zip(place.tolist(), refs, video):
-                _copy_window(out[key][i], window[key], key, episode_rows.episode)
+            _copy_camera(out[key], [window[key] for window in video], key, episodes, None if rows is None else place)
         lists["task"] = [self.meta.task(int(episode.columns["task_index"][frame])) for episode, frame in refs]
         return lists
 
@@ -188,6 +189,32 @@ def finish_cameras(cameras: torch.Tensor, return_uint8: bool) -> torch.Tensor:
     if not return_uint8:
         cameras.div_(255.0)  # the same float32 arithmetic as SampleAssembler's `frames.to(float32) / 255.0`
     return cameras
+
+
+def _copy_camera(
+    dest: torch.Tensor,
+    windows: Sequence[Sequence[torch.Tensor]],
+    key: str,
+    episodes: Sequence[int],
+    place: np.ndarray | None,
+) -> None:
+    """Copy each sample's window of camera `key` into the batch tensor dest ((B, C, H, W), or (B, T, C, H, W)), at
+    dest[place[j]] for sample j (None: in order). CPU frames filling the batch in order go in one numpy call (no
+    Python per frame beyond its numpy view); anything else window by window (`_copy_window`)."""
+    if (
+        place is None
+        and dest.is_cpu
+        and dest.is_contiguous()
+        and all(frame.is_cpu for window in windows for frame in window)
+    ):
+        expected = tuple(dest.shape[-3:])
+        arrays = [frame.numpy() for window in windows for frame in window]
+        if len(arrays) == dest.numel() // max(1, math.prod(expected)) and all(a.shape == expected for a in arrays):
+            # one concatenate (converting uint8 to float where the batch holds floats), on the calling thread
+            np.stack(arrays, out=dest.numpy().reshape(-1, *expected))  # a view: dest is contiguous
+            return
+    for i, window, episode in zip(range(len(windows)) if place is None else place.tolist(), windows, episodes):
+        _copy_window(dest[i], window, key, episode)
 
 
 def _copy_window(dest: torch.Tensor, frames: Sequence[torch.Tensor], key: str, episode: int) -> None:
