@@ -94,6 +94,8 @@ class SynthConfig:
     # low-noise scenes lerobot's recorder writes (cheap to decode: where per-sample overhead shows most)
     language: bool = False  # add lerobot-annotate's language columns and info.json "tools" (v3.0 only)
     depth: int = 0  # depth cameras, after the RGB ones: lerobot 0.6.1's depth encoding (writer/depth.py)
+    reward: bool = False  # a `next.reward` column (float32): 1.0 in each episode's last quarter, 0.0 before (the
+    # success labels lerobot's reward classifier learns from)
     depth_block: DepthBlock = "info"  # v2.1 only: which key holds a depth camera's legacy block ("video_info":
     # the older spelling, in place of `info`)
 
@@ -240,6 +242,13 @@ def episode_table(episode: int, length: int, state_dim: int, seed: int) -> dict[
     phase = rng.uniform(0, 2 * np.pi, size=state_dim)
     trajectory = np.sin(freq * t + phase) + 0.01 * episode
     return {"observation.state": trajectory[:-1].astype(np.float32), "action": trajectory[1:].astype(np.float32)}
+
+
+def episode_reward(length: int) -> np.ndarray:
+    """`next.reward` of an episode's frames: 0.0, then 1.0 (success) for its last quarter (at least the last frame)."""
+    reward = np.zeros(length, dtype=np.float32)
+    reward[length - max(1, length // 4) :] = 1.0
+    return reward
 
 
 def episode_language(episode: int, length: int, fps: int, camera: str | None) -> dict[str, list[list[dict]]]:
@@ -442,6 +451,8 @@ def generate(
             "names": [f"joint_{i}" for i in range(config.state_dim)],
         },
     }
+    if config.reward:
+        features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
     for camera in range(config.cameras):
         features[camera_key(camera)] = {
             "dtype": "video",
@@ -517,6 +528,8 @@ def generate(
                 )
             for episode, encoded in enumerate(encoded_episodes):
                 frames: dict[str, Any] = episode_table(episode, lengths[episode], config.state_dim, config.seed)
+                if config.reward:
+                    frames["next.reward"] = episode_reward(lengths[episode])
                 if config.language:
                     frames.update(
                         episode_language(

@@ -62,6 +62,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # gym-pusht without its opencv-python: lerobot's opencv-python-headless gives it cv2 (both wheels write cv2/)
   "$VENV/bin/python" -m pip install -q --no-deps "gym-pusht>=0.1.5,<0.2.0"
   "$VENV/bin/python" -m pip install -q -c "$constraints" "pymunk>=6.6.0,<7.0.0" "pygame>=2.5.2,<2.7.0" "shapely>=2.0.3,<3.0.0"
+  # lerobot's transformers-dep extra (its own range for transformers, lerobot's packages held by the constraints):
+  # the reward classifier's encoder (AutoModel) for `robostream train --reward_model.type=reward_classifier`
+  # (tests/lerobot_train/test_reward_model.py); adds transformers, tokenizers, typer (~60 MB, a few seconds)
+  "$VENV/bin/python" -m pip install -q -c "$constraints" "lerobot[transformers-dep]==$LEROBOT_VERSION"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" -c "import lerobot, torch, torchcodec; print('setup_lerobot: lerobot', lerobot.__version__, '| torch', torch.__version__, '| torchcodec', torchcodec.__version__)"

@@ -33,9 +33,11 @@ lerobot's layout), and a resumed run loads the optimizer state after `prepare`, 
 (load_fsdp_optimizer_state); the data position resumes as without sharding. Evaluation in a simulation env
 (`--env.*`, `--env_eval_freq`, `--eval.*`) as lerobot-train evaluates, with lerobot's env factory and
 eval_policy_all, on the main process at its steps (robostream/lerobot/env_eval.py: its random state put back after,
-so training goes on as without it). Not supported (refused): reward models (REWARD_MODELS_REFUSED says why), HF
-Jobs, --save_checkpoint_to_hub, --eval.recording, FSDP2, FSDP without use_orig_params, DeepSpeed and Megatron-LM
-(SHARDING_REFUSED says why); env_eval refuses lerobot's async envs made by gym id and an env with FSDP.
+so training goes on as without it). Reward models (`--reward_model.*`, e.g. the reward classifier) train as
+lerobot-train trains them (robostream/lerobot/reward_model.py). Not supported (refused): SARM, zero-shot reward
+models and a reward model with PEFT, an env or FSDP (reward_model.py says why), HF Jobs, --save_checkpoint_to_hub,
+--eval.recording, FSDP2, FSDP without use_orig_params, DeepSpeed and Megatron-LM (SHARDING_REFUSED says why);
+env_eval refuses lerobot's async envs made by gym id and an env with FSDP.
 """
 
 import dataclasses
@@ -81,6 +83,8 @@ from robostream.lerobot.data import (
 )
 from robostream.lerobot.env_eval import evaluate_in_env, is_env_eval_step, make_env_evaluation
 from robostream.lerobot.eval_split import check_recorded
+from robostream.lerobot.reward_model import SHARDED_REFUSED, make_reward_model, make_reward_processors
+from robostream.lerobot.reward_model import refusals as reward_model_refusals
 from robostream.lerobot.sample_weighting import batch_weights, make_weighter
 
 if TYPE_CHECKING:
@@ -93,7 +97,7 @@ def make_accelerator(cfg: RobostreamTrainConfig) -> Any:
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
-    policy = cfg.policy
+    policy = cfg.trainable_config
     dtype_name = getattr(policy, "dtype", None)
     mixed_precision = (
         {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(dtype_name)
@@ -111,21 +115,9 @@ def make_accelerator(cfg: RobostreamTrainConfig) -> Any:
     )
 
 
-# lerobot's trainable reward model SARM reads lerobot's own dataset metadata (rewards/sarm/processor_sarm.py: its
-# meta/episodes table as a `datasets.Dataset`, with the subtask annotation columns, indexed by episode position;
-# modeling_sarm.py: temporal_proportions_*.json under a local `meta/` folder); robostream's metadata keeps the
-# locating columns only, remote roots have no local folder and a mixture no single episode table.
-REWARD_MODELS_REFUSED = (
-    "--reward_model.* (reward-model training) is not supported here: SARM's targets come from lerobot's own "
-    "episode metadata (meta/episodes' subtask annotation columns, meta/temporal_proportions_*.json in a local "
-    "folder), which robostream's datasets do not carry, and the reward classifier is not wired in: train the reward "
-    "model with lerobot-train, then weigh this run's samples by its progress (--sample_weighting.type=rabc)"
-)
-
-
 def refuse_unsupported(cfg: RobostreamTrainConfig) -> None:
     for wanted, why in (
-        (cfg.is_reward_model_training, REWARD_MODELS_REFUSED),
+        *reward_model_refusals(cfg),
         (
             cfg.eval.recording,
             "--eval.recording records rollouts as a dataset, which lerobot-train's evaluation during training "
@@ -358,6 +350,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
     init_logging(accelerator=accelerator)
     warn_unsharded(accelerator)
     sharded = accelerator.distributed_type.name == "FSDP"
+    if sharded and cfg.is_reward_model_training:
+        raise ValueError(f"robostream's training command: {SHARDED_REFUSED}")
     main = accelerator.is_main_process
     if main:
         logging.info(pformat(cfg.to_dict()))
@@ -374,7 +368,8 @@ def train(cfg: RobostreamTrainConfig) -> None:
         checkpoint.read_data_document(cfg.checkpoint_path, streaming=cfg.dataset.streaming) if cfg.resume else None
     )
 
-    data = make_training_data(cfg, device=device, policy_config=cfg.policy)
+    trainable = cfg.trainable_config  # the policy, or the reward model (--reward_model.*)
+    data = make_training_data(cfg, device=device, policy_config=trainable)
     if resumed_data is not None:
         check_recorded(
             recorded=resumed_data["held_out"],
@@ -382,12 +377,19 @@ def train(cfg: RobostreamTrainConfig) -> None:
             checkpoint=cfg.checkpoint_path,
             eval_split=cfg.dataset.eval_split,
         )
-    policy = make_policy(cfg=cfg.policy, ds_meta=data.meta, rename_map=cfg.rename_map)
-    if cfg.peft is not None and not is_peft_model(policy):  # a resumed PEFT run's policy comes back wrapped
-        policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
-    check_stats(cfg.policy, data.meta.stats, cfg.rename_map)
+    if cfg.reward_model is not None:
+        policy = make_reward_model(config=cfg.reward_model, meta=data.meta)
+    else:
+        policy = make_policy(cfg=cfg.policy, ds_meta=data.meta, rename_map=cfg.rename_map)
+        if cfg.peft is not None and not is_peft_model(policy):  # a resumed PEFT run's policy comes back wrapped
+            policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
+    check_stats(trainable, data.meta.stats, cfg.rename_map)
     accelerator.wait_for_everyone()
-    preprocessor, postprocessor = make_processors(cfg, policy, data.meta.stats, device)
+    preprocessor, postprocessor = (
+        make_reward_processors(config=cfg.reward_model, meta=data.meta)
+        if cfg.reward_model is not None
+        else make_processors(cfg, policy, data.meta.stats, device)
+    )
     optimizer, scheduler = make_optimizer_and_scheduler(cfg, policy)
     weighter = make_weighter(
         config=cfg.sample_weighting, data=data, policy=policy, device=device, read_options=cfg.read_options()
@@ -436,7 +438,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
     )
     if main:
         logging.info(
-            f"{cfg.policy.type}: {parameters:,} parameters, "
+            f"{trainable.type}: {parameters:,} parameters, "
             f"{data.num_frames} frames in {data.num_episodes} episodes, windows {data.delta_timestamps}, "
             f"batch {cfg.batch_size} x {accelerator.num_processes} ({accelerator.distributed_type.name}), "
             f"from step {position.step}, "
@@ -534,7 +536,7 @@ def train(cfg: RobostreamTrainConfig) -> None:
     if record:
         record.close()
     seconds, steps = time.perf_counter() - started, position.step - first
-    push = getattr(cfg.policy, "push_to_hub", False)
+    push = getattr(trainable, "push_to_hub", False)
     # FSDP: a collective gathering the full weights to push (lerobot-train's accelerator.get_state_dict)
     full_weights = accelerator.get_state_dict(policy) if push and sharded else None
     if main:
@@ -544,12 +546,14 @@ def train(cfg: RobostreamTrainConfig) -> None:
         )
         if push:
             unwrapped = accelerator.unwrap_model(policy)
-            if cfg.policy.use_peft:
+            if cfg.reward_model is not None:  # PreTrainedRewardModel's takes the config alone (never sharded)
+                unwrapped.push_model_to_hub(cfg)
+            elif cfg.policy.use_peft:
                 unwrapped.push_model_to_hub(cfg, peft_model=unwrapped)
             else:
                 unwrapped.push_model_to_hub(cfg, state_dict=full_weights)
-            preprocessor.push_to_hub(cfg.policy.repo_id)
-            postprocessor.push_to_hub(cfg.policy.repo_id)
+            preprocessor.push_to_hub(trainable.repo_id)
+            postprocessor.push_to_hub(trainable.repo_id)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 
