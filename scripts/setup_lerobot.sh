@@ -2,7 +2,8 @@
 # The lerobot environment the parity tests run in: .venv-lerobot, Python 3.12, lerobot 0.6.1 (with its diffusion
 # extra: `robostream train` is tested on ACT and Diffusion Policy) with the torch and torchcodec pair it resolves
 # (torch 2.11 + torchcodec 0.11), and robostream installed into it the way a lerobot user would (with its `train`
-# extra: accelerate), constrained so that none of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
+# extra: accelerate) and lerobot's transformers-dep extra (the reward classifier's encoder), constrained so that none
+# of lerobot's packages move. Run by scripts/test.sh after scripts/setup.sh.
 # `--lerobot-only` installs lerobot alone (the long download, which needs nothing of .venv): scripts/test.sh runs it
 # beside scripts/setup.sh and the first tests, then this script again for the rest.
 # Safe to run again: it only installs what is missing.
@@ -64,7 +65,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q -c "$constraints" "pymunk>=6.6.0,<7.0.0" "pygame>=2.5.2,<2.7.0" "shapely>=2.0.3,<3.0.0"
   # lerobot's transformers-dep extra (its own range for transformers, lerobot's packages held by the constraints):
   # the reward classifier's encoder (AutoModel) for `robostream train --reward_model.type=reward_classifier`
-  # (tests/lerobot_train/test_reward_model.py); adds transformers, tokenizers, typer (~60 MB, a few seconds)
+  # (tests/lerobot_train/test_reward_model.py); adds transformers, tokenizers, typer (~110 MB of .venv-lerobot)
   "$VENV/bin/python" -m pip install -q -c "$constraints" "lerobot[transformers-dep]==$LEROBOT_VERSION"
   echo "$want" > "$stamp"
 fi
