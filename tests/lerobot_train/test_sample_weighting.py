@@ -75,7 +75,7 @@ def test_weighted_loss_is_lerobots_and_a_mixture_weighs_each_source_by_its_own_f
     assert f"{roots['unweighted'] / 'sarm_progress.parquet'} not found" in errors["missing"], errors
     assert "compute_rabc_weights" in errors["missing"]
     assert "has no `reduction`" in errors["no_per_sample_loss"], errors
-    assert "--reward_model.* (reward-model training) is not supported here: SARM's targets" in errors["reward_model"]
+    assert "--reward_model.type=sarm is not supported here: SARM's targets" in errors["reward_model"]
 
 
 def test_a_weighted_mixture_trains_and_logs_the_weights(weighted_eval_mixture):
