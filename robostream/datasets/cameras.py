@@ -14,6 +14,7 @@ on its frames are final values, which no step scales by 1/255 or augments.
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ Times = Sequence[float] | np.ndarray  # episode-relative seconds
 Request = tuple[int, Mapping[str, Times]]  # (episode, timestamps by camera)
 FRAMES_PER_CALL = 16  # frames per grouped decoder call: ~3 MiB of 256x256 RGB output at a time (larger outputs
 # fragment the heap of a worker: +30 MiB resident per worker measured at 64)
+LOCATIONS_KEPT = 4096  # camera files whose full location a reader keeps worked out
 
 
 class CameraReader:
@@ -70,6 +72,7 @@ class CameraReader:
         self._stages = reading.stage_times
         self.frame_pool = reading.frame_pool
         self.frame_sizes = {k: feature_frame_size(meta.info.features[k]) for k in meta.video_keys}
+        self._locations: dict[str, str] = {}  # a camera file's full location, per relative path (the cache's key)
         self.decode_seconds = 0.0  # wall time this process spent in decode_many (the benchmark's fetch/decode split)
 
     def decode(self, episode_index: int, key: str, timestamps_s: Times) -> torch.Tensor:
@@ -106,7 +109,12 @@ class CameraReader:
             codec=self.codecs[key],
             gpu_fallback=self.gpu_fallback,
         )
-        return self.cache.use(self.meta.describe(relative), self.backend, device, opener=opener)
+        location = self._locations.get(relative)
+        if location is None:  # worked out once per file: a path join per decoder call otherwise
+            if len(self._locations) >= LOCATIONS_KEPT:
+                self._locations.clear()  # bounded: a dataset of one file per episode has 100k+ files
+            location = self._locations[relative] = self.meta.describe(relative)
+        return self.cache.use(location, self.backend, device, opener=opener)
 
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or
@@ -231,7 +239,7 @@ class CameraReader:
             for i in group:
                 out[i][key] = self.decode(requests[i][0], key, requests[i][1][key])
             return
-        stops = np.cumsum([len(t) for t in times]).tolist()
+        stops = list(itertools.accumulate(len(t) for t in times))
         # Each request gets its own CHW frames, laid out while hot in cache; no piece holds another's.
         for i, start, stop in zip(group, [0, *stops[:-1]], stops):
             picks = inverse[start:stop]
