@@ -62,6 +62,8 @@ class EpochIterator:
         self.prefetch_pieces = prefetch_pieces
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
         self._live_frames = 0
+        # The largest decoded frames one live piece / all live pieces held, published per batch (or sample).
+        self._peak_piece_frames = self._peak_live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
         self._held = 0  # decoders of live pieces held open (VideoDecoderCache.hold)
         # Geometry of pieces about to go live (computed by whichever needs it first: read-ahead or opening).
@@ -148,6 +150,10 @@ class EpochIterator:
         stages.work("assemble", now - assembling)
         stages.wall(now - started)
         self.reading.count_stages(self.worker)
+        self.counters.record(
+            self.worker,
+            peaks=(("peak_piece_frames", self._peak_piece_frames), ("peak_live_frames", self._peak_live_frames)),
+        )
 
     def _mixture_batch(
         self,
@@ -238,8 +244,10 @@ class EpochIterator:
         held = reader.resident
         frames = reader.window_frames(position, released)
         self._live_frames += reader.resident - held  # a running total: only this reader's count changed
-        self.counters.peak(self.worker, "peak_piece_frames", reader.resident)
-        self.counters.peak(self.worker, "peak_live_frames", self._live_frames)
+        if reader.resident > self._peak_piece_frames:
+            self._peak_piece_frames = reader.resident
+        if self._live_frames > self._peak_live_frames:
+            self._peak_live_frames = self._live_frames
         if position == len(reader.sample_frames) - 1:
             self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
         return frames
