@@ -4,9 +4,9 @@ reward_classifier`) trained as lerobot-train trains it, over robostream's map-st
 The dataset has a `next.reward` column (synth's `reward`: 1.0 in each episode's last quarter), one 64x64 camera; the
 classifier's encoder is a tiny ResNet saved in the test (scripts/tiny_encoder.py) and named by
 `--reward_model.model_name=<folder>`, as a user names lerobot/resnet10. Two launches: the first (fresh, as every
-uninterrupted reference) is killed with SIGKILL after step 9, past the checkpoint of step 8; the second (preimported)
-resumes from it to step 16. The steps trained twice (9 and on) must be the same to the last bit: the same samples,
-the same losses.
+uninterrupted reference) is killed with SIGKILL after step 11, past the checkpoint of step 10; the second
+(preimported) resumes from it to step 20. The steps trained twice (11 and on) must be the same to the last bit: the
+same samples, the same losses.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from tests.lerobot_train.harness import TINY, read_record, resume, run_script, t
 
 pytestmark = pytest.mark.timeout(2 * SUBPROCESS_TIMEOUT_S + 60)
 DATASET = dataclasses.replace(TINY, cameras=1, state_dim=2, reward=True, seed=9)
-STEPS, SAVE_FREQ, KILL_AFTER = 16, 8, 9  # the kill lands between the checkpoints 8 and 16 (7 steps of margin)
+# The kill lands between the checkpoints of steps 10 and 20: a step is ~25 ms, the harness polls every 20 ms.
+STEPS, SAVE_FREQ, KILL_AFTER = 20, 10, 11
 
 
 def classifier_args(root: Path, encoder: Path, out: Path) -> list[str]:
@@ -68,7 +69,7 @@ def test_reward_classifier_trains_and_resumes_exactly_after_sigkill(reward_run):
     out, log = reward_run
     record = read_record(Path(f"{out}.jsonl"))
     by_step: dict[int, dict] = {}
-    for step in record:  # the steps after checkpoint 8 that the killed run trained come again: the same
+    for step in record:  # the steps after checkpoint 10 that the killed run trained come again: the same
         assert by_step.setdefault(step["step"], step) == step, f"step {step['step']} differs once resumed"
     assert sorted(by_step) == list(range(1, STEPS + 1))
     assert len(record) > STEPS, "the run was not killed after its checkpoint (no step was trained twice)"
