@@ -8,9 +8,11 @@ run; a preimported launch skips it. It is a process of its own, in a session of 
 builds its data, policy and optimizer and trains as a fresh one does, is killed for real (with its DataLoader
 workers) and leaves only what it wrote to disk. What only a fresh interpreter shows (the command starts as
 `python -m`; its results do not depend on the hash seed or on state left by imports) stays shown by the fresh
-launches: the uninterrupted reference run (A) of every SIGKILL + resume comparison, and the torchrun runs. The kept
-interpreter has also looked up the flags' help text (scripts/help_cache.py), which draccus would otherwise rebuild
-in every fork's parse.
+launches: the uninterrupted reference run (A) of the streaming ACT comparison (test_train_command.py's act_runs:
+its killed and resumed runs are forked, so a result that moved with the hash seed or an import's state would differ
+there), and the torchrun runs; the other comparisons fork all their runs (a fresh lerobot import is 15-30 s of CI's
+cores each). The kept interpreter has also looked up the flags' help text (scripts/help_cache.py), which draccus
+would otherwise rebuild in every fork's parse.
 """
 
 from __future__ import annotations

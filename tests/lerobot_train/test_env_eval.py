@@ -92,8 +92,8 @@ def test_env_eval_at_lerobots_steps_leaves_training_unchanged(
     lerobot_python: str, hf_home: Path, pusht_mixture: Path, tmp_path: Path
 ) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    log = train(lerobot_python, hf_home, run_args(pusht_mixture, a, *ENV_EVAL))
-    train(lerobot_python, hf_home, run_args(pusht_mixture, b))
+    log = train(lerobot_python, hf_home, run_args(pusht_mixture, a, *ENV_EVAL), preimported=True)
+    train(lerobot_python, hf_home, run_args(pusht_mixture, b), preimported=True)
 
     # lerobot-train's lines, after the step's metrics line: `Eval policy at step N`, then each suite's aggregate
     events = re.findall(r"(step:(\d+) smpl|Eval policy at step (\d+)|Suite (\w+) aggregated: (.*))", log)

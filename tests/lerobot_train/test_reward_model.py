@@ -3,9 +3,9 @@ reward_classifier`) trained as lerobot-train trains it, over robostream's map-st
 
 The dataset has a `next.reward` column (synth's `reward`: 1.0 in each episode's last quarter), one 64x64 camera; the
 classifier's encoder is a tiny ResNet saved in the test (scripts/tiny_encoder.py) and named by
-`--reward_model.model_name=<folder>`, as a user names lerobot/resnet10. Two launches: the first (fresh, as every
-uninterrupted reference) is killed with SIGKILL after step 11, past the checkpoint of step 10; the second
-(preimported) resumes from it to step 20. The steps trained twice (11 and on) must be the same to the last bit: the
+`--reward_model.model_name=<folder>`, as a user names lerobot/resnet10. Two launches, both forked from the kept interpreter
+(launch.py): the first is killed with SIGKILL after step 11, past the checkpoint of step 10; the second resumes
+from it to step 20. The steps trained twice (11 and on) must be the same to the last bit: the
 same samples, the same losses.
 """
 
@@ -61,7 +61,9 @@ def reward_run(lerobot_python: str, hf_home: Path, tmp_path_factory: pytest.Temp
     run_script(lerobot_python, hf_home, "tiny_encoder.py", str(tmp / "encoder"))
     out = tmp / "run"
     args = classifier_args(root, tmp / "encoder", out)
-    train_until_killed(lerobot_python, hf_home, args, record=Path(f"{out}.jsonl"), after_steps=KILL_AFTER)
+    train_until_killed(
+        lerobot_python, hf_home, args, record=Path(f"{out}.jsonl"), after_steps=KILL_AFTER, preimported=True
+    )
     return out, train(lerobot_python, hf_home, resume(out), preimported=True)
 
 

@@ -218,7 +218,9 @@ def test_map_style_resume_after_sigkill_is_exact(lerobot_python, hf_home, tiny_r
     in the second epoch (49 frames, 7 steps an epoch; checkpoint 8): accelerate's loader sets its own pass count
     as the sampler's epoch, which must not send a resumed run back to epoch 0's order."""
     args = ["--batch_size=8", "--num_workers=0"]
-    train(lerobot_python, hf_home, act_args(tiny_root, tmp_path / "a", tmp_path / "a.jsonl", 14, *args))
+    train(
+        lerobot_python, hf_home, act_args(tiny_root, tmp_path / "a", tmp_path / "a.jsonl", 14, *args), preimported=True
+    )
     train_until_killed(
         lerobot_python,
         hf_home,
@@ -497,7 +499,7 @@ def test_act_trains_on_a_depth_dataset_and_resumes_exactly(lerobot_python, hf_ho
             *args,
         ]
 
-    train(lerobot_python, hf_home, depth_run("a"))
+    train(lerobot_python, hf_home, depth_run("a"), preimported=True)
     train_until_killed(
         lerobot_python, hf_home, depth_run("b"), record=tmp_path / "b.jsonl", after_steps=5, preimported=True
     )
