@@ -13,11 +13,12 @@
 #   background: mypy, then (once lerobot's environment is built: a download that needs nothing of ours, started
 #     first) the training command's tests (`robostream train` runs in lerobot's environment) and the compat tests
 #     (lerobot reads what we read and write), then the second pair's tests; its output is printed when it ends.
-# Measured with both environments built, quiet 2 cores (2026-11-26, sixth session), compat still in the foreground:
-# foreground 21:25 (our pair 18:22, the peer and compat 2:47), background 17:00 (lerobot ready 0:32, the training
-# command 11:07 (most runs forked from an interpreter that imported lerobot once: tests/lerobot_train/launch.py),
-# second pair 5:07); compat (~2 min) moved to the background to even them: 20:57 (foreground 20:57: our pair 19:10,
-# the peer 1:26; background 19:46: training + compat 15:06, second pair 4:04).
+# Measured with both environments built, quiet 2 cores (2026-11-27, seventh session): 16:30 in all, green (foreground
+# 16:30: our pair 15:23, the peer 1:02; background 15:59: mypy (warm) and lerobot ready 0:09, the training command's
+# tests, compat and the peer's Hub test 11:58, second pair 3:47). It was 20:57 (CI: 24:38). What changed: every
+# `robostream` command imported torch to build its parser (the benchmark's arguments: ~3 s of each of the converter
+# tests' ~60 launches); the training tests started a kept lerobot interpreter per test (its key held pytest's
+# PYTEST_CURRENT_TEST), each parse rebuilt draccus's help text, and four reference runs were fresh launches.
 # The second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
 # the datasets' argument and resume-state checks,
 # remote reads, packaging, the benchmark's CLI and peers, the CLIs' argument and report tests, the SLURM launcher's
