@@ -16,12 +16,11 @@
 # Measured with both environments built, quiet 2 cores (2026-11-27, seventh session): 16:30 in all, green (foreground
 # 16:30: our pair 15:23, the peer 1:02; background 15:59: mypy (warm) and lerobot ready 0:09, the training command's
 # tests, compat and the peer's Hub test 11:58, second pair 3:47). It was 20:57 (CI: 24:38). What changed: every
-# `robostream` command imported torch to build its parser (the benchmark's arguments: ~3 s of each of the converter
-# tests' ~60 launches); the training tests started a kept lerobot interpreter per test (its key held pytest's
+# `robostream` command imported torch to build its parser (the benchmark's arguments: ~3 s of every launch of the
+# converter's CLI in the tests); the training tests started a kept lerobot interpreter per test (its key held pytest's
 # PYTEST_CURRENT_TEST), each parse rebuilt draccus's help text, and four reference runs were fresh launches.
 # The second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
-# the datasets' argument and resume-state checks,
-# remote reads, packaging, the benchmark's CLI and peers, the CLIs' argument and report tests, the SLURM launcher's
+# remote reads, the datasets' argument and resume-state checks, packaging, the benchmark's CLI and peers, the CLIs' argument and report tests, the SLURM launcher's
 # shell tests and the training example's kill/resume cases: all run by the first pair), two elastic layouts of
 # three and two of the mixture's three torchrun runs (torch.distributed on the pair is proven by the others); the
 # first pair leaves out the one layout and the one mixture run the second pair runs.
