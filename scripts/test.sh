@@ -20,10 +20,11 @@
 # converter's CLI in the tests); the training tests started a kept lerobot interpreter per test (its key held pytest's
 # PYTEST_CURRENT_TEST), each parse rebuilt draccus's help text, and four reference runs were fresh launches.
 # The second pair leaves out what does not depend on the pair (pure planning, format, writers, converter, storage and
-# remote reads, the datasets' argument and resume-state checks, packaging, the benchmark's CLI and peers, the CLIs' argument and report tests, the SLURM launcher's
-# shell tests and the training example's kill/resume cases: all run by the first pair), two elastic layouts of
-# three and two of the mixture's three torchrun runs (torch.distributed on the pair is proven by the others); the
-# first pair leaves out the one layout and the one mixture run the second pair runs.
+# remote reads, the datasets' argument and resume-state checks, packaging, the benchmark's CLI and peers, the CLIs'
+# argument and report tests, the SLURM launcher's shell tests and the training example's kill/resume cases: all run
+# by the first pair), two elastic layouts of three and two of the mixture's three torchrun runs (torch.distributed on
+# the pair is proven by the others); the first pair leaves out the one layout and the one mixture run the second
+# pair runs.
 # Arguments go to pytest in every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
