@@ -13,18 +13,18 @@ before lerobot's transform replays our draw. Frames of one [T, C, H, W] window s
 window does; each camera draws independently.
 
 Kernels vs torchvision 0.26's per-sample v2 functional kernels, float32 on CPU (torch 2.11), as
-tests/augment/test_batch_transforms.py measures and asserts them:
-  * brightness, contrast, saturation, sharpness: measured bit-identical (sharpness within 2e-7 on 1-channel images,
-    which torchvision convolves unbatched); asserted max abs diff <= 1e-6 (another build may round an ulp, 6e-8);
-  * affine (nearest, fill 0, centre): 5.5e-7 of the pixels picked differently (measured over random angles,
-    translations, scales, shears: the grid of all samples in one matrix product is 1 ulp off torchvision's per-sample
-    bmm at most); asserted <= 0.1% (torch's own affine_grid, normalising before the matrix, would move up to 3.5%
-    where picks tie, e.g. scale 2);
-  * hue (rebuilt from max, chroma and hue, not torchvision's HSV round trip): measured max abs diff 1.7e-6;
-    asserted <= 5e-6;
-  * chains of ops (ColorJitter with 4 factors, the default set): measured 2.5e-6; asserted <= 1e-5;
-  * uint8: measured at most 1 off on 1.4e-5 of the pixels (a hue difference crossing a rounding edge); asserted
-    at most 1 off on <= 0.1% of them.
+tests/augment/test_batch_transforms.py asserts them on both paths (apply.py: CPU batches one sample at a time with
+OpenCV's hue and numpy's pixel picks, other devices' batches step by step in torch), measured on 48 samples of
+96x128 (BENCHMARKS.md, 2026-11-27):
+  * brightness, contrast, saturation: bit-identical; asserted max abs diff <= 1e-6 (another build may round an ulp);
+  * sharpness (a separable 3x3 box sum, not torchvision's convolution): 3e-7; asserted <= 1e-6;
+  * affine (nearest, fill 0, centre): the picks of grid_sample on a grid computed for all samples in one matrix
+    product, 1 ulp off torchvision's per-sample bmm at most: 1.7e-6 of the pixels picked differently; asserted
+    <= 0.1% (torch's own affine_grid, normalising before the matrix, would move up to 3.5% where picks tie);
+  * hue: OpenCV's HSV round trip on CPU 1.3e-6, the torch rebuild from max, chroma and hue 1.4e-6; asserted <= 5e-6;
+  * chains of ops (ColorJitter with 4 factors, the default set, all six in random order): 2.7e-6; asserted <= 1e-5;
+  * uint8: at most 1 off on 1.7e-5 of the pixels (a float difference crossing a rounding edge); asserted at most
+    1 off on <= 0.1% of them.
 """
 
 from __future__ import annotations

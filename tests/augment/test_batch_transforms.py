@@ -25,6 +25,7 @@ from torchvision.transforms.v2 import InterpolationMode  # noqa: E402
 from torchvision.transforms.v2 import functional as F  # noqa: E402
 
 from robostream.augment import AffineOp, BatchImageTransforms, Plan  # noqa: E402
+from robostream.augment.apply import apply_plans  # noqa: E402
 
 # The tolerances stated in robostream/augment/batch_transforms.py (measured on CPU: 0, 1.8e-6, 2.5e-6, 0, 1.4e-5)
 BLEND_TOL = 1e-6  # brightness, contrast, saturation, sharpness
@@ -119,15 +120,18 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("path", ["cpu", "device"])
 @pytest.mark.parametrize("layout", ["float", "uint8", "float_window", "uint8_window"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_equals_torchvision_per_sample(case: str, layout: str) -> None:
+def test_equals_torchvision_per_sample(case: str, layout: str, path: str) -> None:
+    """Both paths: OpenCV/numpy kernels one sample at a time (what CPU batches take), and the torch kernels step by
+    step (what an accelerator's batches take, run here on CPU)."""
     cfg, tol = CASES[case]
     dtype = torch.uint8 if layout.startswith("uint8") else torch.float32
     batch = make_batch(list(range(8)), window=2 if layout.endswith("window") else 0, dtype=dtype)
     tf = BatchImageTransforms(cfg, seed=7, camera_keys=["cam"])
     plans = tf.draw(batch, epoch=3)["cam"]
-    out = tf(batch, epoch=3)["cam"]
+    out = tf(batch, epoch=3)["cam"] if path == "cpu" else apply_plans(batch["cam"], plans, path="device")
     assert out.shape == batch["cam"].shape and out.dtype == dtype
     images = batch["cam"].float() / 255 if dtype == torch.uint8 else batch["cam"]
     expected = torch.stack([reference(images[i], plan) for i, plan in enumerate(plans)])
