@@ -6,6 +6,8 @@ Run in lerobot's environment from the repository root, side by side, alternating
 
     .venv-lerobot/bin/python benchmarks/loader_augment.py --root /path/to/dataset --batches 60 --rounds 2
 
+(`--loaders robostream --kinds augmented`: one loader alone, e.g. to compare two checkouts on PYTHONPATH.)
+
 Both: the same dataset, single frames (no windows), batch 32, 2 workers, shuffled, lerobot's default transform set
 enabled with max_num_transforms=3. A loader's rate is taken over `--batches` batches after 5 warm-up batches
 (worker start and first decodes excluded), and the best of the rounds is kept.
@@ -66,19 +68,23 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--loaders", nargs="+", choices=("lerobot", "robostream"), default=["lerobot", "robostream"])
+    parser.add_argument("--kinds", nargs="+", choices=("plain", "augmented"), default=["plain", "augmented"])
     args = parser.parse_args()
-    makers = {"lerobot": lerobot_loader, "robostream": robostream_loader}
+    makers = {name: make for name, make in (("lerobot", lerobot_loader), ("robostream", robostream_loader))}
+    makers = {name: makers[name] for name in args.loaders}
+    augments = [kind == "augmented" for kind in args.kinds]
     best: dict[str, float] = {}
     for _ in range(args.rounds):
-        for (name, make), augment in itertools.product(makers.items(), (False, True)):
+        for (name, make), augment in itertools.product(makers.items(), augments):
             key = f"{name} {'augmented' if augment else 'plain'}"
             rate = samples_per_s(make(args.root, args.batch, args.workers, augment), args.batches)
             best[key] = max(best.get(key, 0.0), rate)
             print(f"{key:24s} {rate:8.1f} samples/s", flush=True)
     print(json.dumps(best))
-    for kind in ("plain", "augmented"):
+    for kind in args.kinds if len(makers) == 2 else ():
         print(f"{kind}: robostream / lerobot = {best[f'robostream {kind}'] / best[f'lerobot {kind}']:.2f}x")
-    for name in makers:
+    for name in makers if len(augments) == 2 else ():
         print(f"{name}: augmented / plain = {best[f'{name} augmented'] / best[f'{name} plain']:.2f}")
 
 
