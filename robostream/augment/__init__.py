@@ -1,6 +1,7 @@
 """Batched image augmentation with lerobot's `ImageTransforms` distribution (see batch_transforms.py).
 
-Needs torch alone; only the training command (robostream.lerobot) imports this package.
+Needs torch, numpy and OpenCV (robostream's own dependencies); only the training command (robostream.lerobot) imports
+this package.
 """
 
 from robostream.augment.batch_transforms import BatchImageTransforms

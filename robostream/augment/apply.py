@@ -16,7 +16,8 @@ from typing import Literal
 import cv2
 import torch
 
-from robostream.augment import cpu_kernels, kernels
+import robostream.augment.cpu_kernels as cpu_kernels
+import robostream.augment.kernels as kernels
 from robostream.augment.params import AffineOp, FactorOp, Op, Plan
 
 Kernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
