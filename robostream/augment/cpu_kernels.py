@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import torch
 
-from robostream.augment.kernels import affine_sources, padded_planes
+from robostream.augment.kernels import affine_sources, bordered_planes
 
 
 def adjust_hue(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
@@ -46,8 +46,8 @@ def affine(images: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
 
 def pick_pixels(images: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
     """kernels.pick_pixels with numpy's take, 2.5x faster than torch's gather or index_select on uint8 here."""
-    padded = padded_planes(images).numpy()
-    picked = np.empty((*padded.shape[:2], padded.shape[2] - 1), dtype=padded.dtype)
-    for sample, (planes, source) in enumerate(zip(padded, sources.numpy(), strict=True)):
+    bordered = bordered_planes(images).numpy()
+    picked = np.empty((*bordered.shape[:2], sources.shape[1]), dtype=bordered.dtype)
+    for sample, (planes, source) in enumerate(zip(bordered, sources.numpy(), strict=True)):
         np.take(planes, source, axis=1, out=picked[sample])
     return torch.from_numpy(picked).view(images.shape)

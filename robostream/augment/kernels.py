@@ -142,8 +142,8 @@ def affine(images: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
 
 
 def affine_sources(matrices: torch.Tensor, *, height: int, width: int, device: torch.device) -> torch.Tensor:
-    """[N, H * W] int64: the input pixel (y * W + x) each output pixel of sample n takes, H * W where it takes the
-    fill, from [N, 6] `inverse_affine_matrix` rows.
+    """[N, H * W] int64: the pixel of the bordered input (`bordered_planes`: (y + 1) * (W + 2) + x + 1) each output
+    pixel of sample n takes, a border pixel (0) where it takes the fill, from [N, 6] `inverse_affine_matrix` rows.
 
     torchvision's F.affine: a grid g = [x, y, 1] @ theta^T / [W / 2, H / 2] over pixel-centred coordinates (its
     _affine_grid, a float32 matrix product), then grid_sample's picks (nearest, zeros padding, align_corners=False):
@@ -164,25 +164,24 @@ def affine_sources(matrices: torch.Tensor, *, height: int, width: int, device: t
         coordinate = torch.addcmul(x_term, ys.double(), rescaled[:, axis, 1].double().view(n, 1, 1)).float()
         coordinate = coordinate.add_(rescaled[:, axis, 2].view(n, 1, 1)).add_(1.0).mul_(size * 0.5).sub_(0.5)
         picks.append(coordinate.round_())
-    column, row = picks
-    inside = (column >= 0).logical_and_(column <= width - 1).logical_and_(row >= 0).logical_and_(row <= height - 1)
-    sources = row.mul_(width).add_(column).to(torch.int64)
-    return sources.masked_fill_(inside.logical_not_(), height * width).view(n, height * width)
+    # a pick out of range lands on the zero border: no masks
+    column, row = picks[0].clamp_(-1.0, width), picks[1].clamp_(-1.0, height)
+    sources = row.add_(1.0).mul_(width + 2).add_(column).add_(1.0).to(torch.int64)
+    return sources.view(n, height * width)
 
 
 def pick_pixels(images: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """A new tensor: images [N, T, C, H, W] with every output pixel taken from its input pixel `sources` [N, H * W]
-    (H * W: 0)."""
+    """A new tensor: images [N, T, C, H, W] with every output pixel taken from its bordered input pixel `sources`
+    [N, H * W] (`affine_sources`)."""
     n, frames, channels, height, width = images.shape
     planes, count = frames * channels, height * width
-    return torch.gather(padded_planes(images), 2, sources.unsqueeze(1).expand(n, planes, count)).view(images.shape)
+    return torch.gather(bordered_planes(images), 2, sources.unsqueeze(1).expand(n, planes, count)).view(images.shape)
 
 
-def padded_planes(images: torch.Tensor) -> torch.Tensor:
-    """images [N, T, C, H, W] as [N, T * C, H * W + 1] planes with one zero pixel past each plane's end, so that a
+def bordered_planes(images: torch.Tensor) -> torch.Tensor:
+    """images [N, T, C, H, W] as [N, T * C, (H + 2) * (W + 2)] planes with a border of zeros one pixel wide, so that a
     pick of the fill is a pick like any other."""
     n, frames, channels, height, width = images.shape
-    padded = images.new_empty((n, frames * channels, height * width + 1))
-    padded[..., -1] = 0
-    padded[..., :-1].copy_(images.reshape(n, frames * channels, height * width))
-    return padded
+    bordered = images.new_zeros((n, frames * channels, height + 2, width + 2))
+    bordered[..., 1:-1, 1:-1] = images.reshape(n, frames * channels, height, width)
+    return bordered.view(n, frames * channels, (height + 2) * (width + 2))
