@@ -44,6 +44,7 @@ from robostream.storage.integrity import (
     mismatch_error,
     strong_etag,
 )
+from robostream.storage.object_ranges import ObjectRanges, object_ranges_allowed, usable_here
 from robostream.storage.options import ReadOptions
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.read_ahead import Need, ReadAhead
@@ -244,6 +245,7 @@ class _Reading:
         self.blocks = BlockCache(block_budget)
         self.read_ahead = ReadAhead(self.blocks, max_in_flight=max_in_flight)
         self.hub_ranges: HubRanges | None = None
+        self.object_ranges: ObjectRanges | None = None
 
 
 class SharedReading:
@@ -314,6 +316,8 @@ class Storage:
             {} if self.is_local else _merge(_default_options(protocol, self.retry, max_in_flight), storage_options)
         )
         self.home = Home.of(self.url, self._options)  # what HTTP requests send to the root's origin only
+        # Ranged GETs through obstore where every credential stays with its origin (storage/object_ranges.py)
+        self._objects = object_ranges_allowed(protocol=protocol, url=root, options=self._options, home=self.home)
         # Filesystem, block cache and counters belong to one process: fsspec's async filesystems (HTTP, S3) are
         # not fork-safe and locks copied by a fork may be held by a thread that does not exist in the child.
         self._process = ProcessLocal(_ProcessState)
@@ -354,6 +358,18 @@ class Storage:
             if state.hub_ranges is None:
                 state.hub_ranges = HubRanges(fs, _default_options("http", self.retry, self.read_options.max_in_flight))
         return state.hub_ranges
+
+    @property
+    def object_ranges(self) -> ObjectRanges | None:
+        """This process's obstore clients for ranged reads (None: this root's or this process's ranges go through
+        fsspec; see storage/object_ranges.py)."""
+        if not self._objects or not usable_here():
+            return None
+        state = self._reading.get()
+        with state.lock:
+            if state.object_ranges is None:
+                state.object_ranges = ObjectRanges(protocol=self.protocol, options=self._options, policy=self.retry)
+        return state.object_ranges
 
     @property
     def blocks(self) -> BlockCache:
@@ -659,6 +675,11 @@ class RangedReader(io.RawIOBase):
         return self._size
 
     def _answer(self, start: int, end: int) -> Answer:
+        objects = self._storage.object_ranges
+        if objects is not None:
+            answer = objects.range(path=self._path, start=start, end=end, if_match=strong_etag(self._version.etag))
+            if answer is not None:
+                return answer
         fs, protocol = self._storage.fs, self._storage.protocol
         if protocol in ("http", "https"):
             return fsspec.asyn.sync(
