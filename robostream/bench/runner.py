@@ -11,6 +11,8 @@ import datetime as dt
 import json
 import os
 import platform
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -246,16 +248,39 @@ def probe_spec(
 
 def run_echoing_stderr(command: list[str], keep: int = 8192) -> tuple[int, str]:
     """Run `command`, passing its stderr (progress bar, errors) through live, and return the exit code and the
-    stderr's last `keep` characters (to name the failure in our own error)."""
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr's last `keep` characters (to name the failure in our own error).
+
+    The command runs in a process group of its own, killed once the command has ended: its children (DataLoader
+    workers) never outlive it. A command that dies by a signal while its children still hold its stderr open is
+    reported when it exits, not when they do (a probe that crashed used to hang the benchmark on its orphans).
+    """
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stderr is not None  # stderr=PIPE
     tail = b""
-    while chunk := os.read(process.stderr.fileno(), 65536):
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.flush()
-        tail = (tail + chunk)[-keep:]
-    process.stderr.close()
-    return process.wait(), tail.decode(errors="replace")
+    try:
+        while True:
+            if select.select([process.stderr], [], [], 1.0)[0]:
+                chunk = os.read(process.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+                tail = (tail + chunk)[-keep:]
+            elif process.poll() is not None:  # exited, and nothing left to read: what holds the pipe is orphans
+                break
+        return process.wait(), tail.decode(errors="replace")
+    finally:
+        process.stderr.close()
+        _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of the process group `process` leads (itself, if interrupted; its orphaned children)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group has no process left
+        return
+    process.wait()
 
 
 def run_probe(
