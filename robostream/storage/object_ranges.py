@@ -4,8 +4,9 @@ body handled off the GIL, ~0.2-0.4 ms of client CPU per GET against ~0.7-1 ms th
 Each answer keeps the integrity rules of every other ranged read: If-Match with the strong ETag, and the answer's
 range, total size and ETag handed back (as a storage.http.Answer) for check_range_answer to judge. obstore's own
 retries are off (RetryPolicy is the one place that retries): an error status becomes a StatusError carrying it
-(503 SlowDown and 429 then retried and counted as throttles; obstore does not expose Retry-After, so backoff alone
-paces them), a failed connection or body a ConnectionError or TimeoutError. Any other complaint obstore has about
+(503 SlowDown and 429 then retried and counted as throttles), a failed connection or body a ConnectionError or
+TimeoutError. obstore does not expose Retry-After: after a throttle the store's requests go through aiohttp or s3fs
+for THROTTLE_BYPASS_S, so the retries and what follows are paced as the store asks. Any other complaint obstore has about
 an answer (a server that ignores Range, a Content-Range that is not the range asked for, no Content-Length, a 416)
 returns None: the caller asks again through aiohttp (storage/http.py), which judges that answer as before.
 
@@ -25,6 +26,7 @@ import datetime
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -53,6 +55,8 @@ _S3_CONFIG = frozenset(("connect_timeout", "read_timeout", "retries", "max_pool_
 
 
 _RUNTIME: list[int] = []  # the process whose request started obstore's runtime
+THROTTLE_BYPASS_S = 30.0  # after a 429 or 503, a store's requests go where Retry-After is read, this long
+_THROTTLES = (429, 503)
 
 
 def usable_here() -> bool:
@@ -121,6 +125,7 @@ class ObjectRanges:
         }
         self._retry: RetryConfig = {"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=timeout)}
         self._stores: dict[str, Any] = {}
+        self._throttled_until: dict[str, float] = {}  # per store: monotonic time obstore serves it again
         self._lock = threading.Lock()
 
     def _store(self, key: str) -> Any:
@@ -154,10 +159,12 @@ class ObjectRanges:
         """
         if self._protocol in ("http", "https"):
             parts = urlsplit(path)
-            store, key = self._store(f"{parts.scheme}://{parts.netloc}"), unquote(parts.path.lstrip("/"))
+            where, key = f"{parts.scheme}://{parts.netloc}", unquote(parts.path.lstrip("/"))
         else:
-            bucket, _, key = path.partition("/")
-            store = self._store(bucket)
+            where, _, key = path.partition("/")
+        if time.monotonic() < self._throttled_until.get(where, 0.0):
+            return None
+        store = self._store(where)
         options: GetOptions = {"range": (start, end)}
         if if_match:
             options["if_match"] = if_match
@@ -175,6 +182,9 @@ class ObjectRanges:
         except FileNotFoundError as exc:
             raise FileNotFoundError(redact_url(path)) from exc
         except obstore.exceptions.BaseError as exc:
+            status = _STATUS.search(str(exc))
+            if status is not None and int(status.group(1)) in _THROTTLES:
+                self._throttled_until[where] = time.monotonic() + THROTTLE_BYPASS_S
             _raise_judged(exc, path)
             return None
         return Answer(206, f"bytes {got_start}-{got_end - 1}/{meta['size']}", meta["e_tag"], body)

@@ -46,9 +46,13 @@ def _outcome(case: dict[str, Any]) -> dict[str, Any]:
     except (FileChangedError, FileNotFoundError, OSError, ValueError) as exc:
         return {"error": type(exc).__name__, "text": str(exc)}
     stats = storage.stats()
+    objects = storage.object_ranges
     return {
         "data": data,
-        "obstore": storage.object_ranges is not None,
+        "obstore": objects is not None,
+        # whether obstore still serves the store: not for a while after a throttle (aiohttp reads Retry-After)
+        "obstore_now": objects is not None
+        and objects.range(path=f"{storage.root}/{case['name']}", start=0, end=10, if_match=None) is not None,
         "retries": stats.retries,
         "throttled": stats.throttled,
     }
@@ -97,6 +101,7 @@ def test_ranged_reads_through_obstore_keep_the_integrity_rules(
         assert result.get("data") == original[100:4196], result
         assert result["obstore"]
     assert (ok["retries"], throttled["retries"], throttled["throttled"]) == (0, 1, 1)
+    assert ok["obstore_now"] and s3["obstore_now"] and not throttled["obstore_now"]
     assert (was_reset["retries"], was_reset["throttled"]) == (1, 0)
     assert wrong_span["error"] == "RemoteReadError" and "the server sent bytes" in wrong_span["text"]
     assert changed["error"] == "FileChangedError" and "changed on the server" in changed["text"]
