@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -34,7 +35,6 @@ from urllib.parse import unquote, urlsplit
 import obstore
 from obstore.exceptions import PreconditionError
 from obstore.store import HTTPStore, S3Store
-from torch.utils.data import get_worker_info
 
 from robostream.storage.http import Answer, Home
 from robostream.storage.redact import redact_url
@@ -61,7 +61,10 @@ _THROTTLES = (429, 503)
 
 def usable_here() -> bool:
     """Whether this process may send obstore requests: a DataLoader worker, whose runtime no ancestor started."""
-    return get_worker_info() is not None and _RUNTIME in ([], [os.getpid()])
+    # a DataLoader worker has imported torch.utils.data: asking needs no import of torch (the command line's
+    # parser imports storage, and must not pay for torch)
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None and _RUNTIME in ([], [os.getpid()])
 
 
 class StatusError(OSError):
