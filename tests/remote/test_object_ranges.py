@@ -17,7 +17,7 @@ from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import RangedReader, Storage
 from robostream.testing.slow_store import RangeHTTPServer
 from tests.remote.servers import FaultProxy, http_status, reset
-from tests.remote.test_hostile_servers import ShiftedRangeServer
+from tests.remote.test_hostile_servers import RecordingServer, RedirectServer, ShiftedRangeServer
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.02, timeout_s=5)
 pytestmark = pytest.mark.timeout(120)
@@ -106,3 +106,43 @@ def test_ranged_reads_through_obstore_keep_the_integrity_rules(
     assert wrong_span["error"] == "RemoteReadError" and "the server sent bytes" in wrong_span["text"]
     assert changed["error"] == "FileChangedError" and "changed on the server" in changed["text"]
     assert missing["error"] == "FileNotFoundError" and "gone.bin" in missing["text"]
+
+
+def _redirected_read(case: dict[str, Any]) -> dict[str, Any]:
+    """A signed S3 range read through obstore whose endpoint redirects it to another origin."""
+    storage = Storage(case["root"], ReadOptions(retry=FAST_RETRY, storage_options=case["options"]))
+    reader = RangedReader(storage, f"{storage.root}/f.bin", "f.bin", FileVersion(1024, None))
+    try:
+        reader.fetch_range(0, 100)
+    except (OSError, ValueError) as exc:  # where the redirect leads is not the point: what it carried there is
+        return {"obstore": storage.object_ranges is not None, "error": type(exc).__name__}
+    return {"obstore": storage.object_ranges is not None}
+
+
+class _Redirected(Dataset):
+    def __init__(self, case: dict[str, Any]) -> None:
+        self.case = case
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return _redirected_read(self.case)
+
+
+def test_signed_obstore_reads_never_take_credentials_to_another_origin(tmp_path):
+    """S3 through obstore signs each request (Authorization, X-Amz-*): a 307 from the endpoint to another origin
+    (another port) must reach it without them (reqwest drops Authorization across origins; session tokens, which it
+    would forward, keep a root on s3fs)."""
+    (tmp_path / "bucket").mkdir()
+    (tmp_path / "bucket" / "f.bin").write_bytes(bytes(range(256)) * 4)
+    with RecordingServer(tmp_path) as elsewhere, RedirectServer(elsewhere.url) as home:
+        options = {"key": "AKIDEXAMPLE", "secret": "do-not-leak", "client_kwargs": {"endpoint_url": home.url}}
+        (result,) = DataLoader(_Redirected({"root": "s3://bucket", "options": options}), batch_size=None, num_workers=1)
+    assert result["obstore"], result
+    assert home.seen and all("authorization" in {k.lower() for k in h} for _, _, h in home.seen)  # signed at home
+    assert elsewhere.seen  # the redirect was followed
+    signatures = {v for _, _, h in home.seen for k, v in h.items() if k.lower() == "authorization"}
+    secret = ("authorization", "x-amz-security-token")
+    leaked = [(m, p, k) for m, p, h in elsewhere.seen for k, v in h.items() if k.lower() in secret or v in signatures]
+    assert leaked == []  # x-amz-date and x-amz-content-sha256 (the empty body's hash) may go: they are not secrets
