@@ -185,20 +185,21 @@ class ObjectRanges:
         except FileNotFoundError as exc:
             raise FileNotFoundError(redact_url(path)) from exc
         except obstore.exceptions.BaseError as exc:
-            status = _STATUS.search(str(exc))
-            if status is not None and int(status.group(1)) in _THROTTLES:
+            found = _STATUS.search(str(exc))
+            status = None if found is None else int(found.group(1))
+            if status in _THROTTLES:
                 self._throttled_until[where] = time.monotonic() + THROTTLE_BYPASS_S
-            _raise_judged(exc, path)
+            _raise_judged(exc, status, path)
             return None
         return Answer(206, f"bytes {got_start}-{got_end - 1}/{meta['size']}", meta["e_tag"], body)
 
 
-def _raise_judged(exc: BaseException, path: str) -> None:
-    """An error status or a failed transfer raised as retry.py classifies it; any other complaint returns."""
+def _raise_judged(exc: BaseException, status: int | None, path: str) -> None:
+    """An error status (the HTTP status obstore's message names, None: none) or a failed transfer raised as
+    retry.py classifies it; any other complaint returns."""
     text = f"{redact_url(path)}: {redact_url(str(exc).split(chr(10), 1)[0])}"
-    status = _STATUS.search(str(exc))
-    if status is not None and int(status.group(1)) != 416:
-        raise StatusError(int(status.group(1)), text) from exc
+    if status is not None and status != 416:
+        raise StatusError(status, text) from exc
     if status is None and any(word in str(exc) for word in _TIMEOUT):
         raise TimeoutError(text) from exc
     if status is None and any(word in str(exc) for word in _TRANSPORT):

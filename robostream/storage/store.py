@@ -366,9 +366,10 @@ class Storage:
         if not self._objects or not usable_here():
             return None
         state = self._reading.get()
-        with state.lock:
-            if state.object_ranges is None:
-                state.object_ranges = ObjectRanges(protocol=self.protocol, options=self._options, policy=self.retry)
+        if state.object_ranges is None:  # asked per request: the lock only while there is none yet
+            with state.lock:
+                if state.object_ranges is None:
+                    state.object_ranges = ObjectRanges(protocol=self.protocol, options=self._options, policy=self.retry)
         return state.object_ranges
 
     @property
