@@ -7,20 +7,25 @@ node cache, a new dataset), in one process. Run from the repository root:
 FOLDER/one is a one-episode dataset (generated when missing: 3 cameras of 48x64, 34 frames) and FOLDER/src-000 ...
 are copies of it made of hard links. The store (robostream/testing/: slow_store.py HTTP, s3_dialect.py S3,
 hub_store.py the Hub emulator, sources pinned to its commit) serves FOLDER's parent with --latency_ms first-byte
-latency; `--api local` reads the folders directly (no store). Per run it prints one JSON line: construction seconds,
-this process's CPU seconds, and for a store the requests it served, the most in flight and its CPU seconds (it
-shares the machine with the reader).
+latency, in a process of its own (`--store_in_process`: in this one, as before 2026-11-27, its threads then share
+the reader's interpreter lock and CPU figure); `--api local` reads the folders directly (no store). Per run it
+prints one JSON line: construction seconds, this process's CPU seconds, and for a store the requests it served, the
+most in flight and its CPU seconds (it shares the machine with the reader).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from robostream import Mixture, ReadOptions, Source, StreamingLeRobotDataset
 from robostream.synth import SynthConfig, generate
@@ -61,6 +66,67 @@ def _construct(urls: list[str], options: dict, store, label: str, api: str) -> N
     print(json.dumps(line), flush=True)
 
 
+def _server(api: str, root: Path, latency: float, repos: dict[str, Path]) -> Any:
+    if api == "hub":
+        return HubServer(repos, latency_s=latency)
+    return (RangeHTTPServer if api == "http" else S3RangeServer)(root, latency_s=latency)
+
+
+def _where(api: str, store: Any) -> dict[str, Any]:
+    """What a reader needs of a running store: its URL, S3 options, Hub endpoint and commit."""
+    if api == "hub":
+        return {"endpoint": store.endpoint, "sha": store.sha}
+    return {"url": store.url} if api == "http" else {"storage_options": store.storage_options()}
+
+
+def _serve(conn: Any, api: str, root: Path, latency: float, repos: dict[str, Path]) -> None:
+    """The store's process: serves until told to stop, answering "reset" and ("summary", span_s)."""
+    with _server(api, root, latency, repos) as store:
+        conn.send(_where(api, store))
+        while (command := conn.recv()) != "stop":
+            if command == "reset":
+                conn.send(store.reset_stats())
+            else:
+                conn.send(store.summary(command[1]))
+
+
+class _Remote:
+    """A store in its own process, asked for its counts over a pipe."""
+
+    def __init__(self, conn: Any, where: dict[str, Any]) -> None:
+        self._conn, self.where = conn, where
+
+    def reset_stats(self) -> None:
+        self._conn.send("reset")
+        self._conn.recv()
+
+    def summary(self, span_s: float) -> dict[str, Any]:
+        self._conn.send(("summary", span_s))
+        return self._conn.recv()
+
+
+@contextlib.contextmanager
+def _store(api: str, root: Path, latency: float, repos: dict[str, Path], in_process: bool) -> Iterator[Any]:
+    """The store, and where it serves (`_where`)."""
+    if in_process:
+        with _server(api, root, latency, repos) as store:
+            yield store, _where(api, store)
+        return
+    conn, child = multiprocessing.get_context("spawn").Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=_serve, args=(child, api, root, latency, repos))
+    process.start()
+    try:
+        if not conn.poll(120):
+            raise RuntimeError(f"the {api} store's process did not start serving within 120 s")
+        remote = _Remote(conn, conn.recv())
+        yield remote, remote.where
+        conn.send("stop")
+    finally:
+        process.join(30)
+        if process.exitcode is None:
+            process.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
@@ -68,6 +134,9 @@ def main() -> None:
     parser.add_argument("--api", choices=["local", "http", "s3", "hub"], default="http")
     parser.add_argument("--latency_ms", type=float, default=50.0)
     parser.add_argument("--warm_runs", type=int, default=1, help="warm constructions after the cold one")
+    parser.add_argument(
+        "--store_in_process", action="store_true", help="run the store in this process (default: a process of its own)"
+    )
     parser.add_argument(
         "--node_cache",
         type=Path,
@@ -86,22 +155,20 @@ def main() -> None:
         for label in labels:
             _construct([str(root) for root in roots], {}, None, label, args.api)
         return
-    if args.api == "hub":
-        repos = {f"local/{root.name}": root for root in roots}
-        with HubServer(repos, latency_s=latency) as store, hub_environment(store.endpoint, Path(tempfile.mkdtemp())):
-            urls = [f"hf://datasets/{repo}@{store.sha}" for repo in repos]
+    repos = {f"local/{root.name}": root for root in roots}
+    with _store(args.api, folder.parent, latency, repos, args.store_in_process) as (store, where):
+        options: dict[str, Any] = {}
+        with contextlib.ExitStack() as stack:
+            if args.api == "hub":
+                stack.enter_context(hub_environment(where["endpoint"], Path(tempfile.mkdtemp())))
+                urls = [f"hf://datasets/{repo}@{where['sha']}" for repo in repos]
+            elif args.api == "http":
+                urls = [f"{where['url']}/{folder.name}/{root.name}" for root in roots]
+            else:
+                urls = [f"s3://{folder.name}/{root.name}" for root in roots]
+                options = {"storage_options": where["storage_options"]}
             for label in labels:
-                _construct(urls, {}, store, label, args.api)
-        return
-    server = RangeHTTPServer if args.api == "http" else S3RangeServer
-    with server(folder.parent, latency_s=latency) as store:
-        if args.api == "http":
-            urls, options = [f"{store.url}/{folder.name}/{root.name}" for root in roots], {}
-        else:
-            urls = [f"s3://{folder.name}/{root.name}" for root in roots]
-            options = {"storage_options": store.storage_options()}
-        for label in labels:
-            _construct(urls, options, store, label, args.api)
+                _construct(urls, options, store, label, args.api)
 
 
 if __name__ == "__main__":

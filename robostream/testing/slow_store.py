@@ -45,6 +45,9 @@ class TrackingHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False  # we join our own threads, with a timeout
+    # Connections waiting to be accepted, as a real store's listener holds them: socketserver's default (5) drops
+    # the handshakes of a client opening more at once, which then wait for a SYN retransmit (1 s and more).
+    request_queue_size = 1024
 
     def __init__(self, owner: Any, handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__((HOST, 0), handler)
