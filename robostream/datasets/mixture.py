@@ -252,7 +252,7 @@ def open_reader(index: int, spec: Source, reading: Reading, *, lenient_windows: 
     )
 
 
-SOURCES_OPENED_AT_ONCE = 32  # each source is a few requests in a row: 32 at once open 500 in ~16 round trips
+SOURCES_OPENED_AT_ONCE = 32  # a plain-HTTP source asks its ~5 requests at once: 32 at once open 500 in ~16 rounds
 
 
 def open_readers(specs: Sequence[Source], reading: Reading, *, lenient_windows: bool) -> list[SourceReader]:

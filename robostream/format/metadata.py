@@ -181,34 +181,46 @@ class MetaFiles:
 
 def read_info_text(storage: Storage, meta: MetaFiles) -> str:
     """meta/info.json's text (a missing file that the versions already lack costs no request)."""
-    where = storage.describe(INFO_PATH)
     try:
         data = meta.read(storage, INFO_PATH)
     except FileNotFoundError as exc:
-        if (meta.versions is not None and "meta/episodes.jsonl" in meta.versions) or (
-            meta.versions is None and storage.exists("meta/episodes.jsonl")
-        ):
-            raise UnsupportedVersionError(
-                f"{redact_url(storage.url)}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}"
-            ) from exc
-        # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
-        reason = next(
-            (
-                e
-                for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
-                if e is not None and not isinstance(e, FileNotFoundError)
-            ),
-            None,
+        raise info_missing_error(storage, meta, exc) from exc
+    return info_text_of(storage, data)
+
+
+def info_missing_error(storage: Storage, meta: MetaFiles, exc: FileNotFoundError) -> DatasetFormatError:
+    """The error for a root without meta/info.json: a v2.x dataset (meta/episodes.jsonl: one request where the
+    versions of meta/ are not known) or not a LeRobot dataset root (with the reason a filesystem gave)."""
+    if (meta.versions is not None and "meta/episodes.jsonl" in meta.versions) or (
+        meta.versions is None and storage.exists("meta/episodes.jsonl")
+    ):
+        return UnsupportedVersionError(
+            f"{redact_url(storage.url)}: this is a v2.x dataset (meta/episodes.jsonl); {CONVERT_HINT}"
         )
-        detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
-        raise DatasetFormatError(
-            f"{where}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root "
-            "(it should contain meta/info.json)?"
-        ) from exc
+    # A filesystem may explain a "not found" (e.g. the Hub: the revision in the URL does not exist).
+    reason = next(
+        (
+            e
+            for e in (exc.__cause__, exc.__cause__ and exc.__cause__.__cause__)
+            if e is not None and not isinstance(e, FileNotFoundError)
+        ),
+        None,
+    )
+    detail = f" ({type(reason).__name__}: {reason})" if reason is not None else ""
+    return DatasetFormatError(
+        f"{storage.describe(INFO_PATH)}: not found{detail}; is {redact_url(storage.url)} a LeRobot dataset root "
+        "(it should contain meta/info.json)?"
+    )
+
+
+def info_text_of(storage: Storage, data: bytes) -> str:
+    """info.json's bytes as text (not UTF-8: an error naming the file)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DatasetFormatError(f"{where}: not UTF-8 text ({exc}); is it really a LeRobot info.json?") from exc
+        raise DatasetFormatError(
+            f"{storage.describe(INFO_PATH)}: not UTF-8 text ({exc}); is it really a LeRobot info.json?"
+        ) from exc
 
 
 def episode_files(storage: Storage, meta: MetaFiles) -> list[str]:
@@ -271,24 +283,42 @@ def probe_meta(storage: Storage) -> MetaFiles:
     """meta/ where it cannot be listed (plain HTTP): info.json, tasks.parquet and stats.json read whole (a build
     reads them whole anyway; their bytes name them whatever headers the server sends), the episodes files found by
     probing in rollover order (file index up to chunks_size, then the next chunk), a HEAD each and one for the
-    first missing."""
-    info_text = read_info_text(storage, MetaFiles(None, {}))
-    fetched = {INFO_PATH: info_text.encode("utf-8")}
-    for path in (TASKS_PATH, STATS_PATH):
-        try:
-            fetched[path] = storage.read_bytes(path)
-        except FileNotFoundError:
-            pass
+    first missing. One round trip for a dataset with one episodes file: the small files and the first two episodes
+    files are asked at once (Storage.probe), then as many files at once as were found so far (a dataset with n
+    episodes files: about log2(n) round trips, and at most n HEADs past the first missing one, whose answers are
+    not used)."""
+    first = [_episodes_path(0, 2), _episodes_path(1, 2)]  # chunk-000's first two: the first two unless chunks_size=1
+    probed = storage.probe(whole=(INFO_PATH, TASKS_PATH, STATS_PATH), heads=first, what="metadata file")
+    if INFO_PATH in probed.missing:
+        exc = probed.missing[INFO_PATH]
+        raise info_missing_error(storage, MetaFiles(None, {}), exc) from exc
+    info_text = info_text_of(storage, probed.whole[INFO_PATH])
+    fetched = dict(probed.whole)
     versions = {path: FileVersion(len(data)) for path, data in fetched.items()}
     chunks_size = chunks_size_of(info_text, storage.describe(INFO_PATH))
-    chunk, file = 0, 0
+    known = {path: probed.versions.get(path) for path in first}  # None: not found
+    index = 0
     while True:
-        relative = render_template(DEFAULT_EPISODES_PATH, what="episodes path", chunk_index=chunk, file_index=file)
-        try:
-            versions[relative] = storage.stat(relative, "episodes file")
-        except FileNotFoundError:
+        relative = _episodes_path(index, chunks_size)
+        if relative not in known:
+            batch = [_episodes_path(i, chunks_size) for i in range(index, 2 * index)]
+            more = storage.probe(whole=(), heads=batch, what="episodes file")
+            known |= {path: more.versions.get(path) for path in batch}
+        version = known[relative]
+        if version is None:
             return MetaFiles(versions, fetched)
-        chunk, file = (chunk + 1, 0) if file + 1 >= chunks_size else (chunk, file + 1)
+        versions[relative] = version
+        index += 1
+
+
+def _episodes_path(index: int, chunks_size: int) -> str:
+    """The episodes file at `index` in rollover order (chunks_size files per chunk)."""
+    return render_template(
+        DEFAULT_EPISODES_PATH,
+        what="episodes path",
+        chunk_index=index // chunks_size,
+        file_index=index % chunks_size,
+    )
 
 
 def load_metadata(

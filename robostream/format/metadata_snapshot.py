@@ -13,7 +13,8 @@ bytes where nothing else names it. What finding the revision costs:
 - plain HTTP, which cannot list: info.json, tasks.parquet and stats.json read whole (a GET each; named by their
   bytes, so a server without ETags or Last-Modified cannot hide a change of them), and a HEAD per episodes file
   plus one for the first missing (named by ETag, else Last-Modified; a file with neither is read whole and named
-  by its bytes). A build reuses the bytes read here.
+  by its bytes), all asked at once: one round trip for a dataset with one or two episodes files (format/metadata.py
+  probe_meta). A build reuses the bytes read here.
 A snapshot whose revision no longer matches is never read: the changed dataset has another key and is read anew.
 A process keeps the snapshot it last parsed of each dataset (format/metadata.py `Snapshot`, held by
 `DerivedCache.open(keep_as=...)` while the folder's files keep their stats): a dataset constructed again from a

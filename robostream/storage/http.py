@@ -176,18 +176,26 @@ async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | No
     return await http_request(fs, "GET", url, headers, home=home, limit=limit)
 
 
-def http_stat(fs: Any, url: str, *, home: Home) -> FileVersion:
+async def http_head(fs: Any, url: str, *, home: Home) -> FileVersion:
     """Content-Length, ETag and Last-Modified from a HEAD request (fsspec's HTTP filesystem reports any failed
     HEAD, a 503 too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""
-    answer = fsspec.asyn.sync(fs.loop, http_request, fs, "HEAD", url, {"Accept-Encoding": "identity"}, home=home)
+    answer = await http_request(fs, "HEAD", url, {"Accept-Encoding": "identity"}, home=home)
     if answer.content_length is None:
         raise ValueError(f"{redact_url(url)}: the server gives no Content-Length; ranged reads need it")
     return FileVersion(int(answer.content_length), answer.etag, last_modified=answer.last_modified)
 
 
-def http_get(fs: Any, url: str, limit: BodyLimit, *, home: Home) -> bytes:
+async def http_whole(fs: Any, url: str, limit: BodyLimit, *, home: Home) -> bytes:
     """A whole file's bytes (GET, no range), at most `limit`."""
-    answer = fsspec.asyn.sync(
-        fs.loop, http_request, fs, "GET", url, {"Accept-Encoding": "identity"}, home=home, limit=limit
-    )
+    answer = await http_request(fs, "GET", url, {"Accept-Encoding": "identity"}, home=home, limit=limit)
     return answer.body
+
+
+def http_stat(fs: Any, url: str, *, home: Home) -> FileVersion:
+    """`http_head` from a thread outside the filesystem's event loop."""
+    return fsspec.asyn.sync(fs.loop, http_head, fs, url, home=home)
+
+
+def http_get(fs: Any, url: str, limit: BodyLimit, *, home: Home) -> bytes:
+    """`http_whole` from a thread outside the filesystem's event loop."""
+    return fsspec.asyn.sync(fs.loop, http_whole, fs, url, limit, home=home)

@@ -14,7 +14,7 @@ import asyncio
 import errno
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -137,24 +137,51 @@ def call_with_retries(
         except IntegrityError:
             raise  # already names the file and what to do; retrying is the storage layer's decision
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised with context
-            if not is_transient(exc):
-                if isinstance(exc, FileNotFoundError):
-                    raise FileNotFoundError(f"{redact_url(what)}: not found ({redact_url(str(exc))})") from exc
-                raise RemoteReadError(
-                    f"{redact_url(what)}: failed and is not retryable: {describe_error(exc, policy)}"
-                ) from exc
-            if attempt + 1 == policy.max_attempts:
-                remedy = (
-                    "RetryPolicy.timeout_s (a slow link or a large answer)"
-                    if is_timeout(exc)
-                    else "RetryPolicy.max_attempts"
-                )
-                raise RemoteReadError(
-                    f"{redact_url(what)}: still failing after {policy.max_attempts} attempts (last error "
-                    f"{describe_error(exc, policy)}); check the server or raise {remedy}"
-                ) from exc
+            _raise_unless_retried(exc, attempt, what, policy)
             if on_retry is not None:
                 on_retry(exc)
             rng = rng or random.Random()  # made on the first retry: seeding one per request cost ~2% of its CPU
             sleep(policy.delay(attempt, retry_after(exc), rng))
     raise AssertionError("unreachable")
+
+
+async def call_with_retries_async(
+    read: Callable[[], Awaitable[T]],
+    what: str,
+    policy: RetryPolicy,
+    on_retry: Callable[[BaseException], None] | None = None,
+) -> T:
+    """`call_with_retries` for a coroutine, in the event loop (the backoff an asyncio sleep): requests asked
+    together in one loop call (Storage.probe) each retry on their own, without a thread each."""
+    rng = None
+    for attempt in range(policy.max_attempts):
+        try:
+            return await read()
+        except IntegrityError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified below, re-raised with context
+            _raise_unless_retried(exc, attempt, what, policy)
+            if on_retry is not None:
+                on_retry(exc)
+            rng = rng or random.Random()
+            await asyncio.sleep(policy.delay(attempt, retry_after(exc), rng))
+    raise AssertionError("unreachable")
+
+
+def _raise_unless_retried(exc: Exception, attempt: int, what: str, policy: RetryPolicy) -> None:
+    """The final error for a failed attempt, raised from it: not transient (not found: a FileNotFoundError), or
+    the last attempt; returns when the attempt is to be retried."""
+    if not is_transient(exc):
+        if isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(f"{redact_url(what)}: not found ({redact_url(str(exc))})") from exc
+        raise RemoteReadError(
+            f"{redact_url(what)}: failed and is not retryable: {describe_error(exc, policy)}"
+        ) from exc
+    if attempt + 1 == policy.max_attempts:
+        remedy = (
+            "RetryPolicy.timeout_s (a slow link or a large answer)" if is_timeout(exc) else "RetryPolicy.max_attempts"
+        )
+        raise RemoteReadError(
+            f"{redact_url(what)}: still failing after {policy.max_attempts} attempts (last error "
+            f"{describe_error(exc, policy)}); check the server or raise {remedy}"
+        ) from exc

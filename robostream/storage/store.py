@@ -13,6 +13,7 @@ the host publishes.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import io
 import json
@@ -22,10 +23,11 @@ import re
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import fsspec
 import fsspec.asyn
@@ -34,7 +36,7 @@ from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFi
 from robostream.process_local import ProcessLocal
 from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import CachedPath, Writable
-from robostream.storage.http import Answer, BodyLimit, Home, http_get, http_range, http_stat
+from robostream.storage.http import Answer, BodyLimit, Home, http_get, http_head, http_range, http_stat, http_whole
 from robostream.storage.hub_ranges import HubRanges
 from robostream.storage.integrity import (
     FileVersion,
@@ -49,7 +51,14 @@ from robostream.storage.options import ReadOptions
 from robostream.storage.paths import check_relative, local_path
 from robostream.storage.read_ahead import Need, ReadAhead
 from robostream.storage.redact import redact_url
-from robostream.storage.retry import RemoteReadError, RetryPolicy, call_with_retries, http_status, is_throttle
+from robostream.storage.retry import (
+    RemoteReadError,
+    RetryPolicy,
+    call_with_retries,
+    call_with_retries_async,
+    http_status,
+    is_throttle,
+)
 
 # The unit of the block cache. Range requests fetch runs of blocks (storage/read_ahead.py merges them up to 2 MiB),
 # so the block is not the request size: it is the granularity of what is kept and of what a random read costs.
@@ -270,6 +279,15 @@ class SharedReading:
         self._groups = {}
 
 
+class Probed(NamedTuple):
+    """What `Storage.probe` found, by relative path: the files read whole, the versions asked, and the files not
+    found (each with its error, which names the file)."""
+
+    whole: dict[str, bytes]
+    versions: dict[str, FileVersion]
+    missing: dict[str, FileNotFoundError]
+
+
 class Storage:
     """A dataset root on some filesystem; every path handed to it is relative and checked for safety."""
 
@@ -482,6 +500,21 @@ class Storage:
         one first seen is a FileChangedError. (S3 and Hub buckets: their clients read the body whole, so the bound
         holds before the read only where a listing gave the size.)"""
         path, name = self._path(relative, what), self.describe(relative)
+        bound, seen = self._whole_bound(path, name, limit)
+        if self.is_local:
+            read = partial(_read_at_most, path, bound.size + 1)
+        elif self.protocol in ("http", "https"):
+            read = partial(http_get, self.fs, path, bound, home=self.home)
+        elif self.hub_repository:
+            read = partial(self.hub_ranges.whole, path, bound)
+        else:
+            read = partial(self.fs.cat_file, path)
+        started = time.perf_counter()
+        data = call_with_retries(read, name, self.retry, on_retry=self.retried)
+        return self._whole_checked(name, data, bound, seen, started)
+
+    def _whole_bound(self, path: str, name: str, limit: int) -> tuple[BodyLimit, FileVersion | None]:
+        """How much a whole read of `path` may hold, and the version first seen in this process (None: none)."""
         bound = BodyLimit(
             limit,
             f"the {limit} bytes a file read whole may hold (real datasets' metadata files are "
@@ -494,16 +527,12 @@ class Storage:
             bound = BodyLimit(
                 seen.size, f"the {seen.size} bytes first seen (the file changed since, or the server misbehaves)"
             )
-        if self.is_local:
-            read = partial(_read_at_most, path, bound.size + 1)
-        elif self.protocol in ("http", "https"):
-            read = partial(http_get, self.fs, path, bound, home=self.home)
-        elif self.hub_repository:
-            read = partial(self.hub_ranges.whole, path, bound)
-        else:
-            read = partial(self.fs.cat_file, path)
-        started = time.perf_counter()
-        data = call_with_retries(read, name, self.retry, on_retry=self.retried)
+        return bound, seen
+
+    def _whole_checked(
+        self, name: str, data: bytes, bound: BodyLimit, seen: FileVersion | None, started: float
+    ) -> bytes:
+        """A whole read's bytes counted and checked against its bound and the size first seen."""
         if not self.is_local:
             self.counter.add(len(data), time.perf_counter() - started)
         if len(data) > bound.size:
@@ -511,6 +540,61 @@ class Storage:
         if seen is not None and len(data) != seen.size:
             raise changed_error(name, seen, f"size {len(data)}")
         return data
+
+    def probe(self, *, whole: Sequence[str], heads: Sequence[str], what: str = "file") -> Probed:
+        """HTTP(S) roots, which cannot list: files read whole (as `read_bytes` reads them) and versions asked by
+        HEAD (as `stat` asks them), all at once in one call to the event loop, so they cost one round trip where
+        one after another costs one each (a mixture's sources prove their metadata current this way:
+        format/metadata.py probe_meta). Each request retries on its own (the storage's RetryPolicy). A file not
+        found is in the answer's `missing`; any other failure is raised once every request has ended (the first in
+        the order asked: `whole`, then `heads`).
+
+        Args:
+            whole: relative paths of files to read whole (at most WHOLE_FILE_LIMIT bytes each).
+            heads: relative paths of files whose size and version to ask for.
+            what: what the files are, for errors.
+        """
+        if self.protocol not in ("http", "https"):
+            raise ValueError(f"{redact_url(self.url)}: Storage.probe is for http(s) roots; use read_bytes and stat")
+        fs = self.fs
+        paths = [self._path(relative, what) for relative in (*whole, *heads)]
+
+        async def whole_file(relative: str, path: str) -> bytes:
+            name = self.describe(relative)
+            bound, seen = self._whole_bound(path, name, WHOLE_FILE_LIMIT)
+            started = time.perf_counter()
+            data = await call_with_retries_async(
+                partial(http_whole, fs, path, bound, home=self.home), name, self.retry, on_retry=self.retried
+            )
+            return self._whole_checked(name, data, bound, seen, started)
+
+        async def head(relative: str, path: str) -> FileVersion:
+            version = await call_with_retries_async(
+                partial(http_head, fs, path, home=self.home),
+                f"{self.describe(relative)} (size)",
+                self.retry,
+                on_retry=self.retried,
+            )
+            self._process.get().versions.setdefault(path, version)  # as `stat` keeps it
+            return version
+
+        async def every() -> list[Any]:
+            files = [whole_file(r, p) for r, p in zip(whole, paths)]
+            versions = [head(r, p) for r, p in zip(heads, paths[len(whole) :])]
+            return await asyncio.gather(*files, *versions, return_exceptions=True)
+
+        answers = fsspec.asyn.sync(fs.loop, every)
+        probed = Probed({}, {}, {})
+        for index, (relative, answer) in enumerate(zip((*whole, *heads), answers)):
+            if isinstance(answer, FileNotFoundError):
+                probed.missing[relative] = answer
+            elif isinstance(answer, BaseException):
+                raise answer
+            elif index < len(whole):
+                probed.whole[relative] = answer
+            else:
+                probed.versions[relative] = answer
+        return probed
 
     def glob(self, pattern: str) -> list[str]:
         """Relative paths matching a glob under the root (filesystems that can list)."""

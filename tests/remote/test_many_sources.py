@@ -88,7 +88,7 @@ def test_http_sources_open_concurrently_then_from_the_node_cache(served, node_ca
         assert all(counts == first for counts in per_source.values()), "requests differ between equal sources"
         assert all(name.startswith("meta/") for name in first), f"construction read data or video: {first}"
         assert sum(first.values()) <= 8, first
-        # One source's requests are made one after another: only opening sources concurrently overlaps them.
+        # More than one source's requests (5 at most, asked at once) in flight: sources open concurrently.
         assert server.load.most >= 8, f"at most {server.load.most} requests in flight: sources opened one by one"
         # One HTTP client, block cache and read-ahead per process for all sources: connections, threads and fetched
         # bytes do not grow with the sources.
