@@ -119,7 +119,7 @@ class PickReadAhead:
                     )
                 for pick, entry in zip(taken, entries):
                     if entry is not None:
-                        self._ask(entry, pick[2])
+                        self._ask(entry, pick[2], starting=handed_out == 0)
                 window.extend(taken)
             if not window:
                 return
@@ -156,7 +156,9 @@ class PickReadAhead:
             self._live_cameras += len(entry.frames)
         return entry
 
-    def _ask(self, entry: _Piece, position: int) -> None:
+    def _ask(self, entry: _Piece, position: int, *, starting: bool) -> None:
+        """Ask for the bytes of the pick at `position` of the piece and the piece's chunk ahead of it (module
+        doc); `starting`: the pass's first round, whose samples' bytes alone come first (see below)."""
         if entry.located is None:  # the piece's first pick: every sample's spans at once (its index is read)
             video, fps = entry.reader.video_ahead, entry.reader.meta.fps
             entry.located = {}
@@ -183,7 +185,10 @@ class PickReadAhead:
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
                 continue
             if end > after:  # this sample's own bytes first, with the chunk when it adds little to the round trip
-                begin, stop = max(start, after), (min(last, end + chunk) if chunk <= REQUEST_BYTES else end)
+                # ... except at the start of a pass: the first round asks for every live piece's chunk at once
+                # (tens of MB), and the first batch would wait for all of them rather than for its own bytes.
+                glued = chunk <= REQUEST_BYTES and not starting
+                begin, stop = max(start, after), (min(last, end + chunk) if glued else end)
                 reader.fetch_ahead(begin, stop, need="soon", request_bytes=stop - begin if stop > end else None)
                 after = stop
             if after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests

@@ -27,6 +27,7 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.read_ahead import Need, ReadAhead
 from robostream.storage.store import RangedReader
 from robostream.video.packet_index import (
+    AVIO_BYTES,
     PacketIndex,
     load_packet_index,
     moov_span,
@@ -34,6 +35,7 @@ from robostream.video.packet_index import (
     save_packet_index,
 )
 
+HEAD_BYTES = 512 << 10  # the first bytes of a video file asked for with its first block (its moov, usually)
 CAMERAS_KEPT = 1 << 16  # (episode, camera) locations kept per process
 EXPECTED = (RobostreamError, OSError)  # failures the decoder's own read reports for real
 
@@ -151,9 +153,13 @@ class VideoReadAhead:
             try:
                 reader = self.meta.open(relative, what="video file")
                 assert isinstance(reader, RangedReader)  # enabled: a remote root without the disk cache
+                # The head of the file in the request that finds the moov: a faststart moov (at the start) of up to
+                # ~70k packets then costs no round trip of its own.
+                reader.fetch_ahead(0, HEAD_BYTES, need="now")
                 moov = moov_span(reader)
                 if moov is not None:  # in one request: FFmpeg would read it a chunk (a round trip) at a time
-                    reader.fetch_ahead(*moov, need="now")
+                    # and a decoder's open reads one chunk past it (the mdat's header and first packets)
+                    reader.fetch_ahead(moov[0], moov[1] + AVIO_BYTES, need="now")
                 file = _File(reader, self._index(reader))
             except EXPECTED:
                 file = _File(None, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -30,6 +30,7 @@ from robostream.format.language import check_language_column, language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
+from robostream.storage.store import RangedReader
 
 REPAIR_HINT = "the data file and meta/episodes disagree; re-convert or re-write the dataset"
 
@@ -180,9 +181,11 @@ class RowCaches:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.files = LRU()  # the file's full location -> _DataFile
+        self.opening: dict[str, Future] = {}  # files one thread is opening, waited for by the others
         self.pending = LRU()  # (dataset root, episode) -> Future of its EpisodeRows
 
 
+FOOTER_BYTES = 512 << 10  # a remote data file's tail asked for at its open: its footer in one request, usually
 PENDING_READS = 256  # episodes read ahead and not asked for yet (rows are small: KiBs per episode)
 
 
@@ -250,7 +253,32 @@ class DataRowReader:
             if found is not None:
                 found.users += 1
                 return found
+            opening = caches.opening.get(name)
+            if opening is None:  # this thread opens it; the row threads asking meanwhile wait (one HEAD, one footer)
+                opening = caches.opening[name] = Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            opening.result()  # the opener's error, if it failed
+            return self._file(relative, episode)
+        try:
+            data_file = self._open(relative, episode, name)
+            opening.set_result(None)
+        except BaseException as exc:
+            opening.set_exception(exc)
+            raise
+        finally:
+            with caches.lock:
+                del caches.opening[name]
+        return data_file
+
+    def _open(self, relative: str, episode: int, name: str) -> _DataFile:
+        """Open a data file (its footer parsed) and keep it in this process's caches, counted as in use."""
+        caches = self._caches.get()
         source = self.meta.open(relative, what=f"data file of episode {episode}")
+        if isinstance(source, RangedReader):  # pyarrow reads the footer's length, then the footer: one request
+            source.fetch_ahead(max(0, source.size() - FOOTER_BYTES), source.size(), need="now")
         try:
             parquet = pq.ParquetFile(source)
         except (OSError, pa.ArrowException) as exc:
@@ -262,21 +290,15 @@ class DataRowReader:
             raise DatasetFormatError(f"{name}: data file lacks column(s) {missing} declared in info.json")
         lo, hi = _episode_ranges(parquet, names.index("episode_index"))
         data_file = _DataFile(parquet, source, lo, hi, threading.Lock(), users=1)
-        closable: list[_DataFile] = []
         with caches.lock:
-            found = caches.files.touch(name)
-            if found is not None:  # another thread opened it meanwhile: one open copy per file
-                found.users += 1
-                closable.append(data_file)
-            else:
-                caches.files[name] = data_file
-                # The least recently used files no read is using, down to `footers` (more only while more reads
-                # than that are in progress at once; the next opening trims them).
-                idle = [key for key, kept in caches.files.items() if kept.users == 0]
-                closable.extend(caches.files.pop(key) for key in idle[: max(0, len(caches.files) - self.footers)])
+            caches.files[name] = data_file
+            # The least recently used files no read is using, down to `footers` (more only while more reads than
+            # that are in progress at once; the next opening trims them).
+            idle = [key for key, kept in caches.files.items() if kept.users == 0]
+            closable = [caches.files.pop(key) for key in idle[: max(0, len(caches.files) - self.footers)]]
         for unused in closable:
             unused.close()
-        return found or data_file
+        return data_file
 
     def _release(self, data_file: _DataFile) -> None:
         with self._caches.get().lock:
@@ -287,10 +309,11 @@ class DataRowReader:
         groups = np.flatnonzero((data_file.episode_lo <= episode) & (episode <= data_file.episode_hi)).tolist()
         if not groups:
             return None
-        if hasattr(data_file.source, "fetch_ahead"):
+        if isinstance(data_file.source, RangedReader):
             # Remote: the row groups' bytes in one merged request before pyarrow reads them column chunk by
-            # column chunk (each a round trip otherwise), outside the file's lock so other episodes' fetches overlap.
-            data_file.source.fetch_ahead(*_row_groups_span(data_file.parquet.metadata, groups), need="now")
+            # column chunk (each a round trip otherwise), and here before the file's lock: other episodes' reads
+            # go on while these bytes come, and the lock's holder never waits for a round trip.
+            data_file.source.load(*_row_groups_span(data_file.parquet.metadata, groups))
         try:
             with data_file.lock:
                 return data_file.parquet.read_row_groups(groups, columns=self.wanted, use_threads=False)

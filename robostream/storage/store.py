@@ -819,6 +819,14 @@ class RangedReader(io.RawIOBase):
         `request_bytes` (see storage/read_ahead.py)."""
         self._storage.read_ahead.fetch(self, start, end, need=need, request_bytes=request_bytes)
 
+    def load(self, start: int, end: int) -> None:
+        """Bytes [start, end) fetched into the block cache (those missing in merged requests) and waited for: a
+        reader that then reads them under a lock (pyarrow's file, one per process) holds it for no round trip."""
+        end = min(end, self._size)
+        self.fetch_ahead(start, end, need="now")
+        for index in range(start // self._block_size, -(-end // self._block_size)):
+            self._block(index)
+
     def release(self, start: int, end: int) -> None:
         """Bytes [start, end) fetched ahead will not be read by the reader that asked for them: they no longer
         count as ahead (see BlockCache.release)."""
@@ -831,7 +839,9 @@ class RangedReader(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
-        if end - self._pos > self._block_size:  # several blocks (a parquet column chunk): one merged request
+        if (end - 1) // self._block_size > self._pos // self._block_size:
+            # several blocks (a parquet footer or column chunk): those missing in one request, not one round trip
+            # after another
             self.fetch_ahead(self._pos, end, need="now")
         # Slices of memoryviews, joined once: a decoder's 64 KiB reads straddle two blocks, copied once, not twice.
         parts = []
