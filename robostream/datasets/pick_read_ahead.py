@@ -5,8 +5,8 @@ known: the frames of the pick's sample (its windows included) per camera, locate
 index (datasets/video_read_ahead.py). Picks are taken from the plan ahead of the consumer and their spans handed to
 the storage's read-ahead in pick order, until the bytes asked for ahead reach the depth Little's law gives (the
 rate the decoders take fetched bytes x a request's time, storage/read_ahead.py): the next samples' frames of every
-live piece come first, the rest of each piece behind them, and the first batch costs about one round trip (its
-round asks for its samples' bytes alone).
+live piece come first, the rest of each piece behind them, and the first batch costs about one round trip (in
+the pass's first round, every piece's chunk waits behind every sample's bytes).
 
 A piece is read forward, so a pick asks only for the bytes past what its piece asked for already: its own sample's
 bytes, then the rest of the piece a chunk ahead of it, about half a chunk per request, so that a piece costs a few
@@ -159,7 +159,7 @@ class PickReadAhead:
 
     def _ask(self, entry: _Piece, position: int, *, starting: bool) -> None:
         """Ask for the bytes of the pick at `position` of the piece and the piece's chunk ahead of it (module
-        doc); `starting`: the pick is in the pass's first round, which asks for no chunk (see below)."""
+        doc); `starting`: the pick is in the pass's first round, whose chunks come behind its samples' bytes."""
         if entry.located is None:  # the piece's first pick: every sample's spans at once (its index is read)
             video, fps = entry.reader.video_ahead, entry.reader.meta.fps
             entry.located = {}
@@ -185,16 +185,14 @@ class PickReadAhead:
             if end <= after and (after >= last or after - end >= chunk // 2):
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
                 continue
-            # The pass's first round asks for its samples' bytes alone: every live piece's chunk asked for at once
-            # (tens of MB) would share the store, the connections and the client's CPU with the first batch's bytes
-            # and decoding. Each piece's next pick asks for its chunk.
-            chunked = not starting
             if end > after:  # this sample's own bytes first, with the chunk when it adds little to the round trip
-                glued = chunked and chunk <= REQUEST_BYTES
+                # ... except in the pass's first round: its samples' bytes alone come first ("soon"), the live
+                # pieces' chunks (tens of MB at once) behind them ("later"), or the first batch waits for them all.
+                glued = chunk <= REQUEST_BYTES and not starting
                 begin, stop = max(start, after), (min(last, end + chunk) if glued else end)
                 reader.fetch_ahead(begin, stop, need="soon", request_bytes=stop - begin if stop > end else None)
                 after = stop
-            if chunked and after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests
+            if after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests
                 ahead = min(last, end + chunk)
                 reader.fetch_ahead(after, ahead, need="later", request_bytes=chunk)
                 after = ahead
