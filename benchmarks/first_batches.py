@@ -1,0 +1,77 @@
+"""The start of a streaming pass: seconds from `iter()` to the 1st, 10th and 80th batch, local or from a slow store.
+
+Each run is a fresh process (imports done, dataset constructed before the clock, as a training job's pass starts)
+with a `StreamingDataLoader` of 2 workers and batch 32; the store (robostream/testing/slow_store.py: first-byte
+latency, 100 Mbit/s per connection) runs in a process of its own. Run from the repository root, alternating trees
+to compare them (PYTHONPATH=<worktree>):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --latency_ms 50
+    PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --local
+
+Prints one JSON line per run (from a store: also the CPU seconds it spent and the MB it served by the 80th batch,
+on this machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+MARKS = (1, 10, 80)  # the batches whose arrival is reported
+
+
+def _serve(folder: str, latency_s: float, conn: Connection) -> None:
+    from robostream.testing.slow_store import RangeHTTPServer
+
+    with RangeHTTPServer(folder, latency_s=latency_s, bandwidth=100e6 / 8) as store:
+        store.hash_files()  # no first request waits for a whole file's hash
+        conn.send(store.url)
+        while conn.recv() == "summary":  # until told to stop
+            conn.send(store.summary(1.0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--latency_ms", type=float, default=50.0)
+    parser.add_argument("--local", action="store_true", help="read the folder directly (no store)")
+    args = parser.parse_args()
+
+    from robostream import StreamingLeRobotDataset
+    from robostream.datasets.loader import StreamingDataLoader
+
+    root = str(args.root.resolve())
+    store, conn = None, None
+    if not args.local:
+        conn, child = mp.get_context("spawn").Pipe()
+        store = mp.get_context("spawn").Process(
+            target=_serve, args=(str(args.root.resolve().parent), args.latency_ms / 1e3, child)
+        )
+        store.start()
+        root = f"{conn.recv()}/{args.root.name}"
+    try:
+        dataset = StreamingLeRobotDataset(root=root)
+        started = time.perf_counter()
+        batches = iter(StreamingDataLoader(dataset, batch_size=32, num_workers=2))
+        arrivals = {}
+        for count in range(1, MARKS[-1] + 1):
+            next(batches)
+            if count in MARKS:
+                arrivals[f"batch_{count}_s"] = round(time.perf_counter() - started, 3)
+        if conn is not None:  # the store's CPU shares this machine's cores with the reader
+            conn.send("summary")
+            served = conn.recv()
+            arrivals.update(store_cpu_s=round(served["cpu_s"], 2), store_mb=round(served["bytes"] / 1e6, 1))
+        print(json.dumps({"where": "local" if args.local else f"store {args.latency_ms:g} ms", **arrivals}))
+    finally:
+        if store is not None and conn is not None:
+            conn.send("stop")
+            store.join(10)
+
+
+if __name__ == "__main__":
+    main()
