@@ -9,14 +9,16 @@ are copies of it made of hard links. The store (robostream/testing/: slow_store.
 hub_store.py the Hub emulator, sources pinned to its commit) serves FOLDER's parent with --latency_ms first-byte
 latency, in a process of its own (`--store_in_process`: in this one, as before 2026-11-27, its threads then share
 the reader's interpreter lock and CPU figure); `--api local` reads the folders directly (no store). Per run it
-prints one JSON line: construction seconds, this process's CPU seconds, and for a store the requests it served, the
-most in flight and its CPU seconds (it shares the machine with the reader).
+prints one JSON line: construction seconds, this process's CPU seconds, the seconds in the cyclic garbage collector
+and how many of its passes were full ones (~0.2 s each, every few constructions), and for a store the requests it
+served, the most in flight and its CPU seconds (it shares the machine with the reader).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import multiprocessing
 import os
@@ -46,16 +48,45 @@ def _sources(folder: Path, count: int) -> list[Path]:
     return roots
 
 
-def _construct(urls: list[str], options: dict, store, label: str, api: str) -> None:
+class _Collections:
+    """The cyclic garbage collector's passes while counting: how many were full (generation 2) and their seconds.
+    A full pass walks every object of the process (torch's, sympy's, ...: ~0.2 s here) and comes every few
+    constructions, whichever it lands in: the figure to set aside when comparing runs."""
+
+    def __init__(self) -> None:
+        self.full, self.seconds, self._started = 0, 0.0, 0.0
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._started
+        self.full += info["generation"] == 2
+
+    def reset(self) -> None:
+        self.full, self.seconds = 0, 0.0
+
+
+def _construct(urls: list[str], options: dict, store, label: str, api: str, collections: _Collections) -> None:
     """`store` None: local folders (no store to count)."""
     if store is not None:
         store.reset_stats()
+    collections.reset()
     started, cpu = time.perf_counter(), time.process_time()
     StreamingLeRobotDataset(
         mixture=Mixture(sources=[Source(root=url) for url in urls]), read_options=ReadOptions(**options)
     )
     took, cpu = time.perf_counter() - started, time.process_time() - cpu
-    line = {"api": api, "sources": len(urls), "run": label, "construction_s": round(took, 2), "cpu_s": round(cpu, 2)}
+    line = {
+        "api": api,
+        "sources": len(urls),
+        "run": label,
+        "construction_s": round(took, 2),
+        "cpu_s": round(cpu, 2),
+        "gc_s": round(collections.seconds, 2),
+        "gc_full": collections.full,
+    }
     if store is not None:
         summary = store.summary(took)
         line |= {
@@ -160,9 +191,10 @@ def main() -> None:
     # The first run in a given node cache: "first" (a new process; its snapshots current when the folder was used).
     labels = ["first" if args.node_cache else "cold", *(f"warm-{i}" for i in range(1, args.warm_runs + 1))]
     latency = args.latency_ms / 1000
+    collections = _Collections()
     if args.api == "local":
         for label in labels:
-            _construct([str(root) for root in roots], {}, None, label, args.api)
+            _construct([str(root) for root in roots], {}, None, label, args.api, collections)
         return
     repos = {f"local/{root.name}": root for root in roots}
     with _store(args.api, folder.parent, latency, repos, args.store_in_process) as (store, where):
@@ -177,7 +209,7 @@ def main() -> None:
                 urls = [f"s3://{folder.name}/{root.name}" for root in roots]
                 options = {"storage_options": where["storage_options"]}
             for label in labels:
-                _construct(urls, options, store, label, args.api)
+                _construct(urls, options, store, label, args.api, collections)
 
 
 if __name__ == "__main__":
