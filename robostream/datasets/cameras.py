@@ -33,10 +33,12 @@ from robostream.format.episodes import EpisodeTable
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.metadata import DatasetMetadata
 from robostream.storage.cache import described
-from robostream.video.decoder import Plane, VideoDecoder, default_backend, open_video_decoder
+from robostream.storage.store import RangedReader
+from robostream.video.decoder import Plane, TorchCodecVideoDecoder, VideoDecoder, default_backend, open_video_decoder
 from robostream.video.layout import frames_chw, gather_chw
 from robostream.video.lookup import decode_unique
 from robostream.video.options import GpuFallback
+from robostream.video.packet_frames import PacketFrames
 
 Times = Sequence[float] | np.ndarray  # episode-relative seconds
 Request = tuple[int, Mapping[str, Times]]  # (episode, timestamps by camera)
@@ -49,11 +51,14 @@ class CameraReader:
     """Frames of an episode's cameras at episode-relative timestamps, as uint8 (T, C, H, W) tensors (depth cameras:
     float32 (T, 1, H, W) depths in `meta.depth_unit`)."""
 
-    def __init__(self, meta: DatasetMetadata, reading: Reading) -> None:
+    def __init__(self, meta: DatasetMetadata, reading: Reading, *, packets: bool = False) -> None:
         """
         Args:
             meta: the dataset's (or the mixture source's) metadata.
             reading: the dataset's reading: tolerance, backend and device; decoders, decode threads and frame pool.
+            packets: decode the RGB cameras' frames by index from their own packets' bytes, fetched exactly
+                (video/packet_frames.py: random frames of a remote file on the CPU with torchcodec; the caller
+                fetches the packets ahead, VideoReadAhead.fetch_packets).
         """
         self.meta = meta
         self.tolerance_s = reading.settings.tolerance_s
@@ -64,6 +69,7 @@ class CameraReader:
         # What each camera's files hold, as info.json says (lerobot records it): a GPU that cannot decode it is
         # known before any open (video/nvdec.py); None: the open finds out.
         self.codecs = {k: (meta.info.features[k].get("info") or {}).get("video.codec") for k in meta.video_keys}
+        self.packets = packets and self.backend == "torchcodec" and self.device == "cpu"
         self._counters = reading.counters
         # Each use brings its opener (`_decoder`), which must not refer back to this reader: a reference cycle would
         # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
@@ -98,6 +104,7 @@ class CameraReader:
         (see VideoDecoderCache.use; the cache is the dataset's, shared by its sources: files are named by their full
         location)."""
         device = "cpu" if key in self.meta.depth_codings else self.device
+        packets = self.packets and key not in self.meta.depth_codings
         opener = partial(
             open_camera_file,
             self.meta,
@@ -108,13 +115,15 @@ class CameraReader:
             episode_index,
             codec=self.codecs[key],
             gpu_fallback=self.gpu_fallback,
+            packets=packets,
         )
         location = self._locations.get(relative)
         if location is None:  # worked out once per file: a path join per decoder call otherwise
             if len(self._locations) >= LOCATIONS_KEPT:
                 self._locations.clear()  # bounded: a dataset of one file per episode has 100k+ files
             location = self._locations[relative] = self.meta.describe(relative)
-        return self.cache.use(location, self.backend, device, opener=opener)
+        # A file's packet-fed decoder is not its plain one (another dataset of the process may read it plainly).
+        return self.cache.use(location, f"{self.backend}+packets" if packets else self.backend, device, opener=opener)
 
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or
@@ -255,16 +264,27 @@ def open_dataset_video(
     plane: Plane = "rgb",
     codec: str | None = None,
     gpu_fallback: GpuFallback = "cpu",
+    packets: bool = False,
 ) -> VideoDecoder:
     """Open a video file of the dataset (local path, or ranged remote reads) as a decoder of `plane` (a depth
     camera's: "gray12"), checked against info.json's frame rate; on a GPU, `codec` and `gpu_fallback` as
-    `open_video_decoder` takes them."""
+    `open_video_decoder` takes them; `packets`: a remote file's frames by index decoded from their own packets
+    (video/packet_frames.py) when torchcodec opened it and its packet index was read."""
     source = meta.open(relative, what="video file")
     name = described(meta.describe(relative), source)
-    decoder = open_video_decoder(
+    decoder: VideoDecoder = open_video_decoder(
         source, backend, device, name=name, plane=plane, codec=codec, gpu_fallback=gpu_fallback
     )
     check_frame_rate(decoder, meta.fps)
+    if (
+        packets
+        and isinstance(source, RangedReader)
+        and isinstance(decoder, TorchCodecVideoDecoder)
+        and decoder.packet_index is not None
+    ):
+        reader = meta.open(relative, what="video file")
+        assert isinstance(reader, RangedReader)  # the same root, without a disk cache
+        decoder = PacketFrames(decoder, packets=reader, index=decoder.packet_index)
     return decoder
 
 
@@ -278,12 +298,15 @@ def open_camera_file(
     *,
     codec: str | None = None,
     gpu_fallback: GpuFallback = "cpu",
+    packets: bool = False,
 ) -> VideoDecoder:
     """Open camera `key`'s video file `relative`, the one holding `episode_index` (`open_dataset_video`), and check
     the spans of the episodes in it against its stream (`check_spans_in_stream`). A camera the GPU cannot decode
     warns once per process (the warning names the camera and why)."""
     plane: Plane = "gray12" if key in meta.depth_codings else "rgb"
-    decoder = open_dataset_video(meta, relative, backend, device, plane=plane, codec=codec, gpu_fallback=gpu_fallback)
+    decoder = open_dataset_video(
+        meta, relative, backend, device, plane=plane, codec=codec, gpu_fallback=gpu_fallback, packets=packets
+    )
     if decoder.fallback:
         # Not the file in the text: Python shows a warning once per text, so once per camera and process.
         warnings.warn(f"camera {key!r} is decoded on the CPU: {decoder.fallback}", RuntimeWarning, stacklevel=2)

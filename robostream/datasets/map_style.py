@@ -32,6 +32,7 @@ from robostream.format.depth import DEFAULT_DEPTH_UNIT, DepthUnit
 from robostream.plan.windows import delta_offsets
 from robostream.process_local import ProcessLocal
 from robostream.storage.options import ReadOptions
+from robostream.storage.read_ahead import Need
 from robostream.video.options import DecodeOptions
 
 
@@ -103,10 +104,12 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self.rows = DataColumns(self.meta, self.meta.derived)
         # Random access: every camera's current file stays open, plus room for the next file of each.
         self.reading = Reading(settings, decoders_kept=decoding.decoders_kept or max(4, 2 * len(self.meta.video_keys)))
-        self.cameras = CameraReader(self.meta, self.reading)
+        self.video_ahead = VideoReadAhead(self.meta, enabled=True, reading=self.reading)
+        # Random frames of a remote file: each decoded from its own packets, fetched exactly (a few KB, not 64 KiB
+        # reads: video/packet_frames.py).
+        self.cameras = CameraReader(self.meta, self.reading, packets=self.video_ahead.enabled)
         self.assembler = SampleAssembler(self.meta, self.delta_offsets, return_uint8, image_transforms)
         self.reading.add_storage(self.meta.data_storage)
-        self.video_ahead = VideoReadAhead(self.meta, enabled=True, reading=self.reading)
         self._ahead = ProcessLocal(_AskedAhead)
 
     # -- lerobot-compatible accessors --------------------------------------------------------------------------
@@ -174,7 +177,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             k: self.assembler.timestamps(rows, frames)
             for k, frames in self.assembler.video_frames(frame, windows[0]).items()
         }
-        self.video_ahead.fetch(episode, wanted, need="now")  # remote: every camera's bytes at once
+        self._fetch_video(episode, wanted, need="now")  # remote: every camera's bytes at once
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         assembling = time.perf_counter_ns()
         sample = self.assembler.assemble(rows, frame, video, windows)
@@ -208,15 +211,11 @@ class LeRobotDataset(torch.utils.data.Dataset):
                 ]
             )
             for episode, wanted in requests:
-                self.video_ahead.fetch(episode, wanted, need="now")
+                self._fetch_video(episode, wanted, need="now")
             for key, batch in upcoming:
                 asked.ask(
                     key,
-                    [
-                        span
-                        for episode, wanted in batch
-                        for span in self.video_ahead.fetch(episode, wanted, need="soon")
-                    ],
+                    [span for episode, wanted in batch for span in self._fetch_video(episode, wanted, need="soon")],
                 )
         decoded = (
             self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys else [{} for _ in requests]
@@ -231,6 +230,15 @@ class LeRobotDataset(torch.utils.data.Dataset):
         frames = sum(len(times) for _, wanted in requests for times in wanted.values())
         self._produced(started, assembling, frames=frames)
         return samples
+
+    def _fetch_video(self, episode: int, wanted: dict[str, Any], *, need: Need) -> list[tuple[Any, int, int]]:
+        """Fetch the video bytes of an episode's frames at these times, per camera: exactly their packets for the
+        cameras decoded from packets, else the spans their decoders read (those returned, for release)."""
+        if not self.cameras.packets:
+            return self.video_ahead.fetch(episode, wanted, need=need)
+        depth = self.meta.depth_codings
+        self.video_ahead.fetch_packets(episode, {k: t for k, t in wanted.items() if k not in depth})
+        return self.video_ahead.fetch(episode, {k: t for k, t in wanted.items() if k in depth}, need=need)
 
     def _produced(self, started: int, assembling: int, *, frames: int) -> None:
         """A sample or a batch is out (asked for at `started`, assembled since `assembling`, `frames` camera frames

@@ -77,6 +77,17 @@ class VideoReadAhead:
         """The storage's read-ahead these spans are handed to (shared by the storages that share their blocks)."""
         return self.meta.data_storage.read_ahead
 
+    def fetch_packets(self, episode: int, times_by_key: Mapping[str, np.ndarray]) -> None:
+        """Fetch, per camera, exactly the packets that decoding the frames at these episode times needs, each
+        frame's on its own (video/packet_frames.py decodes them; storage/exact_ranges.py holds them)."""
+        for key, times in times_by_key.items():
+            if not len(times) or not self.enabled:
+                continue
+            spans = self.spans(episode, key, np.asarray(times), np.asarray(times), exact=True)
+            if spans is not None:
+                reader, starts, ends = spans
+                reader.fetch_exact(zip(starts.tolist(), ends.tolist()))
+
     def fetch(
         self, episode: int, times_by_key: Mapping[str, np.ndarray], *, need: Need
     ) -> list[tuple[RangedReader, int, int]]:
@@ -96,10 +107,11 @@ class VideoReadAhead:
         return asked
 
     def spans(
-        self, episode: int, key: str, first_s: np.ndarray, last_s: np.ndarray
+        self, episode: int, key: str, first_s: np.ndarray, last_s: np.ndarray, *, exact: bool = False
     ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
         """The reader of camera `key`'s file of `episode` and, for each i, the bytes [start, end) that decoding
-        its frames from episode time `first_s[i]` to `last_s[i]` reads; None when nothing is known of the file."""
+        its frames from episode time `first_s[i]` to `last_s[i]` reads through a file object (`exact`: the
+        packets alone, as video/packet_frames.py reads them); None when nothing is known of the file."""
         state = self._state.get()
         camera = state.cameras.get((episode, key))
         if camera is None:  # where the episode's camera lies: asked per sample on the map-style path
@@ -117,7 +129,8 @@ class VideoReadAhead:
             self._stages.get().wait("index", time.perf_counter_ns() - started, threads=1)
         if file.index is None or file.reader is None:
             return None
-        starts, ends = file.index.byte_spans(from_s + first_s, from_s + last_s)
+        located = file.index.packet_bytes if exact else file.index.byte_spans
+        starts, ends = located(from_s + first_s, from_s + last_s)
         return file.reader, starts, ends
 
     def prepare(self, cameras: Sequence[tuple[int, str]]) -> None:
@@ -143,7 +156,7 @@ class VideoReadAhead:
 
         if self.meta.derived is None or not reader.version.token:
             return read_packet_index(reader)
-        return self.meta.derived.open(f"{reader.key}|packet-index-v3", build, load_packet_index)
+        return self.meta.derived.open(f"{reader.key}|packet-index-v4", build, load_packet_index)
 
     def _file(self, relative: str) -> _File:
         state = self._state.get()

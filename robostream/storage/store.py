@@ -23,7 +23,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ from robostream.errors import ChecksumMismatchError, FileChangedError, MissingFi
 from robostream.process_local import ProcessLocal
 from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import CachedPath, Writable
+from robostream.storage.exact_ranges import ExactRanges
 from robostream.storage.http import Answer, BodyLimit, Home, http_get, http_head, http_range, http_stat, http_whole
 from robostream.storage.hub_ranges import HubRanges
 from robostream.storage.integrity import (
@@ -253,6 +254,7 @@ class _Reading:
         self.fs: fsspec.AbstractFileSystem | None = None
         self.blocks = BlockCache(block_budget)
         self.read_ahead = ReadAhead(self.blocks, max_in_flight=max_in_flight)
+        self.exact_ranges = ExactRanges(budget_bytes=block_budget // 4, threads=max_in_flight)
         self.hub_ranges: HubRanges | None = None
         self.object_ranges: ObjectRanges | None = None
 
@@ -393,6 +395,11 @@ class Storage:
     @property
     def blocks(self) -> BlockCache:
         return self._reading.get().blocks
+
+    @property
+    def exact_ranges(self) -> ExactRanges:
+        """This process's exact byte ranges fetched ahead (storage/exact_ranges.py), shared as the blocks are."""
+        return self._reading.get().exact_ranges
 
     @property
     def counter(self) -> ByteCounter:
@@ -818,6 +825,14 @@ class RangedReader(io.RawIOBase):
         """Fetch bytes [start, end) into the block cache in the background, in requests of at most
         `request_bytes` (see storage/read_ahead.py)."""
         self._storage.read_ahead.fetch(self, start, end, need=need, request_bytes=request_bytes)
+
+    def fetch_exact(self, spans: Iterable[tuple[int, int]]) -> None:
+        """Fetch these byte spans exactly (not in blocks), in the background (storage/exact_ranges.py)."""
+        self._storage.exact_ranges.fetch(self, spans)
+
+    def take_exact(self, start: int, end: int) -> bytes:
+        """Bytes [start, end): from spans fetched with `fetch_exact`, else fetched now."""
+        return self._storage.exact_ranges.take(self, start, end)
 
     def load(self, start: int, end: int) -> None:
         """Bytes [start, end) fetched into the block cache (those missing in merged requests) and waited for: a

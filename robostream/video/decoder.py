@@ -181,7 +181,8 @@ class TorchCodecVideoDecoder:
         self.fallback = fallback
         self._source = source  # keeps a file object (or a cache pin) alive as long as the decoder
         path = self.path
-        options = _seek_options(source)
+        self.packet_index = _packet_index(source)  # from the moov (remote: the bytes FFmpeg reads anyway)
+        options = _seek_options(self.packet_index)
         self.seek_mode: str = options.get("seek_mode", "custom_frame_mappings")  # how frames are found (diagnostics)
         self._calls = functools.partial(_gpu_call, self.device) if self.device != "cpu" else contextlib.nullcontext
         try:
@@ -203,7 +204,8 @@ class TorchCodecVideoDecoder:
             )
         self.num_frames = int(meta.num_frames)
         self.fps = float(meta.average_fps)
-        self.end_s = float(meta.end_stream_seconds or (meta.begin_stream_seconds or 0.0) + self.num_frames / self.fps)
+        self.begin_s = float(meta.begin_stream_seconds or 0.0)  # the first frame's pts
+        self.end_s = float(meta.end_stream_seconds or self.begin_s + self.num_frames / self.fps)
         self.height, self.width = int(meta.height), int(meta.width)
         self.codec: str | None = meta.codec
         self.calls = self.seeks = 0
@@ -253,10 +255,9 @@ class _SeekOptions(TypedDict, total=False):
     custom_frame_mappings: str
 
 
-def _seek_options(source: str | BinaryIO) -> _SeekOptions:
-    """torchcodec's seek options for a file: approximate, unless its keyframes have leading frames (see
-    TorchCodecVideoDecoder)."""
-    index = _packet_index(source)
+def _seek_options(index: PacketIndex | None) -> _SeekOptions:
+    """torchcodec's seek options for a file (its packet index): approximate, unless its keyframes have leading
+    frames (see TorchCodecVideoDecoder)."""
     if index is None or not index.has_leading_frames:
         return {"seek_mode": "approximate"}
     return {"custom_frame_mappings": frame_mappings(index)}

@@ -41,6 +41,7 @@ class PacketIndex:
     time base for the stream), as FFmpeg's mov demuxer hands them to decoders."""
 
     pos: np.ndarray  # int64 byte offset of each packet
+    size: np.ndarray  # int64 bytes of each packet
     reach: np.ndarray  # int64: the furthest byte offset just past any of packets 0..i
     dts: np.ndarray  # int64 decode time of each packet
     pts: np.ndarray  # int64 presentation time of each packet (its decode time plus its ctts composition offset)
@@ -76,18 +77,30 @@ class PacketIndex:
         order = np.argsort(self.pts[self.keyframes], kind="stable")
         return self.pts[self.keyframes[order]] / self.timescale, self.keyframes[order]
 
-    def byte_spans(self, first_s: np.ndarray, last_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes [start, end) a decoder reads to produce the frames shown from `first_s[i]` to `last_s[i]` (file
-        times), for each i: from the last keyframe shown at or before `first_s` (by presentation time: in an open
-        GOP the keyframe decoded just before a frame may be shown after it) through the last packet any of those
-        frames is in (plus a few the decoder reads before it outputs them), and FFmpeg's chunked reads around them."""
+    def packets(self, first_s: np.ndarray, last_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The packets (decode order) that produce the frames shown from `first_s[i]` to `last_s[i]` (file times),
+        for each i, [first, last]: from the last keyframe shown at or before `first_s` (by presentation time: in an
+        open GOP the keyframe decoded just before a frame may be shown after it) through the last packet any of
+        those frames is in (`last` < `first` only for a file whose frames are shown before their keyframe)."""
         half = 0.5 * self.frame_s
         key_shown, key_pos = self.keyframes_shown
         key = np.searchsorted(key_shown, np.asarray(first_s) + half, side="right") - 1
         first = np.where(key >= 0, key_pos[np.maximum(key, 0)], 0) if len(key_pos) else np.zeros(len(key), np.int64)
         shown, decoded_by = self._shown
         upto = np.searchsorted(shown, np.asarray(last_s) + half, side="right") - 1
-        last = np.minimum(decoded_by[np.maximum(upto, 0)] + 1 + REORDER_FRAMES, len(self.pos))
+        return first, decoded_by[np.maximum(upto, 0)]
+
+    def packet_bytes(self, first_s: np.ndarray, last_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes [start, end) of the packets `packets` names: what a decoder fed those packets alone reads."""
+        first, last = self.packets(first_s, last_s)
+        return self.pos[first], self.reach[np.maximum(last, first)]
+
+    def byte_spans(self, first_s: np.ndarray, last_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes [start, end) FFmpeg reads through a file object to produce the frames shown from `first_s[i]` to
+        `last_s[i]`: the packets `packets` names (plus a few the decoder reads before it outputs them), and its
+        chunked reads around them."""
+        first, last = self.packets(first_s, last_s)
+        last = np.minimum(last + 1 + REORDER_FRAMES, len(self.pos))
         last = np.maximum(last, np.minimum(first + 1, len(self.pos)))
         furthest = self.reach[last - 1]  # packets before `first` end before it (file order): no overreach
         # FFmpeg reads in chunks of AVIO_BYTES, from the keyframe's offset or, after a short forward seek, on from
@@ -214,6 +227,7 @@ def _track_index(moov: bytes, trak: tuple[int, int], mdia: tuple[int, int], movi
     # the demuxer moves them further down when composition offsets are negative, so that none follows its pts.
     return PacketIndex(
         pos=pos,
+        size=sizes.astype(np.int64),
         reach=np.maximum.accumulate(pos + sizes),
         dts=decoded - dts_shift,
         pts=decoded + offsets,

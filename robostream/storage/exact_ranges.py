@@ -1,0 +1,147 @@
+"""Byte ranges of remote files fetched exactly as asked (not in blocks), many at once, for the decoders that take them.
+
+A map-style batch knows the packets each of its frames needs (video/packet_index.py): a few KB per camera frame,
+anywhere in the file. Fetched through the block cache they would cost at least a 64 KiB block each; here each range
+is one ranged GET of exactly its bytes (`RangedReader.fetch_range`: checked, retried, If-Match on the file's
+version), ranges that overlap or touch merged first, all of them in flight at once on this process's threads. The
+decoders then `take` the bytes they need; a range nobody asked for ahead is fetched by the taker itself (one round
+trip). Ranges are kept, oldest out first, while their bytes stay within `budget_bytes`: a batch's ranges (and those
+of the batches a look-ahead sampler names) are taken long before they go.
+
+A range whose fetch failed gives its error to every taker (the error names the file and the range).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
+
+CANDIDATES = 8  # ranges starting at or before a wanted start that are checked for covering it (asks overlap rarely)
+
+
+class RangeSource(Protocol):
+    """A remote file's version whose bytes can be fetched by range (storage/store.py's RangedReader)."""
+
+    @property
+    def key(self) -> str: ...
+
+    def fetch_range(self, start: int, end: int) -> bytes: ...
+
+
+def merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans [start, end) sorted, those that overlap or touch merged into one."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+class _File:
+    """One file version's ranges asked for, by start."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []  # sorted
+        self.ranges: dict[int, tuple[int, Future]] = {}  # start -> (end, its bytes)
+
+
+class ExactRanges:
+    """Exact byte ranges of remote files, fetched ahead concurrently and kept within a byte budget (per process)."""
+
+    def __init__(self, *, budget_bytes: int, threads: int) -> None:
+        """
+        Args:
+            budget_bytes: the most bytes of ranges kept (asked for, fetched or not); the oldest go first.
+            threads: requests under way at once at most.
+        """
+        self.budget_bytes = budget_bytes
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None  # started at the first fetch
+        self._lock = threading.Lock()
+        self._files: dict[str, _File] = {}
+        self._order: deque[tuple[str, int, int]] = deque()  # (file key, start, end) in the order asked
+        self._bytes = 0
+        self.taken_ahead = self.taken_late = 0  # takes served by a range asked ahead / fetched by the taker
+        self.bytes_asked = 0  # bytes of the ranges asked for ahead (merged)
+
+    def fetch(self, source: RangeSource, spans: Iterable[tuple[int, int]]) -> None:
+        """Fetch these spans of `source` in the background (merged; those already held are not asked again)."""
+        with self._lock:
+            file = self._files.setdefault(source.key, _File())
+            for start, end in merged(spans):
+                if self._covering(file, start, end) is not None:
+                    continue
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="robostream-exact")
+                self._hold(source.key, file, start, end, self._pool.submit(source.fetch_range, start, end))
+                self.bytes_asked += end - start
+            self._trim()
+
+    def take(self, source: RangeSource, start: int, end: int) -> bytes:
+        """Bytes [start, end) of `source`: from a range asked for ahead (waiting for it if under way), else fetched
+        now and kept."""
+        with self._lock:
+            file = self._files.get(source.key)
+            found = self._covering(file, start, end) if file is not None else None
+        if found is not None:
+            self.taken_ahead += 1
+            first, bytes_of = found
+            try:
+                return bytes_of.result()[start - first : end - first]
+            except BaseException:
+                with self._lock:  # a later take asks again (the error named the file and the range)
+                    self._forget(source.key, first)
+                raise
+        self.taken_late += 1
+        data = source.fetch_range(start, end)
+        done: Future = Future()
+        done.set_result(data)
+        with self._lock:
+            self._hold(source.key, self._files.setdefault(source.key, _File()), start, end, done)
+            self._trim()
+        return data
+
+    def _covering(self, file: _File, start: int, end: int) -> tuple[int, Future] | None:
+        """A held range holding [start, end) (lock held)."""
+        at = bisect.bisect_right(file.starts, start)
+        for first in reversed(file.starts[max(0, at - CANDIDATES) : at]):
+            last, bytes_of = file.ranges[first]
+            if end <= last:
+                return first, bytes_of
+        return None
+
+    def _hold(self, key: str, file: _File, start: int, end: int, bytes_of: Future) -> None:
+        """Keep a range (lock held); one already held at the same start is replaced."""
+        if start in file.ranges:
+            self._bytes -= file.ranges[start][0] - start
+        else:
+            bisect.insort(file.starts, start)
+        file.ranges[start] = (end, bytes_of)
+        self._order.append((key, start, end))
+        self._bytes += end - start
+
+    def _forget(self, key: str, start: int) -> None:
+        """Drop the range held at `start` (lock held)."""
+        file = self._files.get(key)
+        if file is not None and start in file.ranges:
+            self._bytes -= file.ranges.pop(start)[0] - start
+            file.starts.remove(start)
+
+    def _trim(self) -> None:
+        """Drop the oldest ranges until within budget (lock held)."""
+        while self._bytes > self.budget_bytes and self._order:
+            key, start, end = self._order.popleft()
+            file = self._files.get(key)
+            if file is None or file.ranges.get(start, (None,))[0] != end:
+                continue  # replaced since
+            del file.ranges[start]
+            file.starts.remove(start)
+            self._bytes -= end - start
+            if not file.ranges:
+                del self._files[key]

@@ -1,0 +1,153 @@
+"""Frames decoded from their own packets' bytes: a remote random frame costs its packets, not 64 KiB reads.
+
+torchcodec reads a file object through FFmpeg's 64 KiB buffer, filled whole whatever the frame needs, so a random
+frame of a 128x128 camera (2-5 KB of packets from its keyframe) costs 64+ KiB fetched (BENCHMARKS.md, ninth
+session). The packet index (video/packet_index.py) knows every packet's offset, size and times: here a PyAV codec
+context, made once per file from its stream's parameters, is fed exactly the packets from a frame's keyframe to the
+last one it is in, cut from bytes fetched exactly (storage/exact_ranges.py), and flushed between runs; its frames
+are converted to RGB as torchcodec converts them (the same FFmpeg conversion: bit-identical,
+benchmarks/packet_decode.py and tests/video/test_packet_frames.py).
+
+The file stays open in torchcodec too: its header gives the frame rate, size and stream end the datasets check, and
+it decodes what this path does not serve: files whose frames are off the fps grid (found by time instead) or shown
+before their keyframe (HEVC open GOP), and any frame this path could not produce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import av
+import numpy as np
+import torch
+
+from robostream.errors import VideoDecodeError
+from robostream.video.decoder import TorchCodecVideoDecoder, count_jumps
+from robostream.video.packet_index import PacketIndex
+
+
+class PacketSource(Protocol):
+    """A remote file's version (storage/store.py's RangedReader): readable by PyAV, and its exact byte spans."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def take_exact(self, start: int, end: int) -> bytes: ...
+
+
+def on_fps_grid(index: PacketIndex, *, begin_s: float, fps: float, num_frames: int) -> bool:
+    """Whether frame i (presentation order) is shown at begin_s + i / fps, give or take a quarter frame, for every i:
+    then torchcodec's frame i (approximate seek mode) is the index's i-th frame."""
+    shown = np.sort(index.pts) / index.timescale
+    if len(shown) != num_frames or fps <= 0:
+        return False
+    return bool(np.all(np.abs(shown - (begin_s + np.arange(num_frames) / fps)) < 0.25 / fps))
+
+
+class PacketFrames:
+    """A torchcodec decoder of a remote file whose frames by index are decoded from their own packets."""
+
+    def __init__(self, decoder: TorchCodecVideoDecoder, *, packets: PacketSource, index: PacketIndex) -> None:
+        """
+        Args:
+            decoder: torchcodec's decoder of the file (its header, and the frames this path does not serve).
+            packets: a reader of the same file version, its own (FFmpeg keeps the decoder's reader's position):
+                the packets' bytes are taken through it (`RangedReader.take_exact`), and PyAV reads the stream's
+                parameters from it here.
+            index: the file's packet index.
+        """
+        self._decoder, self._packets, self._index = decoder, packets, index
+        self.path, self.device, self.fallback = decoder.path, decoder.device, decoder.fallback
+        self.fps, self.num_frames, self.end_s = decoder.fps, decoder.num_frames, decoder.end_s
+        self.height, self.width = decoder.height, decoder.width
+        self.calls = self.seeks = 0
+        self._last: int | None = None
+        self._order = np.argsort(index.pts, kind="stable")  # frame i (presentation order) -> its packet
+        self.served = not index.has_leading_frames and on_fps_grid(
+            index, begin_s=decoder.begin_s, fps=decoder.fps, num_frames=decoder.num_frames
+        )
+        self._context: Any = None
+        if self.served:
+            try:
+                with av.open(packets, "r") as container:
+                    stream = container.streams.video[0]
+                    name, extradata = stream.codec_context.name, stream.codec_context.extradata
+            except (av.FFmpegError, IndexError) as exc:
+                raise VideoDecodeError(
+                    f"{self.path}: PyAV could not read the video stream's parameters: {exc}"
+                ) from exc
+            self._context = av.CodecContext.create(name, "r")
+            self._context.extradata = extradata
+            self._context.thread_count = 1  # a frame comes out of the packet that completes it
+            packets.seek(0)
+
+    def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
+        if not self.served:
+            return self._decoder.get_frames_by_index(indices)
+        self.calls += 1
+        self.seeks += count_jumps(self._last, indices)
+        self._last = int(indices[-1])
+        targets = self._order[np.asarray(indices, dtype=np.int64)]
+        shown_s = self._index.pts[targets] / self._index.timescale
+        first, last = self._index.packets(shown_s, shown_s)
+        last = np.maximum(last, targets)
+        out = np.empty((len(targets), self.height, self.width, 3), dtype=np.uint8)
+        slot = {int(self._index.pts[t]): i for i, t in enumerate(targets)}
+        found: set[int] = set()
+        try:
+            self._decode(first, last, targets, slot, found, out)
+        finally:
+            self._context.flush_buffers()
+        return torch.from_numpy(out).permute(0, 3, 1, 2), shown_s.astype(np.float64)
+
+    def _decode(
+        self,
+        first: np.ndarray,
+        last: np.ndarray,
+        targets: np.ndarray,
+        slot: dict[int, int],
+        found: set[int],
+        out: np.ndarray,
+    ) -> None:
+        """Feed each target's packets (continuing from the packets fed before when they lead to it) and keep the
+        frames asked for as they come out."""
+        index, context = self._index, self._context
+        start = fed = -1  # the run fed since the last flush: packets start..fed
+        for j in np.lexsort((targets, first)).tolist():
+            wanted = int(index.pts[targets[j]])
+            if wanted in found:
+                continue
+            if not (0 <= start <= first[j] <= fed + 1 and fed < last[j]):
+                context.flush_buffers()
+                start, fed = int(first[j]), int(first[j]) - 1
+            stop = int(last[j]) + 1
+            base = int(index.pos[fed + 1])
+            data = self._packets.take_exact(base, int(index.reach[stop - 1]))
+            for i in range(fed + 1, stop):
+                offset = int(index.pos[i]) - base
+                packet = av.Packet(data[offset : offset + int(index.size[i])])
+                packet.pts, packet.dts = int(index.pts[i]), int(index.dts[i])
+                self._keep(context.decode(packet), slot, found, out)
+            fed = stop - 1
+            if wanted not in found:  # a decoder holding frames back: drain it (the next run starts afresh)
+                self._keep(context.decode(None), slot, found, out)
+                start = fed = -1
+            if wanted not in found:
+                raise VideoDecodeError(
+                    f"{self.path}: frame {wanted} (pts) did not come out of packets {int(first[j])}-{int(last[j])}"
+                )
+
+    @staticmethod
+    def _keep(frames: list[Any], slot: dict[int, int], found: set[int], out: np.ndarray) -> None:
+        for frame in frames:
+            at = slot.get(frame.pts)
+            if at is not None and frame.pts not in found:
+                out[at] = frame.to_ndarray(format="rgb24")
+                found.add(frame.pts)
+
+    def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
+        return self._decoder.get_frames_near_times(times_s)

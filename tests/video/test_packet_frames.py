@@ -1,0 +1,62 @@
+"""Remote map-style frames decoded from their own packets (video/packet_frames.py), fetched exactly
+(storage/exact_ranges.py): the local samples, on AV1 (lerobot's default, GOP 2) and on H.264 with B-frames (a
+decoder that holds frames back until drained), every packet fetched ahead, a few KB per random AV1 frame instead of
+64 KiB reads; a range whose file changed fails with the file named, and is asked again by the next reader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robostream import LeRobotDataset, ReadOptions
+from robostream.errors import FileChangedError
+from robostream.format.metadata import load_metadata
+from robostream.storage.retry import RetryPolicy
+from robostream.video.packet_frames import PacketFrames
+from tests.helpers import copy_tree
+from tests.remote.servers import RangeHTTPServer
+
+FAST = ReadOptions(retry=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05, timeout_s=5.0))
+
+
+def _open_decoders(dataset: LeRobotDataset) -> list:
+    state = dataset.reading.decoders._state.get()
+    return [entry.decoder for entry in state.entries.values()]
+
+
+def test_random_frames_come_from_their_packets_and_equal_the_local_ones(any_root):
+    local = LeRobotDataset(root=any_root, return_uint8=True)
+    positions = torch.randperm(len(local), generator=torch.Generator().manual_seed(3))[:24].tolist()
+    with RangeHTTPServer(any_root, latency_s=0.02) as store:
+        remote = LeRobotDataset(root=store.url, return_uint8=True, read_options=FAST)
+        assert remote.cameras.packets
+        got = remote.__getitems__(positions)
+        exact = remote.meta.data_storage.exact_ranges
+        decoders = _open_decoders(remote)
+    for mine, theirs in zip(got, local.__getitems__(positions)):
+        for key in local.meta.video_keys:
+            assert torch.equal(mine[key], theirs[key]), key
+    assert decoders and all(isinstance(d, PacketFrames) and d.served for d in decoders)
+    frames = len(positions) * len(local.meta.video_keys)
+    assert exact.taken_late == 0 and exact.taken_ahead >= 1  # every decoder call's packets were fetched ahead
+    if "h264" not in str(any_root):  # AV1, GOP 2: a random frame's packets are a few KB (64 KiB+ read before)
+        assert exact.bytes_asked / frames < 8 << 10, exact.bytes_asked / frames
+
+
+def test_a_range_of_a_changed_file_fails_naming_it_and_is_asked_again(av1_root, tmp_path):
+    root = copy_tree(av1_root, tmp_path / "ds")
+    with RangeHTTPServer(root) as store:
+        meta = load_metadata(store.url, read_options=FAST)
+        relative = meta.video_file(int(meta.episodes.episode_index[0]), meta.video_keys[0])
+        reader = meta.open(relative, what="video file")
+        size = (root / relative).stat().st_size
+        (root / relative).write_bytes(np.random.default_rng(0).bytes(size))  # same size, other bytes: a new ETag
+        reader.fetch_exact([(0, 100)])
+        with pytest.raises(FileChangedError, match=relative):
+            reader.take_exact(10, 50)
+        path = f"/{relative}"
+        asked = store.stats()[path]["requests"]
+        with pytest.raises(FileChangedError, match=relative):
+            reader.take_exact(10, 50)  # not the failed range kept: asked again
+        assert store.stats()[path]["requests"] > asked
