@@ -5,8 +5,8 @@ anywhere in the file. Fetched through the block cache they would cost at least a
 is one ranged GET of exactly its bytes (`RangedReader.fetch_range`: checked, retried, If-Match on the file's
 version), ranges that overlap or touch merged first, all of them in flight at once on this process's threads. The
 decoders then `take` the bytes they need; a range nobody asked for ahead is fetched by the taker itself (one round
-trip). Ranges are kept, oldest out first, while their bytes stay within `budget_bytes`: a batch's ranges (and those
-of the batches a look-ahead sampler names) are taken long before they go.
+trip). Ranges are kept within `budget_bytes`, those taken already going first, oldest first; one not taken yet (a
+batch's, or one a look-ahead sampler named) goes only when the ranges waiting to be taken pass twice the budget.
 
 A range whose fetch failed gives its error to every taker (the error names the file and the range).
 """
@@ -18,6 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 CANDIDATES = 8  # ranges starting at or before a wanted start that are checked for covering it (asks overlap rarely)
@@ -43,12 +44,19 @@ def merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+@dataclass
+class _Range:
+    end: int
+    bytes_of: Future
+    taken: bool = False
+
+
 class _File:
     """One file version's ranges asked for, by start."""
 
     def __init__(self) -> None:
         self.starts: list[int] = []  # sorted
-        self.ranges: dict[int, tuple[int, Future]] = {}  # start -> (end, its bytes)
+        self.ranges: dict[int, _Range] = {}
 
 
 class ExactRanges:
@@ -57,7 +65,8 @@ class ExactRanges:
     def __init__(self, *, budget_bytes: int, threads: int) -> None:
         """
         Args:
-            budget_bytes: the most bytes of ranges kept (asked for, fetched or not); the oldest go first.
+            budget_bytes: the bytes of ranges kept (asked for, fetched or not): past it those taken go, oldest
+                first; past twice it, those not taken yet too.
             threads: requests under way at once at most.
         """
         self.budget_bytes = budget_bytes
@@ -65,7 +74,7 @@ class ExactRanges:
         self._pool: ThreadPoolExecutor | None = None  # started at the first fetch
         self._lock = threading.Lock()
         self._files: dict[str, _File] = {}
-        self._order: deque[tuple[str, int, int]] = deque()  # (file key, start, end) in the order asked
+        self._order: deque[tuple[str, int, _Range]] = deque()  # (file key, start, range) in the order asked
         self._bytes = 0
         self.taken_ahead = self.taken_late = 0  # takes served by a range asked ahead / fetched by the taker
         self.bytes_asked = 0  # bytes of the ranges asked for ahead (merged)
@@ -79,7 +88,7 @@ class ExactRanges:
                     continue
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="robostream-exact")
-                self._hold(source.key, file, start, end, self._pool.submit(source.fetch_range, start, end))
+                self._hold(source.key, file, start, _Range(end, self._pool.submit(source.fetch_range, start, end)))
                 self.bytes_asked += end - start
             self._trim()
 
@@ -89,59 +98,69 @@ class ExactRanges:
         with self._lock:
             file = self._files.get(source.key)
             found = self._covering(file, start, end) if file is not None else None
+            if found is not None:
+                found[1].taken = True
         if found is not None:
             self.taken_ahead += 1
-            first, bytes_of = found
+            first, held = found
             try:
-                return bytes_of.result()[start - first : end - first]
+                return held.bytes_of.result()[start - first : end - first]
             except BaseException:
                 with self._lock:  # a later take asks again (the error named the file and the range)
-                    self._forget(source.key, first)
+                    self._forget(source.key, first, held)
                 raise
         self.taken_late += 1
         data = source.fetch_range(start, end)
         done: Future = Future()
         done.set_result(data)
         with self._lock:
-            self._hold(source.key, self._files.setdefault(source.key, _File()), start, end, done)
+            self._hold(source.key, self._files.setdefault(source.key, _File()), start, _Range(end, done, taken=True))
             self._trim()
         return data
 
-    def _covering(self, file: _File, start: int, end: int) -> tuple[int, Future] | None:
+    def _covering(self, file: _File, start: int, end: int) -> tuple[int, _Range] | None:
         """A held range holding [start, end) (lock held)."""
         at = bisect.bisect_right(file.starts, start)
         for first in reversed(file.starts[max(0, at - CANDIDATES) : at]):
-            last, bytes_of = file.ranges[first]
-            if end <= last:
-                return first, bytes_of
+            held = file.ranges[first]
+            if end <= held.end:
+                return first, held
         return None
 
-    def _hold(self, key: str, file: _File, start: int, end: int, bytes_of: Future) -> None:
+    def _hold(self, key: str, file: _File, start: int, held: _Range) -> None:
         """Keep a range (lock held); one already held at the same start is replaced."""
-        if start in file.ranges:
-            self._bytes -= file.ranges[start][0] - start
+        old = file.ranges.get(start)
+        if old is not None:
+            self._bytes -= old.end - start
         else:
             bisect.insort(file.starts, start)
-        file.ranges[start] = (end, bytes_of)
-        self._order.append((key, start, end))
-        self._bytes += end - start
+        file.ranges[start] = held
+        self._order.append((key, start, held))
+        self._bytes += held.end - start
 
-    def _forget(self, key: str, start: int) -> None:
-        """Drop the range held at `start` (lock held)."""
+    def _forget(self, key: str, start: int, held: _Range) -> None:
+        """Drop `held`, the range at `start`, if it still is (lock held)."""
         file = self._files.get(key)
-        if file is not None and start in file.ranges:
-            self._bytes -= file.ranges.pop(start)[0] - start
-            file.starts.remove(start)
+        if file is None or file.ranges.get(start) is not held:
+            return
+        del file.ranges[start]
+        file.starts.remove(start)
+        self._bytes -= held.end - start
+        if not file.ranges:
+            del self._files[key]
 
     def _trim(self) -> None:
-        """Drop the oldest ranges until within budget (lock held)."""
-        while self._bytes > self.budget_bytes and self._order:
-            key, start, end = self._order.popleft()
+        """Within budget (lock held): the oldest ranges taken go first; past twice the budget, any oldest."""
+        if self._bytes <= self.budget_bytes:
+            return
+        kept: deque[tuple[str, int, _Range]] = deque()
+        while self._order and self._bytes > self.budget_bytes:
+            key, start, held = self._order.popleft()
             file = self._files.get(key)
-            if file is None or file.ranges.get(start, (None,))[0] != end:
-                continue  # replaced since
-            del file.ranges[start]
-            file.starts.remove(start)
-            self._bytes -= end - start
-            if not file.ranges:
-                del self._files[key]
+            if file is None or file.ranges.get(start) is not held:
+                continue  # replaced or forgotten since
+            if held.taken or self._bytes > 2 * self.budget_bytes:
+                self._forget(key, start, held)
+            else:
+                kept.append((key, start, held))
+        self._order.extendleft(reversed(kept))

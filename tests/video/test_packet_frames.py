@@ -60,3 +60,24 @@ def test_a_range_of_a_changed_file_fails_naming_it_and_is_asked_again(av1_root, 
         with pytest.raises(FileChangedError, match=relative):
             reader.take_exact(10, 50)  # not the failed range kept: asked again
         assert store.stats()[path]["requests"] > asked
+
+
+def test_exact_ranges_merge_keep_what_is_not_taken_and_drop_what_was(tmp_path):
+    from robostream.storage.exact_ranges import ExactRanges
+    from robostream.storage.store import Storage
+
+    data = np.random.default_rng(1).bytes(10_000)
+    (tmp_path / "blob.bin").write_bytes(data)
+    with RangeHTTPServer(tmp_path) as store:
+        source = Storage(store.url, FAST).open("blob.bin")
+        ranges = ExactRanges(budget_bytes=1_000, threads=4)
+
+        def fetches() -> int:
+            return store.stats()["/blob.bin"]["requests"] - 1  # its HEAD at the open
+
+        ranges.fetch(source, [(0, 300), (300, 600), (100, 200), (5_000, 5_400)])  # the first three: one request
+        assert ranges.take(source, 350, 500) == data[350:500] and ranges.take(source, 5_000, 5_100) == data[5_000:5_100]
+        assert fetches() == 2 and ranges.taken_ahead == 2 and ranges.taken_late == 0
+        ranges.fetch(source, [(8_000, 8_900)])  # past the budget: the ranges taken go, oldest first; this one stays
+        assert ranges.take(source, 8_000, 8_900) == data[8_000:8_900] and fetches() == 3
+        assert ranges.take(source, 0, 10) == data[:10] and fetches() == 4  # dropped: fetched again
