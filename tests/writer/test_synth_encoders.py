@@ -43,7 +43,14 @@ def test_a_stuck_encoder_fails_naming_the_episode_and_camera(tmp_path: Path):
                     worker.suspend()
                     stopped.add(worker.pid)
         time.sleep(0.02)
-    assert len(stopped) == 2, "generate() finished or never started its two encoder processes"
+    if len(stopped) < 2:  # say which: the child's end and its error, or what its process tree held at the deadline
+        ended = child.poll()
+        tree = [] if ended is not None else [(p.pid, p.name(), p.status()) for p in parent.children(recursive=True)]
+        stderr = child.communicate(timeout=30)[1] if ended is not None else ""
+        raise AssertionError(
+            f"{len(stopped)} encoder processes seen in 60 s; generate() exit code {ended}, process tree {tree}, "
+            f"stderr: {stderr[-2000:]}"
+        )
     started = time.monotonic()
     _, stderr = child.communicate(timeout=120)
     assert child.returncode != 0
