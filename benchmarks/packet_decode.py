@@ -22,6 +22,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 from torchcodec.decoders import VideoDecoder
 
 from robostream.video.packet_index import PacketIndex, read_packet_index
@@ -56,6 +57,7 @@ def main() -> None:
     context = av.CodecContext.create(codec, "r")
     context.extradata = extradata
     context.thread_count = 1
+    reformatter = VideoReformatter()  # one conversion context for every frame (to_ndarray(format=) makes one each)
 
     def from_packets(target: int) -> np.ndarray:
         key = int(index.keyframes[np.searchsorted(index.keyframes, target, side="right") - 1])
@@ -69,7 +71,7 @@ def main() -> None:
         context.flush_buffers()
         if found is None:
             raise SystemExit(f"frame {target} did not come out of its packets")
-        return found.to_ndarray(format="rgb24")
+        return reformatter.reformat(found, format="rgb24").to_ndarray()
 
     torchcodec = VideoDecoder(str(args.video), dimension_order="NHWC", seek_mode="approximate")
     targets = np.random.default_rng(args.seed).integers(0, len(index.pos), args.frames).tolist()

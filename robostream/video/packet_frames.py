@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import av
 import numpy as np
 import torch
+from av.video.reformatter import VideoReformatter
 
 from robostream.errors import VideoDecodeError
 from robostream.video.decoder import TorchCodecVideoDecoder, count_jumps
@@ -71,6 +72,7 @@ class PacketFrames:
             index, begin_s=decoder.begin_s, fps=decoder.fps, num_frames=decoder.num_frames
         )
         self._context: Any = None
+        self._reformatter = VideoReformatter()
         if self.served:
             try:
                 with av.open(packets, "r") as container:
@@ -141,12 +143,13 @@ class PacketFrames:
                     f"{self.path}: frame {wanted} (pts) did not come out of packets {int(first[j])}-{int(last[j])}"
                 )
 
-    @staticmethod
-    def _keep(frames: list[Any], slot: dict[int, int], found: set[int], out: np.ndarray) -> None:
+    def _keep(self, frames: list[Any], slot: dict[int, int], found: set[int], out: np.ndarray) -> None:
         for frame in frames:
             at = slot.get(frame.pts)
             if at is not None and frame.pts not in found:
-                out[at] = frame.to_ndarray(format="rgb24")
+                # One reformatter kept: `to_ndarray(format=)` makes a new conversion context per frame (0.57 vs 0.08
+                # ms per 128x128 frame), with the same output.
+                out[at] = self._reformatter.reformat(frame, format="rgb24").to_ndarray()
                 found.add(frame.pts)
 
     def get_frames_near_times(self, times_s: Sequence[float]) -> tuple[torch.Tensor, np.ndarray]:
