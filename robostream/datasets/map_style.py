@@ -237,8 +237,8 @@ class LeRobotDataset(torch.utils.data.Dataset):
         if not self.cameras.packets:
             return self.video_ahead.fetch(episode, wanted, need=need)
         depth = self.meta.depth_codings
-        self.video_ahead.fetch_packets(episode, {k: t for k, t in wanted.items() if k not in depth})
-        return self.video_ahead.fetch(episode, {k: t for k, t in wanted.items() if k in depth}, need=need)
+        rgb = self.video_ahead.fetch_packets(episode, {k: t for k, t in wanted.items() if k not in depth}, need=need)
+        return rgb + self.video_ahead.fetch(episode, {k: t for k, t in wanted.items() if k in depth}, need=need)
 
     def _produced(self, started: int, assembling: int, *, frames: int) -> None:
         """A sample or a batch is out (asked for at `started`, assembled since `assembling`, `frames` camera frames

@@ -77,16 +77,22 @@ class VideoReadAhead:
         """The storage's read-ahead these spans are handed to (shared by the storages that share their blocks)."""
         return self.meta.data_storage.read_ahead
 
-    def fetch_packets(self, episode: int, times_by_key: Mapping[str, np.ndarray]) -> None:
+    def fetch_packets(
+        self, episode: int, times_by_key: Mapping[str, np.ndarray], *, need: Need
+    ) -> list[tuple[RangedReader, int, int]]:
         """Fetch, per camera, exactly the packets that decoding the frames at these episode times needs, each
-        frame's on its own (video/packet_frames.py decodes them; storage/exact_ranges.py holds them)."""
+        frame's on its own (video/packet_frames.py decodes them; storage/exact_ranges.py holds them). A camera
+        whose file a packet decoder does not serve (frames not evenly shown, or shown before their keyframe) gets
+        the spans its torchcodec decoder reads instead: those are returned, as `fetch` returns them."""
+        plain = {}
         for key, times in times_by_key.items():
-            if not len(times) or not self.enabled:
+            spans = self.spans(episode, key, times, times, exact=True) if len(times) and self.enabled else None
+            if spans is None:
+                plain[key] = times
                 continue
-            spans = self.spans(episode, key, np.asarray(times), np.asarray(times), exact=True)
-            if spans is not None:
-                reader, starts, ends = spans
-                reader.fetch_exact(zip(starts.tolist(), ends.tolist()))
+            reader, starts, ends = spans
+            reader.fetch_exact(zip(starts.tolist(), ends.tolist()))
+        return self.fetch(episode, plain, need=need)
 
     def fetch(
         self, episode: int, times_by_key: Mapping[str, np.ndarray], *, need: Need
@@ -111,7 +117,8 @@ class VideoReadAhead:
     ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
         """The reader of camera `key`'s file of `episode` and, for each i, the bytes [start, end) that decoding
         its frames from episode time `first_s[i]` to `last_s[i]` reads through a file object (`exact`: the
-        packets alone, as video/packet_frames.py reads them); None when nothing is known of the file."""
+        packets alone, as video/packet_frames.py reads them); None when nothing is known of the file (`exact`: or
+        its frames are not evenly shown)."""
         state = self._state.get()
         camera = state.cameras.get((episode, key))
         if camera is None:  # where the episode's camera lies: asked per sample on the map-style path
@@ -128,6 +135,8 @@ class VideoReadAhead:
             file = self._file(relative)
             self._stages.get().wait("index", time.perf_counter_ns() - started, threads=1)
         if file.index is None or file.reader is None:
+            return None
+        if exact and not file.index.evenly_shown:
             return None
         located = file.index.packet_bytes if exact else file.index.byte_spans
         starts, ends = located(from_s + first_s, from_s + last_s)

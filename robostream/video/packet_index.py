@@ -65,6 +65,16 @@ class PacketIndex:
         return bool(np.any(later[keys + 1] < self.pts[keys]))
 
     @functools.cached_property
+    def evenly_shown(self) -> bool:
+        """Whether frames are shown a constant step apart (a quarter step's give) and none before its keyframe: a
+        decoder fed a frame's packets alone finds it by its place in that grid (video/packet_frames.py)."""
+        steps = np.diff(np.sort(self.pts))
+        if self.has_leading_frames or not len(steps):
+            return not self.has_leading_frames
+        step = np.median(steps)
+        return bool(step > 0 and np.all(np.abs(steps - step) < 0.25 * step))
+
+    @functools.cached_property
     def _shown(self) -> tuple[np.ndarray, np.ndarray]:
         """Presentation times in seconds, ascending, and for each the furthest packet (decode order) that any frame
         shown up to then is in."""

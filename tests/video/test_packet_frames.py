@@ -81,3 +81,29 @@ def test_exact_ranges_merge_keep_what_is_not_taken_and_drop_what_was(tmp_path):
         ranges.fetch(source, [(8_000, 8_900)])  # past the budget: the ranges taken go, oldest first; this one stays
         assert ranges.take(source, 8_000, 8_900) == data[8_000:8_900] and fetches() == 3
         assert ranges.take(source, 0, 10) == data[:10] and fetches() == 4  # dropped: fetched again
+
+
+@pytest.mark.parametrize("kind", ["h264_bframes", "hevc_g10"])
+def test_each_frame_alone_from_its_packets_is_the_straight_decodes(kind, tmp_path):
+    """H.264 with B-frames (frames held back until drained) is served from packets, frame by frame in random order
+    and in sets; HEVC open GOP (frames shown before their keyframe) is left to torchcodec. Either way each frame is
+    the one a straight decode from the start gives, bit for bit."""
+    from robostream.storage.store import Storage
+    from robostream.video.decoder import TorchCodecVideoDecoder
+    from tests.video.encoded import FPS, encode
+
+    encode(tmp_path / "video.mp4", kind, count=30)
+    straight, _ = TorchCodecVideoDecoder(str(tmp_path / "video.mp4")).get_frames_by_index(list(range(30)))
+    with RangeHTTPServer(tmp_path) as store:
+        storage = Storage(store.url, FAST)
+        torchcodec = TorchCodecVideoDecoder(storage.open("video.mp4"))
+        assert torchcodec.packet_index is not None
+        decoder = PacketFrames(torchcodec, packets=storage.open("video.mp4"), index=torchcodec.packet_index)
+        assert decoder.served == (kind != "hevc_g10") == torchcodec.packet_index.evenly_shown
+        order = np.random.default_rng(4).permutation(30).tolist()
+        for i in order:
+            frames, pts = decoder.get_frames_by_index([i])
+            assert torch.equal(frames[0], straight[i]) and pts[0] == pytest.approx(i / FPS, abs=1e-9), i
+        for picks in ([3, 4, 5, 17], [0, 29], list(range(30))):
+            frames, _ = decoder.get_frames_by_index(picks)
+            assert torch.equal(frames, straight[picks]), picks
