@@ -41,12 +41,13 @@ class PacketSource(Protocol):
 
 
 def on_fps_grid(index: PacketIndex, *, begin_s: float, fps: float, num_frames: int) -> bool:
-    """Whether frame i (presentation order) is shown at begin_s + i / fps, give or take a quarter frame, for every i:
-    then torchcodec's frame i (approximate seek mode) is the index's i-th frame."""
-    shown = np.sort(index.pts) / index.timescale
+    """Whether torchcodec's frame i (approximate seek mode: the first frame shown at or after begin_s + i / fps, in
+    ticks rounded) is the index's i-th frame shown, for every i: each frame's pts lies in [grid i, grid i + 1)."""
+    shown = np.sort(index.pts)
     if len(shown) != num_frames or fps <= 0:
         return False
-    return bool(np.all(np.abs(shown - (begin_s + np.arange(num_frames) / fps)) < 0.25 / fps))
+    grid = np.rint((begin_s + np.arange(num_frames + 1) / fps) * index.timescale)
+    return bool(np.all((grid[:-1] <= shown) & (shown < grid[1:])))
 
 
 class PacketFrames:
@@ -68,24 +69,32 @@ class PacketFrames:
         self.calls = self.seeks = 0
         self._last: int | None = None
         self._order = np.argsort(index.pts, kind="stable")  # frame i (presentation order) -> its packet
-        self.served = not index.has_leading_frames and on_fps_grid(
+        servable = not index.has_leading_frames and on_fps_grid(
             index, begin_s=decoder.begin_s, fps=decoder.fps, num_frames=decoder.num_frames
         )
-        self._context: Any = None
         self._reformatter = VideoReformatter()
-        if self.served:
-            try:
-                with av.open(packets, "r") as container:
-                    stream = container.streams.video[0]
-                    name, extradata = stream.codec_context.name, stream.codec_context.extradata
-            except (av.FFmpegError, IndexError) as exc:
-                raise VideoDecodeError(
-                    f"{self.path}: PyAV could not read the video stream's parameters: {exc}"
-                ) from exc
-            self._context = av.CodecContext.create(name, "r")
-            self._context.extradata = extradata
-            self._context.thread_count = 1  # a frame comes out of the packet that completes it
+        self._context: Any = self._codec_context(packets) if servable else None
+        self.served = self._context is not None  # frames by index come from packets (else all from torchcodec)
+
+    @staticmethod
+    def _codec_context(packets: PacketSource) -> Any:
+        """A decoder of the file's video stream with its parameters (None: PyAV cannot make one; torchcodec then
+        decodes every frame)."""
+        try:
+            with av.open(packets, "r") as container:
+                stream = container.streams.video[0].codec_context
+                context = av.CodecContext.create(stream.name, "r")
+                context.extradata = stream.extradata
+                # The container's colour description (its colr box), which the bitstream may lack: without it the
+                # frames would convert to RGB as unspecified (BT.601) while torchcodec converts as described.
+                for name in ("colorspace", "color_range", "color_primaries", "color_trc"):
+                    setattr(context, name, getattr(stream, name))
+        except (av.FFmpegError, IndexError, ValueError, AttributeError):
+            return None
+        finally:
             packets.seek(0)
+        context.thread_count = 1  # a frame comes out of the packet that completes it
+        return context
 
     def get_frames_by_index(self, indices: Sequence[int]) -> tuple[torch.Tensor, np.ndarray]:
         if not self.served:
@@ -93,7 +102,8 @@ class PacketFrames:
         self.calls += 1
         self.seeks += count_jumps(self._last, indices)
         self._last = int(indices[-1])
-        targets = self._order[np.asarray(indices, dtype=np.int64)]
+        asked, inverse = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)  # each frame once
+        targets = self._order[asked]
         shown_s = self._index.pts[targets] / self._index.timescale
         first, last = self._index.packets(shown_s, shown_s)
         last = np.maximum(last, targets)
@@ -104,7 +114,7 @@ class PacketFrames:
             self._decode(first, last, targets, slot, found, out)
         finally:
             self._context.flush_buffers()
-        return torch.from_numpy(out).permute(0, 3, 1, 2), shown_s.astype(np.float64)
+        return torch.from_numpy(out[inverse]).permute(0, 3, 1, 2), shown_s[inverse].astype(np.float64)
 
     def _decode(
         self,

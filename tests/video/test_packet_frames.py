@@ -107,3 +107,36 @@ def test_each_frame_alone_from_its_packets_is_the_straight_decodes(kind, tmp_pat
         for picks in ([3, 4, 5, 17], [0, 29], list(range(30))):
             frames, _ = decoder.get_frames_by_index(picks)
             assert torch.equal(frames, straight[picks]), picks
+
+
+def test_a_colour_description_in_the_container_only_is_used(tmp_path):
+    """BT.709 in the mp4's colr box and not in the H.264 stream: the packets' decoder gets it from the container,
+    as torchcodec's demuxer does (else its frames would convert as BT.601: up to 24 levels off, no error)."""
+    import av
+
+    from robostream.storage.store import Storage
+    from robostream.video.decoder import TorchCodecVideoDecoder
+
+    path = tmp_path / "colr.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=20)
+        stream.width, stream.height, stream.pix_fmt = 128, 64, "yuv420p"
+        rng = np.random.default_rng(0)
+        packets = []
+        for _ in range(6):
+            pixels = rng.integers(0, 256, (64, 128, 3), dtype=np.uint8)
+            packets += stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format="yuv420p"))
+        packets += stream.encode()
+        codec = stream.codec_context
+        codec.colorspace, codec.color_primaries, codec.color_trc = 1, 1, 1  # BT.709, written to the container only
+        for packet in packets:
+            container.mux(packet)
+    straight, _ = TorchCodecVideoDecoder(str(path)).get_frames_by_index(list(range(6)))
+    with RangeHTTPServer(tmp_path) as store:
+        storage = Storage(store.url, FAST)
+        torchcodec = TorchCodecVideoDecoder(storage.open("colr.mp4"))
+        assert torchcodec.packet_index is not None
+        decoder = PacketFrames(torchcodec, packets=storage.open("colr.mp4"), index=torchcodec.packet_index)
+        assert decoder.served
+        frames, _ = decoder.get_frames_by_index([4, 1, 1])
+    assert torch.equal(frames, straight[[4, 1, 1]])  # a frame asked twice comes twice
