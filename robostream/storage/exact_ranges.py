@@ -5,8 +5,9 @@ anywhere in the file. Fetched through the block cache they would cost at least a
 is one ranged GET of exactly its bytes (`RangedReader.fetch_range`: checked, retried, If-Match on the file's
 version), ranges that overlap or touch merged first, all of them in flight at once on this process's threads. The
 decoders then `take` the bytes they need; a range nobody asked for ahead is fetched by the taker itself (one round
-trip). Ranges are kept within `budget_bytes`, those taken already going first, oldest first; one not taken yet (a
-batch's, or one a look-ahead sampler named) goes only when the ranges waiting to be taken pass twice the budget.
+trip). Ranges are kept within `budget_bytes`: those whose last bytes were taken go first, oldest first; one not taken
+yet (a batch's, or one a look-ahead sampler named) goes only past twice the budget, the newest first. This budget
+comes on top of the block cache's (`read_buffer`): a quarter of it, up to half.
 
 A range whose fetch failed gives its error to every taker (the error names the file and the range).
 """
@@ -81,10 +82,15 @@ class ExactRanges:
 
     def fetch(self, source: RangeSource, spans: Iterable[tuple[int, int]]) -> None:
         """Fetch these spans of `source` in the background (merged; those already held are not asked again)."""
+        wanted = merged(spans)
+        if not wanted:
+            return
         with self._lock:
             file = self._files.setdefault(source.key, _File())
-            for start, end in merged(spans):
-                if self._covering(file, start, end) is not None:
+            for start, end in wanted:
+                covering = self._covering(file, start, end)
+                if covering is not None:
+                    covering[1].taken = False  # wanted again (a look-ahead batch): kept as not taken
                     continue
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="robostream-exact")
@@ -99,9 +105,13 @@ class ExactRanges:
             file = self._files.get(source.key)
             found = self._covering(file, start, end) if file is not None else None
             if found is not None:
-                found[1].taken = True
+                self.taken_ahead += 1
+                # Its last bytes taken: its frames are decoded (a run takes them in file order); a merged range's
+                # first frames leave it held for the others.
+                found[1].taken = found[1].taken or end >= found[1].end
+            else:
+                self.taken_late += 1
         if found is not None:
-            self.taken_ahead += 1
             first, held = found
             try:
                 return held.bytes_of.result()[start - first : end - first]
@@ -109,7 +119,6 @@ class ExactRanges:
                 with self._lock:  # a later take asks again (the error named the file and the range)
                     self._forget(source.key, first, held)
                 raise
-        self.taken_late += 1
         data = source.fetch_range(start, end)
         done: Future = Future()
         done.set_result(data)
@@ -150,17 +159,28 @@ class ExactRanges:
             del self._files[key]
 
     def _trim(self) -> None:
-        """Within budget (lock held): the oldest ranges taken go first; past twice the budget, any oldest."""
+        """Within budget (lock held): the ranges taken go, oldest first; past twice the budget, then those not taken
+        yet, newest first (the batches furthest ahead: the current one's are the oldest)."""
         if self._bytes <= self.budget_bytes:
             return
         kept: deque[tuple[str, int, _Range]] = deque()
         while self._order and self._bytes > self.budget_bytes:
             key, start, held = self._order.popleft()
-            file = self._files.get(key)
-            if file is None or file.ranges.get(start) is not held:
-                continue  # replaced or forgotten since
-            if held.taken or self._bytes > 2 * self.budget_bytes:
-                self._forget(key, start, held)
-            else:
-                kept.append((key, start, held))
+            if self._held(key, start, held):
+                if held.taken:
+                    self._drop(key, start, held)
+                else:
+                    kept.append((key, start, held))
+        while kept and self._bytes > 2 * self.budget_bytes:
+            self._drop(*kept.pop())
         self._order.extendleft(reversed(kept))
+
+    def _held(self, key: str, start: int, held: _Range) -> bool:
+        """Whether `held` is still the range kept at `start` (not replaced or forgotten since; lock held)."""
+        file = self._files.get(key)
+        return file is not None and file.ranges.get(start) is held
+
+    def _drop(self, key: str, start: int, held: _Range) -> None:
+        """Forget a range to stay within budget, its request cancelled if not started yet (lock held)."""
+        held.bytes_of.cancel()
+        self._forget(key, start, held)

@@ -76,11 +76,19 @@ def test_exact_ranges_merge_keep_what_is_not_taken_and_drop_what_was(tmp_path):
             return store.stats()["/blob.bin"]["requests"] - 1  # its HEAD at the open
 
         ranges.fetch(source, [(0, 300), (300, 600), (100, 200), (5_000, 5_400)])  # the first three: one request
-        assert ranges.take(source, 350, 500) == data[350:500] and ranges.take(source, 5_000, 5_100) == data[5_000:5_100]
-        assert fetches() == 2 and ranges.taken_ahead == 2 and ranges.taken_late == 0
+        assert ranges.take(source, 0, 300) == data[:300]  # part of a merged range: it stays for the rest
+        assert ranges.take(source, 300, 600) == data[300:600] and ranges.take(source, 5_000, 5_400) == data[5_000:5_400]
+        assert fetches() == 2 and ranges.taken_ahead == 3 and ranges.taken_late == 0
         ranges.fetch(source, [(8_000, 8_900)])  # past the budget: the ranges taken go, oldest first; this one stays
-        assert ranges.take(source, 8_000, 8_900) == data[8_000:8_900] and fetches() == 3
+        assert ranges.take(source, 8_000, 8_500) == data[8_000:8_500] and fetches() == 3
         assert ranges.take(source, 0, 10) == data[:10] and fetches() == 4  # dropped: fetched again
+        ranges.fetch(source, [(6_000, 6_900)])  # not taken yet, with 8,000-8,900: kept up to twice the budget
+        ranges.fetch(source, [(2_000, 2_300)])  # past twice it: the newest not taken goes (its request cancelled)
+        ahead, late = ranges.taken_ahead, ranges.taken_late
+        assert ranges.take(source, 8_500, 8_900) == data[8_500:8_900]
+        assert ranges.take(source, 6_000, 6_900) == data[6_000:6_900]
+        assert (ranges.taken_ahead, ranges.taken_late) == (ahead + 2, late)
+        assert ranges.take(source, 2_000, 2_300) == data[2_000:2_300] and ranges.taken_late == late + 1
 
 
 @pytest.mark.parametrize("kind", ["h264_bframes", "hevc_g10"])
