@@ -27,6 +27,12 @@ from robostream.errors import VideoDecodeError
 from robostream.video.decoder import TorchCodecVideoDecoder, count_jumps
 from robostream.video.packet_index import PacketIndex
 
+# The colour descriptions whose RGB conversion every PyAV agrees with torchcodec on: BT.601 (or unspecified, which
+# FFmpeg converts as BT.601), limited range. Others are left to torchcodec: PyAV 15 (lerobot's) converts a BT.709
+# frame up to 18 levels away from torchcodec 0.11, PyAV 18 does not (tests/video/test_packet_frames.py).
+DEFAULT_MATRICES = (2, 5, 6)  # AVColorSpace: unspecified, BT470BG, SMPTE170M
+LIMITED_RANGES = (0, 1)  # AVColorRange: unspecified, MPEG
+
 
 class PacketSource(Protocol):
     """A remote file's version (storage/store.py's RangedReader): readable by PyAV, and its exact byte spans."""
@@ -78,11 +84,13 @@ class PacketFrames:
 
     @staticmethod
     def _codec_context(packets: PacketSource) -> Any:
-        """A decoder of the file's video stream with its parameters (None: PyAV cannot make one; torchcodec then
-        decodes every frame)."""
+        """A decoder of the file's video stream with its parameters (None: PyAV cannot make one, or the stream's
+        colour description is one PyAV versions convert differently; torchcodec then decodes every frame)."""
         try:
             with av.open(packets, "r") as container:
                 stream = container.streams.video[0].codec_context
+                if stream.colorspace not in DEFAULT_MATRICES or stream.color_range not in LIMITED_RANGES:
+                    return None
                 context = av.CodecContext.create(stream.name, "r")
                 context.extradata = stream.extradata
                 # The container's colour description (its colr box), which the bitstream may lack: without it the
