@@ -133,32 +133,29 @@ class PacketFrames:
         found: set[int],
         out: np.ndarray,
     ) -> None:
-        """Feed each target's packets (continuing from the packets fed before when they lead to it) and keep the
-        frames asked for as they come out."""
+        """Per keyframe the targets decode from, in file order: its packets through the last any of them needs, fed
+        once (drained once if the decoder holds frames back: H.264 B-frames), keeping the frames asked for."""
         index, context = self._index, self._context
-        start = fed = -1  # the run fed since the last flush: packets start..fed
-        for j in np.lexsort((targets, first)).tolist():
-            wanted = int(index.pts[targets[j]])
-            if wanted in found:
+        for keyframe in np.unique(first).tolist():
+            group = np.flatnonzero(first == keyframe)
+            wanted = {int(index.pts[t]) for t in targets[group]}
+            if wanted <= found:
                 continue
-            if not (0 <= start <= first[j] <= fed + 1 and fed < last[j]):
-                context.flush_buffers()
-                start, fed = int(first[j]), int(first[j]) - 1
-            stop = int(last[j]) + 1
-            base = int(index.pos[fed + 1])
+            stop = int(last[group].max()) + 1
+            context.flush_buffers()
+            base = int(index.pos[keyframe])
             data = self._packets.take_exact(base, int(index.reach[stop - 1]))
-            for i in range(fed + 1, stop):
+            for i in range(keyframe, stop):
                 offset = int(index.pos[i]) - base
                 packet = av.Packet(data[offset : offset + int(index.size[i])])
                 packet.pts, packet.dts = int(index.pts[i]), int(index.dts[i])
                 self._keep(context.decode(packet), slot, found, out)
-            fed = stop - 1
-            if wanted not in found:  # a decoder holding frames back: drain it (the next run starts afresh)
+            if not wanted <= found:
                 self._keep(context.decode(None), slot, found, out)
-                start = fed = -1
-            if wanted not in found:
+            missing = sorted(wanted - found)
+            if missing:
                 raise VideoDecodeError(
-                    f"{self.path}: frame {wanted} (pts) did not come out of packets {int(first[j])}-{int(last[j])}"
+                    f"{self.path}: frames at pts {missing[:4]} did not come out of packets {keyframe}-{stop - 1}"
                 )
 
     def _keep(self, frames: list[Any], slot: dict[int, int], found: set[int], out: np.ndarray) -> None:
