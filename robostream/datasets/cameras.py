@@ -69,7 +69,13 @@ class CameraReader:
         # What each camera's files hold, as info.json says (lerobot records it): a GPU that cannot decode it is
         # known before any open (video/nvdec.py); None: the open finds out.
         self.codecs = {k: (meta.info.features[k].get("info") or {}).get("video.codec") for k in meta.video_keys}
-        self.packets = packets and self.backend == "torchcodec" and self.device == "cpu"
+        # The cameras whose frames by index come from their own packets (RGB, torchcodec on the CPU): decided here
+        # once, for the decoders opened and for what the caller fetches.
+        self.packets = frozenset(
+            k
+            for k in meta.video_keys
+            if packets and k not in meta.depth_codings and self.backend == "torchcodec" and self.device == "cpu"
+        )
         self._counters = reading.counters
         # Each use brings its opener (`_decoder`), which must not refer back to this reader: a reference cycle would
         # leave a dropped dataset's decoders to the cyclic garbage collector (see process_local.py for why).
@@ -104,7 +110,7 @@ class CameraReader:
         (see VideoDecoderCache.use; the cache is the dataset's, shared by its sources: files are named by their full
         location)."""
         device = "cpu" if key in self.meta.depth_codings else self.device
-        packets = self.packets and key not in self.meta.depth_codings
+        packets = key in self.packets
         opener = partial(
             open_camera_file,
             self.meta,

@@ -234,11 +234,11 @@ class LeRobotDataset(torch.utils.data.Dataset):
     def _fetch_video(self, episode: int, wanted: dict[str, Any], *, need: Need) -> list[tuple[Any, int, int]]:
         """Fetch the video bytes of an episode's frames at these times, per camera: exactly their packets for the
         cameras decoded from packets, else the spans their decoders read (those returned, for release)."""
-        if not self.cameras.packets:
+        packets = self.cameras.packets
+        if not packets:
             return self.video_ahead.fetch(episode, wanted, need=need)
-        depth = self.meta.depth_codings
-        rgb = self.video_ahead.fetch_packets(episode, {k: t for k, t in wanted.items() if k not in depth}, need=need)
-        return rgb + self.video_ahead.fetch(episode, {k: t for k, t in wanted.items() if k in depth}, need=need)
+        fed = self.video_ahead.fetch_packets(episode, {k: t for k, t in wanted.items() if k in packets}, need=need)
+        return fed + self.video_ahead.fetch(episode, {k: t for k, t in wanted.items() if k not in packets}, need=need)
 
     def _produced(self, started: int, assembling: int, *, frames: int) -> None:
         """A sample or a batch is out (asked for at `started`, assembled since `assembling`, `frames` camera frames
