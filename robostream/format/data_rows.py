@@ -30,6 +30,7 @@ from robostream.format.language import check_language_column, language_keys
 from robostream.format.metadata import DatasetMetadata
 from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
+from robostream.storage.exact_ranges import merged
 from robostream.storage.store import RangedReader
 
 REPAIR_HINT = "the data file and meta/episodes disagree; re-convert or re-write the dataset"
@@ -183,6 +184,7 @@ class RowCaches:
         self.files = LRU()  # the file's full location -> _DataFile
         self.opening: dict[str, Future] = {}  # files one thread is opening, waited for by the others
         self.pending = LRU()  # (dataset root, episode) -> Future of its EpisodeRows
+        self.unread: set[tuple[str, int]] = set()  # (dataset root, episode) read ahead, its row groups not read yet
 
 
 FOOTER_BYTES = 512 << 10  # a remote data file's tail asked for at its open: its footer in one request, usually
@@ -243,6 +245,7 @@ class DataRowReader:
                 return
             # Bounded: reads never asked for (an epoch ended early) are forgotten, oldest first.
             caches.pending.put((self.meta.root, episode), self._pool.get().submit(self._read, episode), PENDING_READS)
+            caches.unread.add((self.meta.root, episode))
 
     def _file(self, relative: str, episode: int) -> _DataFile:
         """The open data file, counted as in use: the caller hands it back with `_release`."""
@@ -290,6 +293,8 @@ class DataRowReader:
             raise DatasetFormatError(f"{name}: data file lacks column(s) {missing} declared in info.json")
         lo, hi = _episode_ranges(parquet, names.index("episode_index"))
         data_file = _DataFile(parquet, source, lo, hi, threading.Lock(), users=1)
+        if isinstance(source, RangedReader):
+            self._fetch_waiting(data_file, relative)
         with caches.lock:
             caches.files[name] = data_file
             # The least recently used files no read is using, down to `footers` (more only while more reads than
@@ -299,6 +304,24 @@ class DataRowReader:
         for unused in closable:
             unused.close()
         return data_file
+
+    def _fetch_waiting(self, data_file: _DataFile, relative: str) -> None:
+        """Ask now, all at once, for the row groups of this dataset's episodes read ahead and not read yet from the
+        remote file `relative` just opened. The row threads then wait for their bytes together instead of in turns: at the
+        start of a pass a worker's ~48 live pieces on 16 threads waited 3 round trips for their rows, now 1."""
+        caches = self._caches.get()
+        with caches.lock:
+            waiting = [episode for root, episode in caches.unread if root == self.meta.root]
+        spans = []
+        for episode in waiting:
+            if self.meta.data_file(episode) != relative:
+                continue
+            groups = np.flatnonzero((data_file.episode_lo <= episode) & (episode <= data_file.episode_hi)).tolist()
+            if groups:
+                spans.append(_row_groups_span(data_file.parquet.metadata, groups))
+        source: RangedReader = data_file.source
+        for start, end in merged(spans, gap=source.block_size):
+            source.fetch_ahead(start, end, need="now")
 
     def _release(self, data_file: _DataFile) -> None:
         with self._caches.get().lock:
@@ -328,11 +351,15 @@ class DataRowReader:
         name = self.meta.describe(relative)
         row = self.meta.episodes.row_of(episode)
         expected = int(self.meta.episodes.from_index[row]), int(self.meta.episodes.to_index[row])
-        data_file = self._file(relative, episode)
         try:
-            table = self._row_groups(data_file, name, episode)
+            data_file = self._file(relative, episode)
+            try:
+                table = self._row_groups(data_file, name, episode)
+            finally:
+                self._release(data_file)
         finally:
-            self._release(data_file)
+            with self._caches.get().lock:
+                self._caches.get().unread.discard((self.meta.root, episode))
         if table is None or table.num_rows == 0:
             raise DatasetFormatError(
                 f"{name}: no data rows for episode {episode} (the episode table says index "

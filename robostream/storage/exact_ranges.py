@@ -34,11 +34,11 @@ class RangeSource(Protocol):
     def fetch_range(self, start: int, end: int) -> bytes: ...
 
 
-def merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Spans [start, end) sorted, those that overlap or touch merged into one."""
+def merged(spans: Iterable[tuple[int, int]], *, gap: int = 0) -> list[tuple[int, int]]:
+    """Spans [start, end) sorted, those that overlap, touch or lie at most `gap` bytes apart merged into one."""
     out: list[tuple[int, int]] = []
     for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
+        if out and start - out[-1][1] <= gap:
             out[-1] = (out[-1][0], max(out[-1][1], end))
         else:
             out.append((start, end))

@@ -1,6 +1,7 @@
 """A remote data file that many row threads open at once (a pass's first pieces are read ahead together) is opened
-once per process: one HEAD and its footer in one request, whatever the threads; a failed open reaches every waiting
-thread as the opener's error, and a later read tries again."""
+once per process: one HEAD and its footer in one request, whatever the threads; the row groups of every episode
+waiting for it are then asked for together, merged; a failed open reaches every waiting thread as the opener's
+error, and a later read tries again."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ def one_data_file(tmp_path_factory):
     return generate(tmp_path_factory.mktemp("open") / "ds", CONFIG)
 
 
-def _read_all(meta) -> list:
-    """Every episode's rows asked for at once from 8 row threads, then taken (errors as values)."""
-    reader = DataRowReader(meta, read_ahead_threads=8)
+def _read_all(meta, threads: int = 8) -> list:
+    """Every episode's rows asked for at once from `threads` row threads, then taken (errors as values)."""
+    reader = DataRowReader(meta, read_ahead_threads=threads)
     episodes = [int(e) for e in meta.episodes.episode_index]
     for episode in episodes:
         reader.read_ahead(episode)
@@ -52,6 +53,23 @@ def test_row_threads_open_a_remote_data_file_once(one_data_file):
     # its HEAD, and its tail asked for at the open, which holds the whole (small) file: every episode's row
     # groups come from it (a file opened by each thread: 9 requests here)
     assert requests == 2, requests
+
+
+def test_waiting_episodes_row_groups_are_asked_for_together(tmp_path):
+    # 12 episodes of ~290 KB rows: a 3.5 MB data file, of which the tail asked for at the open holds the last two
+    config = SynthConfig(episodes=EPISODES, cameras=1, height=48, width=64, episode_length=100, state_dim=256, seed=4)
+    root = generate(tmp_path / "ds", config)
+    # 0.2 s per request: all 12 episodes are waiting long before the file's HEAD and tail are back
+    with RangeHTTPServer(root.parent, latency_s=0.2) as server:
+        meta = load_metadata(server.url_for("ds"), read_options=FAST)
+        (relative,) = {meta.data_file(int(e)) for e in meta.episodes.episode_index}
+        server.reset_stats()
+        rows = _read_all(meta, threads=2)
+        requests = server.stats()[f"/ds/{relative}"]["requests"]
+    assert [len(r) for r in rows] == [int(n) for n in meta.episodes.length]
+    # HEAD, tail, and the other episodes' row groups merged into requests of at most 2 MiB (3 MB: 2 of them); read
+    # by the 2 threads one episode after another, they took a request each (12 here)
+    assert requests == 4, requests
 
 
 def test_every_waiting_thread_gets_the_openers_error(tmp_path):
