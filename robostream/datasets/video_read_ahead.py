@@ -173,11 +173,11 @@ class VideoReadAhead:
         if file is None:
             started = time.perf_counter_ns()
             try:
-                reader = self.meta.open(relative, what="video file")
+                # The head of the file in the request that finds the moov (and the file's version, where this
+                # process has not asked for it yet): a faststart moov (at the start) of up to ~70k packets then costs
+                # no round trip of its own.
+                reader = self.meta.open(relative, what="video file", first_bytes=HEAD_BYTES)
                 assert isinstance(reader, RangedReader)  # enabled: a remote root without the disk cache
-                # The head of the file in the request that finds the moov: a faststart moov (at the start) of up to
-                # ~70k packets then costs no round trip of its own.
-                reader.fetch_ahead(0, HEAD_BYTES, need="now")
                 moov = moov_span(reader)
                 if moov is not None:  # in one request: FFmpeg would read it a chunk (a round trip) at a time
                     # and a decoder's open reads one chunk past it (the mdat's header and first packets)

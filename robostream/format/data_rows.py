@@ -279,9 +279,9 @@ class DataRowReader:
     def _open(self, relative: str, episode: int, name: str) -> _DataFile:
         """Open a data file (its footer parsed) and keep it in this process's caches, counted as in use."""
         caches = self._caches.get()
-        source = self.meta.open(relative, what=f"data file of episode {episode}")
-        if isinstance(source, RangedReader):  # pyarrow reads the footer's length, then the footer: one request
-            source.fetch_ahead(max(0, source.size() - FOOTER_BYTES), source.size(), need="now")
+        # Remote: the tail asked for at the open, since pyarrow reads the footer's length, then the footer (one
+        # request for both; where this process has not asked for the file's version yet, it tells it too)
+        source = self.meta.open(relative, what=f"data file of episode {episode}", last_bytes=FOOTER_BYTES)
         try:
             parquet = pq.ParquetFile(source)
         except (OSError, pa.ArrowException) as exc:

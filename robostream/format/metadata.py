@@ -141,9 +141,10 @@ class DatasetMetadata:
             episode_index=episode_index,
         )
 
-    def open(self, relative: str, what: str):
-        """A data or video file: a local path string, or a ranged remote reader."""
-        return self.data_storage.open(relative, what=what)
+    def open(self, relative: str, what: str, *, first_bytes: int = 0, last_bytes: int = 0):
+        """A data or video file: a local path string, or a ranged remote reader (its first or last bytes asked for
+        now when given: Storage.open)."""
+        return self.data_storage.open(relative, what=what, first_bytes=first_bytes, last_bytes=last_bytes)
 
     def describe(self, relative: str) -> str:
         return self.data_storage.describe(relative)

@@ -176,6 +176,19 @@ async def http_range(fs: Any, url: str, start: int, end: int, if_match: str | No
     return await http_request(fs, "GET", url, headers, home=home, limit=limit)
 
 
+async def http_opening(fs: Any, url: str, byte_range: str, nbytes: int, *, home: Home) -> Answer:
+    """GET `byte_range` ("bytes=0-N" or "bytes=-N", at most `nbytes` bytes) of a file whose version is not known
+    yet (no If-Match): the answer's Content-Range and ETag name the version, as a HEAD would (see
+    Storage.open)."""
+    headers = {"Range": byte_range, "Accept-Encoding": "identity"}
+    limit = BodyLimit(
+        nbytes,
+        f"the {nbytes} bytes of the range {byte_range} asked for: the server ignored the byte range; ranged reads "
+        "need a server that supports HTTP Range requests",
+    )
+    return await http_request(fs, "GET", url, headers, home=home, limit=limit)
+
+
 async def http_head(fs: Any, url: str, *, home: Home) -> FileVersion:
     """Content-Length, ETag and Last-Modified from a HEAD request (fsspec's HTTP filesystem reports any failed
     HEAD, a 503 too, as "not found", and its info() may GET the whole file: ask the server ourselves)."""

@@ -205,3 +205,31 @@ def check_range_answer(
         )
     if nbytes < end - start:  # a short body must never pass as the file's content
         raise ConnectionError(f"short read: {nbytes} of {end - start} bytes")
+
+
+def opening_span(
+    name: str, *, first_bytes: int, last_bytes: int, status: int | None, content_range: str | None, nbytes: int
+) -> tuple[int, int] | None:
+    """(the file's size, the first byte sent) of the answer to a file's opening request, a GET of its first
+    `first_bytes` or last `last_bytes` bytes sent before its version is known (no If-Match): a 206's Content-Range
+    names both, a 200 is the whole file (smaller than asked for). None for a 416: no byte to send (an empty file),
+    the caller asks for the size. A span other than the one asked for is a ValueError, as `check_range_answer`'s."""
+    if status == 416:
+        return None
+    if status == 200:
+        return nbytes, 0
+    match = _CONTENT_RANGE.match(content_range) if content_range else None
+    if status != 206 or match is None or match.group(1) is None or match.group(3) == "*":
+        raise ValueError(
+            f"{name}: asked for a byte range, the server answered {status} with Content-Range {content_range!r}; "
+            "ranged reads need a server that answers byte ranges with 206 and the file's size"
+        )
+    size, start, stop = int(match.group(3)), int(match.group(1)), int(match.group(2)) + 1
+    wanted = (0, min(first_bytes, size)) if first_bytes else (max(0, size - last_bytes), size)
+    if (start, stop) != wanted:
+        raise ValueError(
+            f"{name}: asked for bytes {wanted[0]}-{wanted[1] - 1} of {size}, the server sent bytes {start}-{stop - 1} "
+            f"(Content-Range {content_range!r}); a server or proxy that answers the wrong range would give wrong "
+            "frames: fix or bypass it"
+        )
+    return size, start

@@ -37,7 +37,17 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.blocks import BlockCache
 from robostream.storage.cache import CachedPath, Writable
 from robostream.storage.exact_ranges import ExactRanges
-from robostream.storage.http import Answer, BodyLimit, Home, http_get, http_head, http_range, http_stat, http_whole
+from robostream.storage.http import (
+    Answer,
+    BodyLimit,
+    Home,
+    http_get,
+    http_head,
+    http_opening,
+    http_range,
+    http_stat,
+    http_whole,
+)
 from robostream.storage.hub_ranges import HubRanges
 from robostream.storage.integrity import (
     FileVersion,
@@ -45,6 +55,7 @@ from robostream.storage.integrity import (
     check_range_answer,
     digest_from_info,
     mismatch_error,
+    opening_span,
     strong_etag,
 )
 from robostream.storage.object_ranges import ObjectRanges, object_ranges_allowed, usable_here
@@ -656,8 +667,19 @@ class Storage:
             versions.setdefault(f"{self.root}/{relative}", version)
         return found
 
-    def open(self, relative: str, what: str = "file") -> io.RawIOBase | str:
-        """A path string for local files, else a RangedReader fetching byte ranges on demand."""
+    def open(
+        self, relative: str, what: str = "file", *, first_bytes: int = 0, last_bytes: int = 0
+    ) -> io.RawIOBase | str:
+        """A path string for local files, else a RangedReader fetching byte ranges on demand.
+
+        Args:
+            relative: the file's path under the root.
+            what: what the file is, for errors.
+            first_bytes, last_bytes: a remote file's first or last bytes wanted at once (a video's moov, a parquet
+                footer; at most one of them): asked for now. Where this process has not asked for the file's
+                version yet (HTTP(S), S3), the request for them tells it, as a HEAD would: one round trip where a
+                HEAD and a GET took two.
+        """
         path = self._path(relative, what)
         if self.is_local:
             if not Path(path).is_file():
@@ -667,15 +689,76 @@ class Storage:
         # so a file replaced since is still an error at its next read, and a decoder opened again costs no HEAD.
         versions = self._process.get().versions
         version = versions.get(path)
-        if version is None:
-            try:
+        opening = None
+        try:
+            if version is None and (first_bytes or last_bytes) and self.protocol in ("http", "https", "s3", "s3a"):
+                opening = self._opening_read(relative, path, first_bytes=first_bytes, last_bytes=last_bytes)
+            if opening is not None:
+                version = versions.setdefault(path, opening[0])  # another thread's first look-up wins
+            elif version is None:
                 version = versions[path] = self.stat(relative, what)
-            except FileNotFoundError as exc:
-                raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
+        except FileNotFoundError as exc:
+            raise MissingFileError(f"{self.describe(relative)}: {what} not found") from exc
         reader = RangedReader(self, path, self.describe(relative), version, self.block_size)
+        if opening is not None and opening[0] == version:
+            reader.keep(opening[1], opening[2])
+        elif first_bytes:
+            reader.fetch_ahead(0, first_bytes, need="now")
+        elif last_bytes:
+            reader.fetch_ahead(max(0, version.size - last_bytes), version.size, need="now")
         if self.cache is None or not version.token:
             return reader  # a copy of a file nothing but its size names would be served after a same-size change
         return self._cached(reader, version)
+
+    def _opening_read(
+        self, relative: str, path: str, *, first_bytes: int, last_bytes: int
+    ) -> tuple[FileVersion, int, bytes] | None:
+        """A file's version, and the first byte and bytes of its first `first_bytes` or last `last_bytes`, from one
+        GET (None: the server had no byte to send, an empty file: ask its size). The version is what the answer's
+        Content-Range (its size), ETag and Last-Modified say, as a HEAD's would."""
+        name = self.describe(relative)
+        nbytes = first_bytes or last_bytes
+        byte_range = f"bytes=0-{first_bytes - 1}" if first_bytes else f"bytes=-{last_bytes}"
+        fs = self.fs
+        if self.protocol in ("http", "https"):
+            ask = partial(fsspec.asyn.sync, fs.loop, http_opening, fs, path, byte_range, nbytes, home=self.home)
+        else:
+            ask = partial(fsspec.asyn.sync, fs.loop, _s3_range, fs, path, byte_range, None)
+        started = time.perf_counter()
+
+        def once() -> tuple[FileVersion, int, bytes] | None:
+            answer = ask()
+            span = opening_span(
+                name,
+                first_bytes=first_bytes,
+                last_bytes=last_bytes,
+                status=answer.status,
+                content_range=answer.content_range,
+                nbytes=len(answer.body),
+            )
+            if span is None:
+                return None
+            size, start = span
+            if self.protocol in ("http", "https"):
+                version = FileVersion(size, answer.etag, last_modified=answer.last_modified)
+            else:
+                version = _info_version(self.protocol, {"size": size, "ETag": answer.etag})
+            check_range_answer(
+                name,
+                version,
+                start,
+                start + len(answer.body),
+                answer.status,
+                answer.content_range,
+                answer.etag,
+                len(answer.body),
+            )
+            return version, start, answer.body
+
+        opened = call_with_retries(once, f"{name} (first bytes)", self.retry, on_retry=self.retried)
+        if opened is not None:
+            self.counter.add(len(opened[2]), time.perf_counter() - started)
+        return opened
 
     def _cached(self, reader: RangedReader, version: FileVersion) -> CachedPath:
         """The disk cache's copy of a file; with validate="full" one whose hash mismatched is fetched once more."""
@@ -702,15 +785,11 @@ class Storage:
             raise mismatch_error(reader.name, expected, exc.got, attempts=2) from exc
 
 
-def _precondition_failed(exc: BaseException) -> bool:
-    """s3fs turns botocore's 412 into a plain OSError; the botocore error is its cause."""
-    return any(e is not None and http_status(e) == 412 for e in (exc, exc.__cause__))
-
-
-async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | None) -> Answer:
-    """get_object for bytes [start, end) (If-Match when known), keeping Content-Range and ETag."""
+async def _s3_range(fs: Any, path: str, byte_range: str, if_match: str | None) -> Answer:
+    """get_object for `byte_range` ("bytes=A-B", or "bytes=-N": the last N) with If-Match when known, keeping
+    Content-Range and ETag (a 412 or 416 is answered, not raised, as storage/http.py does)."""
     bucket, key, version_id = fs.split_path(path)
-    request = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
+    request = {"Bucket": bucket, "Key": key, "Range": byte_range}
     if version_id:
         request["VersionId"] = version_id
     if if_match:
@@ -718,8 +797,9 @@ async def _s3_range(fs: Any, path: str, start: int, end: int, if_match: str | No
     try:
         response = await fs._call_s3("get_object", **request)
     except OSError as exc:
-        if _precondition_failed(exc):
-            return Answer(412, None, None, b"")
+        for status in (412, 416):
+            if any(e is not None and http_status(e) == status for e in (exc, exc.__cause__)):
+                return Answer(status, None, None, b"")
         raise
     try:
         body = await response["Body"].read()
@@ -785,7 +865,9 @@ class RangedReader(io.RawIOBase):
                 home=self._storage.home,
             )
         if protocol in ("s3", "s3a"):
-            return fsspec.asyn.sync(fs.loop, _s3_range, fs, self._path, start, end, strong_etag(self._version.etag))
+            return fsspec.asyn.sync(
+                fs.loop, _s3_range, fs, self._path, f"bytes={start}-{end - 1}", strong_etag(self._version.etag)
+            )
         if self._storage.hub_repository:  # straight from where the Hub serves the bytes (buckets: HfFileSystem)
             return self._storage.hub_ranges.range(self._path, start, end)
         # HfFileSystem reads through a read-ahead buffer by default: each block would fetch up to the end of the
@@ -833,6 +915,18 @@ class RangedReader(io.RawIOBase):
     def take_exact(self, start: int, end: int) -> bytes:
         """Bytes [start, end): from spans fetched with `fetch_exact`, else fetched now."""
         return self._storage.exact_ranges.take(self, start, end)
+
+    def keep(self, start: int, data: bytes) -> None:
+        """Bytes [start, start + len(data)) of this version, fetched already: the blocks they cover whole go to the
+        block cache, as bytes fetched ahead (the last block of the file is whole where it ends)."""
+        end = start + len(data)
+        first = -(-start // self._block_size)
+        stop = -(-end // self._block_size) if end == self._size else end // self._block_size
+        blocks = self._storage.blocks
+        view = memoryview(data)
+        for key in blocks.claim((self.key, index) for index in range(first, stop)):
+            at = key[1] * self._block_size
+            blocks.fulfil(key, bytes(view[at - start : min(end, at + self._block_size) - start]), ahead=True)
 
     def load(self, start: int, end: int) -> None:
         """Bytes [start, end) fetched into the block cache (those missing in merged requests) and waited for: a

@@ -1,5 +1,5 @@
 """A remote data file that many row threads open at once (a pass's first pieces are read ahead together) is opened
-once per process: one HEAD and its footer in one request, whatever the threads; the row groups of every episode
+once per process: its footer in one request, which tells its version too, whatever the threads; the row groups of every episode
 waiting for it are then asked for together, merged; a failed open reaches every waiting thread as the opener's
 error, and a later read tries again."""
 
@@ -50,9 +50,9 @@ def test_row_threads_open_a_remote_data_file_once(one_data_file):
         rows = _read_all(meta)
         requests = server.stats()[f"/ds/{relative}"]["requests"]
     assert [len(r) for r in rows] == [int(n) for n in meta.episodes.length]
-    # its HEAD, and its tail asked for at the open, which holds the whole (small) file: every episode's row
-    # groups come from it (a file opened by each thread: 9 requests here)
-    assert requests == 2, requests
+    # its tail asked for at the open, which holds the whole (small) file and tells its version (no HEAD): every
+    # episode's row groups come from it (a file opened by each thread: 8 requests here, 16 with a HEAD each)
+    assert requests == 1, requests
 
 
 def test_waiting_episodes_row_groups_are_asked_for_together(tmp_path):
@@ -67,9 +67,9 @@ def test_waiting_episodes_row_groups_are_asked_for_together(tmp_path):
         rows = _read_all(meta, threads=2)
         requests = server.stats()[f"/ds/{relative}"]["requests"]
     assert [len(r) for r in rows] == [int(n) for n in meta.episodes.length]
-    # HEAD, tail, and the other episodes' row groups merged into requests of at most 2 MiB (3 MB: 2 of them); read
-    # by the 2 threads one episode after another, they took a request each (12 here)
-    assert requests == 4, requests
+    # the tail (with the version), and the other episodes' row groups merged into requests of at most 2 MiB (3 MB:
+    # 2 of them); read by the 2 threads one episode after another, they took a request each (11 here)
+    assert requests == 3, requests
 
 
 def test_every_waiting_thread_gets_the_openers_error(tmp_path):

@@ -162,6 +162,16 @@ def test_a_wrong_content_range_is_an_error_and_never_cached(av1_root, tmp_path):
     assert all(p.read_bytes() in originals for p in cached)  # only files small enough to come whole, unshifted
 
 
+def test_a_wrong_content_range_for_a_files_opening_read_is_an_error(tmp_path):
+    (tmp_path / "f.bin").write_bytes(bytes(range(256)) * 400)
+    with ShiftedRangeServer(tmp_path) as server:
+        storage = Storage(server.url, ReadOptions(retry=FAST_RETRY))
+        with pytest.raises(
+            RemoteReadError, match=r"f\.bin: asked for bytes 0-19999 of 102400, the server sent bytes 4096-"
+        ):
+            storage.open("f.bin", first_bytes=20_000)
+
+
 def test_a_file_that_shrinks_after_its_size_was_read_is_a_changed_file(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100_000)

@@ -27,7 +27,7 @@ from robostream.storage.retry import RetryPolicy
 from robostream.storage.store import RangedReader, Storage
 
 from .hub_server import HubServer, huggingface_hub_at
-from .servers import FaultProxy, RangeHTTPServer, corrupt
+from .servers import FaultProxy, RangeHTTPServer, corrupt, http_status
 from .test_remote_sources import _assert_same
 
 pytestmark = pytest.mark.timeout(120)
@@ -369,3 +369,74 @@ def test_http_unchanged_file_reads_whole_with_if_match(tmp_path):
         storage = Storage(server.url, ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
         assert storage.stat("v.mp4").etag == f'"{hashlib.md5(data).hexdigest()}"'
         assert storage.open("v.mp4").read() == data
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A file's opening read (Storage.open with first_bytes / last_bytes): its version from the answer, no HEAD
+# --------------------------------------------------------------------------------------------------------------
+
+OPENING = 40_000
+# 16 KiB blocks: the opening answer's whole blocks are kept, [0, 32768) of the first 40,000 bytes, [65536, SIZE) of
+# the last 40,000 (the file's short last block included)
+KEPT = {"first_bytes": (0, 32_768), "last_bytes": (65_536, SIZE)}
+
+
+@pytest.mark.parametrize("etag", [True, False], ids=["etag", "no-etag"])
+@pytest.mark.parametrize("wanted", ["first_bytes", "last_bytes"])
+def test_http_opening_read_tells_the_version_with_the_bytes_and_guards_later_reads(tmp_path, etag, wanted):
+    old = _bytes(10, SIZE)
+    (tmp_path / "v.mp4").write_bytes(old)
+    with RangeHTTPServer(tmp_path, etag=etag) as server:
+        storage = Storage(server.url, ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
+        reader = storage.open("v.mp4", **{wanted: OPENING})
+        start, end = KEPT[wanted]
+        reader.seek(start)
+        assert reader.read(end - start) == old[start:end]
+        assert server.stats()["/v.mp4"]["requests"] == 1  # no HEAD: the one GET gave the version and the bytes
+        assert reader.version == storage.stat("v.mp4")  # what a HEAD says (size, ETag, Last-Modified)
+        _replace(tmp_path / "v.mp4", _bytes(11, SIZE + 5_000))
+        reader.seek(40_000)  # a block the opening answer did not hold: If-Match (or the size) refuses the new file
+        with pytest.raises(FileChangedError, match=r"v\.mp4: changed on the server during the epoch"):
+            reader.read(1000)
+
+
+@pytest.mark.parametrize("size", [0, 1_000], ids=["empty", "smaller-than-asked"])
+@pytest.mark.parametrize("wanted", ["first_bytes", "last_bytes"])
+def test_http_opening_read_of_a_small_or_empty_file(tmp_path, size, wanted):
+    data = _bytes(12, size)
+    (tmp_path / "v.mp4").write_bytes(data)
+    with RangeHTTPServer(tmp_path) as server:
+        storage = Storage(server.url, ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
+        reader = storage.open("v.mp4", **{wanted: OPENING})
+        assert reader.size() == size
+        assert reader.read() == data
+        # the whole small file in the opening answer; an empty one is a 416, then a HEAD asks its size
+        assert server.stats()["/v.mp4"]["requests"] == (1 if size else 2)
+
+
+def test_s3_opening_read_names_the_version_a_listing_or_head_would(s3_server, bucket):
+    key = "opening/v.mp4"
+    old = _bytes(13, SIZE)
+    s3_server.put_bytes(bucket, key, old)
+    options = ReadOptions(storage_options=s3_server.storage_options(), retry=FAST_RETRY, read_buffer=SMALL_BUFFER)
+    reader = Storage(f"s3://{bucket}/opening", options).open("v.mp4", last_bytes=OPENING)
+    reader.seek(65_536)
+    assert reader.read() == old[65_536:]
+    # the same size, ETag and published md5 as a HEAD's: caches keyed by the version agree across processes
+    assert reader.version == Storage(f"s3://{bucket}/opening", options).stat("v.mp4")
+    assert reader.version.digest == Digest("md5", hashlib.md5(old).hexdigest())
+    s3_server.put_bytes(bucket, key, _bytes(14, SIZE))
+    reader.seek(0)
+    with pytest.raises(FileChangedError, match=rf"s3://{bucket}/{key}: changed on the server during the epoch"):
+        reader.read(1000)
+
+
+def test_opening_read_retries_a_throttled_answer(make_fault_proxy, tmp_path):
+    data = _bytes(15, SIZE)
+    (tmp_path / "v.mp4").write_bytes(data)
+    with RangeHTTPServer(tmp_path) as server:
+        proxy = make_fault_proxy(server.url, [http_status(503)], match=lambda method, path: method == "GET")
+        storage = Storage(proxy.url, ReadOptions(retry=FAST_RETRY, read_buffer=SMALL_BUFFER))
+        reader = storage.open("v.mp4", first_bytes=OPENING)
+        assert reader.read(32_768) == data[:32_768]
+        assert storage.stats().retries == 1
