@@ -21,6 +21,7 @@ are released (they no longer count as ahead).
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class PickReadAhead:
         self._live_cameras = 0  # cameras of the pieces taken from the plan and not done (they share the buffer)
         self._read_aheads: list[ReadAhead] | None = None
         self._buffer_bytes: int | None = None
+        self._short_of = 0  # the block size, once the read buffer was found short of 4 per live camera piece
 
     @property
     def enabled(self) -> bool:
@@ -122,6 +124,9 @@ class PickReadAhead:
                     if entry is not None:
                         self._ask(entry, pick[2], starting=handed_out == 0)
                 window.extend(taken)
+            # Said once the live pieces are all taken (a few batches in), or at the end of a shorter pass.
+            if self._short_of and (handed_out == MIN_PICKS_AHEAD or (not window and handed_out < MIN_PICKS_AHEAD)):
+                self._warn_small_buffer(self._short_of)
             if not window:
                 return
             handed_out += 1
@@ -181,6 +186,8 @@ class PickReadAhead:
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
             after = previous[1] if previous is not None and start >= previous[0] else 0
+            if share < reader.block_size:
+                self._short_of = reader.block_size
             chunk = max(reader.block_size, share)
             if end <= after and (after >= last or after - end >= chunk // 2):
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
@@ -199,6 +206,23 @@ class PickReadAhead:
             held = entry.spans.get(key)
             entry.spans[key] = (reader, min(start, held[1]), max(after, held[2])) if held else (reader, start, after)
             entry.asked[key] = (start, after)
+
+    def _warn_small_buffer(self, block_size: int) -> None:
+        """The read buffer holds less than 4 blocks per live camera piece. Each piece's next bytes then take a block
+        or two of the free half, the read-ahead runs out of room for the next samples' bytes, and decoders wait a
+        round trip per decode (in-process, 96 live pieces x 3 cameras, 64 KiB blocks, 50 ms: 40 batches took 2 s
+        with 96-256 MiB, 6.8 s with 64 MiB, 19 s with 32 MiB)."""
+        buffer_mb = (self._buffer_bytes or 0) / 1e6
+        need_mb = -(-6 * block_size * self._live_cameras // 10**6)
+        warnings.warn(
+            f"read_buffer={buffer_mb:.0f} MB holds less than 4 blocks of {block_size >> 10} KiB for each of the "
+            f"{self._live_cameras} live camera pieces of this process (live pieces x cameras): the read-ahead cannot "
+            "keep every piece's next bytes, and decoders will wait a round trip for most decodes. Pass "
+            f"ReadOptions(read_buffer='{need_mb}mb') or more, or keep fewer pieces live per process "
+            "(StreamOptions(pool_size=), or more DataLoader workers)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _chunk_bytes(self, entry: _Piece) -> int:
         """Bytes of a piece's camera asked for ahead of its reader: the read buffer's free half shared by the live

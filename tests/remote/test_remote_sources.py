@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -189,6 +191,26 @@ def test_remote_reads_stay_within_the_read_buffer(http_dataset, av1_root, read_b
         # reads from it (the parent read only metadata).
         data = sum(p.stat().st_size for p in av1_root.glob("data/*/*.parquet"))
         assert counts["bytes_read"] <= 2 * (videos + data), (counts["bytes_read"], videos, data)
+
+
+def test_a_read_buffer_too_small_for_the_live_pieces_is_said(http_dataset, av1_root):
+    """1 MB (16 KiB blocks) for one process's live pieces x 2 cameras: less than 4 blocks each, the read-ahead runs
+    out of room for the next samples' bytes; the pass says so (and stays exact), 128 MB says nothing."""
+    expected = list(range(len(LeRobotDataset(root=av1_root))))
+    small = StreamingLeRobotDataset(
+        root=http_dataset.url, seed=6, return_uint8=True, read_options=ReadOptions(retry=FAST_RETRY, read_buffer="1mb")
+    )
+    with pytest.warns(RuntimeWarning, match=r"read_buffer=1 MB holds less than 4 blocks of 16 KiB for each of the "):
+        assert sorted(int(sample["index"]) for sample in small) == expected
+    adequate = StreamingLeRobotDataset(
+        root=http_dataset.url,
+        seed=6,
+        return_uint8=True,
+        read_options=ReadOptions(retry=FAST_RETRY, read_buffer="128mb"),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert sorted(int(sample["index"]) for sample in adequate) == expected
 
 
 def test_read_ahead_failures_are_counted_and_the_sample_gets_the_error(av1_root, tmp_path):
