@@ -34,8 +34,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(
         parser,
         "read_buffer",
-        default=DEFAULT_READ_BUFFER,
-        help="fetched remote blocks kept per process, e.g. 128mb (default: %(default)s bytes)",
+        default=None,
+        help=f"fetched remote blocks kept per process, e.g. 128mb (default: {DEFAULT_READ_BUFFER >> 20} MiB, grown by "
+        "a streaming pass to its live pieces' working set)",
     )
     _option(parser, "label", default=None, help="a label for result files and tables (default: local/remote)")
     _option(

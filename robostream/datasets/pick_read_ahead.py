@@ -14,7 +14,8 @@ large ranged GETs rather than one per 64 KiB block (object stores cap GETs per s
 docs/scale-out.md). A chunk up to REQUEST_BYTES adds little transfer to a round trip and comes in the sample's own
 request; a larger one in a request of its own behind it ("later", so it never holds back the next samples' bytes).
 A chunk is the read buffer's free half shared by the live pieces' cameras (at most 16 MiB, storage/read_ahead.py),
-so the bytes asked for ahead stay within it. When a piece is done, the blocks fetched for it that no decoder read
+so the bytes asked for ahead stay within it; a buffer left to its default grows to hold GROWN_BLOCKS blocks per
+live camera piece, one sized by the user is kept (and a pass short of 4 blocks each says so). When a piece is done, the blocks fetched for it that no decoder read
 are released (they no longer count as ahead).
 """
 
@@ -31,12 +32,16 @@ import numpy as np
 from robostream.datasets.frame_reader import FrameReader
 from robostream.plan.epoch import EpochPlan, Pick
 from robostream.plan.piece import PieceGeometry
+from robostream.storage.blocks import BlockCache
 from robostream.storage.read_ahead import REQUEST_BYTES, SEQUENTIAL_REQUEST_BYTES, ReadAhead
 from robostream.storage.store import RangedReader
 
 FLOOR_BYTES = 8 << 20  # asked for ahead at least, before the decoders' rate is measured
 MIN_PICKS_AHEAD = 256  # a few batches ahead whatever their bytes (the read-ahead still fetches within its room)
 MAX_PICKS_AHEAD = 4096  # bounds the picks held when their bytes are tiny
+# Blocks per live camera piece a read buffer left to its default grows to: at 4 the read-ahead's room runs out (each
+# keeps a block or two of its next bytes fetched ahead), 5.2 measured as fast as 14 (BENCHMARKS.md, tenth session).
+GROWN_BLOCKS = 6
 PICKS_PER_ROUND = 32  # picks taken from the plan at a time (their new files' indexes are read together)
 
 
@@ -75,7 +80,7 @@ class PickReadAhead:
         self._remote = [r for r in readers if r.video_ahead.enabled]
         self._live_cameras = 0  # cameras of the pieces taken from the plan and not done (they share the buffer)
         self._read_aheads: list[ReadAhead] | None = None
-        self._buffer_bytes: int | None = None
+        self._blocks: BlockCache | None = None  # this process's read buffer
         self._short_of = 0  # the block size, once the read buffer was found short of 4 per live camera piece
 
     @property
@@ -186,8 +191,8 @@ class PickReadAhead:
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
             after = previous[1] if previous is not None and start >= previous[0] else 0
-            if share < reader.block_size:
-                self._short_of = reader.block_size
+            if share < reader.block_size:  # the read buffer is short of 4 blocks per live camera piece
+                share = self._room(entry, reader.block_size)
             chunk = max(reader.block_size, share)
             if end <= after and (after >= last or after - end >= chunk // 2):
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
@@ -207,13 +212,22 @@ class PickReadAhead:
             entry.spans[key] = (reader, min(start, held[1]), max(after, held[2])) if held else (reader, start, after)
             entry.asked[key] = (start, after)
 
+    def _room(self, entry: _Piece, block_size: int) -> int:
+        """A chunk's bytes where the read buffer holds less than 4 blocks per live camera piece: the buffer grown to
+        GROWN_BLOCKS each where the user did not size it, else what it holds (and the pass warns once)."""
+        if entry.reader.meta.data_storage.read_options.read_buffer_grows:
+            entry.reader.video_ahead.read_ahead.blocks.grow(GROWN_BLOCKS * block_size * self._live_cameras)
+        else:
+            self._short_of = block_size
+        return self._chunk_bytes(entry)
+
     def _warn_small_buffer(self, block_size: int) -> None:
         """The read buffer holds less than 4 blocks per live camera piece. Each piece's next bytes then take a block
         or two of the free half, the read-ahead runs out of room for the next samples' bytes, and decoders wait a
         round trip per decode (in-process, 96 live pieces x 3 cameras, 64 KiB blocks, 50 ms: 40 batches took 2 s
         with 96-256 MiB, 6.8 s with 64 MiB, 19 s with 32 MiB)."""
-        buffer_mb = (self._buffer_bytes or 0) / 1e6
-        need_mb = -(-6 * block_size * self._live_cameras // 10**6)
+        buffer_mb = (self._blocks.budget_bytes if self._blocks is not None else 0) / 1e6
+        need_mb = -(-GROWN_BLOCKS * block_size * self._live_cameras // 10**6)
         warnings.warn(
             f"read_buffer={buffer_mb:.0f} MB holds less than 4 blocks of {block_size >> 10} KiB for each of the "
             f"{self._live_cameras} live camera pieces of this process (live pieces x cameras): the read-ahead cannot "
@@ -227,9 +241,9 @@ class PickReadAhead:
     def _chunk_bytes(self, entry: _Piece) -> int:
         """Bytes of a piece's camera asked for ahead of its reader: the read buffer's free half shared by the live
         pieces' cameras, half of it for what they asked and did not read yet (at most SEQUENTIAL_REQUEST_BYTES)."""
-        if self._buffer_bytes is None:  # this process's read buffer (the pass runs in one process)
-            self._buffer_bytes = entry.reader.video_ahead.read_ahead.blocks.budget_bytes
-        return min(SEQUENTIAL_REQUEST_BYTES, self._buffer_bytes // 4 // max(1, self._live_cameras))
+        if self._blocks is None:  # this process's read buffer (the pass runs in one process)
+            self._blocks = entry.reader.video_ahead.read_ahead.blocks
+        return min(SEQUENTIAL_REQUEST_BYTES, self._blocks.budget_bytes // 4 // max(1, self._live_cameras))
 
 
 def decode_runs(starts: np.ndarray, ends: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray]:

@@ -162,6 +162,11 @@ class BlockCache:
         if released:
             self._taken()
 
+    def grow(self, budget_bytes: int) -> None:
+        """Raise the budget to `budget_bytes` (never lowers it)."""
+        with self._lock:
+            self.budget_bytes = max(self.budget_bytes, budget_bytes)
+
     def cached(self, key: BlockKey) -> bool:
         """Whether the block is held or being fetched."""
         with self._lock:

@@ -39,7 +39,10 @@ class ReadOptions:
             `derived/` subfolder then also holds the columns derived from the tables (see below).
         cache_limit: bytes (or e.g. "20gb") the disk cache may hold; least recently used files are evicted.
         read_buffer: fetched remote blocks kept in memory per process, those fetched ahead included (bytes or e.g.
-            "128mb"): bounds remote-read memory; too small and readers wait for refetches.
+            "128mb"): bounds remote-read memory; too small and readers wait for refetches. None (default): 128 MiB,
+            grown by a streaming pass to 6 blocks for each camera of its live pieces where that is more (the
+            read-ahead's working set: each keeps its next bytes fetched ahead; with less than 4 blocks each, decoders
+            wait a round trip per decode). A size given is kept, and a pass short of 4 blocks each warns.
         max_in_flight: range requests a process keeps under way at once when fetching ahead (default 64): enough
             for a map-style worker at 50-100 ms per request; lower it for a store that throttles connections.
         validate: "size" (default) checks every file's size, and that range reads of S3/HTTP files all see the
@@ -53,14 +56,15 @@ class ReadOptions:
     retry: RetryPolicy | None = None
     cache_dir: str | Path | None = None
     cache_limit: int | str | None = None
-    read_buffer: int | str = DEFAULT_READ_BUFFER
+    read_buffer: int | str | None = None
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     validate: Literal["size", "full"] = "size"
 
     def __post_init__(self) -> None:
         if (self.cache_dir is None) != (self.cache_limit is None):
             raise ValueError("pass both cache_dir= and cache_limit= to use the disk cache, or neither")
-        parse_size(self.read_buffer)  # fails now, naming the value, rather than at the first remote read
+        if self.read_buffer is not None:
+            parse_size(self.read_buffer)  # fails now, naming the value, rather than at the first remote read
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
             raise ValueError(f"max_in_flight={self.max_in_flight!r}: expected a positive number of requests")
         check_validate(self.validate, cached=self.cache_dir is not None)
@@ -68,8 +72,13 @@ class ReadOptions:
     # What the fields give the storage, derived here only.
     @property
     def read_buffer_bytes(self) -> int:
-        """`read_buffer` in bytes."""
-        return parse_size(self.read_buffer)
+        """`read_buffer` in bytes (to begin with, where it may grow: `read_buffer_grows`)."""
+        return DEFAULT_READ_BUFFER if self.read_buffer is None else parse_size(self.read_buffer)
+
+    @property
+    def read_buffer_grows(self) -> bool:
+        """Whether a streaming pass may grow the read buffer to its live pieces' working set (none was given)."""
+        return self.read_buffer is None
 
     @property
     def retry_policy(self) -> RetryPolicy:

@@ -357,7 +357,8 @@ class Storage:
             ProcessLocal(reading)
             if shared is None or self.is_local
             else shared.group(
-                f"{protocol}|{json.dumps(self._options, sort_keys=True, default=repr)}|{block_budget}|{max_in_flight}",
+                f"{protocol}|{json.dumps(self._options, sort_keys=True, default=repr)}|{block_budget}|{max_in_flight}"
+                f"|{options.read_buffer_grows}",
                 reading,
             )
         )

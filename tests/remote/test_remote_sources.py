@@ -213,6 +213,20 @@ def test_a_read_buffer_too_small_for_the_live_pieces_is_said(http_dataset, av1_r
         assert sorted(int(sample["index"]) for sample in adequate) == expected
 
 
+def test_a_read_buffer_left_to_its_default_grows_to_the_live_pieces(http_dataset, av1_root, monkeypatch):
+    """The same pass with the default buffer made 1 MB: it grows to 6 blocks per live camera piece, no warning."""
+    monkeypatch.setattr("robostream.storage.options.DEFAULT_READ_BUFFER", 1_000_000)
+    dataset = StreamingLeRobotDataset(root=http_dataset.url, seed=6, return_uint8=True, read_options=FAST)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        indices = sorted(int(sample["index"]) for sample in dataset)
+    assert indices == list(range(len(LeRobotDataset(root=av1_root))))
+    storage = dataset.meta.data_storage
+    assert storage.block_size == 16 << 10
+    # at least 12 live pieces of 2 cameras (7 episodes cut into 12 streams): 6 x 16 KiB x 24 = 2.4 MB
+    assert storage.blocks.budget_bytes >= 6 * storage.block_size * 24, storage.blocks.budget_bytes
+
+
 def test_read_ahead_failures_are_counted_and_the_sample_gets_the_error(av1_root, tmp_path):
     """A video file of an upcoming piece is missing: the read-ahead counts its failure (no silent loss) and the
     sample that needs it gets a clear error naming the file, after every earlier sample came through."""
