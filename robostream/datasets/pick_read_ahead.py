@@ -80,8 +80,7 @@ class PickReadAhead:
         self._remote = [r for r in readers if r.video_ahead.enabled]
         self._live_cameras = 0  # cameras of the pieces taken from the plan and not done (they share the buffer)
         self._read_aheads: list[ReadAhead] | None = None
-        self._blocks: BlockCache | None = None  # this process's read buffer
-        self._short_of = 0  # the block size, once the read buffer was found short of 4 per live camera piece
+        self._short: tuple[BlockCache, int] | None = None  # a read buffer short of 4 blocks per live camera piece
 
     @property
     def enabled(self) -> bool:
@@ -130,8 +129,8 @@ class PickReadAhead:
                         self._ask(entry, pick[2], starting=handed_out == 0)
                 window.extend(taken)
             # Said once the live pieces are all taken (a few batches in), or at the end of a shorter pass.
-            if self._short_of and (handed_out == MIN_PICKS_AHEAD or (not window and handed_out < MIN_PICKS_AHEAD)):
-                self._warn_small_buffer(self._short_of)
+            if self._short and (handed_out == MIN_PICKS_AHEAD or (not window and handed_out < MIN_PICKS_AHEAD)):
+                self._warn_small_buffer(*self._short)
             if not window:
                 return
             handed_out += 1
@@ -215,24 +214,24 @@ class PickReadAhead:
     def _room(self, entry: _Piece, block_size: int) -> int:
         """A chunk's bytes where the read buffer holds less than 4 blocks per live camera piece: the buffer grown to
         GROWN_BLOCKS each where the user did not size it, else what it holds (and the pass warns once)."""
+        blocks = entry.reader.video_ahead.read_ahead.blocks
         if entry.reader.meta.data_storage.read_options.read_buffer_grows:
-            entry.reader.video_ahead.read_ahead.blocks.grow(GROWN_BLOCKS * block_size * self._live_cameras)
+            blocks.grow(GROWN_BLOCKS * block_size * self._live_cameras)
         else:
-            self._short_of = block_size
+            self._short = (blocks, block_size)
         return self._chunk_bytes(entry)
 
-    def _warn_small_buffer(self, block_size: int) -> None:
+    def _warn_small_buffer(self, blocks: BlockCache, block_size: int) -> None:
         """The read buffer holds less than 4 blocks per live camera piece. Each piece's next bytes then take a block
         or two of the free half, the read-ahead runs out of room for the next samples' bytes, and decoders wait a
         round trip per decode (in-process, 96 live pieces x 3 cameras, 64 KiB blocks, 50 ms: 40 batches took 2 s
         with 96-256 MiB, 6.8 s with 64 MiB, 19 s with 32 MiB)."""
-        buffer_mb = (self._blocks.budget_bytes if self._blocks is not None else 0) / 1e6
         need_mb = -(-GROWN_BLOCKS * block_size * self._live_cameras // 10**6)
         warnings.warn(
-            f"read_buffer={buffer_mb:.0f} MB holds less than 4 blocks of {block_size >> 10} KiB for each of the "
-            f"{self._live_cameras} live camera pieces of this process (live pieces x cameras): the read-ahead cannot "
-            "keep every piece's next bytes, and decoders will wait a round trip for most decodes. Pass "
-            f"ReadOptions(read_buffer='{need_mb}mb') or more, or keep fewer pieces live per process "
+            f"read_buffer={blocks.budget_bytes / 1e6:.0f} MB holds less than 4 blocks of {block_size >> 10} KiB for "
+            f"each of the {self._live_cameras} live camera pieces of this process (live pieces x cameras): the "
+            "read-ahead cannot keep every piece's next bytes, and decoders will wait a round trip for most decodes. "
+            f"Pass ReadOptions(read_buffer='{need_mb}mb') or more, or keep fewer pieces live per process "
             "(StreamOptions(pool_size=), or more DataLoader workers)",
             RuntimeWarning,
             stacklevel=2,
@@ -241,9 +240,8 @@ class PickReadAhead:
     def _chunk_bytes(self, entry: _Piece) -> int:
         """Bytes of a piece's camera asked for ahead of its reader: the read buffer's free half shared by the live
         pieces' cameras, half of it for what they asked and did not read yet (at most SEQUENTIAL_REQUEST_BYTES)."""
-        if self._blocks is None:  # this process's read buffer (the pass runs in one process)
-            self._blocks = entry.reader.video_ahead.read_ahead.blocks
-        return min(SEQUENTIAL_REQUEST_BYTES, self._blocks.budget_bytes // 4 // max(1, self._live_cameras))
+        budget = entry.reader.video_ahead.read_ahead.blocks.budget_bytes  # its source's (shared by sources alike)
+        return min(SEQUENTIAL_REQUEST_BYTES, budget // 4 // max(1, self._live_cameras))
 
 
 def decode_runs(starts: np.ndarray, ends: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray]:
