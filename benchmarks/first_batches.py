@@ -7,6 +7,7 @@ to compare them (PYTHONPATH=<worktree>):
 
     PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --latency_ms 50
     PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --local
+    PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --latency_ms 50 --read_buffer 48mb
 
 Prints one JSON line per run (from a store: also the CPU seconds it spent and the MB it served by the 80th batch,
 on this machine's cores).
@@ -39,9 +40,10 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     parser.add_argument("--latency_ms", type=float, default=50.0)
     parser.add_argument("--local", action="store_true", help="read the folder directly (no store)")
+    parser.add_argument("--read_buffer", default=None, help="ReadOptions(read_buffer=), e.g. 48mb (default: its own)")
     args = parser.parse_args()
 
-    from robostream import StreamingLeRobotDataset
+    from robostream import ReadOptions, StreamingLeRobotDataset
     from robostream.datasets.loader import StreamingDataLoader
 
     root = str(args.root.resolve())
@@ -54,7 +56,7 @@ def main() -> None:
         store.start()
         root = f"{conn.recv()}/{args.root.name}"
     try:
-        dataset = StreamingLeRobotDataset(root=root)
+        dataset = StreamingLeRobotDataset(root=root, read_options=ReadOptions(read_buffer=args.read_buffer))
         started = time.perf_counter()
         batches = iter(StreamingDataLoader(dataset, batch_size=32, num_workers=2))
         arrivals = {}
