@@ -138,6 +138,7 @@ class MemorySampler:
         self.interval_s, self.pss_every = interval_s, max(1, round(pss_interval_s / interval_s))
         self.peak = self.baseline = self.tree_memory("rss")
         self.peak_pss = self.tree_memory("pss")
+        self._pss_lock = threading.Lock()  # the sampler thread and the consuming loop both take it
         self.cpu_s = 0.0  # the sampler thread's own CPU: the probe's cost, left out of the loader's (tree_cpu_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
@@ -160,8 +161,15 @@ class MemorySampler:
             ticks += 1
             self.peak = max(self.peak, self.tree_memory("rss"))
             if ticks % self.pss_every == 0:
-                self.peak_pss = max(self.peak_pss, self.tree_memory("pss"))
+                self.sample_pss()
             self.cpu_s = time.thread_time()
+
+    def sample_pss(self) -> None:
+        """Take the tree's PSS now (also at the end of the timed part: a run shorter than `pss_interval_s` would
+        otherwise report the PSS from before its loader started)."""
+        pss = self.tree_memory("pss")
+        with self._pss_lock:
+            self.peak_pss = max(self.peak_pss, pss)
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -289,6 +297,7 @@ def consume(
         if duration_s is not None and timed_from is not None and arrived - timed_from >= duration_s:
             break
     cpu_to = tree_cpu_s()
+    sampler.sample_pss()  # the workers are still up, holding what the timed part grew
     cpu = (
         {
             "main": cpu_to["main"] - cpu_from["main"] - (sampler.cpu_s - cpu_sampler_from),
