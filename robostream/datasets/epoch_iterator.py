@@ -65,7 +65,8 @@ class EpochIterator:
         # The largest decoded frames one live piece / all live pieces held, published per batch (or sample).
         self._peak_piece_frames = self._peak_live_frames = 0
         self._readers: dict[tuple[int, int], PieceReader] = {}
-        self._held = 0  # decoders of live pieces held open (VideoDecoderCache.hold)
+        # Live pieces partly decoded, by id: the decoders each holds open (VideoDecoderCache.hold), its cameras.
+        self._holding: dict[int, int] = {}
         # Geometry of pieces about to go live (computed by whichever needs it first: read-ahead or opening).
         self._geometries: dict[tuple[int, int], PieceGeometry] = {}
         self._fetch_ahead = PickReadAhead(
@@ -130,6 +131,8 @@ class EpochIterator:
         for index, mine in sorted(by_source.items()):
             if self.sources[index].meta.video_keys:
                 self.sources[index].frames.prefill(mine, self.worker)
+                for reader, _ in mine:  # before the next source's decoders open
+                    self._hold(reader)
         self._live_frames += sum(reader.resident for reader in readers.values()) - held
         assembling = time.perf_counter_ns()
         released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
@@ -198,24 +201,33 @@ class EpochIterator:
                 self.sources[ahead].frames.rows.read_ahead(episode)
             if source.meta.video_keys:
                 self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
-                self._hold(len(source.meta.video_keys))
+            if not source.frames.own_files:  # its files' decoders may serve other live pieces: kept from now on
+                self._hold(reader)
         if position == len(reader.sample_frames) - 1:
             del self._readers[key]  # the reader lives on in the caller until its last sample's frames are out
             self._fetch_ahead.done(stream, piece)
-            self._hold(-len(self.sources[reader.source].meta.video_keys))
         return reader, position
 
-    def _hold(self, decoders: int) -> None:
-        """Keep room in the decoder cache for a live piece's cameras (negative: the piece ended)."""
-        if decoders:
-            self.reading.decoders.hold(decoders)
-            self._held += decoders
+    def _hold(self, reader: PieceReader) -> None:
+        """Keep room in the decoder cache for a live piece's cameras while it has frames left to decode, and give
+        it back once it has none (called after its decoder calls): the least recently used decoders beyond the
+        cache's own size and the room held are closed, so open decoders follow the pieces still decoding, not the
+        live ones. A piece holds from going live when its files may be shared, else from its first decoder call
+        (a batch of many one-episode pieces then opens their files within the cache's own size, not all at once):
+        a piece of one-episode files decoded whole in one call (tiny frames) gives its decoders back at once."""
+        cameras = self._holding.get(id(reader))
+        if cameras is None and reader.undecoded:
+            self._holding[id(reader)] = len(reader.needed)
+            self.reading.decoders.hold(len(reader.needed))
+        elif cameras is not None and not reader.undecoded:
+            del self._holding[id(reader)]
+            self.reading.decoders.hold(-cameras)
 
     def release(self) -> None:
         """The pass ended (or was abandoned): give back the room its live pieces held."""
-        if self._held:
-            self.reading.decoders.hold(-self._held)
-            self._held = 0
+        if self._holding:
+            self.reading.decoders.hold(-sum(self._holding.values()))
+            self._holding.clear()
 
     def _locate(self, unit: int) -> tuple[int, int, int]:
         """The source index, episode index and first frame of an epoch unit."""
@@ -243,6 +255,7 @@ class EpochIterator:
             return {}
         held = reader.resident
         frames = reader.window_frames(position, released)
+        self._hold(reader)
         self._live_frames += reader.resident - held  # a running total: only this reader's count changed
         if reader.resident > self._peak_piece_frames:
             self._peak_piece_frames = reader.resident

@@ -57,7 +57,11 @@ class FrameReader:
         # A shuffled piece is read by residue class of its windows' stride (overlapping windows decode together).
         windows = [assembler.delta_offsets[k] for k in meta.video_keys if k in assembler.delta_offsets]
         self.stride = window_stride(windows) if settings.shuffle else 1
-        self.decode_ahead = settings.decode_ahead or default_decode_ahead(sample_frame_bytes(cameras.frame_sizes))
+        # Each camera file holds one episode: a piece's decoders serve no other piece (one-episode sources).
+        self.own_files = bool(meta.video_keys) and meta.episodes.own_video_files()
+        self.decode_ahead = settings.decode_ahead or default_decode_ahead(
+            sample_frame_bytes(cameras.frame_sizes), own_files=self.own_files
+        )
         remote = settings.prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(
             meta,

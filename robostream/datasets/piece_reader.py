@@ -41,6 +41,8 @@ class PieceReader:
         self.decode_ahead = max(1, decode_ahead)
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
         self.resident = 0  # decoded frames held now, all cameras
+        # Frames some sample needs that were not decoded yet, all cameras: 0 once the piece needs no decoder.
+        self.undecoded = 0
         # Per camera and sample, as lists (looked up per sample, not converted per sample): its window's frames,
         # and which of them no later sample uses.
         self._rows: dict[str, list[list[int]]] = {}
@@ -51,6 +53,7 @@ class PieceReader:
             # A frame's last use: its first occurrence in the reversed order.
             frames, first_from_end = np.unique(flat[::-1], return_index=True)
             last_use = positions[::-1][first_from_end]
+            self.undecoded += len(frames)
             self._rows[key] = per_sample.tolist()
             self._last[key] = (last_use[np.searchsorted(frames, flat)] == positions).reshape(per_sample.shape).tolist()
 
@@ -102,3 +105,4 @@ class PieceReader:
             for row, frame in zip(wanted[key].tolist(), frames):
                 self.frames[key][row] = frame
             self.resident += len(wanted[key])
+            self.undecoded -= len(wanted[key])  # each frame is decoded once: never again after its last use

@@ -13,15 +13,25 @@ DEFAULT_UNEVEN: Uneven = "pad"
 DEFAULT_PARTITION: Partition = "contiguous"
 # decode_ahead by default (None): 8 samples for small frames, 4 for large ones (BENCHMARKS.md, fourth session's
 # issue 38 section: 8 halves the seeks, +5-15% single frames and +4-9% windows at 3 x 256x256, for +10-16% RSS; the
-# frames held grow with the frame size, +0.5 GiB per worker at 3 x 480x640).
+# frames held grow with the frame size, +0.5 GiB per worker at 3 x 480x640). A source whose camera files hold one
+# episode each decodes small frames ahead up to 1 MiB of them (what 8 samples of 3 x 128x128 take): a piece of tiny
+# frames is then decoded whole in one call per camera and its decoders (~0.6 MiB each) are closed at once, where
+# live pieces sharing files share their decoders (BENCHMARKS.md, tenth session's issue 35 section: 300 one-episode
+# sources of 3 x 48x64).
 SMALL_FRAMES_DECODE_AHEAD = 8
 LARGE_FRAMES_DECODE_AHEAD = 4
 SMALL_FRAMES_BYTES = 640 << 10  # a sample's camera frames (one per camera, RGB) up to this: 3 x 256x256 fits
+OWN_FILES_DECODE_AHEAD_BYTES = 1 << 20  # small frames of a piece that alone reads its files: decoded ahead up to this
 
 
-def default_decode_ahead(sample_frame_bytes: int) -> int:
-    """decode_ahead for a source whose sample carries `sample_frame_bytes` of camera frames (one per camera)."""
-    return SMALL_FRAMES_DECODE_AHEAD if sample_frame_bytes <= SMALL_FRAMES_BYTES else LARGE_FRAMES_DECODE_AHEAD
+def default_decode_ahead(sample_frame_bytes: int, *, own_files: bool = False) -> int:
+    """decode_ahead for a source whose sample carries `sample_frame_bytes` of camera frames (one per camera);
+    own_files: each of its camera files holds one episode (EpisodeTable.own_video_files)."""
+    if sample_frame_bytes > SMALL_FRAMES_BYTES:
+        return LARGE_FRAMES_DECODE_AHEAD
+    if own_files:
+        return max(SMALL_FRAMES_DECODE_AHEAD, OWN_FILES_DECODE_AHEAD_BYTES // max(1, sample_frame_bytes))
+    return SMALL_FRAMES_DECODE_AHEAD
 
 
 DEFAULT_PREFETCH_PIECES = 2
@@ -44,7 +54,10 @@ class StreamOptions:
         decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are decoded
             in runs of this many samples, one seek per run (memory vs seeks). Default (None): per source, 8 when
             a sample's camera frames (one per camera) take at most 640 KiB (3 cameras of 256x256), else 4: at
-            256x256, 8 halved the seeks for +5-15% single frames and +10-16% memory.
+            256x256, 8 halved the seeks for +5-15% single frames and +10-16% memory. A source whose camera files
+            hold one episode each (one-episode sources) decodes such frames ahead up to 1 MiB of them when that is
+            more than 8 samples (3 cameras of 48x64: 37): a piece decoded whole closes its decoders (~0.6 MiB each)
+            at once.
         prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data only);
             0 also turns off fetching the video bytes of the next picks ahead (which is sized by the store's
             measured latency, within the read buffer).

@@ -76,6 +76,15 @@ class EpisodeTable:
             raise KeyError(f"episodes {missing[:10].tolist()} are not in the dataset (it has {len(self)} episodes)")
         return np.ascontiguousarray(self.length[rows])
 
+    def own_video_files(self) -> bool:
+        """Whether every camera file holds one episode only (one-episode datasets, one file per episode): then a
+        piece is its files' only reader."""
+        for key, files in self.video_file.items():
+            located = self.video_chunk[key] * (int(files.max(initial=0)) + 1) + files
+            if len(np.unique(located)) < len(located):
+                return False
+        return True
+
     def video_span(self, episode_index: int, video_key: str) -> VideoSpan:
         row = self.row_of(episode_index)
         return VideoSpan(
