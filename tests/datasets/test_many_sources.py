@@ -96,12 +96,16 @@ def test_one_episode_pieces_are_decoded_whole_and_their_decoders_closed(sources)
             seed=3,
         )
         cache = dataset.reading.decoders
-        most_decoders = 0
+        most_decoders, seen = 0, []
         # Samples one by one, or whole batches (each piece's frames decoded with its source's in one call)
-        for _ in StreamingDataLoader(dataset, batch_size=8) if batches else dataset:
+        for item in StreamingDataLoader(dataset, batch_size=8) if batches else dataset:
+            seen.extend(np.atleast_1d(item["dataset_index"].numpy()).tolist())
             most_decoders = max(most_decoders, cache.stats()["size"])
+        # every source's samples, once each
+        assert sorted(seen) == sorted(list(range(SOURCES)) * per_source), (batches, len(seen))
         return most_decoders, dataset.frame_counts()["peak_live_pieces"] * CAMERAS, cache.stats()
 
+    per_source = len(LeRobotDataset(root=sources[0]))
     for batches in (False, True):
         most_decoders, live_cameras, stats = run(None, batches)
         assert most_decoders <= STREAMING_DECODERS < live_cameras, (batches, most_decoders, live_cameras)
