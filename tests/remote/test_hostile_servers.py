@@ -101,6 +101,25 @@ def test_no_read_of_a_dataset_takes_credentials_to_another_host(av1_root, tmp_pa
     assert all(h.get("X-Api-Key") == SECRETS["X-Api-Key"] for _, _, h in home.seen)
 
 
+def test_a_streaming_pass_takes_no_credentials_to_another_host(av1_root, tmp_path, monkeypatch):
+    """The streaming path's reads too: a file's opening read (a data file's footer, a video's head, which also tell
+    its version), the rows read ahead and the video bytes fetched ahead, through a redirect home -> home -> other."""
+    from robostream import StreamingLeRobotDataset
+
+    monkeypatch.setenv("ROBOSTREAM_CACHE", str(tmp_path / "node_cache"))
+    with RecordingServer(av1_root) as elsewhere, RedirectServer(elsewhere.url, 307, True) as home:
+        dataset = StreamingLeRobotDataset(
+            root=home.url, read_options=ReadOptions(retry=FAST_RETRY, storage_options={"headers": SECRETS})
+        )
+        for _, _ in zip(range(20), dataset):
+            pass
+    ranged = {path for method, path, h in elsewhere.seen if method == "GET" and "Range" in h}
+    assert any(p.endswith(".parquet") and p.startswith("/data/") for p in ranged), ranged  # the footer's read
+    assert any(p.endswith(".mp4") for p in ranged), ranged
+    assert [(m, p) for m, p, h in elsewhere.seen if _carries_secrets(h)] == []
+    assert all(h.get("X-Api-Key") == SECRETS["X-Api-Key"] for _, _, h in home.seen)
+
+
 class _Trickle(QuietHandler):
     """Sends its status line and headers one byte at a time, forever (until the client gives up)."""
 
