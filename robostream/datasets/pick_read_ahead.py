@@ -15,8 +15,8 @@ docs/scale-out.md). A chunk up to REQUEST_BYTES adds little transfer to a round 
 request; a larger one in a request of its own behind it ("later", so it never holds back the next samples' bytes).
 A chunk is the read buffer's free half shared by the live pieces' cameras (at most 16 MiB, storage/read_ahead.py),
 so the bytes asked for ahead stay within it; a buffer left to its default grows to hold GROWN_BLOCKS blocks per
-live camera piece, one sized by the user is kept (and a pass short of 4 blocks each says so). When a piece is done, the blocks fetched for it that no decoder read
-are released (they no longer count as ahead).
+live camera piece, one sized by the user is kept (and a pass short of 4 blocks each says so). When a piece is done,
+the blocks fetched for it that no decoder read are released (they no longer count as ahead).
 """
 
 from __future__ import annotations

@@ -307,8 +307,8 @@ class DataRowReader:
 
     def _fetch_waiting(self, data_file: _DataFile, relative: str) -> None:
         """Ask now, all at once, for the row groups of this dataset's episodes read ahead and not read yet from the
-        remote file `relative` just opened. The row threads then wait for their bytes together instead of in turns: at the
-        start of a pass a worker's ~48 live pieces on 16 threads waited 3 round trips for their rows, now 1."""
+        remote file `relative` just opened. The row threads then wait for their bytes together instead of in turns:
+        at the start of a pass a worker's ~48 live pieces on 16 threads waited 3 round trips for their rows, now 1."""
         caches = self._caches.get()
         with caches.lock:
             waiting = [episode for root, episode in caches.unread if root == self.meta.root]

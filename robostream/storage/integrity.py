@@ -209,15 +209,16 @@ def check_range_answer(
 
 def opening_span(
     name: str, *, first_bytes: int, last_bytes: int, status: int | None, content_range: str | None, nbytes: int
-) -> tuple[int, int] | None:
-    """(the file's size, the first byte sent) of the answer to a file's opening request, a GET of its first
+) -> tuple[int, int, int] | None:
+    """(the file's size, the first byte sent, the byte after the last) of the answer to a file's opening request, a
+    GET of its first
     `first_bytes` or last `last_bytes` bytes sent before its version is known (no If-Match): a 206's Content-Range
     names both, a 200 is the whole file (smaller than asked for). None for a 416: no byte to send (an empty file),
     the caller asks for the size. A span other than the one asked for is a ValueError, as `check_range_answer`'s."""
     if status == 416:
         return None
     if status == 200:
-        return nbytes, 0
+        return nbytes, 0, nbytes
     match = _CONTENT_RANGE.match(content_range) if content_range else None
     if status != 206 or match is None or match.group(1) is None or match.group(3) == "*":
         raise ValueError(
@@ -232,4 +233,4 @@ def opening_span(
             f"(Content-Range {content_range!r}); a server or proxy that answers the wrong range would give wrong "
             "frames: fix or bypass it"
         )
-    return size, start
+    return size, start, stop

@@ -739,16 +739,17 @@ class Storage:
             )
             if span is None:
                 return None
-            size, start = span
+            size, start, stop = span
             if self.protocol in ("http", "https"):
                 version = FileVersion(size, answer.etag, last_modified=answer.last_modified)
             else:
                 version = _info_version(self.protocol, {"size": size, "ETag": answer.etag})
+            # the body against the span its Content-Range names: a short one is a transfer to retry
             check_range_answer(
                 name,
                 version,
                 start,
-                start + len(answer.body),
+                stop,
                 answer.status,
                 answer.content_range,
                 answer.etag,
