@@ -137,14 +137,15 @@ class FrameReader:
 
     def prefill(self, refs: Sequence[tuple[PieceReader, int]], worker: int) -> None:
         """Decode what the batch's pieces miss, with their look-ahead, in one decoder call per camera file
-        (instead of one per piece and camera): each piece's first sample in the batch decides its frames."""
-        requests, seen = [], set()
+        (instead of one per piece and camera): a piece's samples in the batch decide its frames, together."""
+        positions: dict[int, tuple[PieceReader, list[int]]] = {}
         for reader, position in refs:
-            if id(reader) not in seen:
-                seen.add(id(reader))
-                wanted = reader.missing(position)
-                if wanted:
-                    requests.append((reader, wanted))
+            positions.setdefault(id(reader), (reader, []))[1].append(position)
+        requests = []
+        for reader, mine in positions.values():
+            wanted = reader.missing(mine)
+            if wanted:
+                requests.append((reader, wanted))
         if not requests:
             return
         self.counters.add(worker, "frames_decoded", sum(len(f) for _, w in requests for f in w.values()))

@@ -77,17 +77,21 @@ class PieceReader:
                             released.append(frame)
         return out
 
-    def missing(self, position: int) -> dict[str, np.ndarray]:
-        """What to decode before the sample at `position`: nothing ({}) when its frames are all held, else per
-        camera the frames of the next `decode_ahead` samples not held yet (one decoder call per camera)."""
-        return {} if self._held(position) else self._ahead(position)
+    def missing(self, positions: Sequence[int]) -> dict[str, np.ndarray]:
+        """What to decode before the samples at `positions` (this piece's samples of one batch, in emitted order):
+        nothing ({}) when their frames are all held, else per camera the frames not held yet of the samples from
+        the first one not held through the last of `positions`, at least `decode_ahead` samples (one decoder call
+        per camera for all of them, none left for `window_frames` to decode alone)."""
+        first = next((p for p in positions if not self._held(p)), None)
+        return {} if first is None else self._ahead(first, stop=max(positions) + 1)
 
     def _held(self, position: int) -> bool:
         return all(r in store for key, store in self.frames.items() for r in self._rows[key][position])
 
-    def _ahead(self, position: int) -> dict[str, np.ndarray]:
-        """Per camera the frames of the `decode_ahead` samples from `position` on that are not held yet."""
-        ahead = slice(position, min(position + self.decode_ahead, len(self.sample_frames)))
+    def _ahead(self, position: int, stop: int = 0) -> dict[str, np.ndarray]:
+        """Per camera the frames not held yet of the samples from `position` on: `decode_ahead` of them, or up to
+        `stop` when that is further."""
+        ahead = slice(position, min(max(position + self.decode_ahead, stop), len(self.sample_frames)))
         wanted = {}
         for key, rows in self.needed.items():
             store = self.frames[key]

@@ -173,19 +173,34 @@ def test_missing_and_add_fill_the_reader_outside_window_frames():
     """The batch path: `missing` says what to decode (nothing once held), the frames are decoded elsewhere as one
     (N, C, H, W) tensor per camera and handed to `add`; window_frames then decodes nothing itself."""
     reader, decode, needed = make_reader(STRIDE_2, LENGTH, WINDOWS, decode_ahead=2)
-    wanted = reader.missing(0)
+    wanted = reader.missing([0])
     # samples 0 and 1 (frames 2 and 4): cam_a windows [0, 1, 2] and [1, 3, 4], cam_b [2, 4] and [4, 6]
     assert {k: v.tolist() for k, v in wanted.items()} == {"cam_a": [0, 1, 2, 3, 4], "cam_b": [2, 4, 6]}
     reader.add(wanted, {k: torch.stack([frame_tensor(k, f) for f in v.tolist()]) for k, v in wanted.items()})
     assert reader.resident == 8
-    assert reader.missing(0) == {} and reader.missing(1) == {}
+    assert reader.missing([0]) == {} and reader.missing([1]) == {}
     for position in (0, 1):
         out = reader.window_frames(position)
         assert {k: [tag(f)[1] for f in v] for k, v in out.items()} == {k: needed[k][position].tolist() for k in WINDOWS}
     assert decode.calls == []
     # samples 2 and 3 (frames 6 and 8): cam_a [3, 5, 6] and [5, 7, 8] less 3, still held for frame 3's window;
     # cam_b [6, 8] and [8, 10] less 6
-    assert {k: v.tolist() for k, v in reader.missing(2).items()} == {"cam_a": [5, 6, 7, 8], "cam_b": [8, 10]}
+    assert {k: v.tolist() for k, v in reader.missing([2]).items()} == {"cam_a": [5, 6, 7, 8], "cam_b": [8, 10]}
+
+
+def test_missing_covers_all_of_a_batchs_samples_of_the_piece_beyond_the_look_ahead():
+    """A batch holding more of a piece's samples than the look-ahead covers gets them in one call per camera:
+    from the first sample not held through the last one in the batch (no decoder call of its own later)."""
+    reader, decode, needed = make_reader(CHRONOLOGICAL, LENGTH, {"cam_a": [0]}, decode_ahead=2)
+    wanted = reader.missing([0, 1, 2, 3, 4])
+    assert {k: v.tolist() for k, v in wanted.items()} == {"cam_a": [2, 3, 4, 5, 6]}
+    reader.add(wanted, {k: torch.stack([frame_tensor(k, f) for f in v.tolist()]) for k, v in wanted.items()})
+    for position in range(5):
+        assert [tag(f)[1] for f in reader.window_frames(position)["cam_a"]] == needed["cam_a"][position].tolist()
+    assert decode.calls == []
+    # the next batch: the look-ahead (2 samples) reaches as far as its last sample
+    assert {k: v.tolist() for k, v in reader.missing([5, 6]).items()} == {"cam_a": [7, 8]}
+    assert reader.missing([]) == {}
 
 
 def test_the_reader_keeps_its_rows_source_and_sample_order():
