@@ -108,7 +108,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="samples of a piece whose frames are decoded in one call (streaming: memory vs seeks; default by the "
-        "frame size: 8 up to 3 cameras of 256x256, else 4; camera files of one episode each: small frames up to 1 MiB "
+        "frame size: 16 up to 3 cameras of 256x256, else 4; camera files of one episode each: small frames up to 1 MiB "
         "ahead)",
     )
     _option(parser, "video_backend", choices=["torchcodec", "pyav"], default=None)

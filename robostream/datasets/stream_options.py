@@ -11,14 +11,16 @@ from robostream.plan.epoch import Partition, Uneven
 DEFAULT_POOL_SIZE = 8
 DEFAULT_UNEVEN: Uneven = "pad"
 DEFAULT_PARTITION: Partition = "contiguous"
-# decode_ahead by default (None): 8 samples for small frames, 4 for large ones (BENCHMARKS.md, fourth session's
-# issue 38 section: 8 halves the seeks, +5-15% single frames and +4-9% windows at 3 x 256x256, for +10-16% RSS; the
-# frames held grow with the frame size, +0.5 GiB per worker at 3 x 480x640). A source whose camera files hold one
-# episode each decodes small frames ahead up to 1 MiB of them (what 8 samples of 3 x 128x128 take): a piece of tiny
+# decode_ahead by default (None): 16 samples for small frames, 4 for large ones (BENCHMARKS.md: the fourth session's
+# issue 38 section, 4 -> 8 halved the seeks for +5-15% single frames and +10-16% RSS; the eleventh session's, 8 -> 16
+# halved them again, 12.8 -> 6.5 seeks per 100 frames, for 6-11% less CPU per sample (single frames and windows, 3 x
+# 128x128 and 3 x 256x256) and +16-33% PSS; the frames held grow with the frame size, +0.5 GiB per worker at 3 x
+# 480x640 for 4 -> 8). A source whose camera files hold one episode each decodes small frames ahead up to 1 MiB of
+# them (what 7 samples of 3 x 128x128 take) when that is more samples: a piece of tiny
 # frames is then decoded whole in one call per camera and its decoders (~0.6 MiB each) are closed at once, where
 # live pieces sharing files share their decoders (BENCHMARKS.md, tenth session's issue 35 section: 300 one-episode
 # sources of 3 x 48x64).
-SMALL_FRAMES_DECODE_AHEAD = 8
+SMALL_FRAMES_DECODE_AHEAD = 16
 LARGE_FRAMES_DECODE_AHEAD = 4
 SMALL_FRAMES_BYTES = 640 << 10  # a sample's camera frames (one per camera, RGB) up to this: 3 x 256x256 fits
 OWN_FILES_DECODE_AHEAD_BYTES = 1 << 20  # small frames of a piece that alone reads its files: decoded ahead up to this
@@ -45,19 +47,19 @@ class StreamOptions:
     Args:
         pool_size: live pieces per canonical stream. Memory: a consumer holds pool_size x C/K pieces, each about
             (window span / window stride + 1 + decode_ahead) decoded frames per camera (single mode, 3 cameras
-            256x256, decode_ahead 8: ~5.2 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
+            256x256, decode_ahead 16: ~10 MiB). Randomness: a batch mixes up to min(batch, pool_size x C/K) episodes.
         canonical_streams: C, the streams an epoch is cut into (default lcm(consumers, 12) at the first start, then
             kept in the resume state). More streams mix more episodes per consumer, cut more in two.
         uneven: how ranks are kept at equal batch counts: "pad" repeats a few samples on ranks that have fewer,
             "drop" skips the few extra on the others.
         partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
         decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are decoded
-            in runs of this many samples, one seek per run (memory vs seeks). Default (None): per source, 8 when
-            a sample's camera frames (one per camera) take at most 640 KiB (3 cameras of 256x256), else 4: at
-            256x256, 8 halved the seeks for +5-15% single frames and +10-16% memory. A source whose camera files
-            hold one episode each (one-episode sources) decodes such frames ahead up to 1 MiB of them when that is
-            more than 8 samples (3 cameras of 48x64: 37): a piece decoded whole closes its decoders (~0.6 MiB each)
-            at once.
+            in runs of this many samples, one seek per run (memory vs seeks). Default (None): per source, 16 when
+            a sample's camera frames (one per camera) take at most 640 KiB (3 cameras of 256x256), else 4: 16
+            instead of 8 halved the seeks (6.5 per 100 frames) for 6-11% less CPU per sample and +16-33% memory.
+            A source whose camera files hold one episode each (one-episode sources) decodes such frames ahead up to
+            1 MiB of them when that is more than 16 samples (3 cameras of 48x64: 37): a piece decoded whole closes
+            its decoders (~0.6 MiB each) at once.
         prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data only);
             0 also turns off fetching the video bytes of the next picks ahead (which is sized by the store's
             measured latency, within the read buffer).

@@ -52,7 +52,7 @@ class RobostreamOptions:
         epoch_size: samples per epoch of a mixture weighted by proportion (default: the sources' total).
         sampling_method: a mixture's partial passes: "balanced" or "fixed".
         pool_size: live episode pieces per canonical stream (shuffle randomness vs memory).
-        decode_ahead: samples of a piece whose frames are decoded together (default: by the frame size, 8 up to
+        decode_ahead: samples of a piece whose frames are decoded together (default: by the frame size, 16 up to
             3 cameras of 256x256, else 4; camera files of one episode each: small frames up to 1 MiB ahead).
         prefetch_pieces: upcoming pieces per stream read ahead (remote data).
         canonical_streams: the streams an epoch is cut into (default: chosen at the first start, then kept).

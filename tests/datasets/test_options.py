@@ -75,12 +75,12 @@ def test_the_datasets_take_the_groups_whole(av1_root):
 
 
 def test_decode_ahead_by_default_follows_each_sources_frame_size(av1_root):
-    """8 samples per decoder call while a sample's camera frames are small (3 x 256x256 RGB and under: half the
-    seeks of 4), 4 above (the frames held grow with the frame size)."""
-    assert default_decode_ahead(3 * 256 * 256 * 3) == 8 and default_decode_ahead(3 * 480 * 640 * 3) == 4
+    """16 samples per decoder call while a sample's camera frames are small (3 x 256x256 RGB and under: a seek per
+    16 frames), 4 above (the frames held grow with the frame size)."""
+    assert default_decode_ahead(3 * 256 * 256 * 3) == 16 and default_decode_ahead(3 * 480 * 640 * 3) == 4
     # Camera files of one episode each: small frames up to 1 MiB ahead (a piece of tiny frames decoded whole).
-    assert default_decode_ahead(3 * 48 * 64 * 3, own_files=True) == 37 and default_decode_ahead(3 * 48 * 64 * 3) == 8
-    assert default_decode_ahead(3 * 128 * 128 * 3, own_files=True) == 8
+    assert default_decode_ahead(3 * 48 * 64 * 3, own_files=True) == 37 and default_decode_ahead(3 * 48 * 64 * 3) == 16
+    assert default_decode_ahead(3 * 128 * 128 * 3, own_files=True) == 16
     assert default_decode_ahead(3 * 480 * 640 * 3, own_files=True) == 4
     small = StreamingLeRobotDataset(root=av1_root)
-    assert small.streams.decode_ahead is None and small.sources[0].frames.decode_ahead == 8
+    assert small.streams.decode_ahead is None and small.sources[0].frames.decode_ahead == 16
