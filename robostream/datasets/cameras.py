@@ -109,8 +109,8 @@ class CameraReader:
         """Borrow the decoder of one of this dataset's video files, camera `key`'s file holding `episode_index`
         (see VideoDecoderCache.use; the cache is the dataset's, shared by its sources: files are named by their full
         location)."""
-        device = "cpu" if key in self.meta.depth_codings else self.device
-        packets = key in self.packets
+        cache_key = self._cache_key(relative, key)
+        device = cache_key[-1]  # a depth camera's: the CPU's
         opener = partial(
             open_camera_file,
             self.meta,
@@ -121,15 +121,27 @@ class CameraReader:
             episode_index,
             codec=self.codecs[key],
             gpu_fallback=self.gpu_fallback,
-            packets=packets,
+            packets=key in self.packets,
         )
+        return self.cache.use(*cache_key, opener=opener)
+
+    def _cache_key(self, relative: str, key: str) -> tuple[str, str, str]:
+        """The decoder cache's key of camera `key`'s file `relative`: its full location, backend and device."""
         location = self._locations.get(relative)
         if location is None:  # worked out once per file: a path join per decoder call otherwise
             if len(self._locations) >= LOCATIONS_KEPT:
                 self._locations.clear()  # bounded: a dataset of one file per episode has 100k+ files
             location = self._locations[relative] = self.meta.describe(relative)
+        device = "cpu" if key in self.meta.depth_codings else self.device
         # A file's packet-fed decoder is not its plain one (another dataset of the process may read it plainly).
-        return self.cache.use(location, f"{self.backend}+packets" if packets else self.backend, device, opener=opener)
+        return location, f"{self.backend}+packets" if key in self.packets else self.backend, device
+
+    def close_files(self, episode_index: int) -> None:
+        """Close the decoders of the camera files of `episode_index`, files that hold no other episode, once its
+        piece has decoded every frame it needs: in a mixture of one-episode sources, decoders (~0.6 MiB each) no
+        piece reads again would otherwise stay open within the cache's own size."""
+        for key in self.meta.video_keys:
+            self.cache.close(*self._cache_key(self.meta.video_file(episode_index, key), key))
 
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or

@@ -90,6 +90,8 @@ class FrameReader:
             partial(self._decode, worker),
             self.decode_ahead,
             source=self.index,
+            # its camera files hold this episode alone: their decoders close once the piece decoded all it needs
+            decoded_all=partial(self.cameras.close_files, episode) if self.own_files else None,
         )
 
     def _episode_rows(self, episode: int) -> EpisodeRows:

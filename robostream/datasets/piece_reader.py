@@ -30,14 +30,17 @@ class PieceReader:
         decode: Decode,
         decode_ahead: int,
         source: int = 0,
+        decoded_all: Callable[[], None] | None = None,
     ) -> None:
         """needed_frames[key] is (len(sample_frames), T): the frames each sample needs from camera `key`;
-        source: the mixture source the piece belongs to."""
+        source: the mixture source the piece belongs to; decoded_all: called once, when the piece has decoded every
+        frame its samples need (its decoders can close)."""
         self.rows = rows
         self.source = source
         self.sample_frames = sample_frames
         self.needed = dict(needed_frames)
         self._decode = decode
+        self._decoded_all = decoded_all
         self.decode_ahead = max(1, decode_ahead)
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
         self.resident = 0  # decoded frames held now, all cameras
@@ -110,3 +113,6 @@ class PieceReader:
                 self.frames[key][row] = frame
             self.resident += len(wanted[key])
             self.undecoded -= len(wanted[key])  # each frame is decoded once: never again after its last use
+        if not self.undecoded and self._decoded_all is not None:
+            self._decoded_all()
+            self._decoded_all = None

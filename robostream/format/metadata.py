@@ -61,10 +61,22 @@ class DatasetMetadata:
     info: DatasetInfo
     episodes: EpisodeTable
     tasks: dict[int, str]
-    stats: dict[str, dict[str, np.ndarray]]
+    # meta/stats.json as parsed, in the units it records: shared by every dataset of the process read from the same
+    # snapshot, never written (`stats` is this dataset's own copy).
+    recorded_stats: dict[str, dict[str, np.ndarray]]
     derived: DerivedCache  # the node-local folders derived from the tables (metadata snapshot, data columns)
     depth_unit: DepthUnit = DEFAULT_DEPTH_UNIT  # the unit of depth cameras' frames and of their stats (a reader's
     # choice, lerobot's `depth_output_unit`: the stats were rescaled to it from their recorded unit)
+
+    @cached_property
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """meta/stats.json's statistics, depth cameras' in `depth_unit`: this dataset's own arrays (lerobot edits its
+        metadata's stats), made at the first use: a policy reads them once, and a mixture of 300 sources held ~4 MiB
+        of copies nothing read (BENCHMARKS.md, eleventh session)."""
+        own = {
+            key: {name: value.copy() for name, value in values.items()} for key, values in self.recorded_stats.items()
+        }
+        return rescale_depth_stats(own, self.info.depth_codings, self.depth_unit)
 
     @property
     def root(self) -> str:
@@ -360,16 +372,13 @@ def load_metadata(
         keep_as=f"{SNAPSHOT_KEY}|{storage.describe('meta')}",
     )
     parsed = snapshot.parse(storage)  # outside the cache's load: a dataset's own error is not a damaged entry
-    info = parsed.info
-    # The caller's own arrays: lerobot edits its metadata's stats, and the parsed ones serve every later dataset.
-    stats = {key: {name: value.copy() for name, value in values.items()} for key, values in parsed.stats.items()}
     return DatasetMetadata(
         storage=storage,
         data_storage=data_storage,
-        info=info,
+        info=parsed.info,
         episodes=parsed.episodes,
         tasks=dict(parsed.tasks),  # the caller's own (lerobot edits its metadata's)
-        stats=rescale_depth_stats(stats, info.depth_codings, depth_unit),
+        recorded_stats=parsed.stats,
         derived=derived,
         depth_unit=depth_unit,
     )
@@ -382,7 +391,7 @@ class ParsedTables:
     info: DatasetInfo
     episodes: EpisodeTable  # its arrays are never written
     tasks: dict[int, str]  # copied into each DatasetMetadata
-    stats: dict[str, dict[str, np.ndarray]]  # in their recorded units; copied into each DatasetMetadata
+    stats: dict[str, dict[str, np.ndarray]]  # in their recorded units; each DatasetMetadata copies them when used
 
 
 class Snapshot:

@@ -97,6 +97,16 @@ class VideoDecoderCache:
         with entry.lock:
             yield entry.decoder
 
+    def close(self, path: str, backend: str | None = None, device: str = "cpu") -> None:
+        """Close the decoder of `path` now if it is open (a file no piece will read again); one in use by another
+        thread stays alive until that thread drops it."""
+        state = self._state.get()
+        with state.lock:
+            entry = state.entries.pop((str(path), backend, device), None)
+            if entry is not None:
+                state.evicted_calls += entry.decoder.calls
+                state.evicted_seeks += entry.decoder.seeks
+
     def hold(self, decoders: int) -> None:
         """Keep room for `decoders` more open decoders in this process (negative: give that room back): those of
         the pieces a reader has live. The least recently used beyond max_size plus what is held are closed."""

@@ -203,6 +203,18 @@ def test_missing_covers_all_of_a_batchs_samples_of_the_piece_beyond_the_look_ahe
     assert reader.missing([]) == {}
 
 
+def test_decoded_all_is_called_once_after_the_last_frame_the_samples_need_is_decoded():
+    rows = episode_rows(LENGTH)
+    decode, calls = FakeDecode(rows), []
+    needed = windows(CHRONOLOGICAL, LENGTH, WINDOWS)
+    reader = PieceReader(rows, np.asarray(CHRONOLOGICAL), needed, decode, 3, decoded_all=lambda: calls.append(1))
+    for position in range(len(CHRONOLOGICAL)):
+        reader.window_frames(position)
+        # decoded in runs of 3 samples: the last run starts at sample 6
+        assert calls == ([1] if position >= 6 else []), position
+    assert reader.undecoded == 0 and len(decode.calls) == 3
+
+
 def test_the_reader_keeps_its_rows_source_and_sample_order():
     reader, _, _ = make_reader(STRIDE_2, LENGTH, WINDOWS, decode_ahead=2)
     assert reader.rows.episode == EPISODE and reader.source == 2

@@ -184,6 +184,9 @@ def test_datasets_constructed_from_one_kept_snapshot_have_their_own_stats_and_ta
     first.stats[key]["mean"] += 7  # in place
     first.stats[key]["std"] = std + 7  # replaced
     first.tasks[0] = "EDITED"
+    # the stats are made at their first use, then kept: the dataset's edits stay
+    np.testing.assert_array_equal(first.stats[key]["mean"], mean + 7)
+    np.testing.assert_array_equal(first.stats[key]["std"], std + 7)
     second = LeRobotDataset(root=root, read_options=options).meta
     np.testing.assert_array_equal(second.stats[key]["mean"], mean)
     np.testing.assert_array_equal(second.stats[key]["std"], std)

@@ -63,6 +63,25 @@ def test_decoder_calls_and_seeks_are_counted_across_evictions(video_files, backe
         assert stats["seeks"] == 4
 
 
+def test_a_closed_decoder_is_gone_its_counts_kept_and_only_its_own_entry_closed(video_files):
+    a, b = video_files[:2]
+    cache = VideoDecoderCache(max_size=4)
+    for path in (a, b):
+        with cache.use(path) as decoder:
+            decoder.get_frames_by_index([0, 1])
+    with cache.use(a, backend="pyav") as plain:
+        pass
+    cache.close(a)  # the torchcodec entry of a: b and a's PyAV entry stay
+    cache.close(a, device="cuda")  # never opened: nothing
+    stats = cache.stats()
+    assert stats["size"] == 2 and stats["evictions"] == 0 and stats["decoder_calls"] == 2, stats
+    with cache.use(a, backend="pyav") as again:
+        assert again is plain
+    with cache.use(a) as reopened:
+        assert reopened.calls == 0  # a new decoder
+    assert cache.stats()["misses"] == 4
+
+
 def test_same_decoder_is_returned_and_backends_are_separate_entries(video_files):
     cache = VideoDecoderCache(max_size=4)
     with cache.use(video_files[0]) as first:
