@@ -141,7 +141,9 @@ class CameraReader:
         piece has decoded every frame it needs: in a mixture of one-episode sources, decoders (~0.6 MiB each) no
         piece reads again would otherwise stay open within the cache's own size."""
         for key in self.meta.video_keys:
-            self.cache.close(*self._cache_key(self.meta.video_file(episode_index, key), key))
+            location, backend, device = self._cache_key(self.meta.video_file(episode_index, key), key)
+            if device == "cpu":  # a GPU decoder is freed where the cache drops it (video/decoder.py: GPU threads)
+                self.cache.close(location, backend, device)
 
     def camera_decoders(self) -> dict[str, str]:
         """Where each camera is decoded, as its first episode's file opens in this process: "cpu", "cuda:N", or
@@ -249,16 +251,30 @@ class CameraReader:
         out: list[dict[str, Any]],
         pooled: bool,
     ) -> None:
-        """Camera `key`'s frames of the requests `group` from its file `relative`, in one decoder call."""
+        """Camera `key`'s frames of the requests `group` from its file `relative`, in one decoder call (a lone
+        pooled request of more than FRAMES_PER_CALL frames: in several, forward)."""
         times = [
             self.meta.episodes.video_span(requests[i][0], key).from_timestamp
             + np.asarray(requests[i][1][key], dtype=np.float64)
             for i in group
         ]
+        joined = np.concatenate(times)
         try:
             with self._decoder(relative, key, requests[group[0]][0]) as decoder:
                 check_frame_size(decoder, key, self.frame_sizes[key])
-                frames, inverse = self._decode_unique(decoder, key, np.concatenate(times))
+                if pooled and len(group) == 1 and len(joined) > FRAMES_PER_CALL:
+                    # A piece's run longer than a call holds (a batch of one piece read in order, a piece's windows):
+                    # calls of FRAMES_PER_CALL frames, each laid out before the next, so the decoder's output stays
+                    # small (3 x 480x640: 59 MB per camera for 64 frames at once); its frames are in file order, so
+                    # the calls continue without a seek.
+                    laid: list[torch.Tensor] = []
+                    for start in range(0, len(joined), FRAMES_PER_CALL):
+                        frames, picks = self._decode_unique(decoder, key, joined[start : start + FRAMES_PER_CALL])
+                        laid.extend(frames_chw(frames, picks, self.frame_pool.get()))
+                    self._count_device(decoder, len(joined))
+                    out[group[0]][key] = laid
+                    return
+                frames, inverse = self._decode_unique(decoder, key, joined)
                 self._count_device(decoder, len(inverse))
         except RobostreamError:
             # Decode per episode again: the failing one raises the error that names the episode, camera and

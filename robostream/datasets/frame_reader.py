@@ -57,7 +57,8 @@ class FrameReader:
         # A shuffled piece is read by residue class of its windows' stride (overlapping windows decode together).
         windows = [assembler.delta_offsets[k] for k in meta.video_keys if k in assembler.delta_offsets]
         self.stride = window_stride(windows) if settings.shuffle else 1
-        # Each camera file holds one episode: a piece's decoders serve no other piece (one-episode sources).
+        # Each camera file holds one episode: a piece's decoders serve no other piece of a different episode
+        # (one-episode sources; an episode cut into two pieces reopens them).
         self.own_files = bool(meta.video_keys) and meta.episodes.own_video_files()
         self.decode_ahead = settings.decode_ahead or default_decode_ahead(
             sample_frame_bytes(cameras.frame_sizes), own_files=self.own_files
@@ -138,13 +139,14 @@ class FrameReader:
         return self.batches
 
     def prefill(self, refs: Sequence[tuple[PieceReader, int]], worker: int) -> None:
-        """Decode what the batch's pieces miss, with their look-ahead, in one decoder call per camera file
-        (instead of one per piece and camera): a piece's samples in the batch decide its frames, together."""
-        positions: dict[int, tuple[PieceReader, list[int]]] = {}
+        """Decode what the batch's pieces miss, with their look-ahead, in few decoder calls per camera file
+        (pieces of one file share a call up to FRAMES_PER_CALL frames, instead of a call per piece and camera): a
+        piece's samples in the batch decide its frames, together."""
+        by_reader: dict[int, tuple[PieceReader, list[int]]] = {}  # id -> the piece and its positions in the batch
         for reader, position in refs:
-            positions.setdefault(id(reader), (reader, []))[1].append(position)
+            by_reader.setdefault(id(reader), (reader, []))[1].append(position)
         requests = []
-        for reader, mine in positions.values():
+        for reader, mine in by_reader.values():
             wanted = reader.missing(mine)
             if wanted:
                 requests.append((reader, wanted))

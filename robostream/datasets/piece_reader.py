@@ -29,6 +29,7 @@ class PieceReader:
         needed_frames: Mapping[str, np.ndarray],
         decode: Decode,
         decode_ahead: int,
+        *,
         source: int = 0,
         decoded_all: Callable[[], None] | None = None,
     ) -> None:

@@ -23,7 +23,8 @@ DEFAULT_PARTITION: Partition = "contiguous"
 SMALL_FRAMES_DECODE_AHEAD = 16
 LARGE_FRAMES_DECODE_AHEAD = 4
 SMALL_FRAMES_BYTES = 640 << 10  # a sample's camera frames (one per camera, RGB) up to this: 3 x 256x256 fits
-OWN_FILES_DECODE_AHEAD_BYTES = 1 << 20  # small frames of a piece that alone reads its files: decoded ahead up to this
+OWN_FILES_DECODE_AHEAD_BYTES = 1 << 20  # small frames of a piece that alone reads its files: this much decoded ahead
+# when that is more samples than the default
 
 
 def default_decode_ahead(sample_frame_bytes: int, *, own_files: bool = False) -> int:
@@ -54,7 +55,8 @@ class StreamOptions:
             "drop" skips the few extra on the others.
         partition: "contiguous" (balanced streams, default) or "files" (whole-file groups; needs >= C groups).
         decode_ahead: samples of a piece whose missing frames are decoded together: each piece's frames are decoded
-            in runs of this many samples, one seek per run (memory vs seeks). Default (None): per source, 16 when
+            in runs of this many samples (or more: a batch's samples of a piece are decoded together), one seek per
+            run (memory vs seeks). Default (None): per source, 16 when
             a sample's camera frames (one per camera) take at most 640 KiB (3 cameras of 256x256), else 4: 16
             instead of 8 halved the seeks (6.5 per 100 frames) for 6-11% less CPU per sample and +16-33% memory.
             A source whose camera files hold one episode each (one-episode sources) decodes such frames ahead up to

@@ -427,4 +427,7 @@ def parse_tables(tables: MetadataTables, storage: Storage) -> ParsedTables:
             raise DatasetFormatError(
                 f"{storage.describe(STATS_PATH)}: malformed JSON at line {exc.lineno}: {exc.msg}"
             ) from exc
+    for values in stats.values():
+        for value in values.values():
+            value.flags.writeable = False  # shared by the snapshot's datasets, each using its own copy
     return ParsedTables(info=info, episodes=episodes, tasks=tables.tasks, stats=stats)

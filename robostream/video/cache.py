@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from robostream.process_local import ProcessLocal
-from robostream.video.decoder import VideoDecoder, open_video_decoder
+from robostream.video.decoder import PyAVVideoDecoder, VideoDecoder, open_video_decoder
 
 DecoderKey = tuple[str, str | None, str]  # (path, backend, device)
 
@@ -103,9 +103,16 @@ class VideoDecoderCache:
         state = self._state.get()
         with state.lock:
             entry = state.entries.pop((str(path), backend, device), None)
-            if entry is not None:
-                state.evicted_calls += entry.decoder.calls
-                state.evicted_seeks += entry.decoder.seeks
+            if entry is None:
+                return
+            state.evicted_calls += entry.decoder.calls
+            state.evicted_seeks += entry.decoder.seeks
+        # A PyAV container dropped waits in a reference cycle for the collector: closed here when nobody decodes.
+        if isinstance(entry.decoder, PyAVVideoDecoder) and entry.lock.acquire(blocking=False):
+            try:
+                entry.decoder.close()
+            finally:
+                entry.lock.release()
 
     def hold(self, decoders: int) -> None:
         """Keep room for `decoders` more open decoders in this process (negative: give that room back): those of

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from robostream import StreamingDataLoader, StreamingLeRobotDataset
+from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
+from robostream.datasets.cameras import FRAMES_PER_CALL
 from robostream.writer.v30 import DatasetWriter
 
 WINDOWS = {
@@ -55,6 +56,23 @@ def test_batches_equal_torch_collate_of_the_samples(av1_root, options, workers):
     assert_same_batches(fast, reference)
     # Every sample once (short last batches kept).
     assert sorted(i for b in fast for i in b["index"].tolist()) == sorted(s["index"].item() for s in dataset)
+
+
+def test_a_batch_of_one_pieces_run_longer_than_a_call_holds_decodes_in_calls_of_frames_per_call(av1_root):
+    """An ordered pass reads one piece at a time: a batch of its 24 samples asks one run of 24 frames per camera,
+    decoded forward in calls of at most FRAMES_PER_CALL (16 + 8) so the decoder's output stays small (3 x 480x640
+    would be 59 MB per camera in one call of 64), with the frames of the per-sample path."""
+    options = dict(return_uint8=True, episodes=[2], shuffle=False, streams=StreamOptions(canonical_streams=1))
+    dataset = StreamingLeRobotDataset(root=av1_root, **options)
+    fast = list(StreamingDataLoader(dataset, batch_size=24))
+    assert len(fast) == 1 and FRAMES_PER_CALL == 16
+    assert dataset.reading.decoders.stats()["decoder_calls"] == 2 * len(dataset.meta.video_keys)
+    reference = list(
+        StreamingDataLoader(
+            StreamingLeRobotDataset(root=av1_root, **options), batch_size=24, collate_fn=default_collate
+        )
+    )
+    assert_same_batches(fast, reference)
 
 
 def test_drop_last_drops_each_workers_short_batch(av1_root):
