@@ -1,3 +1,4 @@
+import os
 import threading
 
 import pytest
@@ -80,6 +81,10 @@ def test_a_closed_decoder_is_gone_its_counts_kept_and_only_its_own_entry_closed(
     with cache.use(a) as reopened:
         assert reopened.calls == 0  # a new decoder
     assert cache.stats()["misses"] == 4
+    # A PyAV container is closed at once, its file with it (not left to the collector: `plain` is still referenced)
+    open_files = len(os.listdir("/proc/self/fd"))
+    cache.close(a, backend="pyav")
+    assert cache.stats()["size"] == 2 and len(os.listdir("/proc/self/fd")) == open_files - 1
 
 
 def test_same_decoder_is_returned_and_backends_are_separate_entries(video_files):
