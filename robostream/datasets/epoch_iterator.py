@@ -61,6 +61,7 @@ class EpochIterator:
         self.seed, self.epoch, self.pool_size = seed, epoch, pool_size
         self.prefetch_pieces = prefetch_pieces
         self.emitted = 0  # samples yielded so far (counted before the yield: a consumer may never ask again)
+        self._assembled = False  # a batch assembled in this pass (the first decodes no look-ahead)
         self._live_frames = 0
         # The largest decoded frames one live piece / all live pieces held, published per batch (or sample).
         self._peak_piece_frames = self._peak_live_frames = 0
@@ -130,10 +131,11 @@ class EpochIterator:
             by_source.setdefault(ref[0].source, []).append(ref)
         for index, mine in sorted(by_source.items()):
             if self.sources[index].meta.video_keys:
-                self.sources[index].frames.prefill(mine, self.worker)
+                self.sources[index].frames.prefill(mine, self.worker, pass_start=not self._assembled)
                 for reader, _ in mine:  # before the next source's decoders open
                     self._hold(reader)
         self._live_frames += sum(reader.resident for reader in readers.values()) - held
+        self._assembled = True
         assembling = time.perf_counter_ns()
         released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
         video = [self._frames(reader, position, released) for reader, position in refs]

@@ -63,6 +63,11 @@ class FrameReader:
         self.decode_ahead = settings.decode_ahead or default_decode_ahead(
             sample_frame_bytes(cameras.frame_sizes), own_files=self.own_files
         )
+        # A piece's first run in the pass's first batch: up to the next keyframe (info.json's GOP, when the cameras
+        # share one) rather than the whole look-ahead, so its later runs still start on keyframes. A one-episode
+        # piece still decodes whole at once: its decoders close after that one call.
+        gop = None if self.own_files else camera_gop(meta)
+        self.first_run = min(self.decode_ahead, gop or self.decode_ahead)
         remote = settings.prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(
             meta,
@@ -138,16 +143,20 @@ class FrameReader:
             raise ValueError("this dataset has image_transforms, which run per sample: batch it with a collate")
         return self.batches
 
-    def prefill(self, refs: Sequence[tuple[PieceReader, int]], worker: int) -> None:
+    def prefill(self, refs: Sequence[tuple[PieceReader, int]], worker: int, *, pass_start: bool = False) -> None:
         """Decode what the batch's pieces miss, with their look-ahead, in few decoder calls per camera file
         (pieces of one file share a call up to FRAMES_PER_CALL frames, instead of a call per piece and camera): a
-        piece's samples in the batch decide its frames, together."""
+        piece's samples in the batch decide its frames, together. pass_start: the pass's first batch, whose pieces
+        are all new: each decodes its samples in this batch up to the next keyframe (`first_run`), not a look-ahead
+        of decode_ahead for every live piece before the first batch (16 samples of ~48 pieces per worker); a seek
+        more per piece, once per pass. A first run of one sample would start every later run of the piece one frame
+        past a keyframe at GOP 2: +5-6% decoding for the whole pass (BENCHMARKS.md, eleventh session)."""
         by_reader: dict[int, tuple[PieceReader, list[int]]] = {}  # id -> the piece and its positions in the batch
         for reader, position in refs:
             by_reader.setdefault(id(reader), (reader, []))[1].append(position)
         requests = []
         for reader, mine in by_reader.values():
-            wanted = reader.missing(mine)
+            wanted = reader.missing(mine, ahead=self.first_run if pass_start else None)
             if wanted:
                 requests.append((reader, wanted))
         if not requests:
@@ -180,6 +189,14 @@ class FrameReader:
         return self.cameras.decode_many(
             rows.episode, {k: self.assembler.timestamps(rows, f) for k, f in frames_by_key.items()}
         )
+
+
+def camera_gop(meta: DatasetMetadata) -> int | None:
+    """Frames per GOP of the dataset's cameras as info.json records it (`video.g`, lerobot's encoder setting), when
+    every camera has the same; None when any lacks it or they differ."""
+    gops = {(meta.info.features[key].get("info") or {}).get("video.g") for key in meta.video_keys}
+    gop = gops.pop() if len(gops) == 1 else None
+    return gop if isinstance(gop, int) and gop > 0 else None
 
 
 def sample_frame_bytes(frame_sizes: Mapping[str, tuple[int, int] | None]) -> int:

@@ -81,21 +81,24 @@ class PieceReader:
                             released.append(frame)
         return out
 
-    def missing(self, positions: Sequence[int]) -> dict[str, np.ndarray]:
+    def missing(self, positions: Sequence[int], *, ahead: int | None = None) -> dict[str, np.ndarray]:
         """What to decode before the samples at `positions` (this piece's samples of one batch, in emitted order):
         nothing ({}) when their frames are all held, else per camera the frames not held yet of the samples from
-        the first one not held through the last of `positions`, at least `decode_ahead` samples (one decoder call
-        per camera for all of them, none left for `window_frames` to decode alone)."""
+        the first one not held through the last of `positions`, at least `ahead` samples (default decode_ahead;
+        one decoder call per camera for all of them, none left for `window_frames` to decode alone)."""
         first = next((p for p in positions if not self._held(p)), None)
-        return {} if first is None else self._ahead(first, stop=max(positions) + 1)
+        if first is None:
+            return {}
+        return self._ahead(first, stop=max(max(positions) + 1, first + (ahead or self.decode_ahead)))
 
     def _held(self, position: int) -> bool:
         return all(r in store for key, store in self.frames.items() for r in self._rows[key][position])
 
-    def _ahead(self, position: int, stop: int = 0) -> dict[str, np.ndarray]:
-        """Per camera the frames not held yet of the samples from `position` on: `decode_ahead` of them, or up to
-        `stop` when that is further."""
-        ahead = slice(position, min(max(position + self.decode_ahead, stop), len(self.sample_frames)))
+    def _ahead(self, position: int, stop: int | None = None) -> dict[str, np.ndarray]:
+        """Per camera the frames not held yet of the samples from `position` to `stop` (default: `decode_ahead`
+        of them)."""
+        end = position + self.decode_ahead if stop is None else stop
+        ahead = slice(position, min(end, len(self.sample_frames)))
         wanted = {}
         for key, rows in self.needed.items():
             store = self.frames[key]

@@ -12,6 +12,7 @@ from torch.utils.data import default_collate
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.datasets.cameras import FRAMES_PER_CALL
+from robostream.datasets.frame_reader import camera_gop
 from robostream.writer.v30 import DatasetWriter
 
 WINDOWS = {
@@ -73,6 +74,28 @@ def test_a_batch_of_one_pieces_run_longer_than_a_call_holds_decodes_in_calls_of_
         )
     )
     assert_same_batches(fast, reference)
+
+
+def test_the_passs_first_batch_decodes_its_pieces_to_the_next_keyframe_only(av1_root):
+    """The first batch of a pass finds every live piece new: each decodes its samples in the batch up to the next
+    keyframe (info.json's GOP, 2 here), not decode_ahead samples of every piece before the first batch; later
+    batches decode the look-ahead, and the pass is the per-sample path's."""
+    dataset = StreamingLeRobotDataset(root=av1_root, return_uint8=True, seed=1)
+    source = dataset.sources[0].frames
+    assert camera_gop(dataset.meta) == 2 and source.first_run == 2 and source.decode_ahead == 16
+    batches = iter(StreamingDataLoader(dataset, batch_size=4))
+    first = next(batches)
+    decoded = dataset.frame_counts()["frames_decoded"]
+    # at most 2 frames per camera and sample (a full look-ahead: 16 per camera and piece)
+    assert decoded <= 2 * len(dataset.meta.video_keys) * len(first["index"]), decoded
+    rest = list(batches)
+    assert dataset.frame_counts()["frames_decoded"] - decoded > 16  # later runs: the look-ahead
+    reference = list(
+        StreamingDataLoader(
+            StreamingLeRobotDataset(root=av1_root, return_uint8=True, seed=1), batch_size=4, collate_fn=default_collate
+        )
+    )
+    assert_same_batches([first, *rest], reference)
 
 
 def test_drop_last_drops_each_workers_short_batch(av1_root):
