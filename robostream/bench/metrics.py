@@ -3,6 +3,9 @@
 Definitions (the same for every loader, robostream's and lerobot's):
 - The first `warmup_batches` batches are start-up; throughput is measured from the arrival of the last warm-up batch
   to the arrival of the last batch. `first_batch_latency_s` is from dataset construction to the first batch.
+- run_samples_per_s: every sample delivered (warm-up included) per second from dataset construction to the last
+  batch. The timed figures cannot see work a change moves into or out of the warm-up (decoding less before the
+  first batch shows as a slower timed window while the whole run takes as long): compare this one too.
 - frames_per_s: camera frames delivered per second (samples x frames per sample); per node, the sum over the
   node's ranks (see `aggregate`).
 - sample latency: the time a worker spent producing one sample (read, decode, assemble), p50/p95/p99 in ms.
@@ -172,6 +175,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         "wallclock_s": elapsed,
         "total_wallclock_s": records[-1]["arrival_s"],
         "samples_per_s": samples / elapsed,
+        "run_samples_per_s": sum(len(r["episodes"]) for r in records) / records[-1]["arrival_s"],
         "frames_per_s": frames / elapsed,
         "first_batch_latency_s": records[0]["arrival_s"],
         "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
@@ -260,7 +264,7 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
         raise ValueError("no rank reported a result")
     total = {
         key: float(sum(r[key] for r in per_rank))
-        for key in ("samples_per_s", "frames_per_s", "samples", "frames_delivered")
+        for key in ("samples_per_s", "run_samples_per_s", "frames_per_s", "samples", "frames_delivered")
     }
     out: dict[str, Any] = dict(per_rank[0])
     out.update(total)

@@ -250,8 +250,9 @@ def local_twin(result: Mapping[str, Any], results: Iterable[Mapping[str, Any]]) 
 
 def cost_line(result: Mapping[str, Any], twin: Mapping[str, Any] | None) -> str:
     """What a run cost the client and the store (bench/metrics.py): client CPU per 1,000 samples and the workers'
-    share of it, the readers' wait, requests and bytes per sample, requests per MB, bytes per delivered camera frame,
-    the store's CPU; with a local twin, samples/s and client CPU per 1,000 samples as ratios remote/local."""
+    share of it, the whole run's samples/s (start-up included), the readers' wait, requests and bytes per sample,
+    requests per MB, bytes per delivered camera frame, the store's CPU; with a local twin, samples/s (timed and
+    whole run) and client CPU per 1,000 samples as ratios remote/local."""
     m = result["metrics"]
     parts = []
     if "client_cpu_s" in m:
@@ -259,6 +260,8 @@ def cost_line(result: Mapping[str, Any], twin: Mapping[str, Any] | None) -> str:
         parts.append(
             f"client CPU {m['client_cpu_s_per_1000_samples']:.2f} s per 1,000 samples ({100 * workers:.0f}% workers)"
         )
+    if "run_samples_per_s" in m:
+        parts.append(f"whole run {m['run_samples_per_s']:.0f} samples/s (start-up included)")
     if "requests_per_sample" in m:
         parts.append(
             f"readers waited {m['read_wait_s_per_1000_samples']:.2f} s per 1,000 samples; "
@@ -271,6 +274,8 @@ def cost_line(result: Mapping[str, Any], twin: Mapping[str, Any] | None) -> str:
     if twin is not None:
         t = twin["metrics"]
         ratios = [f"samples/s {m['samples_per_s'] / t['samples_per_s']:.2f}x"]
+        if m.get("run_samples_per_s") and t.get("run_samples_per_s"):
+            ratios.append(f"whole run {m['run_samples_per_s'] / t['run_samples_per_s']:.2f}x")
         if m.get("client_cpu_s_per_1000_samples") and t.get("client_cpu_s_per_1000_samples"):
             ratios.append(
                 f"client CPU per sample {m['client_cpu_s_per_1000_samples'] / t['client_cpu_s_per_1000_samples']:.2f}x"

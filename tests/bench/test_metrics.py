@@ -39,6 +39,8 @@ def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
     assert m["first_batch_latency_s"] == 1.5
     assert m["batches"] == 3 and m["samples"] == 12 and m["wallclock_s"] == 2.0  # from 2.0 (2nd arrival) to 4.0
     assert m["samples_per_s"] == 6.0 and m["frames_per_s"] == 18.0
+    # the whole run, start-up and warm-up included: 20 samples from construction to the last arrival
+    assert m["run_samples_per_s"] == pytest.approx(20 / 4.0)
     assert m["data_wait_frac"] == pytest.approx(1.0 / 2.0)
     assert m["peak_rss_mib"] == 3.0 and m["baseline_rss_mib"] == 1.0 and m["peak_pss_mib"] == 2.0
 
@@ -94,6 +96,7 @@ def test_aggregate_sums_throughput_per_node_and_pools_latency():
     ranks = [summarize(_trace([1.0, 2.0, 3.0], sample_s=[[s / 1000] * 4] * 3), 1) for s in (1.0, 9.0)]
     job = aggregate(ranks, nodes=2)
     assert job["samples_per_s"] == pytest.approx(8.0) and job["frames_per_s_node"] == pytest.approx(12.0)
+    assert job["run_samples_per_s"] == pytest.approx(2 * 12 / 3.0)  # each rank: 12 samples by its last batch at 3 s
     assert job["ranks"] == 2 and job["first_batch_latency_s"] == 1.0
     assert 1.0 <= job["p50_sample_latency_ms"] <= 9.0 and job["p99_sample_latency_ms"] == pytest.approx(9.0)
     with pytest.raises(ValueError, match="no rank"):
