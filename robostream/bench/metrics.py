@@ -166,6 +166,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     start = records[warmup_batches - 1]["arrival_s"] if warmup_batches else 0.0
     elapsed = timed[-1]["arrival_s"] - start
     samples = sum(len(r["episodes"]) for r in timed)
+    run_samples = sum(len(r["episodes"]) for r in records)  # warm-up included
     frames = samples * trace["frames_per_sample"]
     latencies_ms = np.array([s for r in timed for s in r["sample_s"]], dtype=np.float64) * 1e3
     out: dict[str, Any] = {
@@ -175,7 +176,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         "wallclock_s": elapsed,
         "total_wallclock_s": records[-1]["arrival_s"],
         "samples_per_s": samples / elapsed,
-        "run_samples_per_s": sum(len(r["episodes"]) for r in records) / records[-1]["arrival_s"],
+        "run_samples_per_s": run_samples / records[-1]["arrival_s"],
         "frames_per_s": frames / elapsed,
         "first_batch_latency_s": records[0]["arrival_s"],
         "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
@@ -202,9 +203,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         out["frames_decoded_gpu"] = counts["frames_decoded_gpu"]
         out["frames_decoded_cpu_fallback"] = counts["frames_decoded_cpu_fallback"]
     # The whole run's frames (warm-up included, as a store's bytes served are): decoded when counted, else delivered.
-    out["run_frames"] = (
-        counts.get("frames_decoded") or sum(len(r["episodes"]) for r in records) * trace["frames_per_sample"]
-    )
+    out["run_frames"] = counts.get("frames_decoded") or run_samples * trace["frames_per_sample"]
     # remote bytes and the readers' wait for them, read-ahead requests in flight, blocks fetched ahead and evicted
     # unread, requests retried (throttles among them); reused vs new batch buffers
     for key in (
@@ -220,7 +219,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     ):
         if key in counts:
             out[key] = counts[key]
-    out.update(remote_read_figures(counts, trace["frames_per_sample"], sum(len(r["episodes"]) for r in records)))
+    out.update(remote_read_figures(counts, trace["frames_per_sample"], run_samples))
     cpu = trace.get("client_cpu_s")
     if cpu:
         out.update(client_cpu_figures(cpu["main"], cpu["children"], samples))
@@ -231,7 +230,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     if cache is not None:
         out["video_decoder_cache"] = cache
         # Whole-run counts over whole-run frames (the cache counters include the warm-up batches too).
-        delivered = sum(len(r["episodes"]) for r in records) * trace["frames_per_sample"]
+        delivered = run_samples * trace["frames_per_sample"]
         if delivered and cache.get("decoder_calls"):
             out["decoder_calls_per_100_frames"] = 100 * cache["decoder_calls"] / delivered
             out["seeks_per_100_frames"] = 100 * cache["seeks"] / delivered

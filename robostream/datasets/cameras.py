@@ -30,7 +30,7 @@ from robostream.datasets.reading import Reading
 from robostream.errors import RobostreamError, VideoDecodeError
 from robostream.format.depth import depths_from_codes
 from robostream.format.episodes import EpisodeTable
-from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
+from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size, video_info
 from robostream.format.metadata import DatasetMetadata
 from robostream.storage.cache import described
 from robostream.storage.store import RangedReader
@@ -68,7 +68,7 @@ class CameraReader:
         self.gpu_fallback = reading.settings.decode_gpu_fallback
         # What each camera's files hold, as info.json says (lerobot records it): a GPU that cannot decode it is
         # known before any open (video/nvdec.py); None: the open finds out.
-        self.codecs = {k: (meta.info.features[k].get("info") or {}).get("video.codec") for k in meta.video_keys}
+        self.codecs = {k: video_info(meta.info.features[k]).get("video.codec") for k in meta.video_keys}
         # The cameras whose frames by index come from their own packets (RGB, torchcodec on the CPU): decided here
         # once, for the decoders opened and for what the caller fetches.
         self.packets = frozenset(

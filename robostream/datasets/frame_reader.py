@@ -66,7 +66,7 @@ class FrameReader:
         # A piece's first run in the pass's first batch: up to the next keyframe (info.json's GOP, when the cameras
         # share one) rather than the whole look-ahead, so its later runs still start on keyframes. A one-episode
         # piece still decodes whole at once: its decoders close after that one call.
-        gop = None if self.own_files else camera_gop(meta)
+        gop = None if self.own_files else meta.info.cameras_gop
         self.first_run = min(self.decode_ahead, gop or self.decode_ahead)
         remote = settings.prefetch and not meta.data_storage.is_local
         self.rows = DataRowReader(
@@ -189,14 +189,6 @@ class FrameReader:
         return self.cameras.decode_many(
             rows.episode, {k: self.assembler.timestamps(rows, f) for k, f in frames_by_key.items()}
         )
-
-
-def camera_gop(meta: DatasetMetadata) -> int | None:
-    """Frames per GOP of the dataset's cameras as info.json records it (`video.g`, lerobot's encoder setting), when
-    every camera has the same; None when any lacks it or they differ."""
-    gops = {(meta.info.features[key].get("info") or {}).get("video.g") for key in meta.video_keys}
-    gop = gops.pop() if len(gops) == 1 else None
-    return gop if isinstance(gop, int) and gop > 0 else None
 
 
 def sample_frame_bytes(frame_sizes: Mapping[str, tuple[int, int] | None]) -> int:

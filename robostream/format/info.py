@@ -85,6 +85,14 @@ class DatasetInfo:
             if f.get("dtype") == "video" and is_depth_feature(f)
         }
 
+    @cached_property
+    def cameras_gop(self) -> int | None:
+        """Frames per GOP of the video cameras as info.json records it (`video.g`, lerobot's encoder setting), when
+        every camera has the same; None when any lacks it or they differ."""
+        gops = {video_info(self.features[key]).get("video.g") for key in self.video_keys}
+        gop = gops.pop() if len(gops) == 1 else None
+        return gop if isinstance(gop, int) and gop > 0 else None
+
     def to_json_dict(self) -> dict[str, Any]:
         """The info.json document, keeping any unknown keys it was read with."""
         doc = dict(self.raw)
@@ -104,6 +112,11 @@ class DatasetInfo:
             features=self.features,
         )
         return doc
+
+
+def video_info(feature: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A video feature's "info" block (how lerobot encoded it: video.codec, video.g, ...), empty when absent."""
+    return feature.get("info") or {}
 
 
 def feature_frame_size(feature: Mapping[str, Any]) -> tuple[int, int] | None:

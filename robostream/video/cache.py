@@ -37,6 +37,11 @@ class _State:
         self.hits = self.misses = self.evictions = 0
         self.evicted_calls = self.evicted_seeks = 0  # decoding counts of decoders no longer open
 
+    def dropped(self, entry: _Entry) -> None:
+        """Keep the decoding counts of a decoder no longer open (caller holds the lock)."""
+        self.evicted_calls += entry.decoder.calls
+        self.evicted_seeks += entry.decoder.seeks
+
 
 class VideoDecoderCache:
     """LRU cache of open video decoders keyed by (path, backend, device).
@@ -79,8 +84,7 @@ class VideoDecoderCache:
             # An evicted decoder still in use by another thread stays alive until that thread drops it.
             _, evicted = state.entries.popitem(last=False)
             state.evictions += 1
-            state.evicted_calls += evicted.decoder.calls
-            state.evicted_seeks += evicted.decoder.seeks
+            state.dropped(evicted)
 
     @contextmanager
     def use(
@@ -105,8 +109,7 @@ class VideoDecoderCache:
             entry = state.entries.pop((str(path), backend, device), None)
             if entry is None:
                 return
-            state.evicted_calls += entry.decoder.calls
-            state.evicted_seeks += entry.decoder.seeks
+            state.dropped(entry)
         # A PyAV container dropped waits in a reference cycle for the collector: closed here when nobody decodes.
         if isinstance(entry.decoder, PyAVVideoDecoder) and entry.lock.acquire(blocking=False):
             try:

@@ -12,7 +12,6 @@ from torch.utils.data import default_collate
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset, StreamOptions
 from robostream.datasets.cameras import FRAMES_PER_CALL
-from robostream.datasets.frame_reader import camera_gop
 from robostream.writer.v30 import DatasetWriter
 
 WINDOWS = {
@@ -82,7 +81,7 @@ def test_the_passs_first_batch_decodes_its_pieces_to_the_next_keyframe_only(av1_
     batches decode the look-ahead, and the pass is the per-sample path's."""
     dataset = StreamingLeRobotDataset(root=av1_root, return_uint8=True, seed=1)
     source = dataset.sources[0].frames
-    assert camera_gop(dataset.meta) == 2 and source.first_run == 2 and source.decode_ahead == 16
+    assert dataset.meta.info.cameras_gop == 2 and source.first_run == 2 and source.decode_ahead == 16
     batches = iter(StreamingDataLoader(dataset, batch_size=4))
     first = next(batches)
     decoded = dataset.frame_counts()["frames_decoded"]
