@@ -157,6 +157,15 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _option(
         parser,
+        "store_cores",
+        choices=["auto", "own", "shared"],
+        default="auto",
+        help="the slow store's cores: auto: a core of its own where there are 4 or more (the loader the others); own: "
+        "wherever the loader keeps one (a 2-core machine: one each, so the store's CPU is not the loader's); shared: "
+        "never pinned",
+    )
+    _option(
+        parser,
         "with_local",
         action="store_true",
         help="with --store_*: run each robostream configuration on the local ROOT first, then through the store, "

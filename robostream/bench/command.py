@@ -277,7 +277,9 @@ def _run_bench(args: argparse.Namespace, plan: list[RunConfig], store: ServedSto
     meta = dataset_metadata(plan[0])  # every configuration reads the same source: its metadata once
     for config in plan:
         check_config(config, meta)
-    cores = split_cores(available=sorted(os.sched_getaffinity(0)), ranks_per_node=launch.local_world_size)
+    cores = split_cores(
+        available=sorted(os.sched_getaffinity(0)), ranks_per_node=launch.local_world_size, store_cores=args.store_cores
+    )
 
     def reference_run(when: str) -> None:
         root = str(meta.root)

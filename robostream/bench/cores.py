@@ -4,7 +4,9 @@ On a machine with cores to spare (MIN_CORES_TO_PIN or more) the store (threads o
 gets STORE_CORES of its own and the probe process, with its DataLoader workers, the rest: the store's CPU then never
 competes with the loader's, and samples/s and client CPU measure the loader alone. Local runs get the same probe
 cores, so a local run and a remote run compare on equal cores. With fewer cores, or several ranks on a node (each
-with its own store), nothing is pinned; the result's info says which it was.
+with its own store), nothing is pinned, unless asked for (`--store_cores own`: a 2-core machine then runs the loader on
+one core and the store on the other, so a remote/local ratio measures the loader's costs without the store's CPU);
+the result's info says which it was.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from robostream.bench.probe import pin_process
 
 MIN_CORES_TO_PIN = 4
 STORE_CORES = 1  # the store's CPU is a small share of a run (it only serves ranges)
+
+StoreCores = Literal["auto", "own", "shared"]
 
 
 @dataclass(frozen=True)
@@ -34,20 +38,23 @@ class CoreSplit:
         return {"store_cores": self.store if with_store else None, "probe_cores": self.probe, "why": self.why}
 
 
-def split_cores(*, available: Sequence[int], ranks_per_node: int) -> CoreSplit:
+def split_cores(*, available: Sequence[int], ranks_per_node: int, store_cores: StoreCores = "auto") -> CoreSplit:
     """The store's cores (the last STORE_CORES of `available`) and the probe's (the others) where there are enough.
 
     Args:
         available: the cores this process may run on (os.sched_getaffinity(0)).
         ranks_per_node: benchmark processes sharing the node (each runs its own store).
+        store_cores: "auto": a core of its own for the store from MIN_CORES_TO_PIN cores on; "own": wherever the
+            probe keeps a core (2 or more); "shared": never.
     """
     cores = sorted(available)
     if ranks_per_node > 1:
         return CoreSplit(None, None, f"not pinned: {ranks_per_node} ranks share the node's {len(cores)} cores")
-    if len(cores) < MIN_CORES_TO_PIN:
-        return CoreSplit(
-            None, None, f"not pinned: {len(cores)} cores, fewer than {MIN_CORES_TO_PIN} (the store shares them)"
-        )
+    if store_cores == "shared":
+        return CoreSplit(None, None, f"not pinned (--store_cores shared): the store shares the {len(cores)} cores")
+    least = STORE_CORES + 1 if store_cores == "own" else MIN_CORES_TO_PIN
+    if len(cores) < least:
+        return CoreSplit(None, None, f"not pinned: {len(cores)} cores, fewer than {least} (the store shares them)")
     return CoreSplit(
         cores[-STORE_CORES:], cores[:-STORE_CORES], f"pinned: the store on {STORE_CORES} core, the loader on the rest"
     )

@@ -66,6 +66,13 @@ def test_the_store_gets_its_own_core_only_where_there_are_cores_to_spare():
     assert split_cores(available=range(MIN_CORES_TO_PIN), ranks_per_node=1).store == [MIN_CORES_TO_PIN - 1]
     shared = split_cores(available=range(16), ranks_per_node=4)
     assert shared.store is None and "4 ranks" in shared.why
+    # asked for: a core each on a 2-core machine (not with one core), or never
+    own = split_cores(available=[0, 1], ranks_per_node=1, store_cores="own")
+    assert own.store == [1] and own.probe == [0]
+    alone = split_cores(available=[3], ranks_per_node=1, store_cores="own")
+    assert alone.store is None and "1 cores, fewer than 2" in alone.why
+    never = split_cores(available=range(8), ranks_per_node=1, store_cores="shared")
+    assert never.store is None and never.probe is None and "shared" in never.why
 
 
 @pytest.fixture(scope="module")
