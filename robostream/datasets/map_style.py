@@ -177,7 +177,7 @@ class LeRobotDataset(torch.utils.data.Dataset):
             k: self.assembler.timestamps(rows, frames)
             for k, frames in self.assembler.video_frames(frame, windows[0]).items()
         }
-        self._fetch_video(episode, wanted, need="now")  # remote: every camera's bytes at once
+        self._fetch_video([(episode, wanted)], need="now")  # remote: every camera's bytes at once
         video = self.cameras.decode_many(episode, wanted) if wanted else {}
         assembling = time.perf_counter_ns()
         sample = self.assembler.assemble(rows, frame, video, windows)
@@ -210,13 +210,9 @@ class LeRobotDataset(torch.utils.data.Dataset):
                     for key in wanted
                 ]
             )
-            for episode, wanted in requests:
-                self._fetch_video(episode, wanted, need="now")
+            self._fetch_video(requests, need="now")
             for key, batch in upcoming:
-                asked.ask(
-                    key,
-                    [span for episode, wanted in batch for span in self._fetch_video(episode, wanted, need="soon")],
-                )
+                asked.ask(key, self._fetch_video(batch, need="soon"))
         decoded = (
             self.cameras.decode_episodes(requests, pooled=False) if self.meta.video_keys else [{} for _ in requests]
         )
@@ -231,14 +227,22 @@ class LeRobotDataset(torch.utils.data.Dataset):
         self._produced(started, assembling, frames=frames)
         return samples
 
-    def _fetch_video(self, episode: int, wanted: dict[str, Any], *, need: Need) -> list[tuple[Any, int, int]]:
-        """Fetch the video bytes of an episode's frames at these times, per camera: exactly their packets for the
-        cameras decoded from packets, else the spans their decoders read (those returned, for release)."""
+    def _fetch_video(self, requests: Sequence[tuple[int, dict[str, Any]]], *, need: Need) -> list[tuple[Any, int, int]]:
+        """Fetch the video bytes of these (episode, times by camera) requests' frames: exactly their packets for the
+        cameras decoded from packets (one lookup and one fetch per camera file for them all), else per request the
+        spans their decoders read (those returned, for release)."""
         packets = self.cameras.packets
-        if not packets:
-            return self.video_ahead.fetch(episode, wanted, need=need)
-        fed = self.video_ahead.fetch_packets(episode, {k: t for k, t in wanted.items() if k in packets}, need=need)
-        return fed + self.video_ahead.fetch(episode, {k: t for k, t in wanted.items() if k not in packets}, need=need)
+        fed = self.video_ahead.fetch_packets(
+            [(episode, {k: t for k, t in wanted.items() if k in packets}) for episode, wanted in requests], need=need
+        )
+        plain = [
+            span
+            for episode, wanted in requests
+            for span in self.video_ahead.fetch(
+                episode, {k: t for k, t in wanted.items() if k not in packets}, need=need
+            )
+        ]
+        return fed + plain
 
     def _produced(self, started: int, assembling: int, *, frames: int) -> None:
         """A sample or a batch is out (asked for at `started`, assembled since `assembling`, `frames` camera frames

@@ -14,6 +14,7 @@ from robostream.errors import FileChangedError
 from robostream.format.metadata import load_metadata
 from robostream.storage.retry import RetryPolicy
 from robostream.video.packet_frames import PacketFrames
+from robostream.video.packet_index import read_packet_index
 from tests.helpers import copy_tree
 from tests.remote.servers import RangeHTTPServer
 
@@ -42,6 +43,31 @@ def test_random_frames_come_from_their_packets_and_equal_the_local_ones(any_root
     assert exact.taken_late == 0 and exact.taken_ahead >= 1  # every decoder call's packets were fetched ahead
     if "h264" not in str(any_root):  # AV1, GOP 2: a random frame's packets are a few KB (64 KiB+ read before)
         assert exact.bytes_asked / frames < 8 << 10, exact.bytes_asked / frames
+
+
+def test_a_batchs_frames_sharing_a_keyframe_come_in_one_request_per_camera(av1_root):
+    """A batch's packets are located and asked for together: two frames decoded from one keyframe (overlapping
+    spans) cost one merged request per camera file, not one each."""
+    local = LeRobotDataset(root=av1_root, return_uint8=True)
+    with RangeHTTPServer(av1_root) as store:
+        remote = LeRobotDataset(root=store.url, return_uint8=True, read_options=FAST)
+        remote.__getitems__([int(remote.lengths[0]) - 1])  # the episode's files opened, their packet indexes read
+        key = remote.meta.video_keys[0]
+        episode = int(remote.meta.episodes.episode_index[0])
+        start_s = remote.meta.episodes.video_span(episode, key).from_timestamp
+        with open(av1_root / remote.meta.video_file(episode, key), "rb") as file:
+            index = read_packet_index(file)
+        shown = (start_s + np.arange(1, 8) / remote.meta.fps).astype(np.float64)
+        first, _ = index.packets(shown, shown)
+        i = int(np.flatnonzero(first[:-1] == first[1:])[0])  # frames i + 1 and i + 2 decode from one keyframe
+        videos = lambda: sum(s["requests"] for p, s in store.stats().items() if "/videos/" in p)  # noqa: E731
+        before = videos()
+        got = remote.__getitems__([i + 1, i + 2])
+        asked = videos() - before
+    for mine, theirs in zip(got, local.__getitems__([i + 1, i + 2])):
+        for camera in local.meta.video_keys:
+            assert torch.equal(mine[camera], theirs[camera]), camera
+    assert asked == len(local.meta.video_keys)
 
 
 def test_a_range_of_a_changed_file_fails_naming_it_and_is_asked_again(av1_root, tmp_path):
