@@ -4,8 +4,8 @@ The bench reports a run's client CPU per sample; this splits one worker's by thr
 be put on what spends it: the loop (MainThread), the camera decode threads, the exact-range and read-ahead fetch
 threads, obstore's runtime (tokio), the rows threads. One DataLoader worker runs the loader's own loop in its
 steady state (after `--warmup` batches), pinned to one core (a worker's share where workers fill the cores, so it
-decodes its cameras in turn as in the bench's 2-worker runs); the store (robostream/testing/slow_store.py, 100 Mbit/s
-per connection) runs in its own process, on the other cores where there are any:
+decodes its cameras in turn as in the bench's 2-worker runs); the store (robostream/testing/slow_store.py, 100 MB/s per
+connection) runs in its own process, on the other cores where there are any:
 - `--loader map`: `LeRobotDataset.__getitems__` of random batches, one after the other (a plain shuffled DataLoader
   worker's calls; each waits its round trip, so wall time is not throughput here);
 - `--loader stream`: `StreamingDataLoader(num_workers=0)` inside the worker (its batches are allocated as an
