@@ -87,29 +87,34 @@ class VideoReadAhead:
     def fetch_packets(
         self, requests: Sequence[tuple[int, Mapping[str, np.ndarray]]], *, need: Need
     ) -> list[tuple[RangedReader, int, int]]:
-        """Fetch, per camera, exactly the packets that decoding the frames of these (episode, times by camera)
-        requests needs, each frame's on its own (video/packet_frames.py decodes them; storage/exact_ranges.py holds
-        them): located with one packet-index lookup and fetched with one call per camera file for all the requests
-        (a map-style batch: 96 lookups become 3). A camera whose file a packet decoder does not serve (frames not
-        evenly shown, or shown before their keyframe) gets the spans its torchcodec decoder reads instead: those are
-        returned, as `fetch` returns them."""
+        """Fetch, per camera, exactly the packets that decoding the frames of these requests needs, each frame's on
+        its own (video/packet_frames.py decodes them; storage/exact_ranges.py holds them): located with one
+        packet-index lookup and asked for with one fetch per file for all the requests, so a batch's requests go
+        out together and frames decoded from one keyframe share one. A camera whose file a packet decoder does not
+        serve (frames not evenly shown, or shown before their keyframe) gets the spans its torchcodec decoder reads
+        instead: those are returned, as `fetch` returns them.
+
+        Args:
+            requests: (episode, episode times in seconds by camera) of each sample, a map-style batch's.
+            need: how soon the spans of the cameras not served by packets are needed (storage/read_ahead.py).
+        """
         plain: list[tuple[int, dict[str, np.ndarray]]] = []
         by_file: dict[str, tuple[RangedReader, PacketIndex, list[np.ndarray]]] = {}  # by file version
         for episode, times_by_key in requests:
             rest = {}
             for key, times in times_by_key.items():
                 camera = self._camera(episode, key) if len(times) else None
-                served = camera[0].packets_served() if camera is not None else None
-                if camera is None or served is None:
+                if camera is None or (served := camera[0].packets_served()) is None:
                     rest[key] = times
                     continue
                 reader, index = served
-                by_file.setdefault(reader.key, (reader, index, []))[2].append(camera[1] + times)
+                from_s = camera[1]
+                by_file.setdefault(reader.key, (reader, index, []))[2].append(from_s + times)
             if rest:
                 plain.append((episode, rest))
         for reader, index, file_times in by_file.values():
-            at = np.concatenate(file_times)
-            starts, ends = index.packet_bytes(at, at)
+            file_s = np.concatenate(file_times)
+            starts, ends = index.packet_bytes(file_s, file_s)
             reader.fetch_exact(zip(starts.tolist(), ends.tolist()))
         return [span for episode, rest in plain for span in self.fetch(episode, rest, need=need)]
 
@@ -122,7 +127,7 @@ class VideoReadAhead:
         for key, times in times_by_key.items():
             spans = (
                 self.spans(episode, key, np.min(times, keepdims=True), np.max(times, keepdims=True))
-                if len(times) and self.enabled
+                if len(times)
                 else None
             )
             if spans is not None:
@@ -135,8 +140,8 @@ class VideoReadAhead:
         self, episode: int, key: str, first_s: np.ndarray, last_s: np.ndarray
     ) -> tuple[RangedReader, np.ndarray, np.ndarray] | None:
         """The reader of camera `key`'s file of `episode` and, for each i, the bytes [start, end) that decoding
-        its frames from episode time `first_s[i]` to `last_s[i]` reads through a file object; None when nothing is
-        known of the file."""
+        its frames from episode time `first_s[i]` to `last_s[i]` reads through a file object; None when fetching
+        ahead is off or nothing is known of the file."""
         camera = self._camera(episode, key)
         if camera is None:
             return None

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 CANDIDATES = 8  # ranges starting at or before a wanted start that are checked for covering it (asks overlap rarely)
+# Most bytes of a range merged from several spans (within the budget too): a batch of consecutive frames (GOP 2: each
+# frame's span ends where the next keyframe's starts) would otherwise chain into one GET, every take waiting for all
+# of it at one connection's rate, and one range past twice the budget is dropped before any of it is taken.
+MERGED_BYTES = 2 << 20
 
 
 class RangeSource(Protocol):
@@ -34,11 +38,12 @@ class RangeSource(Protocol):
     def fetch_range(self, start: int, end: int) -> bytes: ...
 
 
-def merged(spans: Iterable[tuple[int, int]], *, gap: int = 0) -> list[tuple[int, int]]:
-    """Spans [start, end) sorted, those that overlap, touch or lie at most `gap` bytes apart merged into one."""
+def merged(spans: Iterable[tuple[int, int]], *, gap: int = 0, most: int | None = None) -> list[tuple[int, int]]:
+    """Spans [start, end) sorted, those that overlap, touch or lie at most `gap` bytes apart merged into one, while
+    the merged range stays within `most` bytes (None: no bound; a span longer than that stays whole)."""
     out: list[tuple[int, int]] = []
     for start, end in sorted(spans):
-        if out and start - out[-1][1] <= gap:
+        if out and start - out[-1][1] <= gap and (most is None or max(end, out[-1][1]) - out[-1][0] <= most):
             out[-1] = (out[-1][0], max(out[-1][1], end))
         else:
             out.append((start, end))
@@ -82,7 +87,7 @@ class ExactRanges:
 
     def fetch(self, source: RangeSource, spans: Iterable[tuple[int, int]]) -> None:
         """Fetch these spans of `source` in the background (merged; those already held are not asked again)."""
-        wanted = merged(spans)
+        wanted = merged(spans, most=min(MERGED_BYTES, self.budget_bytes))
         if not wanted:
             return
         with self._lock:

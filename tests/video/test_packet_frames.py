@@ -117,6 +117,25 @@ def test_exact_ranges_merge_keep_what_is_not_taken_and_drop_what_was(tmp_path):
         assert ranges.take(source, 2_000, 2_300) == data[2_000:2_300] and ranges.taken_late == late + 1
 
 
+def test_touching_spans_merge_into_ranges_within_the_budget(tmp_path):
+    """A batch of consecutive frames at GOP 2 asks touching spans: merged into ranges of at most the budget, not one
+    range the length of them all (every take would wait for its whole transfer; past twice the budget it would be
+    dropped before any take)."""
+    from robostream.storage.exact_ranges import ExactRanges
+    from robostream.storage.store import Storage
+
+    data = np.random.default_rng(2).bytes(400_000)
+    (tmp_path / "blob.bin").write_bytes(data)
+    with RangeHTTPServer(tmp_path) as store:
+        source = Storage(store.url, FAST).open("blob.bin")
+        ranges = ExactRanges(budget_bytes=100_000, threads=4)
+        spans = [(i * 10_000, (i + 1) * 10_000) for i in range(16)]  # 160 KB touching: one range unbounded
+        ranges.fetch(source, spans)
+        assert [ranges.take(source, start, end) for start, end in spans] == [data[s:e] for s, e in spans]
+        assert ranges.taken_late == 0 and ranges.taken_ahead == len(spans)
+        assert store.stats()["/blob.bin"]["requests"] - 1 == 2  # its HEAD at the open, then two ranges of 100 KB
+
+
 @pytest.mark.parametrize("kind", ["h264_bframes", "hevc_g10"])
 def test_each_frame_alone_from_its_packets_is_the_straight_decodes(kind, tmp_path):
     """H.264 with B-frames (frames held back until drained) is served from packets, frame by frame in random order
