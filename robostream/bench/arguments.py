@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from robostream.bench.choices import LOADERS, MODES, PEERS, STORE_APIS
+from robostream.bench.choices import LOADERS, MODES, PEERS, STORE_APIS, STORE_CORES
 from robostream.datasets.stream_options import DEFAULT_POOL_SIZE
 from robostream.plan.mixture import DEFAULT_BATCHING
 from robostream.plan.order import DEFAULT_SEED
@@ -158,7 +158,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     _option(
         parser,
         "store_cores",
-        choices=["auto", "own", "shared"],
+        choices=STORE_CORES,
         default="auto",
         help="the slow store's cores: auto: a core of its own where there are 4 or more (the loader the others); own: "
         "wherever the loader keeps one (a 2-core machine: one each, so the store's CPU is not the loader's); shared: "

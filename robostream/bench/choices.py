@@ -19,4 +19,6 @@ PEER_FACTORIES = {
 PEERS = tuple(PEER_FACTORIES)
 StoreApi = Literal["http", "hub", "s3"]
 STORE_APIS = get_args(StoreApi)
+StoreCores = Literal["auto", "own", "shared"]  # whether the slow store gets a core of its own (bench/cores.py)
+STORE_CORES = get_args(StoreCores)
 MapSampler = Literal["look_ahead", "plain"]
