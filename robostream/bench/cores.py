@@ -2,11 +2,11 @@
 
 On a machine with cores to spare (MIN_CORES_TO_PIN or more) the store (threads of the `robostream bench`
 process) gets STORE_CORE_COUNT of its own and the probe process, with its DataLoader workers, the rest: the
-store's CPU then never competes with the loader's, and samples/s and client CPU measure the loader alone. Local runs get the same probe
-cores, so a local run and a remote run compare on equal cores. With fewer cores, or several ranks on a node (each
-with its own store), nothing is pinned, unless asked for (`--store_cores own`: a 2-core machine then runs the loader on
-one core and the store on the other, so a remote/local ratio measures the loader's costs without the store's CPU);
-the result's info says which it was.
+store's CPU then never competes with the loader's, and samples/s and client CPU measure the loader alone. Local
+runs get the same probe cores, so a local run and a remote run compare on equal cores. With fewer cores, or several
+ranks on a node (each with its own store), nothing is pinned, unless asked for (`--store_cores own`: a 2-core
+machine then runs the loader on one core and the store on the other, so a remote/local ratio measures the
+loader's costs without the store's CPU); the result's info says which it was.
 """
 
 from __future__ import annotations
