@@ -17,9 +17,11 @@ on this machine's cores).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -36,6 +38,25 @@ def _serve(folder: str, latency_s: float, conn: Connection, bandwidth: float = 1
             conn.send(store.summary(1.0))
 
 
+@contextlib.contextmanager
+def served(root: Path, *, local: bool, latency_ms: float, store_mbps: float) -> Iterator[tuple[str, Connection | None]]:
+    """The dataset folder `root` as the reader names it: its path (`local`), or its URL on the slow store started in a
+    process of its own for the block, with the pipe that asks the store for its summary."""
+    if local:
+        yield str(root.resolve()), None
+        return
+    conn, child = mp.get_context("spawn").Pipe()
+    store = mp.get_context("spawn").Process(
+        target=_serve, args=(str(root.resolve().parent), latency_ms / 1e3, child, store_mbps * 1e6)
+    )
+    store.start()
+    try:
+        yield f"{conn.recv()}/{root.name}", conn
+    finally:
+        conn.send("stop")
+        store.join(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path)
@@ -48,16 +69,7 @@ def main() -> None:
     from robostream import ReadOptions, StreamingLeRobotDataset
     from robostream.datasets.loader import StreamingDataLoader
 
-    root = str(args.root.resolve())
-    store, conn = None, None
-    if not args.local:
-        conn, child = mp.get_context("spawn").Pipe()
-        store = mp.get_context("spawn").Process(
-            target=_serve, args=(str(args.root.resolve().parent), args.latency_ms / 1e3, child, args.store_mbps * 1e6)
-        )
-        store.start()
-        root = f"{conn.recv()}/{args.root.name}"
-    try:
+    with served(args.root, local=args.local, latency_ms=args.latency_ms, store_mbps=args.store_mbps) as (root, conn):
         dataset = StreamingLeRobotDataset(root=root, read_options=ReadOptions(read_buffer=args.read_buffer))
         started = time.perf_counter()
         batches = iter(StreamingDataLoader(dataset, batch_size=32, num_workers=2))
@@ -68,13 +80,9 @@ def main() -> None:
                 arrivals[f"batch_{count}_s"] = round(time.perf_counter() - started, 3)
         if conn is not None:  # the store's CPU shares this machine's cores with the reader
             conn.send("summary")
-            served = conn.recv()
-            arrivals.update(store_cpu_s=round(served["cpu_s"], 2), store_mb=round(served["bytes"] / 1e6, 1))
+            summary = conn.recv()
+            arrivals.update(store_cpu_s=round(summary["cpu_s"], 2), store_mb=round(summary["bytes"] / 1e6, 1))
         print(json.dumps({"where": "local" if args.local else f"store {args.latency_ms:g} ms", **arrivals}))
-    finally:
-        if store is not None and conn is not None:
-            conn.send("stop")
-            store.join(10)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import argparse
 import collections
 import itertools
 import json
-import multiprocessing as mp
 import os
 import re
 import threading
@@ -35,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from first_batches import _serve
+from first_batches import served
 from torch.utils.data import DataLoader, IterableDataset
 
 
@@ -104,6 +103,7 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     parser.add_argument("--loader", choices=("map", "stream"), default="map")
     parser.add_argument("--latency_ms", type=float, default=50.0)
+    parser.add_argument("--store_mbps", type=float, default=100.0, help="the store's bandwidth per connection, MB/s")
     parser.add_argument("--local", action="store_true", help="read the folder directly (no store)")
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
@@ -114,19 +114,11 @@ def main() -> None:
 
     from robostream import LeRobotDataset, StreamingLeRobotDataset
 
-    root = str(args.root.resolve())
-    store, conn = None, None
-    if not args.local:
-        conn, child = mp.get_context("spawn").Pipe()
-        store = mp.get_context("spawn").Process(
-            target=_serve, args=(str(args.root.resolve().parent), args.latency_ms / 1e3, child)
-        )
-        store.start()
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) > 1 and store.pid is not None:  # the worker takes the last core: the store the others
-            os.sched_setaffinity(store.pid, set(cores[:-1]))
-        root = f"{conn.recv()}/{args.root.name}"
-    try:
+    # The worker takes the last core (see _Split): the store, started first, the others where there are any.
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, set(cores[:-1]) or set(cores))
+    with served(args.root, local=args.local, latency_ms=args.latency_ms, store_mbps=args.store_mbps) as (root, _):
+        os.sched_setaffinity(0, set(cores))
         torch.set_num_threads(1)  # as in DataLoader workers
         dataset = LeRobotDataset(root=root) if args.loader == "map" else StreamingLeRobotDataset(root=root)
         split = _Split(
@@ -135,10 +127,6 @@ def main() -> None:
         result = next(iter(DataLoader(split, batch_size=None, num_workers=1)))
         where = "local" if args.local else f"store {args.latency_ms:g} ms"
         print(json.dumps({"where": where, "loader": args.loader, **result}))
-    finally:
-        if store is not None and conn is not None:
-            conn.send("stop")
-            store.join(10)
 
 
 if __name__ == "__main__":

@@ -231,6 +231,8 @@ class LeRobotDataset(torch.utils.data.Dataset):
         """Fetch the video bytes of these (episode, times by camera) requests' frames: exactly their packets for the
         cameras decoded from packets (one lookup and one fetch per camera file for them all), else per request the
         spans their decoders read (those returned, for release)."""
+        if not self.video_ahead.enabled:  # local data, or remote through the disk cache: nothing to fetch here
+            return []
         packets = self.cameras.packets
         fed = self.video_ahead.fetch_packets(
             [(episode, {k: t for k, t in wanted.items() if k in packets}) for episode, wanted in requests], need=need
