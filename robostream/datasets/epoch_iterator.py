@@ -134,11 +134,21 @@ class EpochIterator:
                 self.sources[index].frames.prefill(mine, self.worker, pass_start=not self._assembled)
                 for reader, _ in mine:  # before the next source's decoders open
                     self._hold(reader)
-        self._live_frames += sum(reader.resident for reader in readers.values()) - held
+        decoded = sum(reader.resident for reader in readers.values())
+        self._live_frames += decoded - held
+        self._peak_live_frames = max(self._peak_live_frames, self._live_frames)
+        self._peak_piece_frames = max(self._peak_piece_frames, *(reader.resident for reader in readers.values()))
         self._assembled = True
         assembling = time.perf_counter_ns()
         released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
-        video = [self._frames(reader, position, released) for reader, position in refs]
+        # Every frame is held now (prefill): the working-set counters are kept per batch, not per sample.
+        video = [reader.window_frames(position, released) if reader.needed else {} for reader, position in refs]
+        for reader in readers.values():
+            self._hold(reader)
+        self._live_frames -= decoded - sum(reader.resident for reader in readers.values())
+        for reader, position in refs:
+            if position == len(reader.sample_frames) - 1:
+                self._live_frames -= reader.resident  # none are left after the last sample; kept exact regardless
         if self.mixture_batches is None:  # one dataset: every ref is of its source
             batch = self.sources[refs[0][0].source].frames.batch(refs, video, self.worker, allocate)
         else:

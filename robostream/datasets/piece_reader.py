@@ -45,6 +45,10 @@ class PieceReader:
         self.decode_ahead = max(1, decode_ahead)
         self.frames: dict[str, dict[int, torch.Tensor]] = {k: {} for k in self.needed}
         self.resident = 0  # decoded frames held now, all cameras
+        # Positions below this one (from the next to emit) have all their frames held: each decode covers every
+        # frame the samples of [first, stop) miss, and a frame is dropped only after its last use, so held-ness is
+        # known per piece without looking frames up.
+        self._ready = 0
         # Frames some sample needs that were not decoded yet, all cameras: 0 once the piece needs no decoder.
         self.undecoded = 0
         # Per camera and sample, as lists (looked up per sample, not converted per sample): its window's frames,
@@ -65,9 +69,10 @@ class PieceReader:
         """Per camera the T decoded (C, H, W) frames of the sample at `position`, then forget frames no longer
         needed (the batch path copies them straight into the batch, a sample stacks them); forgotten frames are
         appended to `released` when given."""
-        if not self._held(position):
-            wanted = self._ahead(position)
-            self.add(wanted, self._decode(self.rows, wanted))
+        if position >= self._ready:
+            wanted, self._ready = self._ahead(position)
+            if wanted:
+                self.add(wanted, self._decode(self.rows, wanted))
         out = {}
         for key, store in self.frames.items():
             rows = self._rows[key][position]
@@ -86,26 +91,24 @@ class PieceReader:
         nothing ({}) when their frames are all held, else per camera the frames not held yet of the samples from
         the first one not held through the last of `positions`, at least `ahead` samples (default decode_ahead;
         one decoder call per camera for all of them, none left for `window_frames` to decode alone)."""
-        first = next((p for p in positions if not self._held(p)), None)
-        if first is None:
+        if not positions or max(positions) < self._ready:
             return {}
-        return self._ahead(first, stop=max(max(positions) + 1, first + (ahead or self.decode_ahead)))
+        last = max(positions)
+        first = max(min(positions), self._ready)
+        wanted, self._ready = self._ahead(first, stop=max(last + 1, first + (ahead or self.decode_ahead)))
+        return wanted
 
-    def _held(self, position: int) -> bool:
-        return all(r in store for key, store in self.frames.items() for r in self._rows[key][position])
-
-    def _ahead(self, position: int, stop: int | None = None) -> dict[str, np.ndarray]:
+    def _ahead(self, position: int, stop: int | None = None) -> tuple[dict[str, np.ndarray], int]:
         """Per camera the frames not held yet of the samples from `position` to `stop` (default: `decode_ahead`
-        of them)."""
-        end = position + self.decode_ahead if stop is None else stop
-        ahead = slice(position, min(end, len(self.sample_frames)))
+        of them), and where that range ends: once they are added, every position before it is held."""
+        end = min(position + self.decode_ahead if stop is None else stop, len(self.sample_frames))
         wanted = {}
         for key, rows in self.needed.items():
             store = self.frames[key]
-            todo = [r for r in np.unique(rows[ahead]).tolist() if r not in store]
+            todo = [r for r in np.unique(rows[position:end]).tolist() if r not in store]
             if todo:
                 wanted[key] = np.asarray(todo, dtype=np.int64)
-        return wanted
+        return wanted, end
 
     def add(
         self, wanted: Mapping[str, np.ndarray], decoded: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]

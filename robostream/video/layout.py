@@ -2,14 +2,24 @@
 
 Decoders produce packed RGB (H, W, C) frames and hand them out as (C, H, W) views. Changing the layout is a
 de-interleave of every pixel's channels; torch's strided copy does it a byte at a time (~70 us for a 256x256 frame
-out of cache), OpenCV's `split` with SIMD in ~16 us, so CPU frames go through OpenCV.
+out of cache), OpenCV's `split` with SIMD in ~16 us, so CPU frames go through OpenCV. Frames up to 128 KiB are
+split several at a time (up to SPLIT_BYTES) into a scratch buffer and copied out: a call per frame cost ~6 us of
+call overhead at 128x128, more than the frame's own de-interleave; from ~150 KiB (224x224) the extra copy costs
+what the calls saved (BENCHMARKS.md, thirteenth session).
 """
 
 from __future__ import annotations
 
+import threading
+
 import cv2
 import numpy as np
 import torch
+
+# Output of one OpenCV split of several frames: small enough to stay in a core's L2 cache until copied out.
+SPLIT_BYTES = 1 << 20
+SPLIT_RUN_MIN = 8  # frames split at once, at least: larger frames are split one by one
+_SCRATCH = threading.local()  # per thread (cameras decode in parallel): a reused SPLIT_BYTES buffer
 
 
 def gather_chw(frames: torch.Tensor, picks: np.ndarray) -> torch.Tensor:
@@ -77,8 +87,37 @@ def _copy_picks(targets: list[torch.Tensor], frames: torch.Tensor, picks: np.nda
             target.copy_(frames[pick])
         return
     packed_frames = packed.numpy()
-    for target, pick in zip(targets, picks.tolist()):
-        _split_into(target, packed_frames[pick])
+    per_split = SPLIT_BYTES // max(1, packed_frames[0].nbytes) if len(packed_frames) else 0
+    if per_split < SPLIT_RUN_MIN:  # larger frames: one split each, straight into its target
+        for target, pick in zip(targets, picks.tolist()):
+            _split_into(target, packed_frames[pick])
+        return
+    order = np.argsort(picks, kind="stable")
+    sorted_picks = picks[order].tolist()
+    i = 0
+    while i < len(order):
+        # The next run of frames split at once: from the first pick not yet copied, up to per_split frames.
+        first = sorted_picks[i]
+        j = i
+        while j < len(order) and sorted_picks[j] < first + per_split:
+            j += 1
+        stop = sorted_picks[j - 1] + 1
+        planar = _split_run(packed_frames[first:stop])
+        for k in range(i, j):
+            np.copyto(targets[int(order[k])].numpy(), planar[:, sorted_picks[k] - first])
+        i = j
+
+
+def _split_run(packed: np.ndarray) -> np.ndarray:
+    """De-interleave packed (n, H, W, C) uint8 frames in one OpenCV call into this thread's scratch buffer, seen as
+    (C, n, H, W): valid until the thread's next call."""
+    n, height, width, channels = packed.shape
+    scratch = getattr(_SCRATCH, "buffer", None)
+    if scratch is None:
+        scratch = _SCRATCH.buffer = np.empty(SPLIT_BYTES, dtype=np.uint8)
+    planes = scratch[: packed.nbytes].reshape(channels, n * height, width)
+    _split_checked(packed.reshape(n * height, width, channels), list(planes))
+    return planes.reshape(channels, n, height, width)
 
 
 def copy_chw(target: torch.Tensor, frame: torch.Tensor) -> None:
@@ -92,7 +131,11 @@ def copy_chw(target: torch.Tensor, frame: torch.Tensor) -> None:
 
 def _split_into(target: torch.Tensor, packed: np.ndarray) -> None:
     """De-interleave one packed (H, W, C) uint8 frame into the contiguous (C, H, W) CPU `target`."""
-    planes = list(target.numpy())
+    _split_checked(packed, list(target.numpy()))
+
+
+def _split_checked(packed: np.ndarray, planes: list[np.ndarray]) -> None:
+    """cv2.split of the packed (rows, W, C) `packed` into the given (rows, W) planes."""
     written = cv2.split(packed, planes)
     # OpenCV silently allocates new planes when the given ones do not fit: never hand out unwritten memory.
     if len(written) != len(planes) or any(w is not p for w, p in zip(written, planes)):
