@@ -187,6 +187,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         "peak_rss_mib": trace["peak_rss_bytes"] / 2**20,
         "baseline_rss_mib": trace["baseline_rss_bytes"] / 2**20,
         "peak_pss_mib": trace.get("peak_pss_bytes", 0) / 2**20,
+        "peak_worker_pss_mib": trace.get("peak_worker_pss_bytes", 0) / 2**20,
         "latency_cdf_ms": np.percentile(latencies_ms, np.linspace(0, 100, CDF_POINTS)).tolist(),
     }
     for p in PERCENTILES:
@@ -278,6 +279,7 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
             "peak_rss_mib": max(r["peak_rss_mib"] for r in per_rank),
             "peak_rss_mib_node_sum": sum(r["peak_rss_mib"] for r in per_rank) / nodes,
             "peak_pss_mib": max(r["peak_pss_mib"] for r in per_rank),
+            "peak_worker_pss_mib": max(r["peak_worker_pss_mib"] for r in per_rank),
             "data_wait_frac": float(np.mean([r["data_wait_frac"] for r in per_rank])),
             "shuffle_randomness_frac": float(np.mean([r["shuffle_randomness_frac"] for r in per_rank])),
         }

@@ -131,35 +131,37 @@ class MemorySampler:
     RSS (every `interval_s`) is summed over processes, so pages shared by forked workers and shared-memory batches
     count once per process that maps them: an upper bound, the same for every loader measured this way. PSS
     (proportional set size: shared pages divided among their processes) is the fairer figure but costs a page-table
-    walk per process (~40 ms for a loader's tree), so it is sampled only every `pss_interval_s`.
+    walk per process (~40 ms for a loader's tree), so it is sampled only every `pss_interval_s`; with it the largest
+    descendant's PSS (a DataLoader worker's: what each added worker costs).
     """
 
     def __init__(self, interval_s: float = RSS_INTERVAL_S, pss_interval_s: float = PSS_INTERVAL_S) -> None:
         self.interval_s, self.pss_every = interval_s, max(1, round(pss_interval_s / interval_s))
-        self.peak = self.baseline = self.tree_memory("rss")
-        self.peak_pss = self.tree_memory("pss")
+        self.peak = self.baseline = sum(self.tree_memory("rss"))
+        pss = self.tree_memory("pss")
+        self.peak_pss, self.peak_worker_pss = sum(pss), max(pss[1:], default=0)
         self._pss_lock = threading.Lock()  # the sampler thread and the consuming loop both take it
         self.cpu_s = 0.0  # the sampler thread's own CPU: the probe's cost, left out of the loader's (tree_cpu_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
 
     @staticmethod
-    def tree_memory(kind: str) -> int:
-        """Bytes of `kind` ("rss" or "pss") summed over this process and its descendants."""
+    def tree_memory(kind: str) -> list[int]:
+        """Bytes of `kind` ("rss" or "pss") of this process, then of each of its descendants."""
         root = psutil.Process(os.getpid())
-        total = 0
+        sizes = []
         for process in [root, *root.children(recursive=True)]:
             try:
-                total += process.memory_info().rss if kind == "rss" else _pss(process.pid)
+                sizes.append(process.memory_info().rss if kind == "rss" else _pss(process.pid))
             except (psutil.Error, OSError):  # a worker that exited between listing and reading
                 pass
-        return total
+        return sizes
 
     def _run(self) -> None:
         ticks = 0
         while not self._stop.wait(self.interval_s):
             ticks += 1
-            self.peak = max(self.peak, self.tree_memory("rss"))
+            self.peak = max(self.peak, sum(self.tree_memory("rss")))
             if ticks % self.pss_every == 0:
                 self.sample_pss()
             self.cpu_s = time.thread_time()
@@ -169,7 +171,8 @@ class MemorySampler:
         otherwise report the PSS from before its loader started)."""
         pss = self.tree_memory("pss")
         with self._pss_lock:
-            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_pss = max(self.peak_pss, sum(pss))
+            self.peak_worker_pss = max([self.peak_worker_pss, *pss[1:]])
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -178,7 +181,7 @@ class MemorySampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.tree_memory("rss"))
+        self.peak = max(self.peak, sum(self.tree_memory("rss")))
 
 
 def _pss(pid: int) -> int:
@@ -341,6 +344,7 @@ def run(spec: Mapping[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": rss.peak,
         "baseline_rss_bytes": rss.baseline,
         "peak_pss_bytes": rss.peak_pss,
+        "peak_worker_pss_bytes": rss.peak_worker_pss,
         "client_cpu_s": cpu,
         "info": {**bundle.get("info", {}), "cpu_affinity": sorted(os.sched_getaffinity(0))},
     }

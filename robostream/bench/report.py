@@ -26,6 +26,7 @@ COLUMNS: tuple[tuple[str, tuple[str, str] | None], ...] = (
     ("p99 ms", ("p99_sample_latency_ms", "{:.1f}")),
     ("peak RSS MiB", ("peak_rss_mib", "{:.0f}")),
     ("peak PSS MiB", ("peak_pss_mib", "{:.0f}")),
+    ("worker PSS MiB", ("peak_worker_pss_mib", "{:.0f}")),  # the largest worker's peak
     ("randomness (uniform)", None),
     ("decoded/delivered", ("decoded_per_delivered", "{:.3f}")),
     ("data wait", ("data_wait_frac", "{:.2f}")),

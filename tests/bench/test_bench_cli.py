@@ -60,6 +60,7 @@ def test_every_run_writes_its_figures(bench_out):
         assert 0 < m["p50_sample_latency_ms"] <= m["p95_sample_latency_ms"] <= m["p99_sample_latency_ms"]
         assert m["peak_rss_mib"] > m["baseline_rss_mib"] > 0  # workers were counted
         assert 0 < m["peak_pss_mib"] < m["peak_rss_mib"]  # shared pages split among processes, not repeated
+        assert 0 < m["peak_worker_pss_mib"] < m["peak_pss_mib"]  # one worker's share of the tree's
         assert 0 < m["shuffle_randomness_frac"] <= 1 and 0 < m["uniform_randomness_frac"] <= 1
         assert 0 <= m["data_wait_frac"] <= 1
         assert m["fetch_ms_per_sample"] > 0 and m["decode_ms_per_sample"] > 0

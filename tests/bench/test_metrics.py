@@ -30,6 +30,7 @@ def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample
         "peak_rss_bytes": 3 * 2**20,
         "baseline_rss_bytes": 2**20,
         "peak_pss_bytes": 2 * 2**20,
+        "peak_worker_pss_bytes": 2**19,
     }
 
 
@@ -43,6 +44,7 @@ def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
     assert m["run_samples_per_s"] == pytest.approx(20 / 4.0)
     assert m["data_wait_frac"] == pytest.approx(1.0 / 2.0)
     assert m["peak_rss_mib"] == 3.0 and m["baseline_rss_mib"] == 1.0 and m["peak_pss_mib"] == 2.0
+    assert m["peak_worker_pss_mib"] == 0.5
 
 
 def test_latency_percentiles_and_cdf_come_from_timed_samples_only():
