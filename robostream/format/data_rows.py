@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
+from robostream.format.arrow_values import arrow_values
 from robostream.format.info import DEFAULT_FEATURES
 from robostream.format.language import check_language_column, language_keys
 from robostream.format.metadata import DatasetMetadata
@@ -61,7 +62,7 @@ def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int, dtype: pa.DataType |
         if pa.types.is_fixed_size_list(array.type):
             shape.append(array.type.list_size)
         else:  # variable lists written by other tools: all rows must have one length
-            lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+            lengths = arrow_values(pc.list_value_length(array))
             if len(lengths) and (lengths != lengths[0]).any():
                 raise ValueError("ragged list column")
             shape.append(int(lengths[0]) if len(lengths) else 0)
@@ -71,9 +72,7 @@ def to_numpy(column: pa.ChunkedArray | pa.Array, rows: int, dtype: pa.DataType |
             array = array.cast(dtype, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise ValueError(f"its {array.type} values cannot be read as {dtype}: {exc}") from exc
-    if array.null_count:
-        raise ValueError(f"{array.null_count} null value(s)")
-    return np.ascontiguousarray(array.to_numpy(zero_copy_only=False).reshape([rows, *shape]))
+    return arrow_values(array).reshape([rows, *shape])
 
 
 def feature_column(table: pa.Table, key: str, feature: dict[str, Any], name: str) -> np.ndarray:

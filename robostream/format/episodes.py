@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
+from robostream.format.arrow_values import arrow_values
 from robostream.format.paths import render_template
 
 BASE_COLUMNS = (
@@ -128,7 +129,7 @@ def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str
         raise DatasetFormatError(
             f"{name}: episode metadata column(s) {nulls} have null values; re-write the dataset's meta/episodes"
         )
-    return {c: table.column(c).to_numpy(zero_copy_only=False) for c in wanted}
+    return {c: arrow_values(table.column(c)) for c in wanted}
 
 
 def episode_table(
