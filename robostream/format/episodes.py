@@ -129,7 +129,8 @@ def read_episode_part(source: Any, name: str, video_keys: list[str]) -> dict[str
         raise DatasetFormatError(
             f"{name}: episode metadata column(s) {nulls} have null values; re-write the dataset's meta/episodes"
         )
-    return {c: arrow_values(table.column(c)) for c in wanted}
+    # Copies: a view of the table's buffers would keep the file's reader, and the file, open as long as it lives.
+    return {c: arrow_values(table.column(c)).copy() for c in wanted}
 
 
 def episode_table(
