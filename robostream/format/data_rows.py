@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from robostream.errors import DatasetFormatError
-from robostream.format.arrow_values import arrow_values
+from robostream.format.arrow_values import arrow_values, boolean_array
 from robostream.format.info import DEFAULT_FEATURES
 from robostream.format.language import check_language_column, language_keys
 from robostream.format.metadata import DatasetMetadata
@@ -366,7 +366,7 @@ class DataRowReader:
             )
         mine = feature_column(table, "episode_index", self.features["episode_index"], name) == episode
         if not mine.all():
-            table = table.filter(pa.array(mine))
+            table = table.filter(boolean_array(mine))  # a row group of several episodes (converted datasets)
         columns = {}
         for key in self.wanted:
             if key in self.image_keys or key in self.string_keys or key in self.language_keys:

@@ -5,9 +5,12 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from robostream.format.arrow_values import arrow_values
+from robostream.format.arrow_values import arrow_values, boolean_array
+from robostream.format.metadata import load_metadata
+from tests.helpers import copy_tree
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int32, np.uint8, np.float16])
@@ -35,14 +38,28 @@ def test_nulls_and_non_numbers_are_refused():
         arrow_values(pa.array(["a", "b"]))
 
 
-def test_reading_samples_never_imports_pandas(av1_root):
-    # A fresh process reading rows (streaming and map-style) must not pay pandas' import, which pyarrow's
-    # to_numpy triggers: every DataLoader worker of every epoch would.
+def test_boolean_masks_equal_arrows_own_at_any_length():
+    for n in (0, 1, 7, 8, 9, 64, 131):
+        values = np.random.default_rng(n).random(n) < 0.5
+        assert boolean_array(values).equals(pa.array(values, type=pa.bool_()))
+
+
+@pytest.mark.parametrize("row_group_size", [None, 1000], ids=["group_per_episode", "episodes_per_group"])
+def test_reading_samples_never_imports_pandas(av1_root, tmp_path, row_group_size):
+    # A fresh process reading rows (streaming and map-style) must not pay pandas' import, which pyarrow's to_numpy
+    # and pa.array trigger: every DataLoader worker of every epoch would. A converted dataset's row groups hold
+    # several episodes, whose rows are filtered.
+    root = av1_root
+    if row_group_size:
+        root = copy_tree(av1_root, tmp_path / "ds")
+        for path in sorted(root.glob("data/*/*.parquet")):
+            pq.write_table(pq.read_table(path), path, row_group_size=row_group_size)
+        assert pq.ParquetFile(path).metadata.num_row_groups < len(load_metadata(root).episodes.episode_index)
     code = (
         "import sys\n"
         "from robostream import LeRobotDataset, StreamingLeRobotDataset\n"
-        f"next(iter(StreamingLeRobotDataset(root={str(av1_root)!r})))\n"
-        f"LeRobotDataset(root={str(av1_root)!r})[3]\n"
+        f"next(iter(StreamingLeRobotDataset(root={str(root)!r})))\n"
+        f"LeRobotDataset(root={str(root)!r})[3]\n"
         "assert 'pandas' not in sys.modules, [m for m in sys.modules if m.startswith('pandas')][:3]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
