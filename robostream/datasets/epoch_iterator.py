@@ -141,10 +141,9 @@ class EpochIterator:
         self._assembled = True
         assembling = time.perf_counter_ns()
         released: list[torch.Tensor] = []  # frames no later sample needs: copied into this batch, then reused
-        # Every frame is held now (prefill): the working-set counters are kept per batch, not per sample.
+        # Every frame is held now (prefill, whose pieces were held or let go above): the working-set counters are
+        # kept per batch, not per sample.
         video = [reader.window_frames(position, released) if reader.needed else {} for reader, position in refs]
-        for reader in readers.values():
-            self._hold(reader)
         self._live_frames -= decoded - sum(reader.resident for reader in readers.values())
         for reader, position in refs:
             if position == len(reader.sample_frames) - 1:

@@ -95,9 +95,9 @@ class PieceReader:
         nothing ({}) when their frames are all held, else per camera the frames not held yet of the samples from
         the first one not held through the last of `positions`, at least `ahead` samples (default decode_ahead;
         one decoder call per camera for all of them, none left for `window_frames` to decode alone)."""
-        if not positions or max(positions) < self._ready:
+        last = max(positions, default=-1)
+        if last < self._ready:
             return {}
-        last = max(positions)
         first = max(min(positions), self._ready)
         wanted, self._ready = self._ahead(first, stop=max(last + 1, first + (ahead or self.decode_ahead)))
         return wanted

@@ -90,7 +90,7 @@ def _copy_picks(targets: list[torch.Tensor], frames: torch.Tensor, picks: np.nda
     per_split = SPLIT_BYTES // max(1, packed_frames[0].nbytes) if len(packed_frames) else 0
     if per_split < SPLIT_RUN_MIN:  # larger frames: one split each, straight into its target
         for target, pick in zip(targets, picks.tolist()):
-            _split_into(target, packed_frames[pick])
+            _split_checked(packed_frames[pick], list(target.numpy()))
         return
     order = np.argsort(picks, kind="stable")
     sorted_picks = picks[order].tolist()
@@ -126,16 +126,12 @@ def copy_chw(target: torch.Tensor, frame: torch.Tensor) -> None:
     if frame.device.type != "cpu" or not packed.is_contiguous() or frame.dtype != torch.uint8:
         target.copy_(frame)
         return
-    _split_into(target, packed.numpy())
-
-
-def _split_into(target: torch.Tensor, packed: np.ndarray) -> None:
-    """De-interleave one packed (H, W, C) uint8 frame into the contiguous (C, H, W) CPU `target`."""
-    _split_checked(packed, list(target.numpy()))
+    _split_checked(packed.numpy(), list(target.numpy()))
 
 
 def _split_checked(packed: np.ndarray, planes: list[np.ndarray]) -> None:
-    """cv2.split of the packed (rows, W, C) `packed` into the given (rows, W) planes."""
+    """De-interleave the packed (rows, W, C) uint8 `packed` into the given (rows, W) planes with OpenCV: one frame
+    into its contiguous (C, H, W) target's planes, or several stacked frames."""
     written = cv2.split(packed, planes)
     # OpenCV silently allocates new planes when the given ones do not fit: never hand out unwritten memory.
     if len(written) != len(planes) or any(w is not p for w, p in zip(written, planes)):
