@@ -10,8 +10,9 @@ to compare them (PYTHONPATH=<worktree>):
     PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --local
     PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --latency_ms 50 --read_buffer 48mb
 
-Prints one JSON line per run (from a store: also the CPU seconds it spent and the MB it served by the 80th batch,
-on this machine's cores).
+Prints one JSON line per run: the CPU seconds the loader's processes spent by the 80th batch (this process and its
+DataLoader workers), and from a store also the CPU seconds it spent and the MB it served by then, on this machine's
+cores.
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ def served(root: Path, *, local: bool, latency_ms: float, store_mbps: float) -> 
         store.join(10)
 
 
+def _client_cpu_s() -> float:
+    """CPU seconds of this process and its forked DataLoader workers (not the spawned store and helpers)."""
+    import psutil
+
+    me = psutil.Process()
+    processes = [me, *(p for p in me.children(recursive=True) if "spawn_main" not in " ".join(p.cmdline()))]
+    return sum(sum(p.cpu_times()[:2]) for p in processes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path)
@@ -71,13 +81,14 @@ def main() -> None:
 
     with served(args.root, local=args.local, latency_ms=args.latency_ms, store_mbps=args.store_mbps) as (root, conn):
         dataset = StreamingLeRobotDataset(root=root, read_options=ReadOptions(read_buffer=args.read_buffer))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _client_cpu_s()
         batches = iter(StreamingDataLoader(dataset, batch_size=32, num_workers=2))
         arrivals = {}
         for count in range(1, MARKS[-1] + 1):
             next(batches)
             if count in MARKS:
                 arrivals[f"batch_{count}_s"] = round(time.perf_counter() - started, 3)
+        arrivals["client_cpu_s"] = round(_client_cpu_s() - cpu, 2)
         if conn is not None:  # the store's CPU shares this machine's cores with the reader
             conn.send("summary")
             summary = conn.recv()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol, TypedDict, get_ar
 import numpy as np
 import torch
 
+from robostream.collector import collector_paused
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
 from robostream.process_local import ProcessLocal
 from robostream.video.nvdec import REFUSALS, gpu_of
@@ -105,20 +105,15 @@ def torchcodec_available() -> bool:
             error is an undefined symbol; this says which versions go together instead).
     """
     # The import makes ~300k objects (torch._dynamo, sympy): with the cyclic collector on, it runs full passes over
-    # the whole process meanwhile (~0.35 s of the import's ~1.2 s here, once per process). Paused for this import
-    # alone; the state it had is restored (a process that turned it off keeps it off).
-    collecting = gc.isenabled()
-    gc.disable()
+    # the whole process meanwhile (~0.35 s of the import's ~1.2 s here, once per process).
     try:
-        import torchcodec.decoders  # noqa: F401
+        with collector_paused():
+            import torchcodec.decoders  # noqa: F401
     except (ImportError, OSError, RuntimeError) as exc:
         problem = _version_mismatch()
         if problem is not None:
             raise IncompatibleVersionsError(problem) from exc
         return False
-    finally:
-        if collecting:
-            gc.enable()
     return True
 
 

@@ -170,3 +170,29 @@ def test_a_mixture_constructed_again_parses_no_metadata_and_a_changed_source_ane
         after.sources[1].meta.stats[key]["mean"], before.sources[1].meta.stats[key]["mean"] + 1000
     )
     np.testing.assert_array_equal(after.sources[0].meta.stats[key]["mean"], before.sources[0].meta.stats[key]["mean"])
+
+
+def test_sources_open_with_the_collector_paused(sources):
+    """Opening sources makes thousands of objects per source, all kept: no collector pass runs while they open (with
+    the collector on, a threshold of 1 would start one on nearly every allocation of the opening threads), and the
+    collector is on again after construction."""
+    import gc
+    import threading
+
+    seen: list[str] = []
+
+    def started(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(threading.current_thread().name)
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    gc.callbacks.append(started)
+    try:
+        StreamingLeRobotDataset(mixture=Mixture(sources=[Source(root=root) for root in sources[:4]]))
+    finally:
+        gc.callbacks.remove(started)
+        gc.set_threshold(*thresholds)
+    assert gc.isenabled()
+    assert seen, "no collector pass at all: the threshold did not take"
+    assert not [name for name in seen if name.startswith("robostream-open")]

@@ -1,0 +1,48 @@
+"""collector_paused: off for the block, restored by the last of overlapping blocks, a process's own off kept off."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+from robostream.collector import collector_paused
+
+
+def test_paused_for_the_block_and_restored():
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer block is still in progress
+    assert gc.isenabled()
+
+
+def test_overlapping_blocks_of_threads_restore_once_the_last_ends():
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with collector_paused():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_in.wait(10)
+    with collector_paused():
+        second_in.set()
+        first_out.wait(10)
+        assert not gc.isenabled()  # the first block ended, this one has not
+    thread.join(10)
+    assert gc.isenabled()
+
+
+def test_a_process_that_turned_it_off_keeps_it_off():
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
