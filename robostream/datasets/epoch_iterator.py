@@ -209,7 +209,11 @@ class EpochIterator:
             del self._geometries[key]  # the piece reader holds it now
             for unit, _, _ in pieces[piece + 1 : piece + 1 + self.prefetch_pieces]:
                 ahead, episode, _ = self._locate(unit)
-                self.sources[ahead].frames.rows.read_ahead(episode)
+                frames = self.sources[ahead].frames
+                # a source whose picks' bytes are fetched ahead has its rows read as its picks are taken ahead
+                # (pick_read_ahead.py): here they would be read rounds early, before the pass's first batch
+                if not frames.video_ahead.enabled:
+                    frames.rows.read_ahead(episode)
             if source.meta.video_keys:
                 self.counters.peak(self.worker, "peak_live_pieces", len(self._readers))
             if not source.frames.own_files:  # its files' decoders may serve other live pieces: kept from now on

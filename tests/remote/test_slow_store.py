@@ -206,3 +206,30 @@ def test_a_streamed_piece_is_fetched_in_a_few_large_requests(long_episodes_root)
     # plus one per piece when its decoder overtakes the queued range (seen in a loaded run): it fetches that block
     # itself, and the range stays one request around it. One request per block would be 11 or more.
     assert requests <= 2 + 2 * 2 + 2, f"{requests} requests for a {blocks}-block file of 2 pieces"
+
+
+def test_a_remote_pass_reads_the_rows_of_the_pieces_its_picks_name(av1_root, monkeypatch):
+    """The rows of a remote piece are read when its first pick is taken ahead (with its video bytes): by the end of
+    the pass's first round, the rows of the pieces its picks name and no others (each opened piece also read its
+    stream's next two pieces' rows, rounds early, beside the first batch's own work)."""
+    from robostream.datasets.pick_read_ahead import PICKS_PER_ROUND
+    from robostream.format.data_rows import DataRowReader
+
+    read: list[int] = []
+    original = DataRowReader._read
+
+    def counted(self, episode):
+        read.append(episode)
+        return original(self, episode)
+
+    monkeypatch.setattr(DataRowReader, "_read", counted)
+    with RangeHTTPServer(av1_root, latency_s=0.02) as store:
+        dataset = StreamingLeRobotDataset(
+            root=store.url, seed=2, return_uint8=True, streams=StreamOptions(pool_size=1, canonical_streams=1)
+        )
+        samples = iter(dataset)
+        # the first round's samples (the next round is taken when the next pick is asked for): each needed its rows
+        first_round = {int(next(samples)["episode_index"]) for _ in range(PICKS_PER_ROUND)}
+        rows_read = set(read)
+    assert len(first_round) >= 2  # the round spans pieces: a stream's next piece is named by its picks
+    assert rows_read == first_round
