@@ -11,7 +11,7 @@ to compare them (PYTHONPATH=<worktree>):
     PYTHONPATH=. .venv/bin/python benchmarks/first_batches.py /tmp/ds160 --latency_ms 50 --read_buffer 48mb
 
 Prints one JSON line per run: the CPU seconds the loader's processes spent by the 80th batch (this process and its
-DataLoader workers), and from a store also the CPU seconds it spent and the MB it served by then, on this machine's
+DataLoader workers), and from a store also the CPU seconds it spent, the MB it served and the requests it answered by then, on this machine's
 cores.
 """
 
@@ -92,7 +92,11 @@ def main() -> None:
         if conn is not None:  # the store's CPU shares this machine's cores with the reader
             conn.send("summary")
             summary = conn.recv()
-            arrivals.update(store_cpu_s=round(summary["cpu_s"], 2), store_mb=round(summary["bytes"] / 1e6, 1))
+            arrivals.update(
+                store_cpu_s=round(summary["cpu_s"], 2),
+                store_mb=round(summary["bytes"] / 1e6, 1),
+                store_requests=summary["requests"],
+            )
         print(json.dumps({"where": "local" if args.local else f"store {args.latency_ms:g} ms", **arrivals}))
 
 

@@ -5,8 +5,9 @@ known: the frames of the pick's sample (its windows included) per camera, locate
 index (datasets/video_read_ahead.py). Picks are taken from the plan ahead of the consumer and their spans handed to
 the storage's read-ahead in pick order, until the bytes asked for ahead reach the depth Little's law gives (the
 rate the decoders take fetched bytes x a request's time, storage/read_ahead.py): the next samples' frames of every
-live piece come first, the rest of each piece behind them, and the first batch costs about one round trip (in
-the pass's first round, every piece's chunk waits behind every sample's bytes).
+live piece come first, the rest of each piece behind them, and the first batch costs about one round trip (the
+pass's first round asks for its samples' bytes alone, a piece's in one request, and each piece's chunk comes with
+its next pick: the first batch decodes beside none of the live pieces' chunk requests).
 
 A piece is read forward, so a pick asks only for the bytes past what its piece asked for already: its own sample's
 bytes, then the rest of the piece a chunk ahead of it, about half a chunk per request, so that a piece costs a few
@@ -124,9 +125,16 @@ class PickReadAhead:
                             for key in e.frames
                         ]
                     )
+                # The pass's first round asks for its samples' bytes alone, a piece's picks in it together: the first
+                # batch decodes beside no chunk's request (a chunk is asked for at the piece's next pick, a round or
+                # more later, long before the piece's first decoder call has used up what it decoded ahead).
+                through: dict[tuple[int, int], int] = {}
+                if handed_out == 0:
+                    for stream, piece, position in taken:
+                        through[(stream, piece)] = max(position, through.get((stream, piece), position))
                 for pick, entry in zip(taken, entries):
                     if entry is not None:
-                        self._ask(entry, pick[2], starting=handed_out == 0)
+                        self._ask(entry, pick[2], through=through.get((pick[0], pick[1])))
                 window.extend(taken)
             # Said once the live pieces are all taken (a few batches in), or at the end of a shorter pass.
             if self._short and (handed_out == MIN_PICKS_AHEAD or (not window and handed_out < MIN_PICKS_AHEAD)):
@@ -166,9 +174,10 @@ class PickReadAhead:
             self._live_cameras += len(entry.frames)
         return entry
 
-    def _ask(self, entry: _Piece, position: int, *, starting: bool) -> None:
-        """Ask for the bytes of the pick at `position` of the piece and the piece's chunk ahead of it (module
-        doc); `starting`: the pick is in the pass's first round, whose chunks come behind its samples' bytes."""
+    def _ask(self, entry: _Piece, position: int, *, through: int | None) -> None:
+        """Ask for the bytes of the pick at `position` of the piece and the piece's chunk ahead of it (module doc);
+        `through`: the pick is in the pass's first round, whose last pick of the piece is at that position: the bytes
+        of the piece's picks up to it, and no chunk."""
         if entry.located is None:  # the piece's first pick: every sample's spans at once (its index is read)
             video, fps = entry.reader.video_ahead, entry.reader.meta.fps
             entry.located = {}
@@ -185,7 +194,7 @@ class PickReadAhead:
             if located is None:
                 continue
             reader, starts, ends, last = located
-            start, end = int(starts[position]), int(ends[position])
+            start, end = int(starts[position]), int(ends[position if through is None else through])
             previous = entry.asked.get(key)
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
@@ -197,13 +206,11 @@ class PickReadAhead:
                 entry.asked[key] = (start, after)  # most picks: their bytes and the chunk ahead are asked for
                 continue
             if end > after:  # this sample's own bytes first, with the chunk when it adds little to the round trip
-                # ... except in the pass's first round: its samples' bytes alone come first ("soon"), the live
-                # pieces' chunks (tens of MB at once) behind them ("later"), or the first batch waits for them all.
-                glued = chunk <= REQUEST_BYTES and not starting
+                glued = chunk <= REQUEST_BYTES and through is None
                 begin, stop = max(start, after), (min(last, end + chunk) if glued else end)
                 reader.fetch_ahead(begin, stop, need="soon", request_bytes=stop - begin if stop > end else None)
                 after = stop
-            if after < last and after - end < chunk // 2:  # the piece's next chunk, in large requests
+            if through is None and after < last and after - end < chunk // 2:  # the next chunk, in large requests
                 ahead = min(last, end + chunk)
                 reader.fetch_ahead(after, ahead, need="later", request_bytes=chunk)
                 after = ahead

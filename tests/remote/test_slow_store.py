@@ -233,3 +233,35 @@ def test_a_remote_pass_reads_the_rows_of_the_pieces_its_picks_name(av1_root, mon
         rows_read = set(read)
     assert len(first_round) >= 2  # the round spans pieces: a stream's next piece is named by its picks
     assert rows_read == first_round
+
+
+def test_a_remote_pass_asks_for_its_first_rounds_sample_bytes_alone_before_its_first_sample(tmp_path, monkeypatch):
+    """The first batch decodes beside no chunk request: by the first sample, the pass asked for the bytes of its
+    first round's samples only (each piece's picks of the round in one request), no piece's chunk ahead (two
+    120-frame pieces live: each has a chunk to ask for); the chunks come with the pieces' next picks, and the
+    samples are the local ones."""
+    from robostream.storage.store import RangedReader
+
+    root = generate(
+        tmp_path / "ds",
+        SynthConfig(episodes=2, cameras=1, height=48, width=64, episode_length=120, state_dim=2, seed=4),
+    )
+    streams = StreamOptions(pool_size=2, canonical_streams=1)
+    local = _frames(StreamingLeRobotDataset(root=root, seed=2, return_uint8=True, streams=streams))
+    asked: list[tuple[str, str]] = []
+    original = RangedReader.fetch_ahead
+
+    def recorded(self, start, end, *, need, request_bytes=None):
+        asked.append((self.key, need))
+        return original(self, start, end, need=need, request_bytes=request_bytes)
+
+    monkeypatch.setattr(RangedReader, "fetch_ahead", recorded)
+    with RangeHTTPServer(root, latency_s=0.02) as store:
+        samples = iter(StreamingLeRobotDataset(root=store.url, seed=2, return_uint8=True, streams=streams))
+        first = next(samples)
+        before_first_sample = [need for key, need in asked if ".mp4|" in key and need != "now"]
+        remote = {int(first["index"]): first["observation.images.cam0"]}
+        remote.update({int(s["index"]): s["observation.images.cam0"] for s in samples})
+    assert before_first_sample == ["soon", "soon"]  # one request per piece, no chunk ahead
+    assert "later" in {need for _, need in asked}  # the chunks, asked for with the pieces' next picks
+    assert sorted(remote) == sorted(local) and all(remote[i].equal(local[i]) for i in local)
