@@ -194,7 +194,10 @@ class PickReadAhead:
             if located is None:
                 continue
             reader, starts, ends, last = located
-            start, end = int(starts[position]), int(ends[position if through is None else through])
+            start, end = (
+                int(starts[position]),
+                int(ends[position] if through is None else ends[[position, through]].max()),
+            )
             previous = entry.asked.get(key)
             # Forward in the piece: only the bytes past what it asked for already (a residue pass of windowed
             # samples goes back to the piece's start: ask for the whole span again, cached blocks are skipped).
