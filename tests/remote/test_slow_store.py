@@ -265,3 +265,31 @@ def test_a_remote_pass_asks_for_its_first_rounds_sample_bytes_alone_before_its_f
     assert before_first_sample == ["soon", "soon"]  # one request per piece, no chunk ahead
     assert "later" in {need for _, need in asked}  # the chunks, asked for with the pieces' next picks
     assert sorted(remote) == sorted(local) and all(remote[i].equal(local[i]) for i in local)
+
+
+@pytest.mark.parametrize("pool_size", [1, 8])
+def test_windowed_streaming_through_a_store_with_latency_gives_the_local_samples(any_root, pool_size):
+    """Windows reach back and ahead of each sample; a small pool puts a piece's whole first round of picks in one
+    request: the samples are the local ones, and every byte the pass read was asked for ahead (none fetched by a
+    reader itself, a round trip each)."""
+    import json
+
+    fps = json.loads((any_root / "meta" / "info.json").read_text())["fps"]
+    options = {
+        "seed": 5,
+        "return_uint8": True,
+        "delta_timestamps": {"observation.images.cam0": [-2 / fps, 0.0, 3 / fps]},
+        "streams": StreamOptions(pool_size=pool_size, canonical_streams=2),
+    }
+
+    def windows(dataset):
+        return {int(s["index"]): s["observation.images.cam0"] for s in dataset}
+
+    local = windows(StreamingLeRobotDataset(root=any_root, **options))
+    with RangeHTTPServer(any_root, latency_s=0.02) as store:
+        StreamingLeRobotDataset(root=store.url, **options)  # the node's metadata snapshot: its reads are not the pass's
+        dataset = StreamingLeRobotDataset(root=store.url, **options)
+        remote = windows(dataset)
+        counts = dataset.frame_counts()
+    assert sorted(remote) == sorted(local) and all(remote[i].equal(local[i]) for i in local)
+    assert counts["reader_fetches"] == 0 and counts["read_ahead_errors"] == 0
