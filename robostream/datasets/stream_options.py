@@ -62,9 +62,10 @@ class StreamOptions:
             A source whose camera files hold one episode each (one-episode sources) decodes such frames ahead up to
             1 MiB of them when that is more than 16 samples (3 cameras of 48x64: 37): a piece decoded whole closes
             its decoders (~0.6 MiB each) at once.
-        prefetch_pieces: upcoming pieces per stream whose rows are read in a background thread (remote data only);
-            0 also turns off fetching the video bytes of the next picks ahead (which is sized by the store's
-            measured latency, within the read buffer).
+        prefetch_pieces: remote data only: 0 turns off reading ahead. Otherwise the video bytes of the next picks
+            are fetched ahead (as far as the store's measured latency asks, within the read buffer), each new
+            piece's rows with its first pick's bytes; where no video bytes are fetched ahead (no cameras, or the
+            disk cache), the rows of this many upcoming pieces per stream are read in a background thread.
     """
 
     pool_size: int = DEFAULT_POOL_SIZE

@@ -54,7 +54,7 @@ class RobostreamOptions:
         pool_size: live episode pieces per canonical stream (shuffle randomness vs memory).
         decode_ahead: samples of a piece whose frames are decoded together (default: by the frame size, 16 up to
             3 cameras of 256x256, else 4; camera files of one episode each: small frames up to 1 MiB ahead).
-        prefetch_pieces: upcoming pieces per stream read ahead (remote data).
+        prefetch_pieces: remote data read ahead (0: off; see StreamOptions.prefetch_pieces).
         canonical_streams: the streams an epoch is cut into (default: chosen at the first start, then kept).
         uneven: equal batch counts across ranks by "pad" (repeat a few samples) or "drop".
         cache_dir: keep whole remote data/video files on this local disk folder, shared by the node's processes
