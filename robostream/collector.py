@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
 _LOCK = threading.Lock()
 _paused = 0  # blocks in progress (threads may construct datasets at once)
 _was_enabled = False  # the collector's state when the first of them began
+_forks = 0  # forks this process's line went through: a block begun before one is not this child's to end
 
 
 @contextlib.contextmanager
@@ -29,10 +31,27 @@ def collector_paused() -> Iterator[None]:
             _was_enabled = gc.isenabled()
             gc.disable()
         _paused += 1
+        began = _forks
     try:
         yield
     finally:
         with _LOCK:
-            _paused -= 1
-            if _paused == 0 and _was_enabled:
-                gc.enable()
+            if began == _forks:
+                _paused -= 1
+                if _paused == 0 and _was_enabled:
+                    gc.enable()
+
+
+def _forked() -> None:
+    """In a forked child: the threads whose blocks were in progress are not there to end them, so the collector's
+    state is restored now, under a new lock (a copy held by one of those threads would stay held)."""
+    global _LOCK, _paused, _forks
+    _LOCK = threading.Lock()
+    _forks += 1
+    if _paused:
+        _paused = 0
+        if _was_enabled:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_forked)

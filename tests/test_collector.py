@@ -46,3 +46,24 @@ def test_a_process_that_turned_it_off_keeps_it_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_child_forked_during_a_pause_gets_its_collector_back():
+    """The thread whose block was in progress is not in a forked child: the child's collector is on again, and a
+    block the child itself begins and ends leaves it on."""
+    import os
+
+    with collector_paused():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without running the parent's cleanup
+            with collector_paused():
+                paused_in_child = not gc.isenabled()
+            os.write(write, f"{int(gc.isenabled())}{int(paused_in_child)}".encode())
+            os._exit(0)
+        os.close(write)
+        answer = os.read(read, 2).decode()
+        os.waitpid(pid, 0)
+        assert not gc.isenabled()  # the parent's block is still in progress
+    assert gc.isenabled()
+    assert answer == "11"  # on in the child at once, off within its own block, on after it

@@ -6,7 +6,7 @@ index (datasets/video_read_ahead.py). Picks are taken from the plan ahead of the
 the storage's read-ahead in pick order, until the bytes asked for ahead reach the depth Little's law gives (the
 rate the decoders take fetched bytes x a request's time, storage/read_ahead.py): the next samples' frames of every
 live piece come first, the rest of each piece behind them, and the first batch costs about one round trip (the
-pass's first round asks for its samples' bytes alone, a piece's in one request, and each piece's chunk comes with
+pass's first round asks for its samples' bytes alone, a piece's picks together, and each piece's chunk comes with
 its next pick: the first batch decodes beside none of the live pieces' chunk requests).
 
 A piece is read forward, so a pick asks only for the bytes past what its piece asked for already: its own sample's
