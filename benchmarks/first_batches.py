@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 MARKS = (1, 10, 80)  # the batches whose arrival is reported
+STORE_PROCESS = "slow-store"  # the store's process, whose CPU is not the loader's
 
 
 def _serve(folder: str, latency_s: float, conn: Connection, bandwidth: float = 100e6) -> None:
@@ -48,7 +49,7 @@ def served(root: Path, *, local: bool, latency_ms: float, store_mbps: float) -> 
         return
     conn, child = mp.get_context("spawn").Pipe()
     store = mp.get_context("spawn").Process(
-        target=_serve, args=(str(root.resolve().parent), latency_ms / 1e3, child, store_mbps * 1e6)
+        target=_serve, args=(str(root.resolve().parent), latency_ms / 1e3, child, store_mbps * 1e6), name=STORE_PROCESS
     )
     store.start()
     try:
@@ -59,12 +60,11 @@ def served(root: Path, *, local: bool, latency_ms: float, store_mbps: float) -> 
 
 
 def _client_cpu_s() -> float:
-    """CPU seconds of this process and its forked DataLoader workers (not the spawned store and helpers)."""
-    import psutil
+    """CPU seconds of this process and its DataLoader workers: the store's process left out."""
+    from robostream.bench.probe import tree_cpu_s
 
-    me = psutil.Process()
-    processes = [me, *(p for p in me.children(recursive=True) if "spawn_main" not in " ".join(p.cmdline()))]
-    return sum(sum(p.cpu_times()[:2]) for p in processes)
+    stores = [p.pid for p in mp.active_children() if p.name == STORE_PROCESS and p.pid is not None]
+    return sum(tree_cpu_s(exclude=stores).values())
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Protocol
 
 import psutil
@@ -196,13 +196,19 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def tree_cpu_s() -> dict[str, float]:
+def tree_cpu_s(*, exclude: Collection[int] = ()) -> dict[str, float]:
     """CPU seconds (user + system) used so far by this process ("main") and by its descendants ("children"): the
     live ones read from /proc, those that already exited and were reaped (DataLoader workers of a finished pass) from
-    getrusage(RUSAGE_CHILDREN), so every process counts once whether it is still running or not."""
+    getrusage(RUSAGE_CHILDREN), so every process counts once whether it is still running or not.
+
+    Args:
+        exclude: pids of live descendants left out (a store this process serves the data from, not the loader's).
+    """
     own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     children = reaped.ru_utime + reaped.ru_stime
     for process in psutil.Process().children(recursive=True):
+        if process.pid in exclude:
+            continue
         try:
             times = process.cpu_times()
         except psutil.Error:  # a worker that exited between listing and reading
