@@ -24,6 +24,14 @@ from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol, TypedDict, get_ar
 import numpy as np
 import torch
 
+# torchcodec's import brings in torch._dynamo, which imports torch.distributed.nn, whose functions take
+# `group=group.WORLD` as a default argument. Imported after init_process_group, those defaults hold the process
+# group, so destroy_process_group cannot free it: its gloo threads were still running when the interpreter
+# exited and, about once in 40 two-rank bench runs, aborted the rank there ("terminate called without an active
+# exception"). Imported here, before any group exists, the defaults are None, as torch means them to be.
+if torch.distributed.is_available():
+    import torch.distributed.nn  # noqa: F401
+
 from robostream.collector import collector_paused
 from robostream.errors import IncompatibleVersionsError, MissingFileError, VideoDecodeError
 from robostream.process_local import ProcessLocal
