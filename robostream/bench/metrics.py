@@ -2,7 +2,9 @@
 
 Definitions (the same for every loader, robostream's and lerobot's):
 - The first `warmup_batches` batches are start-up; throughput is measured from the arrival of the last warm-up batch
-  to the arrival of the last batch. `first_batch_latency_s` is from dataset construction to the first batch.
+  to the arrival of the last batch. `first_batch_latency_s` is from the start of the dataset's construction to the
+  first batch, `construction_s` the construction's part of it (the dataset, sampler and loader built; metadata
+  read, remote sources opened), so the first batch after construction is their difference.
 - run_samples_per_s: every sample delivered (warm-up included) per second from dataset construction to the last
   batch. The timed figures cannot see work a change moves into or out of the warm-up (decoding less before the
   first batch shows as a slower timed window while the whole run takes as long): compare this one too.
@@ -179,6 +181,7 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         "run_samples_per_s": run_samples / records[-1]["arrival_s"],
         "frames_per_s": frames / elapsed,
         "first_batch_latency_s": records[0]["arrival_s"],
+        "construction_s": trace["construction_s"],
         "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
         # a mixture's episodes are (source, episode) pairs: sources number their episodes alike
         "shuffle_randomness_frac": randomness(
@@ -275,6 +278,7 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
             "frames_per_s_node": total["frames_per_s"] / nodes,
             "samples_per_s_node": total["samples_per_s"] / nodes,
             "first_batch_latency_s": max(r["first_batch_latency_s"] for r in per_rank),
+            "construction_s": max(r["construction_s"] for r in per_rank),
             "wallclock_s": max(r["wallclock_s"] for r in per_rank),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in per_rank),
             "peak_rss_mib_node_sum": sum(r["peak_rss_mib"] for r in per_rank) / nodes,
