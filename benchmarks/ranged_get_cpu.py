@@ -3,6 +3,8 @@
 The fetches run inside a DataLoader worker process (where robostream's reads run in training, and where the obstore
 path is used: storage/object_ranges.py); the worker's own CPU seconds (all its threads: the fsspec loop, obstore's
 runtime) are divided by the requests. Run the old tree with PYTHONPATH=<its checkout> for a before/after.
+Beside it, the floor: the same ranges as plain keep-alive GETs through the standard library's http.client (a
+connection per thread, no checks), the machine's own cost of a request and its answer.
 
     python benchmarks/ranged_get_cpu.py --requests 300 --sizes 16384 131072 --threads 1 8
 """
@@ -10,14 +12,17 @@ runtime) are divided by the requests. Run the old tree with PYTHONPATH=<its chec
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import multiprocessing
 import os
 import random
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from torch.utils.data import DataLoader, Dataset
 
@@ -55,10 +60,35 @@ class _Fetches(Dataset):
         cpu, wall = time.process_time(), time.perf_counter()
         with ThreadPoolExecutor(self.threads) as pool:
             list(pool.map(lambda s: reader.fetch_range(s, s + self.size), starts))
-        return {
+        figures = {
             "cpu_ms_per_get": (time.process_time() - cpu) * 1e3 / self.requests,
             "wall_ms_per_get": (time.perf_counter() - wall) * 1e3 / self.requests,
             "obstore": getattr(storage, "object_ranges", None) is not None,  # the old tree has none
+        }
+        return {**figures, **self._floor(starts)}
+
+    def _floor(self, starts: list[int]) -> dict:
+        """The same ranges as plain keep-alive GETs (http.client, a connection per thread)."""
+        where = urlsplit(self.url)
+        local = threading.local()
+
+        def get(start: int) -> None:
+            if not hasattr(local, "connection"):
+                local.connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+            local.connection.request(
+                "GET", f"{where.path.rstrip('/')}/data.bin", headers={"Range": f"bytes={start}-{start + self.size - 1}"}
+            )
+            answer = local.connection.getresponse()
+            if answer.status != 206 or len(answer.read()) != self.size:
+                raise RuntimeError(f"GET {start}: {answer.status}")
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            list(pool.map(get, starts[:20]))  # warm: connections opened
+            cpu, wall = time.process_time(), time.perf_counter()
+            list(pool.map(get, starts))
+        return {
+            "floor_cpu_ms_per_get": (time.process_time() - cpu) * 1e3 / self.requests,
+            "floor_wall_ms_per_get": (time.perf_counter() - wall) * 1e3 / self.requests,
         }
 
 
