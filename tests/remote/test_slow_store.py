@@ -182,6 +182,34 @@ def test_read_ahead_overlaps_requests_in_order_and_never_evicts_unread_blocks(re
         assert storage.read_ahead.ahead_bytes() == 0
 
 
+def test_a_block_taken_from_a_full_buffer_lets_a_queued_request_go(remote_data_dir):
+    """Ranges asked for ahead beyond the free half of the buffer wait in the queue; a block a reader takes leaves
+    room, and a waiting request goes then (its thread is woken), not after a thread's idle wait (30 s)."""
+    from robostream.storage.options import ReadOptions
+    from robostream.storage.store import Storage
+
+    size, block = DATA_FILES["blob.bin"], 16 << 10
+    expected = (remote_data_dir / "blob.bin").read_bytes()
+    with RangeHTTPServer(remote_data_dir, latency_s=0.05) as store:
+        storage = Storage(store.url, ReadOptions(read_buffer=256 << 10))  # 16 KiB blocks, 128 KiB ahead at most
+        storage.read_ahead.request_bytes = block  # a request per block
+        reader = storage.open("blob.bin")
+        reader.fetch_ahead(0, size, need="soon")
+        fetched = 0
+        while storage.read_ahead.requests > fetched or not fetched:  # until the room is full (a few round trips)
+            fetched = storage.read_ahead.requests
+            time.sleep(0.3)
+        blocks = -(-size // block)
+        assert 3 <= fetched < blocks and storage.blocks.unread_bytes == fetched * block  # the rest is queued
+        assert reader.read(3 * block) == expected[: 3 * block]  # 3 blocks taken: room for 3 more
+        deadline = time.monotonic() + 5
+        while storage.read_ahead.requests < fetched + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert storage.read_ahead.requests == fetched + 3
+        assert reader.read() == expected[3 * block :]
+        assert storage.stats().reader_fetches == 0  # every block came from a request asked for ahead
+
+
 @pytest.fixture(scope="module")
 def long_episodes_root(tmp_path_factory):
     """Two 120-frame episodes of one noisy 128x128 camera (crf 10) in one mp4 of many 64 KiB blocks."""
