@@ -3,6 +3,11 @@ with the same decoder, on all cores, with nothing else (no tables, no shuffling,
 
 The files' frames are cut into segments that processes decode front to back (one seek per segment); the figure is
 decoded frames per second of wall clock over all processes.
+
+Laid out (`laid_out=True`), the same decoding also does what every loader of lerobot's samples must add to it:
+each frame made a contiguous (C, H, W) tensor (decoders output packed (H, W, C) pixels; lerobot's samples hold
+planes) the way robostream's loaders make it, and copied into a batch tensor of BATCH frames. Its rate bounds any
+such loader however little else it does; the raw one bounds decoding alone.
 """
 
 from __future__ import annotations
@@ -13,12 +18,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+import numpy as np
+import torch
+
 from robostream.datasets.cameras import open_dataset_video
 from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.video.decoder import Plane, default_backend
+from robostream.video.layout import gather_chw
 
 SEGMENT_FRAMES = 512
 DECODE_BATCH = 64
+BATCH = 32  # frames per batch tensor the laid-out reference copies into (a loader's batch of single frames)
 
 
 def plan_segments(
@@ -41,13 +51,32 @@ def _metadata(root: str) -> DatasetMetadata:
 
 
 def _decode_segment(
-    root: str, backend: str | None, device: str, planes: dict[str, Plane], segment: tuple[str, int, int]
+    root: str,
+    backend: str | None,
+    device: str,
+    planes: dict[str, Plane],
+    laid_out: bool,
+    segment: tuple[str, int, int],
 ) -> int:
     relative, first, stop = segment
     decoder = open_dataset_video(_metadata(root), relative, backend, device, plane=planes[relative])
+    batch: torch.Tensor | None = None
     for start in range(first, stop, DECODE_BATCH):
-        decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
+        frames, _ = decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
+        if laid_out:
+            laid = gather_chw(frames, np.arange(len(frames)))
+            if batch is None:
+                batch = torch.empty((BATCH, *laid.shape[1:]), dtype=laid.dtype, device=laid.device)
+            for at in range(0, len(laid), BATCH):
+                part = laid[at : at + BATCH]
+                batch[: len(part)].copy_(part)
     return stop - first
+
+
+def _one_thread() -> None:
+    """A decode process's torch on one thread, as in DataLoader workers (the copies do not spread over the cores
+    the other processes decode on)."""
+    torch.set_num_threads(1)
 
 
 def _planes(meta: DatasetMetadata) -> dict[str, Plane]:
@@ -64,9 +93,16 @@ def _frame_counts(meta: DatasetMetadata, backend: str, device: str, planes: dict
 
 
 def decode_reference(
-    root: str, backend: str | None = None, device: str = "cpu", processes: int | None = None, max_frames: int = 12_000
+    root: str,
+    backend: str | None = None,
+    device: str = "cpu",
+    processes: int | None = None,
+    max_frames: int = 12_000,
+    *,
+    laid_out: bool = False,
 ) -> dict[str, Any]:
-    """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores)."""
+    """Raw decode throughput of up to `max_frames` frames of the dataset's videos on `processes` (all cores); with
+    `laid_out`, of decoding and laying the frames out as samples hold them, in batches (module doc)."""
     backend = backend or default_backend()
     load = os.getloadavg()[0]  # before this measurement's own processes: what else the machine was running
     meta = _metadata(root)  # forked decode processes inherit it (metadata read once)
@@ -75,13 +111,14 @@ def decode_reference(
     processes = processes or os.cpu_count() or 1
     planes = _planes(meta)
     segments = plan_segments(_frame_counts(meta, backend, device, planes), max_frames)
-    work = functools.partial(_decode_segment, root, backend, device, planes)
+    work = functools.partial(_decode_segment, root, backend, device, planes, laid_out)
     start = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=processes) as pool:
+    with ProcessPoolExecutor(max_workers=processes, initializer=_one_thread) as pool:
         frames = sum(pool.map(work, segments))
     seconds = time.perf_counter() - start
     return {
-        "reference": "decode",
+        "reference": "decode_laid_out" if laid_out else "decode",
+        **({"batch_frames": BATCH} if laid_out else {}),
         "decoder": backend,
         "video_decode_device": device,
         "processes": processes,

@@ -132,12 +132,14 @@ def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) 
             )
     if reference:
         cells.append(f"{m['frames_per_s'] / reference['frames_per_s']:.2f}")
+        laid = reference.get("laid_out_frames_per_s")
+        cells.append(f"{m['frames_per_s'] / laid:.2f}" if laid else "-")
     return cells
 
 
 def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None) -> str:
     """A markdown table of the runs, with each run's share of the raw-decode reference when there is one."""
-    headers = ["run", *[c[0] for c in COLUMNS]] + (["x raw decode"] if reference else [])
+    headers = ["run", *[c[0] for c in COLUMNS]] + (["x raw decode", "x laid-out decode"] if reference else [])
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for result in results:
         lines.append("| " + " | ".join([label(result), *table_cells(result, reference)]) + " |")
@@ -170,6 +172,14 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
             + (f" (mean of {runs}, before and after the runs)." if runs else ".")
             + quiet_note(reference)
         )
+        laid = reference.get("laid_out_frames_per_s")
+        if laid:
+            lines.append(
+                f"Laid out (the same decoding, each frame made a contiguous (C, H, W) tensor as samples hold them and "
+                f"copied into a batch of {reference['laid_out_batch_frames']}: the bound of any loader of lerobot's "
+                f"samples): {laid:.0f} frames/s, "
+                f"{laid / reference['frames_per_s']:.2f}x the raw decode."
+            )
     return "\n".join(lines) + "\n"
 
 

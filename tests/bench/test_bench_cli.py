@@ -80,6 +80,8 @@ def test_every_run_writes_its_figures(bench_out):
     assert 0 < reference["frames"] <= 60 and reference["frames_per_s"] > 0  # the same share of every file
     assert len(reference["runs_frames_per_s"]) == 2  # measured before and after the runs
     assert len(reference["runs_load_1min"]) == 2 and reference["cores"] >= 1  # how quiet the machine was
+    # the same decoding laid out as samples hold them, before and after too
+    assert reference["laid_out_frames_per_s"] > 0 and len(reference["runs_laid_out_frames_per_s"]) == 2
 
 
 def test_csv_holds_one_row_per_run(bench_out):
@@ -98,7 +100,8 @@ def test_csv_holds_one_row_per_run(bench_out):
 def test_report_renders_table_and_plots(bench_out, capsys):
     assert main(["bench-report", str(bench_out)]) == 0
     text = (bench_out / "report.md").read_text()
-    assert text.count("| robostream stream") == 2 and "x raw decode" in text
+    assert text.count("| robostream stream") == 2 and "x raw decode" in text and "x laid-out decode" in text
+    assert re.search(r"Laid out \(.*\): \d+ frames/s, \d\.\d\dx the raw decode", text)
     assert re.search(r"Machine (quiet|NOT quiet: compare the ratios with care): the reference moved \d+%, load", text)
     assert text.count("| stage | tasks | busy s |") == 4  # each run's stages
     for png in ("throughput.png", "latency_cdf.png"):
