@@ -5,9 +5,10 @@ The files' frames are cut into segments that processes decode front to back (one
 decoded frames per second of wall clock over all processes.
 
 Laid out (`laid_out=True`), the same decoding also does what every loader of lerobot's samples must add to it:
-each frame made a contiguous (C, H, W) tensor (decoders output packed (H, W, C) pixels; lerobot's samples hold
-planes) the way robostream's loaders make it, and copied into a batch tensor of BATCH frames. Its rate bounds any
-such loader however little else it does; the raw one bounds decoding alone.
+each frame laid out as a contiguous (C, H, W) tensor (decoders output packed (H, W, C) pixels; lerobot's samples
+hold planes) straight into its slot of a batch tensor of BATCH frames, by robostream's layout path (one
+de-interleave; robostream's loaders lay frames out, then copy them into the batch). Its rate bounds any such loader
+however little else it does; the raw one bounds decoding alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from robostream.datasets.cameras import open_dataset_video
 from robostream.format.metadata import DatasetMetadata, load_metadata
 from robostream.video.decoder import Plane, default_backend
-from robostream.video.layout import gather_chw
+from robostream.video.layout import copy_picks
 
 SEGMENT_FRAMES = 512
 DECODE_BATCH = 64
@@ -63,13 +64,12 @@ def _decode_segment(
     batch: torch.Tensor | None = None
     for start in range(first, stop, DECODE_BATCH):
         frames, _ = decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
-        if laid_out:
-            laid = gather_chw(frames, np.arange(len(frames)))
+        if laid_out:  # straight into a batch's slots, the fewest copies a loader can make
             if batch is None:
-                batch = torch.empty((BATCH, *laid.shape[1:]), dtype=laid.dtype, device=laid.device)
-            for at in range(0, len(laid), BATCH):
-                part = laid[at : at + BATCH]
-                batch[: len(part)].copy_(part)
+                batch = torch.empty((BATCH, *frames.shape[1:]), dtype=frames.dtype, device=frames.device)
+            for at in range(0, len(frames), BATCH):
+                picks = np.arange(at, min(len(frames), at + BATCH))
+                copy_picks(list(batch[: len(picks)]), frames, picks)
     return stop - first
 
 

@@ -175,8 +175,8 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
         laid = reference.get("laid_out_frames_per_s")
         if laid:
             lines.append(
-                f"Laid out (the same decoding, each frame made a contiguous (C, H, W) tensor as samples hold them and "
-                f"copied into a batch of {reference['laid_out_batch_frames']}: the bound of any loader of lerobot's "
+                f"Laid out (the same decoding, each frame laid out as samples hold it, contiguous (C, H, W), straight "
+                f"into a batch of {reference['laid_out_batch_frames']}: the bound of any loader of lerobot's "
                 f"samples): {laid:.0f} frames/s, "
                 f"{laid / reference['frames_per_s']:.2f}x the raw decode."
             )

@@ -26,7 +26,7 @@ def gather_chw(frames: torch.Tensor, picks: np.ndarray) -> torch.Tensor:
     """frames[picks] as one new contiguous (n, C, H, W) tensor; frames is (N, C, H, W), usually a view of packed
     (N, H, W, C) decoder output."""
     out = torch.empty((len(picks), *frames.shape[1:]), dtype=frames.dtype, device=frames.device)
-    _copy_picks(list(out), frames, picks)
+    copy_picks(list(out), frames, picks)
     return out
 
 
@@ -74,11 +74,11 @@ def frames_chw(frames: torch.Tensor, picks: np.ndarray, pool: FramePool | None =
         out = pool.take(shape, frames.dtype, count)
     else:
         out = [torch.empty(shape, dtype=frames.dtype, device=frames.device) for _ in range(count)]
-    _copy_picks(out, frames, picks)
+    copy_picks(out, frames, picks)
     return out
 
 
-def _copy_picks(targets: list[torch.Tensor], frames: torch.Tensor, picks: np.ndarray) -> None:
+def copy_picks(targets: list[torch.Tensor], frames: torch.Tensor, picks: np.ndarray) -> None:
     """Copy frames[picks[i]] into the contiguous (C, H, W) targets[i]: packed uint8 CPU frames by OpenCV (the
     output viewed as packed (N, H, W, C) once, not per frame), anything else by torch."""
     packed = frames.permute(0, 2, 3, 1)

@@ -29,8 +29,8 @@ def _frames(root: Path) -> int:
 
 
 def test_the_laid_out_reference_decodes_the_frames_the_raw_one_does(rgb_and_depth_root):
-    """Laid out, each camera's frames (RGB uint8, depth int16 codes) are also made contiguous (C, H, W) and copied
-    into batches: the same frames decoded, named as the laid-out figure."""
+    """Laid out, each camera's frames (RGB uint8, depth int16 codes) are also laid out as contiguous (C, H, W) into
+    a batch's slots: the same frames decoded, named as the laid-out figure."""
     raw = decode_reference(str(rgb_and_depth_root), processes=1)
     laid = decode_reference(str(rgb_and_depth_root), processes=1, laid_out=True)
     assert raw["reference"] == "decode" and laid["reference"] == "decode_laid_out" and laid["batch_frames"] == 32
