@@ -3,7 +3,7 @@
 Definitions (the same for every loader, robostream's and lerobot's):
 - The first `warmup_batches` batches are start-up; throughput is measured from the arrival of the last warm-up batch
   to the arrival of the last batch. `first_batch_latency_s` is from the start of the dataset's construction to the
-  first batch, `construction_s` the construction's part of it (the dataset, sampler and loader built; metadata
+  first batch, `built_s` the construction's part of it (the dataset, sampler and loader built; metadata
   read, remote sources opened), so the first batch after construction is their difference.
 - run_samples_per_s: every sample delivered (warm-up included) per second from dataset construction to the last
   batch. The timed figures cannot see work a change moves into or out of the warm-up (decoding less before the
@@ -181,7 +181,6 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
         "run_samples_per_s": run_samples / records[-1]["arrival_s"],
         "frames_per_s": frames / elapsed,
         "first_batch_latency_s": records[0]["arrival_s"],
-        "construction_s": trace["construction_s"],
         "data_wait_frac": sum(r["wait_s"] for r in timed) / elapsed,
         # a mixture's episodes are (source, episode) pairs: sources number their episodes alike
         "shuffle_randomness_frac": randomness(
@@ -195,6 +194,8 @@ def summarize(trace: Mapping[str, Any], warmup_batches: int) -> dict[str, Any]:
     }
     for p in PERCENTILES:
         out[f"p{p}_sample_latency_ms"] = float(np.percentile(latencies_ms, p))
+    if "built_s" in trace:  # traces before it was measured have none
+        out["built_s"] = trace["built_s"]
     if any("sources" in r for r in records):  # a mixture: samples per source over the whole run
         per_source = np.bincount(np.concatenate([np.asarray(r.get("sources", []), dtype=np.int64) for r in records]))
         out["samples_per_source"] = per_source.tolist()
@@ -278,7 +279,6 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
             "frames_per_s_node": total["frames_per_s"] / nodes,
             "samples_per_s_node": total["samples_per_s"] / nodes,
             "first_batch_latency_s": max(r["first_batch_latency_s"] for r in per_rank),
-            "construction_s": max(r["construction_s"] for r in per_rank),
             "wallclock_s": max(r["wallclock_s"] for r in per_rank),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in per_rank),
             "peak_rss_mib_node_sum": sum(r["peak_rss_mib"] for r in per_rank) / nodes,
@@ -296,6 +296,8 @@ def aggregate(per_rank: Sequence[Mapping[str, Any]], nodes: int) -> dict[str, An
     for key in ("decoded_frames_per_s", "bytes_read"):
         if all(key in r for r in per_rank):
             out[key] = float(sum(r[key] for r in per_rank))
+    if all("built_s" in r for r in per_rank):
+        out["built_s"] = max(r["built_s"] for r in per_rank)
     if all("client_cpu_s" in r for r in per_rank):
         out.update(
             client_cpu_figures(

@@ -345,7 +345,7 @@ def run(spec: Mapping[str, Any]) -> dict[str, Any]:
     split = bundle["split"](int(spec["split_samples"])) if bundle.get("split") and spec.get("split_samples") else None
     return {
         "records": records,
-        "construction_s": built - started,
+        "built_s": built - started,
         "frames_per_sample": bundle["frames_per_sample"],
         "counts": counts,
         "split": split,

@@ -8,7 +8,8 @@ Laid out (`laid_out=True`), the same decoding also does what every loader of ler
 each frame laid out as a contiguous (C, H, W) tensor (decoders output packed (H, W, C) pixels; lerobot's samples
 hold planes) straight into its slot of a batch tensor of BATCH frames, by robostream's layout path (one
 de-interleave; robostream's loaders lay frames out, then copy them into the batch). Its rate bounds any such loader
-however little else it does; the raw one bounds decoding alone.
+of uint8 frames however little else it does (float32 samples add their conversion); the raw one bounds decoding
+alone. Both run torch on one thread per process, as DataLoader workers do.
 """
 
 from __future__ import annotations
@@ -64,13 +65,20 @@ def _decode_segment(
     batch: torch.Tensor | None = None
     for start in range(first, stop, DECODE_BATCH):
         frames, _ = decoder.get_frames_by_index(range(start, min(stop, start + DECODE_BATCH)))
-        if laid_out:  # straight into a batch's slots, the fewest copies a loader can make
-            if batch is None:
+        if laid_out:
+            if batch is None:  # one batch tensor, reused: kept warm, as a loader's reused batch buffers are
                 batch = torch.empty((BATCH, *frames.shape[1:]), dtype=frames.dtype, device=frames.device)
-            for at in range(0, len(frames), BATCH):
-                picks = np.arange(at, min(len(frames), at + BATCH))
-                copy_picks(list(batch[: len(picks)]), frames, picks)
+            lay_out(frames, batch)
     return stop - first
+
+
+def lay_out(frames: torch.Tensor, batch: torch.Tensor) -> None:
+    """Decoded (N, C, H, W) frames (views of packed pixels) laid out as contiguous (C, H, W) straight into the slots
+    of `batch`, a batch's worth at a time (the fewest copies a loader can make): the last run's frames are left in
+    its first slots."""
+    for at in range(0, len(frames), len(batch)):
+        picks = np.arange(at, min(len(frames), at + len(batch)))
+        copy_picks(list(batch[: len(picks)]), frames, picks)
 
 
 def _one_thread() -> None:

@@ -21,7 +21,7 @@ COLUMNS: tuple[tuple[str, tuple[str, str] | None], ...] = (
     ("frames/s/node", ("frames_per_s_node", "{:.0f}")),
     ("samples/s", ("samples_per_s", "{:.1f}")),
     ("first batch s", ("first_batch_latency_s", "{:.2f}")),  # from the start of construction
-    ("built s", ("construction_s", "{:.2f}")),  # construction's part of it
+    ("built s", ("built_s", "{:.2f}")),  # construction's part of it
     ("p50 ms", ("p50_sample_latency_ms", "{:.1f}")),
     ("p95 ms", ("p95_sample_latency_ms", "{:.1f}")),
     ("p99 ms", ("p99_sample_latency_ms", "{:.1f}")),
@@ -138,7 +138,8 @@ def table_cells(result: Mapping[str, Any], reference: Mapping[str, Any] | None) 
 
 
 def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None) -> str:
-    """A markdown table of the runs, with each run's share of the raw-decode reference when there is one."""
+    """A markdown table of the runs, with each run's share of the raw-decode reference and of its laid-out twin when
+    there is one."""
     headers = ["run", *[c[0] for c in COLUMNS]] + (["x raw decode", "x laid-out decode"] if reference else [])
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for result in results:
@@ -177,7 +178,7 @@ def markdown(results: list[dict[str, Any]], reference: Mapping[str, Any] | None)
             lines.append(
                 f"Laid out (the same decoding, each frame laid out as samples hold it, contiguous (C, H, W), straight "
                 f"into a batch of {reference['laid_out_batch_frames']}: the bound of any loader of lerobot's "
-                f"samples): {laid:.0f} frames/s, "
+                f"samples as uint8): {laid:.0f} frames/s, "
                 f"{laid / reference['frames_per_s']:.2f}x the raw decode."
             )
     return "\n".join(lines) + "\n"

@@ -204,8 +204,10 @@ class ReadAhead:
                             self._queued_bytes -= nbytes
                             self._pending += nbytes
                         return head
-                # Waits for a new task or for readers taking blocks (both notify); the timeout only bounds how
-                # long an idle thread lingers.
+                # Waits for a new task, or, with tasks queued, for readers taking or releasing blocks and for
+                # requests ending (each notifies); the budget growing or blocks evicted unread wake nobody, and a
+                # waiting task then goes at the next of those or the timeout, which also bounds how long an idle
+                # thread lingers.
                 if not self._cond.wait(timeout=30.0) and not self._queue:
                     self._threads -= 1
                     self._idle -= 1
@@ -225,7 +227,7 @@ class ReadAhead:
                         self._pending -= (task.stop - task.first) * task.source.block_size
                     self._later_busy -= task.urgency == URGENCY["later"]
                     self._idle += 1
-                    if self._queue:  # a task held back by the requests allowed at once may go now
+                    if self._queue:  # a queued task may go now: a request slot, its room or a "later" slot freed
                         self._cond.notify()
 
     def _do(self, task: _Task) -> None:

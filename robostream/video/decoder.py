@@ -28,7 +28,9 @@ import torch
 # `group=group.WORLD` as a default argument. Imported after init_process_group, those defaults hold the process
 # group, so destroy_process_group cannot free it: its gloo threads were still running when the interpreter
 # exited and, about once in 40 two-rank bench runs, aborted the rank there ("terminate called without an active
-# exception"). Imported here, before any group exists, the defaults are None, as torch means them to be.
+# exception"). Imported here, with this module (`from robostream import ...`, the bench's ranks), before a script
+# makes its group, the defaults are None, as torch means them to be; a script that makes its group first still
+# binds them when it imports torch._dynamo (torch.compile, torchcodec).
 if torch.distributed.is_available():
     import torch.distributed.nn  # noqa: F401
 

@@ -13,7 +13,7 @@ from robostream.bench.metrics import (
 )
 
 
-def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample=3, construction_s=None):
+def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample=3, built_s=None):
     n = len(arrivals)
     episodes = episodes or [[0, 1, 2, 3]] * n
     return {
@@ -27,7 +27,7 @@ def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample
             for i, a in enumerate(arrivals)
         ],
         "frames_per_sample": frames_per_sample,
-        "construction_s": arrivals[0] / 3 if construction_s is None else construction_s,
+        "built_s": arrivals[0] / 3 if built_s is None else built_s,
         "peak_rss_bytes": 3 * 2**20,
         "baseline_rss_bytes": 2**20,
         "peak_pss_bytes": 2 * 2**20,
@@ -38,7 +38,8 @@ def _trace(arrivals, waits=None, episodes=None, sample_s=None, frames_per_sample
 def test_throughput_is_timed_after_the_warmup_and_first_batch_is_latency():
     trace = _trace([1.5, 2.0, 2.5, 3.0, 4.0], waits=[1.5, 0.5, 0.25, 0.25, 0.5])
     m = summarize(trace, warmup_batches=2)
-    assert m["first_batch_latency_s"] == 1.5 and m["construction_s"] == 0.5
+    assert m["first_batch_latency_s"] == 1.5 and m["built_s"] == 0.5
+    assert "built_s" not in summarize({k: v for k, v in trace.items() if k != "built_s"}, warmup_batches=2)  # older
     assert m["batches"] == 3 and m["samples"] == 12 and m["wallclock_s"] == 2.0  # from 2.0 (2nd arrival) to 4.0
     assert m["samples_per_s"] == 6.0 and m["frames_per_s"] == 18.0
     # the whole run, start-up and warm-up included: 20 samples from construction to the last arrival
@@ -97,13 +98,13 @@ def test_randomness_against_a_uniform_sampler():
 
 def test_aggregate_sums_throughput_per_node_and_pools_latency():
     ranks = [
-        summarize(_trace([1.0, 2.0, 3.0], sample_s=[[s / 1000] * 4] * 3, construction_s=c), 1)
+        summarize(_trace([1.0, 2.0, 3.0], sample_s=[[s / 1000] * 4] * 3, built_s=c), 1)
         for s, c in ((1.0, 0.25), (9.0, 0.5))
     ]
     job = aggregate(ranks, nodes=2)
     assert job["samples_per_s"] == pytest.approx(8.0) and job["frames_per_s_node"] == pytest.approx(12.0)
     assert job["run_samples_per_s"] == pytest.approx(2 * 12 / 3.0)  # each rank: 12 samples by its last batch at 3 s
-    assert job["ranks"] == 2 and job["first_batch_latency_s"] == 1.0 and job["construction_s"] == 0.5
+    assert job["ranks"] == 2 and job["first_batch_latency_s"] == 1.0 and job["built_s"] == 0.5
     assert 1.0 <= job["p50_sample_latency_ms"] <= 9.0 and job["p99_sample_latency_ms"] == pytest.approx(9.0)
     with pytest.raises(ValueError, match="no rank"):
         aggregate([], 1)

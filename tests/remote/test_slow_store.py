@@ -196,10 +196,11 @@ def test_a_block_taken_from_a_full_buffer_lets_a_queued_request_go(remote_data_d
         reader = storage.open("blob.bin")
         reader.fetch_ahead(0, size, need="soon")
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until the room is full: nothing under way, no new request
+        while time.monotonic() < deadline:  # until the room is full: nothing under way, every answer in the cache
             fetched = storage.read_ahead.requests
             time.sleep(0.3)
-            if fetched and storage.read_ahead.requests == fetched and storage.read_ahead.in_flight == 0:
+            settled = storage.read_ahead.requests == fetched and storage.read_ahead.in_flight == 0
+            if fetched and settled and storage.blocks.unread_bytes == fetched * block:
                 break
         blocks = -(-size // block)
         assert 3 <= fetched < blocks and storage.blocks.unread_bytes == fetched * block  # the rest is queued
