@@ -17,7 +17,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "robostream"
 ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.md"
-UTILITIES = {"errors", "process_local", "memory", "numbers", "durable", "collector"}  # leaves every layer may use
+UTILITIES = {"errors", "process_local", "memory", "numbers", "durable", "collector", "array_file"}  # leaves every layer may use
 # What each part imports (besides itself and the utilities), lowest layers first: exactly the edges the code uses.
 LAYERS: dict[str, set[str]] = {
     "errors": set(),
@@ -26,6 +26,7 @@ LAYERS: dict[str, set[str]] = {
     "numbers": set(),
     "durable": set(),
     "collector": set(),
+    "array_file": set(),
     "plan": set(),
     "storage": set(),
     "video": set(),

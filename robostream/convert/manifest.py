@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import psutil
 
-from robostream.durable import fsync_dir
+from robostream.array_file import read_arrays, write_arrays
+from robostream.durable import fsync_dir, fsync_file
 
 TEMP_NAME = re.compile(r"\.(?P<target>.+)\.[0-9a-f]{32}\.tmp(\.[a-z]+)?")  # what temp_sibling names
 
@@ -63,22 +64,13 @@ def write_json_atomic(path: Path, doc: Any) -> None:
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Named arrays to one .npz (names kept in order, any characters), written like write_json_atomic."""
+    """Named arrays to one array file (array_file.py), written like write_json_atomic."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(path, ".npz")
-    # numpy's stubs type savez's allow_pickle (numpy >= 2.1), which mypy lets the ** names fill
-    numbered = {f"a{i}": a for i, a in enumerate(arrays.values())}
-    np.savez(tmp, names=np.array(json.dumps(list(arrays))), **numbered)  # type: ignore[arg-type]
-    with tmp.open("rb") as handle:
-        os.fsync(handle.fileno())
+    tmp = temp_sibling(path, ".arrays")
+    write_arrays(tmp, arrays)
+    fsync_file(tmp)
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def load_arrays(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as archive:
-        names = json.loads(str(archive["names"]))
-        return {name: archive[f"a{i}"] for i, name in enumerate(names)}
 
 
 def read_json(path: Path) -> Any | None:
@@ -131,7 +123,7 @@ class WorkDir:
         self.path = Path(path)
         self.lease_s = lease_s
         self.plan_path = self.path / "plan.json"
-        self.stats_path = self.path / "episode_stats.npz"
+        self.stats_path = self.path / "episode_stats.arrays"
         self.staging = self.path / "staging"
 
     # -- per-episode stats, parsed once at planning (JSON parsing is most of finalize at 100k episodes) -----------
@@ -143,7 +135,7 @@ class WorkDir:
 
     def load_episode_stats(self) -> dict[str, dict[str, np.ndarray]]:
         out: dict[str, dict[str, np.ndarray]] = {}
-        for key, array in load_arrays(self.stats_path).items():
+        for key, array in read_arrays(self.stats_path).items():
             feature, stat = key.split("\x1f")
             out.setdefault(feature, {})[stat] = array
         return out

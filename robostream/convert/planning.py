@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from robostream.array_file import read_arrays
 from robostream.convert.faults import crash_point
-from robostream.convert.manifest import load_arrays, read_json, save_arrays, write_json_atomic
+from robostream.convert.manifest import read_json, save_arrays, write_json_atomic
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
 from robostream.errors import DatasetFormatError, UnsafePathError
@@ -37,7 +38,7 @@ VIDEO_COLUMNS = ("bytes", "duration_s", "frames")
 
 @dataclass(frozen=True)
 class ConversionPlan:
-    """What planning found and decided: the work dir's plan.json (scalars) and probes.npz (per-episode columns,
+    """What planning found and decided: the work dir's plan.json (scalars) and probes.arrays (per-episode columns,
     a few arrays, so a worker's memory for the plan is ~8 bytes per episode and file, not a JSON object each)."""
 
     source: str
@@ -63,10 +64,10 @@ class ConversionPlan:
         )
 
     def save(self, plan_path: Path) -> None:
-        """probes.npz first, then plan.json (atomically): a plan.json on disk always has its probes beside it."""
+        """probes.arrays first, then plan.json (atomically): a plan.json on disk always has its probes beside it."""
         arrays = {f"data/{c}": self.data[c] for c in DATA_COLUMNS}
         arrays.update({f"videos/{k}/{c}": v[c] for k, v in self.videos.items() for c in VIDEO_COLUMNS})
-        save_arrays(plan_path.with_name("probes.npz"), arrays)
+        save_arrays(plan_path.with_name("probes.arrays"), arrays)
         write_json_atomic(
             plan_path,
             {
@@ -84,7 +85,7 @@ class ConversionPlan:
         doc = read_json(plan_path)
         if doc is None:
             return None
-        arrays = load_arrays(plan_path.with_name("probes.npz"))
+        arrays = read_arrays(plan_path.with_name("probes.arrays"))
         data = {c: arrays[f"data/{c}"] for c in DATA_COLUMNS}
         videos = {k: {c: arrays[f"videos/{k}/{c}"] for c in VIDEO_COLUMNS} for k in doc["codecs"]}
         return cls(

@@ -28,8 +28,8 @@ JOURNAL = "swap.json"
 # step's scratch folder and the swap journal. A name missing here is kept at the end with a warning, never lost.
 MADE_HERE = (
     "plan.json",
-    "probes.npz",
-    "episode_stats.npz",
+    "probes.arrays",
+    "episode_stats.arrays",
     "leases",
     "attempts",
     "staging",

@@ -196,7 +196,7 @@ class VideoReadAhead:
 
         if self.meta.derived is None or not reader.version.token:
             return read_packet_index(reader)
-        return self.meta.derived.open(f"{reader.key}|packet-index-v4", build, load_packet_index)
+        return self.meta.derived.open(f"{reader.key}|packet-index-v5", build, load_packet_index)
 
     def _file(self, relative: str) -> _File:
         state = self._state.get()

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robostream.array_file import read_arrays, write_arrays
 from robostream.errors import DatasetFormatError
 from robostream.format.data_rows import (
     LRU,
@@ -43,9 +44,10 @@ from robostream.process_local import ProcessLocal
 from robostream.storage.cache import described
 from robostream.storage.derived import DerivedCache
 
-FORMAT = "data-columns-v3"  # v3: columns cast to the dtypes info.json declares
+FORMAT = "data-columns-v4"  # v3: columns cast to the dtypes info.json declares; v4: episodes in an array file
 COLUMNS = "columns.bin"  # every numeric column's rows, one column after the other
 OTHER = "other.arrow"  # image, string and language columns
+EPISODES = "episodes.arrays"  # (episode index, first row, rows) of each episode in the file
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ class DataColumns:
                     # Where each episode's rows start in file order; whether they are its rows, in order, is
                     # checked on every read.
                     ids, first, counts = np.unique(values, return_index=True, return_counts=True)
-                    np.save(out / "episodes.npy", np.stack([ids, first, counts], axis=1).astype(np.int64))
+                    write_arrays(out / EPISODES, {"episodes": np.stack([ids, first, counts], axis=1).astype(np.int64)})
         if self.other_keys:
             other = table.select(self.other_keys)
             with pa.OSFile(str(out / OTHER), "wb") as sink, pa.ipc.new_file(sink, other.schema) as writer:
@@ -203,7 +205,7 @@ def _open(folder: Path) -> _ConvertedFile:
         )
         for k, c in layout.items()
     }
-    episodes = np.load(folder / "episodes.npy")
+    episodes = read_arrays(folder / EPISODES)["episodes"]
     rows = int(episodes[:, 2].sum()) if episodes.ndim == 2 and episodes.shape[1] == 3 else -1
     expected = sum(c.row_bytes for c in columns.values()) * rows
     if rows < 0 or (folder / COLUMNS).stat().st_size != expected:

@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from robostream.array_file import read_arrays, write_arrays
 from robostream.storage.integrity import FileVersion
 
-SNAPSHOT_KEY = "metadata-v1"
+SNAPSHOT_KEY = "metadata-v2"  # v2: episode columns in array files
 
 
 @dataclass(frozen=True)
@@ -64,25 +65,14 @@ def snapshot_identity(location: str, revision: str) -> str:
 
 def save_tables(tables: MetadataTables, folder: Path) -> None:
     """Two reads per source when loaded: the small files in one JSON document, and each episodes file's columns
-    as raw bytes laid out by that document. Not .npy: its header is parsed with `ast.literal_eval`, which CPython
-    3.11 < 3.11.8 cannot run in several threads at once (gh-106905: "AST constructor recursion depth mismatch"),
-    and sources are opened in threads."""
+    in an array file (array_file.py: sources are opened in threads, which .npy files cannot be)."""
     files = []
     for i, (part, name) in enumerate(tables.episode_parts):
-        columns = {column: np.ascontiguousarray(values) for column, values in part.items()}
-        rows = {len(values) for values in columns.values()}
+        rows = {len(values) for values in part.values()}
         if len(rows) > 1:
             raise ValueError(f"{name}: episode columns of different lengths {sorted(rows)}")
-        with open(folder / f"episodes-{i}.bin", "wb") as out:
-            for values in columns.values():
-                out.write(values.tobytes())
-        files.append(
-            {
-                "name": name,
-                "rows": rows.pop() if rows else 0,
-                "columns": [[column, values.dtype.str] for column, values in columns.items()],
-            }
-        )
+        write_arrays(folder / f"episodes-{i}.arrays", part)
+        files.append(name)
     doc = {
         "info": tables.info_text,
         "stats": tables.stats_text,
@@ -94,17 +84,7 @@ def save_tables(tables: MetadataTables, folder: Path) -> None:
 
 def load_tables(folder: Path) -> MetadataTables:
     doc = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
-    parts = []
-    for i, entry in enumerate(doc["episode_files"]):
-        data = (folder / f"episodes-{i}.bin").read_bytes()
-        offset, part = 0, {}
-        for column, dtype in entry["columns"]:
-            values = np.frombuffer(data, dtype=np.dtype(dtype), count=entry["rows"], offset=offset)
-            part[column] = values
-            offset += values.nbytes
-        if offset != len(data):
-            raise ValueError(f"{folder / f'episodes-{i}.bin'}: {len(data)} bytes, its columns need {offset}")
-        parts.append((part, entry["name"]))
+    parts = [(read_arrays(folder / f"episodes-{i}.arrays"), name) for i, name in enumerate(doc["episode_files"])]
     return MetadataTables(
         info_text=doc["info"],
         episode_parts=parts,

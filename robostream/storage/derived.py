@@ -1,4 +1,4 @@
-"""Files derived from a dataset's files (e.g. table columns as .npy), built once per node and shared by every
+"""Files derived from a dataset's files (e.g. table columns as raw bytes), built once per node and shared by every
 process of this user on it: ranks, DataLoader workers and later runs.
 
 Each derived folder is keyed by the identity of its source, what names its content (storage/store.py
@@ -30,7 +30,6 @@ import os
 import shutil
 import tempfile
 import warnings
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,9 +37,8 @@ from typing import Any, TypeVar
 from robostream.storage.cache_folder import owned_folder
 
 T = TypeVar("T")
-# What opening a damaged folder raises (numpy, json and our own checks are ValueErrors; np.load of a cut .npz a
-# BadZipFile or EOFError).
-DAMAGED = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+# What opening a damaged folder raises (numpy, json, pyarrow's wrapping and our own checks are ValueErrors).
+DAMAGED = (OSError, ValueError, KeyError)
 
 COMPLETE = ".complete"  # written last inside a build: the size and sha256 of each file; a folder without it is unused
 

@@ -24,7 +24,7 @@ class ReadOptions:
     dataset's `repo_id` / `root` / `revision`).
 
     Columns derived from the tables (the episode table's locating columns; for map-style reads the data columns
-    as memory-mapped .npy) are kept once per node in `cache_dir/derived`, else $ROBOSTREAM_CACHE, else
+    as raw bytes read by offset) are kept once per node in `cache_dir/derived`, else $ROBOSTREAM_CACHE, else
     ~/.cache/robostream: about the size of the uncompressed tables, never the videos. A cache folder other users
     may write to (mode 1777, group-writable) holds each user's entries in a subfolder `<uid>` of their own
     (storage/cache_folder.py); one this user cannot write to is an error naming it.

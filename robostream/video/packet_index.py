@@ -21,7 +21,10 @@ from typing import Protocol
 
 import numpy as np
 
+from robostream.array_file import read_arrays, write_arrays
+
 REORDER_FRAMES = 4  # packets a decoder reads past the last one a frame needs before it outputs that frame
+INDEX_FILE = "packet_index.arrays"  # in the index's derived folder
 AVIO_BYTES = 64 << 10  # FFmpeg reads a file object in chunks of this size from where it seeks
 
 
@@ -350,14 +353,12 @@ def _child(data: bytes, start: int, end: int, kind: bytes) -> tuple[int, int]:
 def save_packet_index(index: PacketIndex | None, folder: Path) -> None:
     """Write an index (or that the file has none) to `folder` (a node-local derived folder)."""
     arrays = {} if index is None else {f.name: np.asarray(getattr(index, f.name)) for f in fields(PacketIndex)}
-    # numpy's stubs type savez's allow_pickle (numpy >= 2.1), which mypy lets **arrays fill
-    np.savez(folder / "packet_index.npz", **arrays)  # type: ignore[arg-type]
+    write_arrays(folder / INDEX_FILE, arrays)
 
 
 def load_packet_index(folder: Path) -> PacketIndex | None:
-    """The index `save_packet_index` wrote (None: the file has none)."""
-    with np.load(folder / "packet_index.npz") as saved:
-        if not saved.files:
-            return None
-        values = {f.name: saved[f.name] for f in fields(PacketIndex)}
+    """The index `save_packet_index` wrote (None: the file has none). Read-ahead threads load indexes at once."""
+    values = read_arrays(folder / INDEX_FILE)
+    if not values:
+        return None
     return PacketIndex(**{name: value.item() if value.ndim == 0 else value for name, value in values.items()})

@@ -358,7 +358,7 @@ def test_mixture_weights_must_be_finite(av1_root, weights, message):
         ),
         lambda folder: (folder / "columns.json").write_text("{") if (folder / "columns.json").is_file() else None,
         lambda folder: (
-            (folder / "episodes-0.bin").write_bytes(b"cut") if (folder / "episodes-0.bin").is_file() else None
+            (folder / "episodes-0.arrays").write_bytes(b"cut") if (folder / "episodes-0.arrays").is_file() else None
         ),  # the metadata snapshot (format/metadata_snapshot.py)
         lambda folder: (folder / "metadata.json").write_text("{") if (folder / "metadata.json").is_file() else None,
     ],

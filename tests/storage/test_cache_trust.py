@@ -107,7 +107,7 @@ def test_map_style_over_http_reads_a_data_file_replaced_by_one_of_the_same_size(
         _replace_first_data_file(root, keep_mtime=False)
         again = _map_actions(LeRobotDataset(root=server.url, read_options=FAST), positions)
     np.testing.assert_allclose(again, first + 100.0, rtol=1e-6)
-    kinds = {"metadata.json": "snapshot", "columns.json": "data columns", "packet_index.npz": "packet index"}
+    kinds = {"metadata.json": "snapshot", "columns.json": "data columns", "packet_index.arrays": "packet index"}
     kept = {kind for entry in _entries(tmp_path) for name, kind in kinds.items() if (entry / name).is_file()}
     assert kept == (
         {"snapshot", "data columns", "packet index"} if validators.get("last_modified") else {"snapshot"}
