@@ -17,7 +17,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "robostream"
 ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.md"
-UTILITIES = {"errors", "process_local", "memory", "numbers", "durable", "collector", "array_file"}  # leaves every layer may use
+# Leaves every layer may use.
+UTILITIES = {"errors", "process_local", "memory", "numbers", "durable", "collector", "array_file"}
 # What each part imports (besides itself and the utilities), lowest layers first: exactly the edges the code uses.
 LAYERS: dict[str, set[str]] = {
     "errors": set(),

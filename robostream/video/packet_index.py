@@ -361,4 +361,5 @@ def load_packet_index(folder: Path) -> PacketIndex | None:
     values = read_arrays(folder / INDEX_FILE)
     if not values:
         return None
-    return PacketIndex(**{name: value.item() if value.ndim == 0 else value for name, value in values.items()})
+    arrays = {f.name: values[f.name] for f in fields(PacketIndex) if f.name != "timescale"}
+    return PacketIndex(**arrays, timescale=int(values["timescale"]))
