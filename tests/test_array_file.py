@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -39,13 +40,41 @@ def test_no_arrays_is_a_file_too(tmp_path):
     assert read_arrays(tmp_path / "none.arrays") == {}
 
 
-def test_threads_read_the_same_file_at_once(tmp_path):
-    """What read-ahead threads do with packet indexes (np.load failed there on Python 3.11.7, gh-106905)."""
+def test_reading_parses_nothing_with_ast(tmp_path, monkeypatch):
+    """Python 3.11 < 3.11.8 fails ast parses in several threads at once now and then (gh-106905: CI failed when
+    read-ahead threads np.load'ed packet indexes); every array a derived folder or a conversion holds is read here
+    with ast made to fail (np.load's header parse would)."""
     write_arrays(tmp_path / "a.arrays", ARRAYS)
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: read_arrays(tmp_path / "a.arrays"), range(200)))
+    monkeypatch.setattr(ast, "parse", _no_ast)
+    monkeypatch.setattr(ast, "literal_eval", _no_ast)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: read_arrays(tmp_path / "a.arrays"), range(8)))
     for back in results:
-        np.testing.assert_array_equal(back["float32 2-D"], ARRAYS["float32 2-D"])
+        for name, array in ARRAYS.items():
+            np.testing.assert_array_equal(back[name], array, err_msg=name)
+
+
+def _no_ast(*args, **kwargs):
+    raise AssertionError("an ast parse: not safe in threads on Python 3.11 < 3.11.8")
+
+
+def _header(data: bytes, header: bytes) -> bytes:
+    """The file with its header replaced (its length field too; the arrays' bytes follow it unaligned)."""
+    end = 16 + int.from_bytes(data[8:16], "little")
+    return data[:8] + len(header).to_bytes(8, "little") + header + data[end:]
+
+
+def _edit(*replacements: bytes):
+    """A damage: the header's text with each (old, new) pair of `replacements` replaced."""
+
+    def damage(data: bytes) -> bytes:
+        header = data[16 : 16 + int.from_bytes(data[8:16], "little")]
+        for old, new in zip(replacements[::2], replacements[1::2]):
+            assert old in header, old
+            header = header.replace(old, new)
+        return _header(data, header)
+
+    return damage
 
 
 @pytest.mark.parametrize(
@@ -55,11 +84,45 @@ def test_threads_read_the_same_file_at_once(tmp_path):
         (lambda data: data + b"\0", "its arrays end at byte"),
         (lambda data: b"NOTARRAY" + data[8:], "not an array file robostream wrote"),
         (lambda data: data[:4], "not an array file robostream wrote"),
-        (lambda data: data.replace(b'"<i8"', b'"<x8"'), "damaged array file header"),
-        (lambda data: data.replace(b"[20]", b"[-1]"), "negative dimension"),
-        (lambda data: data[:16] + b"{" + data[17:], "damaged array file header"),
+        (lambda data: data[:8] + (1 << 40).to_bytes(8, "little") + data[16:], "its header ends at byte"),
+        (_edit(b"[20]", b"[-1]"), "not a list of sizes"),
+        (_edit(b"[20]", b"[10000000000000000000000]"), "not a list of sizes"),
+        (_edit(b"[20]", b'"20"'), "not a list of sizes"),
+        (_edit(b"[20]", b"[2.0]"), "not a list of sizes"),
+        (_edit(b"[20]", b"[true]"), "not a list of sizes"),
+        (_edit(b'"<i8"', b'"<x8"'), "not one write_arrays writes"),
+        (_edit(b'"<i8"', b'"|O8"'), "not one write_arrays writes"),  # pointers made of the file's bytes
+        (_edit(b'"<i8"', b'"(2,)<i4"'), "not one write_arrays writes"),  # numpy parses this one with ast
+        (_edit(b'"<i8"', b"null"), "not one write_arrays writes"),
+        (_edit(b'"<i8"', b'"<i4"'), "its arrays end at byte"),
+        (_edit(b'"uint8 odd"', b'"int64"'), "not unique"),
+        (_edit(b'["int64", ', b'["int64", 1, '), r"is not \[name, dtype, shape\]"),
+        (_edit(b"[[", b"{[", b"]]", b"]}"), "damaged array file header"),
+        (lambda data: _header(data, b'{"a": 1}'), "not a list of arrays"),
+        (lambda data: _header(data, b"[" * 100_000 + b"]" * 100_000), "damaged array file header"),
     ],
-    ids=["cut", "extended", "magic", "tiny", "dtype", "negative", "json"],
+    ids=[
+        "cut",
+        "extended",
+        "magic",
+        "tiny",
+        "huge header length",
+        "negative dimension",
+        "huge dimension",
+        "shape string",
+        "float dimension",
+        "bool dimension",
+        "unknown dtype",
+        "objects",
+        "sub-array dtype",
+        "no dtype",
+        "smaller dtype",
+        "repeated name",
+        "entry arity",
+        "json",
+        "not a list",
+        "deep nesting",
+    ],
 )
 def test_a_damaged_file_is_an_error_naming_it(tmp_path, damage, message):
     path = tmp_path / "a.arrays"
@@ -70,6 +133,11 @@ def test_a_damaged_file_is_an_error_naming_it(tmp_path, damage, message):
     assert str(path) in str(raised.value)
 
 
-def test_arrays_of_python_objects_are_refused_naming_the_array(tmp_path):
-    with pytest.raises(TypeError, match=r"'mixed' holds Python objects"):
-        write_arrays(tmp_path / "a.arrays", {"mixed": np.array([1, "a", None], dtype=object)})
+@pytest.mark.parametrize(
+    "array",
+    [np.array([1, "a", None], dtype=object), np.zeros(2, dtype=[("x", "<i4"), ("y", "<f8")])],
+    ids=["objects", "fields"],
+)
+def test_arrays_of_other_than_plain_dtypes_are_refused_naming_the_array(tmp_path, array):
+    with pytest.raises(TypeError, match=r"array 'mixed' is of dtype"):
+        write_arrays(tmp_path / "a.arrays", {"mixed": array})

@@ -20,11 +20,11 @@ from robostream.convert.faults import crash_point
 from robostream.convert.manifest import read_json, save_arrays, write_json_atomic
 from robostream.convert.plan import FileTask, file_tasks
 from robostream.convert.probe import probe_episodes
-from robostream.errors import DatasetFormatError, UnsafePathError
+from robostream.errors import DatasetFormatError, RobostreamError, UnsafePathError
 from robostream.format.info import FPS_RELATIVE_TOLERANCE, feature_frame_size
 from robostream.format.v21 import V21Dataset, input_file, read_episode_stats, read_v21
 
-PLAN_VERSION = 2
+PLAN_VERSION = 3  # 3: probes and episode stats in array files (array_file.py)
 PROBE_BATCH = 64  # episodes per pool job
 # Probing runs ~2,000 files/s in one process; below this many episodes a process pool costs more to start (its
 # processes import pyarrow and PyAV, beside the conversion workers already starting) than it saves.
@@ -85,6 +85,11 @@ class ConversionPlan:
         doc = read_json(plan_path)
         if doc is None:
             return None
+        if doc.get("version") != PLAN_VERSION:
+            raise RobostreamError(
+                f"{plan_path}: planned by another version of robostream (plan version {doc.get('version')}, this "
+                f"one reads {PLAN_VERSION}); remove {plan_path.parent} or choose another --work-dir"
+            )
         arrays = read_arrays(plan_path.with_name("probes.arrays"))
         data = {c: arrays[f"data/{c}"] for c in DATA_COLUMNS}
         videos = {k: {c: arrays[f"videos/{k}/{c}"] for c in VIDEO_COLUMNS} for k in doc["codecs"]}

@@ -6,7 +6,7 @@ Sample contract (lerobot 0.4+, v3.0): every parquet column as a tensor (scalars 
 squeezed to (C, H, W).
 
 Start-up and memory do not grow with the dataset: construction reads the metadata only (info, the locating columns
-of the episode table, tasks); a sample's rows are views into memory-mapped columns derived from its data file once
+of the episode table, tasks); a sample's rows are read by offset from column files derived from its data file once
 per node, on the first read of that file (format/data_columns.py).
 """
 

@@ -206,7 +206,8 @@ def _open(folder: Path) -> _ConvertedFile:
         for k, c in layout.items()
     }
     episodes = read_arrays(folder / EPISODES)["episodes"]
-    rows = int(episodes[:, 2].sum()) if episodes.ndim == 2 and episodes.shape[1] == 3 else -1
+    whole = episodes.dtype == np.int64 and episodes.ndim == 2 and episodes.shape[1] == 3
+    rows = int(episodes[:, 2].sum()) if whole else -1
     expected = sum(c.row_bytes for c in columns.values()) * rows
     if rows < 0 or (folder / COLUMNS).stat().st_size != expected:
         raise ValueError(f"{folder / COLUMNS}: {(folder / COLUMNS).stat().st_size} bytes, its layout says {expected}")

@@ -7,7 +7,8 @@ ranges) and checks that the rows are exactly the episode's [dataset_from_index, 
 table, in order. A file written without statistics costs a read of all its row groups per episode, never a wrong
 row. Cost per episode: one row-group read (lerobot's recorder writes one row group per episode); memory: the
 cached footers. This is the streaming path (each episode read once per pass, by the process that owns it; remote:
-only its byte ranges); map-style random access uses memory-mapped columns instead (data_columns.py).
+only its byte ranges); map-style random access reads rows by offset from derived column files instead
+(data_columns.py).
 """
 
 from __future__ import annotations

@@ -84,7 +84,13 @@ def save_tables(tables: MetadataTables, folder: Path) -> None:
 
 def load_tables(folder: Path) -> MetadataTables:
     doc = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
-    parts = [(read_arrays(folder / f"episodes-{i}.arrays"), name) for i, name in enumerate(doc["episode_files"])]
+    parts = []
+    for i, name in enumerate(doc["episode_files"]):
+        part = read_arrays(folder / f"episodes-{i}.arrays")
+        rows = {values.shape[0] if values.ndim else -1 for values in part.values()}
+        if len(rows) > 1 or -1 in rows:
+            raise ValueError(f"{folder / f'episodes-{i}.arrays'}: episode columns of different lengths")
+        parts.append((part, name))
     return MetadataTables(
         info_text=doc["info"],
         episode_parts=parts,

@@ -210,9 +210,12 @@ def read_episode_stats(root: str | Path, episodes: int) -> dict[str, dict[str, n
     def flush() -> None:
         for key, values in pending.items():
             try:
-                parts.setdefault(key, []).append(np.array(values))
+                array = np.array(values)
             except ValueError as exc:  # ragged nested lists
                 raise DatasetFormatError(f"{path}: stats {key[0]}/{key[1]} change shape between episodes: {exc}")
+            if array.dtype.kind not in "biuf":
+                raise DatasetFormatError(f"{path}: stats {key[0]}/{key[1]} hold values that are not numbers")
+            parts.setdefault(key, []).append(array)
             values.clear()
 
     with path.open("r", encoding="utf-8") as handle:

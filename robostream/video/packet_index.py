@@ -362,4 +362,7 @@ def load_packet_index(folder: Path) -> PacketIndex | None:
     if not values:
         return None
     arrays = {f.name: values[f.name] for f in fields(PacketIndex) if f.name != "timescale"}
-    return PacketIndex(**arrays, timescale=int(values["timescale"]))
+    timescale = values["timescale"]
+    if timescale.ndim or timescale.dtype.kind not in "iu" or any(a.ndim != 1 for a in arrays.values()):
+        raise ValueError(f"{folder / INDEX_FILE}: not a packet index (timescale {timescale!r})")
+    return PacketIndex(**arrays, timescale=int(timescale))

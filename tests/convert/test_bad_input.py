@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 from pathlib import Path
@@ -65,6 +66,13 @@ def damaged(v21_root: Path, tmp_path: Path, damage) -> tuple[Path, dict[str, byt
             "missing [3]",
         ),
         (
+            "stats not numbers",
+            lambda r: (r / "meta/episodes_stats.jsonl").write_text(
+                re.sub(r'"mean": \[-?[0-9.e]+', '"mean": [null', (r / "meta/episodes_stats.jsonl").read_text(), count=1)
+            ),
+            "hold values that are not numbers",
+        ),
+        (
             "truncated mp4",
             lambda r: (r / "videos/chunk-000/observation.images.cam0/episode_000001.mp4").write_bytes(
                 (r / "videos/chunk-000/observation.images.cam0/episode_000001.mp4").read_bytes()[:100]
@@ -78,7 +86,8 @@ def test_bad_dataset_is_refused_before_writing_naming_the_file(what, damage, exp
     with pytest.raises(DatasetFormatError) as info:
         attempt(root, tmp_path / "out")
     assert expected in str(info.value), (what, str(info.value))
-    assert "nothing was written" in str(info.value) or what == "gapped episodes"  # (read_v21 refuses those)
+    # (read_v21 and read_episode_stats refuse those, before the preflight that says so)
+    assert "nothing was written" in str(info.value) or what in ("gapped episodes", "stats not numbers")
     assert tree_listing(root) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no output, no work dir
 

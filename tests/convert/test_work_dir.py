@@ -107,6 +107,27 @@ def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Pa
     assert not work.exists() and compare_datasets(tmp_path / "out", reference) == []
 
 
+def test_a_work_dir_planned_by_another_version_is_refused_naming_it(v21_root: Path, tmp_path: Path):
+    """A plan whose version this robostream does not read (its arrays in another format: plan version 2 kept them
+    in .npz files) is an error that names the work dir and says what to do, not a missing file mid-resume."""
+    work = tmp_path / "work"
+    convert(
+        v21_root,
+        out=tmp_path / "out",
+        work_dir=work,
+        workers=1,
+        data_file_size_in_mb=DATA_MB,
+        video_file_size_in_mb=VIDEO_MB,
+        dry_run=True,
+        log=lambda line: None,
+    )
+    plan = json.loads((work / "plan.json").read_text())
+    (work / "plan.json").write_text(json.dumps({**plan, "version": 2}))
+    with pytest.raises(RobostreamError, match=rf"plan version 2, this one reads 3\); remove {work}"):
+        attempt(v21_root, out=tmp_path / "out", work_dir=work)
+    assert (work / "plan.json").is_file()
+
+
 @pytest.mark.parametrize("adopted", [False, True], ids=["created", "adopted"])
 def test_files_added_to_a_work_dir_left_by_a_kill_survive_the_resumed_run(
     v21_root: Path, reference: Path, tmp_path: Path, adopted: bool
