@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from robostream.datasets.batch_assembly import TensorSpecs, allocate_fresh
-from robostream.datasets.batch_buffers import SLOT_KEY, BatchBuffers, shared_tensors
+from robostream.datasets.batch_buffers import BatchBuffers, shared_tensors
 from robostream.datasets.collate import collate_samples
 from robostream.datasets.streaming import StreamingLeRobotDataset
 from robostream.numbers import finite_number
@@ -42,6 +42,8 @@ class LoaderBatching:
     buffers: BatchBuffers | None  # shared-memory slots for worker processes; None: fresh memory
     on_batch: BatchHook | None = None
     transform: BatchTransform | None = None
+    # Batches in slots travel as views of the slot (BatchBuffers.send); not with pin_memory, whose thread pins tensors.
+    views: bool = True
 
 
 class DatasetBatches(IterableDataset):
@@ -59,14 +61,14 @@ class DatasetBatches(IterableDataset):
 def _timed_batches(dataset: StreamingLeRobotDataset, batching: LoaderBatching) -> Iterator[dict[str, Any]]:
     """The dataset's batches, in reused slots when the loader has buffers, each passed to the hook with the time
     this process spent producing it (the consumer's time between two pulls is not counted)."""
-    markers: list[Any] = []
+    slots: list[int | None] = []
 
     def allocate(specs: TensorSpecs) -> dict[str, torch.Tensor]:
         if batching.buffers is None:
             # A worker's batch goes to the main process: shared memory now saves a copy into it when sent.
             return allocate_fresh(specs) if get_worker_info() is None else shared_tensors(specs)
-        tensors, marker = batching.buffers.allocate(specs)
-        markers.append(marker)
+        tensors, slot = batching.buffers.allocate(specs)
+        slots.append(slot)
         return tensors
 
     batches = dataset.batches(batch_size=batching.batch_size, drop_last=batching.drop_last, allocate=allocate)
@@ -75,13 +77,13 @@ def _timed_batches(dataset: StreamingLeRobotDataset, batching: LoaderBatching) -
         batch = next(batches, None)
         if batch is None:
             return
-        marker = markers.pop() if markers else None
+        slot = slots.pop() if slots else None
         if batching.transform is not None:
             _transform_in_place(batch, batching.transform, dataset.epoch)
-        if marker is not None:
-            batch[SLOT_KEY] = marker
         if batching.on_batch is not None:
             batching.on_batch(batch, time.perf_counter() - started)
+        if slot is not None and batching.buffers is not None:
+            batch = batching.buffers.send(batch, slot, views=batching.views)
         yield batch
 
 
@@ -166,9 +168,15 @@ class StreamingDataLoader(DataLoader):
         self.streaming_dataset = dataset
         self._planned_batch_size: int = batch_size  # torch's batch_size attribute is typed optional
         if assembled:
-            view = DatasetBatches(
-                dataset, LoaderBatching(batch_size, drop_last, self.batch_buffers, on_batch, batch_transform)
+            batching = LoaderBatching(
+                batch_size,
+                drop_last,
+                self.batch_buffers,
+                on_batch,
+                batch_transform,
+                views=not kwargs.get("pin_memory", False),
             )
+            view = DatasetBatches(dataset, batching)
             super().__init__(view, batch_size=None, num_workers=num_workers, collate_fn=_assembled, **kwargs)
             # torch passes the dataset's batches through; users still see the batching they asked for.
             object.__setattr__(self, "batch_size", batch_size)

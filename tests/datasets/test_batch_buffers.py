@@ -4,6 +4,7 @@ training loop still holds it or a view of it (real DataLoader worker processes).
 import multiprocessing
 
 import torch
+import torch.multiprocessing.reductions
 
 from robostream import StreamingDataLoader, StreamingLeRobotDataset
 from robostream.datasets.batch_buffers import BatchBuffers
@@ -66,6 +67,46 @@ def test_a_view_keeps_its_slot_busy(av1_root):
     assert count > 20 and stats["pooled_batches"] > count // 2  # the other slots were reused over and over
 
 
+_REBUILD = torch.multiprocessing.reductions.rebuild_storage_fd
+_RECEIVED: list[int] = []  # storages the main process received (the patched rebuild below)
+
+
+def _counting_rebuild(*args):
+    _RECEIVED.append(1)
+    return _REBUILD(*args)
+
+
+def test_each_slot_crosses_to_the_main_process_once(av1_root, monkeypatch):
+    """A batch in a slot travels as where its tensors lie: the main process receives a slot's storage (a file
+    descriptor passed through a socket, mapped anew) once per worker and slot, not once per batch (it was)."""
+    received = _RECEIVED
+    # Patched before the workers fork: their pickles name the module-level function, which the main process runs.
+    monkeypatch.setattr(torch.multiprocessing.reductions, "rebuild_storage_fd", _counting_rebuild)
+    buffers = BatchBuffers(slots=4, min_bytes=1)
+    loader = _loader(av1_root, buffers)
+    for epoch in range(2):  # each pass has workers of its own: their slots cross again, once
+        received.clear()
+        batches = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
+        assert len(batches) > 20 and len(received) <= 2 * 4, (epoch, len(received))
+        for a, b in zip(batches, _loader(av1_root, False)):
+            assert_same_sample(a, b)
+
+
+def test_a_batch_held_past_its_pass_keeps_its_values(av1_root):
+    """A batch's tensors keep its slot's memory mapped after the pass that made it (and its workers) ended."""
+    loader = _loader(av1_root, BatchBuffers(slots=4, min_bytes=1))
+    first = next(iter(loader))
+    snapshot = first[CAMERA].clone()
+    assert sum(1 for _ in loader) > 20  # a whole new pass, new workers, their own slots
+    assert torch.equal(first[CAMERA], snapshot)
+
+
+def test_pinned_batches_travel_as_tensors(av1_root):
+    """With pin_memory torch's pinning thread handles the batch before it is adopted: it must hold tensors."""
+    pinned = [b["index"].tolist() for b in _loader(av1_root, BatchBuffers(slots=4, min_bytes=1), pin_memory=True)]
+    assert pinned == [b["index"].tolist() for b in _loader(av1_root, False)]
+
+
 def test_in_process_loading_uses_torch_collate(av1_root):
     loader = _loader(av1_root, True, workers=0)
     assert loader.batch_buffers is None and next(iter(loader))[CAMERA].shape == (4, 2, 3, 64, 64)
@@ -79,11 +120,12 @@ class _AllocatingDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         slots = []
+        worker = torch.utils.data.get_worker_info().id
         for _ in range(self.allocations):
-            _, marker = self.buffers.allocate({"x": ((2,), torch.uint8)})
-            slots.append(None if marker is None else marker[1])
-            if marker is not None:
-                self.buffers._free.numpy()[marker[0], marker[1]] = 1
+            _, slot = self.buffers.allocate({"x": ((2,), torch.uint8)})
+            slots.append(slot)
+            if slot is not None:
+                self.buffers._free.numpy()[worker, slot] = 1
         yield slots
 
 
