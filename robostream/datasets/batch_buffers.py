@@ -123,15 +123,20 @@ class BatchBuffers:
         holds it mapped; else tensors as they are (the main process watches the first one's storage)."""
         worker = _worker_id()
         token, storage = self._storages.get()[slot]
-        in_slot = [
-            key
-            for key, value in batch.items()
-            if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == storage.data_ptr()
-        ]
-        if not in_slot:  # nothing of the batch was left in the slot (a transform replaced it all)
-            self._free.numpy()[worker, slot] = 1
+        where = storage.data_ptr()
+        in_slot = [key for key, value in batch.items() if _in_slot(value, where)]
+        # Tensors of the slot inside lists or dicts (a hook's views) travel as tensors; the batch then does too, so
+        # that one storage (the watched key's) stands for every tensor of the slot in the main process.
+        nested = any(_holds(value, where) for value in batch.values() if not isinstance(value, torch.Tensor))
+        if not in_slot:
+            if nested:
+                raise ValueError(
+                    "a batch hook left tensors of the batch's buffer only inside lists or dicts: keep one at the top "
+                    "level of the batch, or copy them"
+                )
+            self._free.numpy()[worker, slot] = 1  # nothing of the batch was left in the slot
             return batch
-        if not views:
+        if not views or nested:
             batch[SLOT_KEY] = SlotMarker(worker, slot, token, key=in_slot[0], storage=None)
             return batch
         for key in in_slot:
@@ -167,6 +172,9 @@ class BatchBuffers:
             storage = batch[marker.key].untyped_storage()
         else:
             if marker.storage is not None:
+                # A grown slot is a new storage: let the old one go (batches still held keep it).
+                for old in [t for t, (w, s, _) in mapped.items() if (w, s) == (marker.worker, marker.slot)]:
+                    del mapped[old]
                 mapped[marker.token] = (marker.worker, marker.slot, _bytes_of(marker.storage))
                 self._mapped[marker.worker, marker.slot] = marker.token
             if marker.token not in mapped:
@@ -205,6 +213,19 @@ class SlotMarker:
     token: int  # names the slot's storage: a worker's new storage gets a new one
     key: str | None  # tensors sent as tensors: the key whose storage the main process watches; None: SlotTensors
     storage: torch.UntypedStorage | None  # the slot, sent until the main process holds it mapped (SlotTensors)
+
+
+def _in_slot(value: Any, where: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == where
+
+
+def _holds(value: Any, where: int) -> bool:
+    """Whether a list, tuple or dict (at any depth) holds a tensor of the storage at `where`."""
+    if isinstance(value, Mapping):
+        return any(_holds(v, where) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds(v, where) for v in value)
+    return _in_slot(value, where)
 
 
 def _worker_id() -> int:
