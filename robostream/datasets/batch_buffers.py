@@ -57,6 +57,9 @@ class BatchBuffers:
         self._counts = torch.zeros((MAX_WORKERS, 2), dtype=torch.int64).share_memory_()
         # mapped[w, s]: the token of slot s of worker w's storage that the main process holds mapped (0: none).
         self._mapped = torch.zeros((MAX_WORKERS, slots), dtype=torch.int64).share_memory_()
+        # Iterations adopting batches now: only they turn SlotTensors back into tensors (a loader iterated some other
+        # way, e.g. a copy made by accelerate's prepare, gets its batches as tensors).
+        self._adopting = torch.zeros(1, dtype=torch.int64).share_memory_()
         # A worker's own slots: slot -> (token, storage); a new storage gets a new token.
         self._storages: ProcessLocal[dict[int, tuple[int, torch.UntypedStorage]]] = ProcessLocal(dict)
 
@@ -136,7 +139,7 @@ class BatchBuffers:
                 )
             self._free.numpy()[worker, slot] = 1  # nothing of the batch was left in the slot
             return batch
-        if not views or nested:
+        if not views or nested or not int(self._adopting[0]):
             batch[SLOT_KEY] = SlotMarker(worker, slot, token, key=in_slot[0], storage=None)
             return batch
         for key in in_slot:
@@ -153,10 +156,12 @@ class BatchBuffers:
         """The batches of one iteration of a loader (its own workers), adopted; the slots it mapped are let go
         when it ends (batches still held keep theirs)."""
         mapped: dict[int, tuple[int, int, np.ndarray]] = {}  # token -> (worker, slot, the slot's bytes)
+        self._adopting += 1
         try:
             for batch in batches:
                 yield self.adopt(batch, mapped)
         finally:
+            self._adopting -= 1
             table = self._mapped.numpy()
             for token, (worker, slot, _) in mapped.items():
                 if table[worker, slot] == token:

@@ -108,6 +108,15 @@ def test_pinned_batches_travel_as_tensors(av1_root):
     assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in _loader(av1_root, False)]
 
 
+def test_a_loader_iterated_without_adopting_gets_tensors(av1_root):
+    """Iterated as a plain DataLoader (what a copy made by accelerate's prepare does), nothing turns places in a
+    slot back into tensors: such batches travel as tensors."""
+    loader = _loader(av1_root, BatchBuffers(slots=4, min_bytes=1))
+    batches = list(torch.utils.data.DataLoader.__iter__(loader))
+    assert len(batches) > 10 and all(isinstance(b[CAMERA], torch.Tensor) for b in batches)
+    assert [b["index"].tolist() for b in batches] == [b["index"].tolist() for b in _loader(av1_root, False)]
+
+
 def _nest_a_view(batch, seconds):
     batch["thumbs"] = [batch[CAMERA][:, 0]]  # a hook's view of the slot inside a list
 
