@@ -15,8 +15,9 @@ and the receiver maps the slot anew and faults its pages in again on first touch
 0.5 ms of the worker per batch here, plus ~0.15 ms per MiB the training loop reads; BENCHMARKS.md). The main
 process maps each slot once: the worker sends the slot's storage with a batch until the main process's table says
 it holds that storage (`_mapped`, a token per storage), and each batch's tensors are views of a storage object of
-their own over that mapping (its finalizer frees the slot as above). With pin_memory, torch's pinning thread needs
-tensors: those batches travel as tensors. When no slot is free (the training loop still holds older batches, or
+their own over that mapping (its finalizer frees the slot as above). Batches travel as tensors where nothing would
+turn them back: with pin_memory (torch's pinning thread needs tensors), and while no iteration of the loader's own
+is adopting (`_adopting`: a loader iterated as a plain DataLoader, e.g. a copy made by accelerate's prepare). When no slot is free (the training loop still holds older batches, or
 a batch was handed to yet another process), the worker allocates fresh shared memory, so it never waits. In the
 per-sample path small tensors, strings and everything else go through the samples' collate unchanged
 (datasets/collate.py: torch's `default_collate`, language columns kept as lists).
