@@ -59,10 +59,12 @@ def _instrument(sample: dict[str, Any], seconds: float, worker_stats: WorkerStat
 
 def instrument_batch(batch: dict[str, Any], seconds: float, worker_stats: WorkerStats = None) -> None:
     """For a batch assembled whole: every sample gets the batch's production time divided by its size (there is no
-    per-sample time), the worker and the worker's cache counters, as `_instrument` gives a sample."""
+    per-sample time), the worker and the worker's cache counters, as `_instrument` gives a sample. As a list, not a
+    tensor: a tensor outside the batch's buffer would cross to the main process as shared memory of its own, the
+    only one of the batch (batch_buffers.py), and cost the loader it measures a file descriptor per batch."""
     size = len(batch[next(k for k in batch if isinstance(batch[k], torch.Tensor))])
-    row = _instrument({}, seconds / max(1, size), worker_stats)[PROBE_KEY]
-    batch[PROBE_KEY] = row.expand(size, -1).clone()
+    row = _instrument({}, seconds / max(1, size), worker_stats)[PROBE_KEY].tolist()
+    batch[PROBE_KEY] = [row] * size
 
 
 class BatchProbe:
@@ -286,7 +288,8 @@ def consume(
             break
         arrived = time.perf_counter()
         _to_device(batch, target)
-        probe = batch[PROBE_KEY].tolist()
+        probe = batch[PROBE_KEY]  # samples' tensors collated, or a batch's rows (instrument_batch)
+        probe = probe.tolist() if isinstance(probe, torch.Tensor) else probe
         record = {
             "arrival_s": arrived - started,
             "wait_s": arrived - asked,
