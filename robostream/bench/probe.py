@@ -47,13 +47,18 @@ PSS_INTERVAL_S = 2.0
 WorkerStats = Callable[[], Mapping[str, float]] | None
 
 
-def _instrument(sample: dict[str, Any], seconds: float, worker_stats: WorkerStats) -> dict[str, Any]:
+def _probe_row(seconds: float, worker_stats: WorkerStats) -> list[float]:
+    """Production time, worker id (-1 in-process), then the worker's cumulative decoder-cache counters."""
     info = get_worker_info()
     values = [seconds, info.id if info is not None else -1]
     if worker_stats is not None:
         stats = worker_stats()
         values.extend(float(stats.get(k, 0)) for k in CACHE_FIELDS)
-    sample[PROBE_KEY] = torch.tensor(values, dtype=torch.float64)
+    return values
+
+
+def _instrument(sample: dict[str, Any], seconds: float, worker_stats: WorkerStats) -> dict[str, Any]:
+    sample[PROBE_KEY] = torch.tensor(_probe_row(seconds, worker_stats), dtype=torch.float64)
     return sample
 
 
@@ -63,8 +68,7 @@ def instrument_batch(batch: dict[str, Any], seconds: float, worker_stats: Worker
     tensor: a tensor outside the batch's buffer would cross to the main process as shared memory of its own, the
     only one of the batch (batch_buffers.py), and cost the loader it measures a file descriptor per batch."""
     size = len(batch[next(k for k in batch if isinstance(batch[k], torch.Tensor))])
-    row = _instrument({}, seconds / max(1, size), worker_stats)[PROBE_KEY].tolist()
-    batch[PROBE_KEY] = [row] * size
+    batch[PROBE_KEY] = [_probe_row(seconds / max(1, size), worker_stats)] * size
 
 
 class BatchProbe:

@@ -17,10 +17,12 @@ process maps each slot once: the worker sends the slot's storage with a batch un
 it holds that storage (`_mapped`, a token per storage), and each batch's tensors are views of a storage object of
 their own over that mapping (its finalizer frees the slot as above). Batches travel as tensors where nothing would
 turn them back: with pin_memory (torch's pinning thread needs tensors), and while no iteration of the loader's own
-is adopting (`_adopting`: a loader iterated as a plain DataLoader, e.g. a copy made by accelerate's prepare). When no slot is free (the training loop still holds older batches, or
-a batch was handed to yet another process), the worker allocates fresh shared memory, so it never waits. In the
-per-sample path small tensors, strings and everything else go through the samples' collate unchanged
-(datasets/collate.py: torch's `default_collate`, language columns kept as lists).
+is adopting (`_adopting`: a loader iterated as a plain DataLoader, e.g. a copy made by accelerate's prepare).
+
+When no slot is free (the training loop still holds older batches, or a batch was handed to yet another process),
+the worker allocates fresh shared memory, so it never waits. In the per-sample path small tensors, strings and
+everything else go through the samples' collate unchanged (datasets/collate.py: torch's `default_collate`,
+language columns kept as lists).
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ def test_a_refused_input_leaves_no_work_dir(v21_root: Path, tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
 
 
-def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Path):
-    """A dry run plans into the work dir (marked); the real run takes it over and finishes."""
+def planned(v21_root: Path, tmp_path: Path) -> Path:
+    """The work dir a dry run planned into (tmp_path / "work")."""
     work = tmp_path / "work"
     convert(
         v21_root,
@@ -102,6 +102,12 @@ def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Pa
         dry_run=True,
         log=lambda line: None,
     )
+    return work
+
+
+def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Path):
+    """A dry run plans into the work dir (marked); the real run takes it over and finishes."""
+    work = planned(v21_root, tmp_path)
     assert (work / MARKER).is_file() and (work / "plan.json").is_file()
     attempt(v21_root, out=tmp_path / "out", work_dir=work)
     assert not work.exists() and compare_datasets(tmp_path / "out", reference) == []
@@ -110,17 +116,7 @@ def test_a_marked_work_dir_resumes(v21_root: Path, reference: Path, tmp_path: Pa
 def test_a_work_dir_planned_by_another_version_is_refused_naming_it(v21_root: Path, tmp_path: Path):
     """A plan whose version this robostream does not read (its arrays in another format: plan version 2 kept them
     in .npz files) is an error that names the work dir and says what to do, not a missing file mid-resume."""
-    work = tmp_path / "work"
-    convert(
-        v21_root,
-        out=tmp_path / "out",
-        work_dir=work,
-        workers=1,
-        data_file_size_in_mb=DATA_MB,
-        video_file_size_in_mb=VIDEO_MB,
-        dry_run=True,
-        log=lambda line: None,
-    )
+    work = planned(v21_root, tmp_path)
     plan = json.loads((work / "plan.json").read_text())
     (work / "plan.json").write_text(json.dumps({**plan, "version": 2}))
     with pytest.raises(RobostreamError, match=rf"plan version 2, this one reads 3\); remove {work}"):
